@@ -55,7 +55,10 @@ fn locate() -> Result<Binaries, TestEnvError> {
     };
     for bin in [&bins.kube_apiserver, &bins.etcd] {
         if !bin.is_file() {
-            return Err(TestEnvError::Binaries(format!("{} is missing", bin.display())));
+            return Err(TestEnvError::Binaries(format!(
+                "{} is missing",
+                bin.display()
+            )));
         }
     }
     Ok(bins)

@@ -41,8 +41,10 @@ impl FrontDoorState {
     }
     /// Delay applied to every new connection before it is piped through.
     pub fn set_latency(&self, latency: Duration) {
-        self.latency_ms
-            .store(u64::try_from(latency.as_millis()).unwrap_or(u64::MAX), Ordering::SeqCst);
+        self.latency_ms.store(
+            u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
     }
     /// How many 429 responses this front door has sent.
     pub fn throttled_responses(&self) -> u64 {
@@ -104,19 +106,30 @@ impl Drop for FrontDoor {
     }
 }
 
-async fn serve(client: TcpStream, backend: SocketAddr, state: Arc<FrontDoorState>, acceptor: TlsAcceptor) {
+async fn serve(
+    client: TcpStream,
+    backend: SocketAddr,
+    state: Arc<FrontDoorState>,
+    acceptor: TlsAcceptor,
+) {
     let _ = client.set_nodelay(true);
     if state.throttled.load(Ordering::SeqCst) {
-        let Ok(tls) = acceptor.accept(client).await else { return };
+        let Ok(tls) = acceptor.accept(client).await else {
+            return;
+        };
         let state_for_service = state.clone();
         let service = hyper::service::service_fn(move |_req| {
-            state_for_service.throttled_responses.fetch_add(1, Ordering::SeqCst);
+            state_for_service
+                .throttled_responses
+                .fetch_add(1, Ordering::SeqCst);
             async move {
                 hyper::Response::builder()
                     .status(429)
                     .header("Content-Type", "application/json")
                     .header("Retry-After", "1")
-                    .body(Full::new(Bytes::from_static(TOO_MANY_REQUESTS_BODY.as_bytes())))
+                    .body(Full::new(Bytes::from_static(
+                        TOO_MANY_REQUESTS_BODY.as_bytes(),
+                    )))
             }
         });
         let _ = hyper::server::conn::http1::Builder::new()
@@ -128,7 +141,9 @@ async fn serve(client: TcpStream, backend: SocketAddr, state: Arc<FrontDoorState
     if latency > 0 {
         tokio::time::sleep(Duration::from_millis(latency)).await;
     }
-    let Ok(mut upstream) = TcpStream::connect(backend).await else { return };
+    let Ok(mut upstream) = TcpStream::connect(backend).await else {
+        return;
+    };
     let _ = upstream.set_nodelay(true);
     let mut client = client;
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;

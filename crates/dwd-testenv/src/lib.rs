@@ -85,7 +85,10 @@ pub struct ApiServerOptions {
 impl ApiServerOptions {
     /// A seed apiserver: CRDs installed.
     pub fn seed() -> Self {
-        ApiServerOptions { install_crds: true, ..Default::default() }
+        ApiServerOptions {
+            install_crds: true,
+            ..Default::default()
+        }
     }
 }
 
@@ -144,7 +147,9 @@ fn envs_root() -> PathBuf {
 
 /// Removes directories left by test processes that no longer exist (e.g. killed by SIGKILL).
 fn sweep_stale_dirs() {
-    let Ok(entries) = std::fs::read_dir(envs_root()) else { return };
+    let Ok(entries) = std::fs::read_dir(envs_root()) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let pid = name.split('-').next().and_then(|p| p.parse::<u32>().ok());
@@ -167,11 +172,17 @@ pub fn free_port() -> Result<u16, TestEnvError> {
             .local_addr()
             .map_err(|e| TestEnvError::Io("read a free port".into(), e))?
             .port();
-        if lock(&HANDED_OUT).get_or_insert_with(HashSet::new).insert(port) {
+        if lock(&HANDED_OUT)
+            .get_or_insert_with(HashSet::new)
+            .insert(port)
+        {
             return Ok(port);
         }
     }
-    Err(TestEnvError::Spawn("port allocation".into(), "no fresh port after 100 tries".into()))
+    Err(TestEnvError::Spawn(
+        "port allocation".into(),
+        "no fresh port after 100 tries".into(),
+    ))
 }
 
 impl TestEnv {
@@ -183,8 +194,9 @@ impl TestEnv {
         std::thread::spawn(move || {
             let _ = tx.send(Self::start_blocking());
         });
-        rx.await
-            .map_err(|_| TestEnvError::Spawn("test environment".into(), "start thread panicked".into()))?
+        rx.await.map_err(|_| {
+            TestEnvError::Spawn("test environment".into(), "start thread panicked".into())
+        })?
     }
 
     fn start_blocking() -> Result<TestEnv, TestEnvError> {
@@ -192,9 +204,14 @@ impl TestEnv {
         register_exit_hook();
         sweep_stale_dirs();
         let binaries = binaries::binaries()?;
-        let id = format!("{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::SeqCst));
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
         let dir = envs_root().join(&id);
-        std::fs::create_dir_all(&dir).map_err(|e| TestEnvError::Io(format!("create {}", dir.display()), e))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| TestEnvError::Io(format!("create {}", dir.display()), e))?;
         let keep_dir = std::env::var_os("DWD_TESTENV_KEEP").is_some();
 
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -231,7 +248,8 @@ impl TestEnv {
             "--log-level=warn".to_string(),
             "--quota-backend-bytes=8589934592".to_string(),
         ];
-        let mut etcd = ManagedProcess::spawn("etcd", &binaries.etcd, &etcd_args, &dir.join("etcd.log"))?;
+        let mut etcd =
+            ManagedProcess::spawn("etcd", &binaries.etcd, &etcd_args, &dir.join("etcd.log"))?;
         wait_etcd_healthy(client_port, &mut etcd)?;
 
         let inner = Arc::new(EnvInner {
@@ -260,7 +278,8 @@ impl TestEnv {
         SHARED
             .get_or_try_init(|| async {
                 let env = TestEnv::start().await?;
-                env.start_apiserver_with("seed", ApiServerOptions::seed()).await?;
+                env.start_apiserver_with("seed", ApiServerOptions::seed())
+                    .await?;
                 Ok(env)
             })
             .await
@@ -268,11 +287,16 @@ impl TestEnv {
 
     /// Starts a kube-apiserver named `name` (also its etcd prefix) with default options.
     pub async fn start_apiserver(&self, name: &str) -> Result<ApiServer, TestEnvError> {
-        self.start_apiserver_with(name, ApiServerOptions::default()).await
+        self.start_apiserver_with(name, ApiServerOptions::default())
+            .await
     }
 
     /// Starts a kube-apiserver named `name` and waits until it is ready.
-    pub async fn start_apiserver_with(&self, name: &str, options: ApiServerOptions) -> Result<ApiServer, TestEnvError> {
+    pub async fn start_apiserver_with(
+        &self,
+        name: &str,
+        options: ApiServerOptions,
+    ) -> Result<ApiServer, TestEnvError> {
         let env = self.inner.clone();
         let name = name.to_string();
         let handle = self.inner.handle.clone();
@@ -287,7 +311,9 @@ impl TestEnv {
         lock(&self.inner.apiservers)
             .iter()
             .find(|a| a.name == name)
-            .map(|inner| ApiServer { inner: inner.clone() })
+            .map(|inner| ApiServer {
+                inner: inner.clone(),
+            })
     }
 
     /// This environment's directory (certificates, logs, etcd data).
@@ -302,7 +328,10 @@ impl TestEnv {
 
     /// Pids of every process this environment runs now.
     pub fn pids(&self) -> Vec<u32> {
-        let mut pids: Vec<u32> = lock(&self.inner.etcd).iter().filter_map(ManagedProcess::pid).collect();
+        let mut pids: Vec<u32> = lock(&self.inner.etcd)
+            .iter()
+            .filter_map(ManagedProcess::pid)
+            .collect();
         for a in lock(&self.inner.apiservers).iter() {
             pids.extend(lock(&a.process).as_ref().and_then(ManagedProcess::pid));
         }
@@ -316,7 +345,9 @@ impl TestEnv {
             self.inner.id,
             self.inner.dir.display(),
             self.inner.etcd_url,
-            lock(&self.inner.etcd).as_ref().and_then(ManagedProcess::pid)
+            lock(&self.inner.etcd)
+                .as_ref()
+                .and_then(ManagedProcess::pid)
         );
         for a in lock(&self.inner.apiservers).iter() {
             out.push_str(&format!(
@@ -368,7 +399,8 @@ impl EnvInner {
 }
 
 fn write_file(path: &Path, content: &str) -> Result<(), TestEnvError> {
-    std::fs::write(path, content).map_err(|e| TestEnvError::Io(format!("write {}", path.display()), e))
+    std::fs::write(path, content)
+        .map_err(|e| TestEnvError::Io(format!("write {}", path.display()), e))
 }
 
 fn wait_etcd_healthy(port: u16, etcd: &mut ManagedProcess) -> Result<(), TestEnvError> {
@@ -398,7 +430,11 @@ fn wait_etcd_healthy(port: u16, etcd: &mut ManagedProcess) -> Result<(), TestEnv
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Err(TestEnvError::NotReady { what: "etcd".into(), timeout: READY_TIMEOUT, detail: last })
+    Err(TestEnvError::NotReady {
+        what: "etcd".into(),
+        timeout: READY_TIMEOUT,
+        detail: last,
+    })
 }
 
 struct ApiServerInner {
@@ -425,12 +461,20 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    async fn launch(env: Arc<EnvInner>, name: String, options: ApiServerOptions) -> Result<ApiServer, TestEnvError> {
+    async fn launch(
+        env: Arc<EnvInner>,
+        name: String,
+        options: ApiServerOptions,
+    ) -> Result<ApiServer, TestEnvError> {
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-            return Err(TestEnvError::Spawn(name, "apiserver names are [A-Za-z0-9-]+".into()));
+            return Err(TestEnvError::Spawn(
+                name,
+                "apiserver names are [A-Za-z0-9-]+".into(),
+            ));
         }
         let dir = env.dir.join(&name);
-        std::fs::create_dir_all(&dir).map_err(|e| TestEnvError::Io(format!("create {}", dir.display()), e))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| TestEnvError::Io(format!("create {}", dir.display()), e))?;
         let backend_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, free_port()?));
         let front_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, free_port()?));
         let d = &env.dir;
@@ -447,7 +491,10 @@ impl ApiServer {
             "--authorization-mode=RBAC".into(),
             format!("--service-account-issuer=https://{name}.testenv.invalid"),
             format!("--service-account-key-file={}", d.join("sa.pub").display()),
-            format!("--service-account-signing-key-file={}", d.join("sa.key").display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                d.join("sa.key").display()
+            ),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
             // No kube-controller-manager runs, so no namespace ever gets a `default`
@@ -464,7 +511,10 @@ impl ApiServer {
                 "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
             )?;
             args.push(format!("--audit-policy-file={}", policy.display()));
-            args.push(format!("--audit-log-path={}", dir.join("audit.log").display()));
+            args.push(format!(
+                "--audit-log-path={}",
+                dir.join("audit.log").display()
+            ));
             args.push("--audit-log-format=json".into());
             args.push("--audit-log-mode=batch".into());
             args.push("--audit-log-batch-max-wait=1s".into());
@@ -532,7 +582,12 @@ impl ApiServer {
     /// A kubeconfig for a user with a fresh client certificate (CN = user, O = groups).
     pub fn kubeconfig_for(&self, user: &str, groups: &[&str]) -> Result<String, TestEnvError> {
         let cert = self.inner.pki.issue_client(user, groups)?;
-        Ok(make_kubeconfig(&self.inner.name, self.inner.front_addr, &self.inner.pki.ca_pem(), &cert))
+        Ok(make_kubeconfig(
+            &self.inner.name,
+            self.inner.front_addr,
+            &self.inner.pki.ca_pem(),
+            &cert,
+        ))
     }
 
     /// A kubeconfig that authenticates with a bearer token (e.g. a ServiceAccount token).
@@ -553,13 +608,19 @@ impl ApiServer {
     }
 
     /// A client for a user with a fresh client certificate.
-    pub async fn client_for(&self, user: &str, groups: &[&str]) -> Result<kube::Client, TestEnvError> {
+    pub async fn client_for(
+        &self,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<kube::Client, TestEnvError> {
         client_from_kubeconfig(&self.inner.name, &self.kubeconfig_for(user, groups)?).await
     }
 
     /// Pid of the kube-apiserver process, while running.
     pub fn pid(&self) -> Option<u32> {
-        lock(&self.inner.process).as_ref().and_then(ManagedProcess::pid)
+        lock(&self.inner.process)
+            .as_ref()
+            .and_then(ManagedProcess::pid)
     }
 
     /// Whether the apiserver process runs.
@@ -591,8 +652,14 @@ impl ApiServer {
 
     async fn start_inner(&self) -> Result<(), TestEnvError> {
         let i = &self.inner;
-        if i.env.upgrade().is_none_or(|e| e.torn_down.load(Ordering::SeqCst)) {
-            return Err(TestEnvError::Spawn(i.name.clone(), "environment is torn down".into()));
+        if i.env
+            .upgrade()
+            .is_none_or(|e| e.torn_down.load(Ordering::SeqCst))
+        {
+            return Err(TestEnvError::Spawn(
+                i.name.clone(),
+                "environment is torn down".into(),
+            ));
         }
         if lock(&i.process).is_none() {
             let p = ManagedProcess::spawn(
@@ -604,7 +671,14 @@ impl ApiServer {
             *lock(&i.process) = Some(p);
         }
         if lock(&i.front_door).is_none() {
-            let door = FrontDoor::open(i.front_addr, i.backend_addr, i.state.clone(), i.tls.clone(), &i.handle).await?;
+            let door = FrontDoor::open(
+                i.front_addr,
+                i.backend_addr,
+                i.state.clone(),
+                i.tls.clone(),
+                &i.handle,
+            )
+            .await?;
             *lock(&i.front_door) = Some(door);
         }
         self.wait_ready().await
@@ -619,7 +693,10 @@ impl ApiServer {
             {
                 let mut process = lock(&i.process);
                 if process.as_mut().is_none_or(ManagedProcess::has_exited) {
-                    let tail = process.as_ref().map(|p| p.log_tail(3000)).unwrap_or_default();
+                    let tail = process
+                        .as_ref()
+                        .map(|p| p.log_tail(3000))
+                        .unwrap_or_default();
                     return Err(TestEnvError::NotReady {
                         what: format!("kube-apiserver {}", i.name),
                         timeout: READY_TIMEOUT,
@@ -638,7 +715,10 @@ impl ApiServer {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let tail = lock(&i.process).as_ref().map(|p| p.log_tail(3000)).unwrap_or_default();
+        let tail = lock(&i.process)
+            .as_ref()
+            .map(|p| p.log_tail(3000))
+            .unwrap_or_default();
         Err(TestEnvError::NotReady {
             what: format!("kube-apiserver {}", i.name),
             timeout: READY_TIMEOUT,
@@ -677,22 +757,31 @@ impl ApiServer {
             }
             let name = crd.metadata.name.clone().unwrap_or_default();
             let cond = kube::runtime::conditions::is_crd_established();
-            tokio::time::timeout(READY_TIMEOUT, kube::runtime::wait::await_condition(api.clone(), &name, cond))
-                .await
-                .map_err(|_| cerr(format!("CRD {name} not established in time")))?
-                .map_err(|e| cerr(format!("wait for CRD {name}: {e}")))?;
+            tokio::time::timeout(
+                READY_TIMEOUT,
+                kube::runtime::wait::await_condition(api.clone(), &name, cond),
+            )
+            .await
+            .map_err(|_| cerr(format!("CRD {name} not established in time")))?
+            .map_err(|e| cerr(format!("wait for CRD {name}: {e}")))?;
         }
         Ok(())
     }
 }
 
-/// Builds a kube client from kubeconfig YAML.
-pub async fn client_from_kubeconfig(what: &str, kubeconfig: &str) -> Result<kube::Client, TestEnvError> {
+/// Builds a kube client from kubeconfig YAML. kube's default retry of 429/503/504 is off:
+/// tests must see exactly what the server answered.
+pub async fn client_from_kubeconfig(
+    what: &str,
+    kubeconfig: &str,
+) -> Result<kube::Client, TestEnvError> {
     let cerr = |e: String| TestEnvError::Client(what.to_string(), e);
     let kc = kube::config::Kubeconfig::from_yaml(kubeconfig).map_err(|e| cerr(e.to_string()))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|e| cerr(e.to_string()))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| cerr(e.to_string()))?;
+    config.default_retry = false;
     kube::Client::try_from(config).map_err(|e| cerr(e.to_string()))
 }
 
@@ -704,4 +793,27 @@ fn make_kubeconfig(name: &str, addr: SocketAddr, ca_pem: &str, user: &CertAndKey
         cert = b64(&user.cert_pem),
         key = b64(&user.key_pem),
     )
+}
+
+/// Waits until `check` returns `Some`, polling every 50 ms, failing after `timeout` with
+/// `what` and the last observation. Tests wait on conditions with deadlines, never on sleeps.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => "condition not met".to_string(),
+            Err(e) => e,
+        };
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "timed out after {timeout:?} waiting for {what}: {last}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -50,16 +50,20 @@ fn pki_err(what: &str, e: rcgen::Error) -> TestEnvError {
 impl Pki {
     /// Generates a CA, a serving certificate and a service-account key.
     pub fn generate() -> Result<Self, TestEnvError> {
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| pki_err("CA params", e))?;
+        let mut params =
+            CertificateParams::new(Vec::<String>::new()).map_err(|e| pki_err("CA params", e))?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, "dwd-testenv-ca");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "dwd-testenv-ca");
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
         let ca_key = KeyPair::generate().map_err(|e| pki_err("CA key", e))?;
-        let ca = CertifiedIssuer::self_signed(params, ca_key).map_err(|e| pki_err("CA certificate", e))?;
+        let ca = CertifiedIssuer::self_signed(params, ca_key)
+            .map_err(|e| pki_err("CA certificate", e))?;
 
         let mut pki = Pki {
             ca,
@@ -90,7 +94,9 @@ impl Pki {
         params
             .subject_alt_names
             .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.sign(params, "serving certificate")
     }
@@ -101,7 +107,9 @@ impl Pki {
             .map_err(|e| pki_err("client params", e))?;
         params.distinguished_name.push(DnType::CommonName, user);
         for group in groups {
-            params.distinguished_name.push(DnType::OrganizationName, *group);
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, *group);
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         self.sign(params, &format!("client certificate for {user}"))
@@ -109,7 +117,9 @@ impl Pki {
 
     fn sign(&self, params: CertificateParams, what: &str) -> Result<CertAndKey, TestEnvError> {
         let key = KeyPair::generate().map_err(|e| pki_err(what, e))?;
-        let cert = params.signed_by(&key, &self.ca).map_err(|e| pki_err(what, e))?;
+        let cert = params
+            .signed_by(&key, &self.ca)
+            .map_err(|e| pki_err(what, e))?;
         Ok(CertAndKey {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),

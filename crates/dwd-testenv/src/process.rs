@@ -45,7 +45,12 @@ pub struct ManagedProcess {
 
 impl ManagedProcess {
     /// Spawns `program args…` with stdout and stderr appended to `log_path`.
-    pub fn spawn(name: &str, program: &Path, args: &[String], log_path: &Path) -> Result<Self, TestEnvError> {
+    pub fn spawn(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        log_path: &Path,
+    ) -> Result<Self, TestEnvError> {
         let log = File::options()
             .create(true)
             .append(true)
@@ -83,7 +88,9 @@ impl ManagedProcess {
         let child = reply_rx
             .recv()
             .map_err(|_| TestEnvError::Spawn(name.to_string(), "spawner thread is gone".into()))?
-            .map_err(|e| TestEnvError::Spawn(name.to_string(), format!("{}: {e}", program.display())))?;
+            .map_err(|e| {
+                TestEnvError::Spawn(name.to_string(), format!("{}: {e}", program.display()))
+            })?;
         Ok(ManagedProcess {
             name: name.to_string(),
             child: Some(child),
@@ -111,7 +118,9 @@ impl ManagedProcess {
 
     /// Sends SIGTERM, waits up to `grace`, then SIGKILLs and reaps.
     pub fn stop(&mut self, grace: Duration) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         // SAFETY: plain kill(2) on our own child's pid, which we have not reaped yet.
         unsafe {
             libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
@@ -159,7 +168,9 @@ pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // Field 3 is the state; a zombie ('Z') has already exited.
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next());
             !matches!(state, Some("Z") | Some("X"))
         }
         Err(_) => false,

@@ -1,0 +1,735 @@
+//! The lease probe's verdict (SPEC §2.2 steps 3–5).
+//!
+//! Given what the API servers returned (nodes, machines, node leases) and the time, decide which
+//! nodes may vote, which of their leases expired and whether the control plane should scale down
+//! (the nodes lost contact) or up. Keeping this a pure function lets `explain` print exactly the
+//! verdicts the prober acts on, and lets every edge (no renew time, single node, exact threshold)
+//! be tested without a cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+
+use crate::shoot::EffectiveProbeSettings;
+
+/// Nodes with this annotation are not managed by MCM and are not counted.
+pub const NOT_MANAGED_BY_MCM_ANNOTATION: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
+/// Node label naming the node's worker pool.
+pub const WORKER_POOL_LABEL: &str = "worker.gardener.cloud/pool";
+/// Condition type set on nodes taking part in an in-place update.
+pub const IN_PLACE_UPDATE_CONDITION: &str = "InPlaceUpdate";
+/// `InPlaceUpdate` reasons that take a node out of the vote (it is about to go away or broke).
+pub const IN_PLACE_UPDATE_EXCLUDING_REASONS: [&str; 2] = ["ReadyForUpdate", "UpdateFailed"];
+/// Machine phases whose node must not vote.
+pub const EXCLUDED_MACHINE_PHASES: [&str; 2] = ["Failed", "Terminating"];
+
+/// What the probe needs to know about a `Machine` (`machine.sapcloud.io/v1alpha1`), which is not
+/// in k8s-openapi.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineView {
+    pub name: String,
+    /// The `node` label: the node this machine backs.
+    pub node: Option<String>,
+    /// `status.currentStatus.phase`.
+    pub phase: Option<String>,
+}
+
+/// Why a node does not vote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExclusionReason {
+    NotManagedByMcm,
+    UnhealthyCondition { condition: String },
+    NoMachine,
+    MachinePhase { phase: String },
+    InPlaceUpdate { reason: String },
+    NoLease,
+}
+
+impl fmt::Display for ExclusionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotManagedByMcm => {
+                write!(f, "not managed by MCM ({NOT_MANAGED_BY_MCM_ANNOTATION})")
+            }
+            Self::UnhealthyCondition { condition } => {
+                write!(f, "unhealthy: condition {condition} is True")
+            }
+            Self::NoMachine => f.write_str("no Machine backs this node"),
+            Self::MachinePhase { phase } => write!(f, "its Machine is {phase}"),
+            Self::InPlaceUpdate { reason } => write!(f, "in-place update: {reason}"),
+            Self::NoLease => f.write_str("no node lease"),
+        }
+    }
+}
+
+/// A node's part in the decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The node votes with its lease. `expires_at` is `None` when there is no renew time (counted
+    /// as expired) or the sum is out of range.
+    Candidate {
+        renew_time: Option<DateTime<Utc>>,
+        expires_at: Option<DateTime<Utc>>,
+        expired: bool,
+    },
+    Excluded(ExclusionReason),
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Candidate {
+                renew_time: None, ..
+            } => f.write_str("candidate, lease has no renew time: expired"),
+            Self::Candidate {
+                renew_time: Some(renewed),
+                expires_at,
+                expired,
+            } => {
+                write!(
+                    f,
+                    "candidate, lease renewed {}",
+                    renewed.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+                )?;
+                if let Some(at) = expires_at {
+                    let verb = if *expired { "expired" } else { "expires" };
+                    write!(
+                        f,
+                        ", {verb} {}",
+                        at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+                    )?;
+                }
+                f.write_str(if *expired { ": expired" } else { ": fresh" })
+            }
+            Self::Excluded(reason) => write!(f, "excluded: {reason}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeVerdict {
+    pub node: String,
+    pub verdict: Verdict,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpReason {
+    /// No candidate leases: nothing left to protect, restore the control plane.
+    NoCandidates,
+    /// Fewer leases expired than the failure fraction.
+    BelowThreshold,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoScalingReason {
+    /// A single node can't tell its own death from an outage.
+    SingleCandidate,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseDecision {
+    ScaleUp(UpReason),
+    ScaleDown,
+    NoScaling(NoScalingReason),
+}
+
+impl fmt::Display for LeaseDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ScaleUp(_) => "scale up",
+            Self::ScaleDown => "scale down",
+            Self::NoScaling(_) => "no scaling",
+        })
+    }
+}
+
+/// Everything the lease probe found and decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseReport {
+    /// One verdict per named node, sorted by node name.
+    pub nodes: Vec<NodeVerdict>,
+    /// Leases whose name matches no node at all (sorted); ignored. Leases of excluded nodes are
+    /// not listed here: the node's verdict already says why they don't count.
+    pub orphan_leases: Vec<String>,
+    /// Candidate leases.
+    pub candidates: usize,
+    /// Expired candidate leases.
+    pub expired: usize,
+    /// `expired / candidates`, when there are candidates.
+    pub fraction: Option<f64>,
+    /// `nodeLeaseFailureFraction`.
+    pub threshold: f64,
+    pub decision: LeaseDecision,
+}
+
+impl fmt::Display for LeaseReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.decision, self.fraction) {
+            (LeaseDecision::ScaleUp(UpReason::NoCandidates), _) | (_, None) => write!(
+                f,
+                "no candidate node leases ({} nodes seen): {}",
+                self.nodes.len(),
+                self.decision
+            ),
+            (LeaseDecision::NoScaling(NoScalingReason::SingleCandidate), Some(_)) => write!(
+                f,
+                "{}/{} node lease expired, a single node cannot tell its own failure from an outage: {}",
+                self.expired, self.candidates, self.decision
+            ),
+            (decision, Some(fraction)) => {
+                let cmp = if fraction >= self.threshold {
+                    "≥"
+                } else {
+                    "<"
+                };
+                write!(
+                    f,
+                    "{}/{} node leases expired ({fraction:.2} {cmp} {:.2}): {decision}",
+                    self.expired, self.candidates, self.threshold
+                )
+            }
+        }
+    }
+}
+
+/// The instant a lease renewed at `renew` counts as expired: `renew + 0.75 × grace`, computed in
+/// nanoseconds. `None` when the sum is out of range (then it never expires).
+pub fn lease_expiry(renew: DateTime<Utc>, grace: std::time::Duration) -> Option<DateTime<Utc>> {
+    let nanos = grace.as_nanos().checked_mul(3)? / 4;
+    let delta = TimeDelta::nanoseconds(i64::try_from(nanos).ok()?);
+    renew.checked_add_signed(delta)
+}
+
+fn node_exclusion(
+    node: &Node,
+    name: &str,
+    machines: &[MachineView],
+    settings: &EffectiveProbeSettings,
+) -> Option<ExclusionReason> {
+    let meta = &node.metadata;
+    if meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(NOT_MANAGED_BY_MCM_ANNOTATION))
+    {
+        return Some(ExclusionReason::NotManagedByMcm);
+    }
+    let conditions = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let pool = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(WORKER_POOL_LABEL))
+        .map(String::as_str);
+    let unhealthy = settings.conditions_for_pool(pool);
+    if let Some(c) = conditions
+        .iter()
+        .find(|c| c.status == "True" && unhealthy.contains(&c.type_.as_str()))
+    {
+        return Some(ExclusionReason::UnhealthyCondition {
+            condition: c.type_.clone(),
+        });
+    }
+    let backing: Vec<&MachineView> = machines
+        .iter()
+        .filter(|m| m.node.as_deref() == Some(name))
+        .collect();
+    let is_excluded_phase = |m: &&MachineView| {
+        m.phase
+            .as_deref()
+            .is_some_and(|p| EXCLUDED_MACHINE_PHASES.contains(&p))
+    };
+    match backing.iter().find(|m| !is_excluded_phase(m)) {
+        Some(_) => {}
+        None => {
+            return Some(match backing.first().and_then(|m| m.phase.clone()) {
+                Some(phase) => ExclusionReason::MachinePhase { phase },
+                None => ExclusionReason::NoMachine,
+            });
+        }
+    }
+    if let Some(c) = conditions.iter().find(|c| {
+        c.type_ == IN_PLACE_UPDATE_CONDITION
+            && c.reason
+                .as_deref()
+                .is_some_and(|r| IN_PLACE_UPDATE_EXCLUDING_REASONS.contains(&r))
+    }) {
+        return Some(ExclusionReason::InPlaceUpdate {
+            reason: c.reason.clone().unwrap_or_default(),
+        });
+    }
+    None
+}
+
+fn renew_time(lease: &Lease) -> Option<DateTime<Utc>> {
+    let ts = lease.spec.as_ref()?.renew_time.as_ref()?.0;
+    DateTime::<Utc>::from_timestamp_micros(ts.as_microsecond())
+}
+
+/// Evaluates the lease probe: candidates, expiry and the scaling decision.
+pub fn evaluate_leases(
+    nodes: &[Node],
+    machines: &[MachineView],
+    leases: &[Lease],
+    settings: &EffectiveProbeSettings,
+    failure_fraction: f64,
+    now: DateTime<Utc>,
+) -> LeaseReport {
+    let leases_by_name: BTreeMap<&str, &Lease> = leases
+        .iter()
+        .filter_map(|l| l.metadata.name.as_deref().map(|n| (n, l)))
+        .collect();
+    let mut node_names = BTreeSet::new();
+    let mut verdicts = Vec::new();
+    let (mut candidates, mut expired) = (0usize, 0usize);
+
+    for node in nodes {
+        // A node without a name can't be matched to a lease or machine; there is nothing to say.
+        let Some(name) = node.metadata.name.as_deref() else {
+            continue;
+        };
+        node_names.insert(name);
+        let verdict = match node_exclusion(node, name, machines, settings) {
+            Some(reason) => Verdict::Excluded(reason),
+            None => match leases_by_name.get(name) {
+                None => Verdict::Excluded(ExclusionReason::NoLease),
+                Some(lease) => {
+                    let renew = renew_time(lease);
+                    let expires_at =
+                        renew.and_then(|r| lease_expiry(r, settings.node_monitor_grace));
+                    // No renew time means no heartbeat: expired. An expiry out of range never
+                    // arrives.
+                    let is_expired = match (renew, expires_at) {
+                        (None, _) => true,
+                        (Some(_), Some(at)) => now >= at,
+                        (Some(_), None) => false,
+                    };
+                    candidates += 1;
+                    if is_expired {
+                        expired += 1;
+                    }
+                    Verdict::Candidate {
+                        renew_time: renew,
+                        expires_at,
+                        expired: is_expired,
+                    }
+                }
+            },
+        };
+        verdicts.push(NodeVerdict {
+            node: name.to_owned(),
+            verdict,
+        });
+    }
+    verdicts.sort_by(|a, b| a.node.cmp(&b.node));
+
+    let orphan_leases = leases_by_name
+        .keys()
+        .filter(|n| !node_names.contains(*n))
+        .map(|n| (*n).to_owned())
+        .collect();
+
+    let fraction = (candidates > 0).then(|| expired as f64 / candidates as f64);
+    let decision = decide(candidates, fraction, failure_fraction);
+    LeaseReport {
+        nodes: verdicts,
+        orphan_leases,
+        candidates,
+        expired,
+        fraction,
+        threshold: failure_fraction,
+        decision,
+    }
+}
+
+fn decide(candidates: usize, fraction: Option<f64>, threshold: f64) -> LeaseDecision {
+    match (candidates, fraction) {
+        (0, _) | (_, None) => LeaseDecision::ScaleUp(UpReason::NoCandidates),
+        (1, _) => LeaseDecision::NoScaling(NoScalingReason::SingleCandidate),
+        (_, Some(f)) if f >= threshold => LeaseDecision::ScaleDown,
+        _ => LeaseDecision::ScaleUp(UpReason::BelowThreshold),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shoot::default_unhealthy_conditions;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use k8s_openapi::jiff::Timestamp;
+    use std::time::Duration;
+
+    const GRACE: Duration = Duration::from_secs(40);
+
+    fn t(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap()
+    }
+
+    fn settings() -> EffectiveProbeSettings {
+        EffectiveProbeSettings {
+            node_monitor_grace: GRACE,
+            pool_conditions: BTreeMap::from([
+                ("a".to_owned(), default_unhealthy_conditions()),
+                (
+                    "custom".to_owned(),
+                    vec!["FrequentKubeletRestart".to_owned()],
+                ),
+            ]),
+        }
+    }
+
+    fn node(name: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([(WORKER_POOL_LABEL.into(), "a".into())])),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn with_condition(mut n: Node, type_: &str, status: &str, reason: Option<&str>) -> Node {
+        let status_obj = n.status.get_or_insert_with(NodeStatus::default);
+        status_obj
+            .conditions
+            .get_or_insert_with(Vec::new)
+            .push(NodeCondition {
+                type_: type_.into(),
+                status: status.into(),
+                reason: reason.map(Into::into),
+                ..Default::default()
+            });
+        n
+    }
+
+    fn machine(node: &str, phase: Option<&str>) -> MachineView {
+        MachineView {
+            name: format!("m-{node}"),
+            node: Some(node.into()),
+            phase: phase.map(Into::into),
+        }
+    }
+
+    fn lease(name: &str, renewed: Option<DateTime<Utc>>) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                renew_time: renewed
+                    .map(|r| MicroTime(Timestamp::from_microsecond(r.timestamp_micros()).unwrap())),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// `n` healthy nodes "n0".."n{n-1}" with machines, the first `expired` leases renewed long ago.
+    fn cluster(n: usize, expired: usize) -> (Vec<Node>, Vec<MachineView>, Vec<Lease>) {
+        let names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
+        let nodes = names.iter().map(|x| node(x)).collect();
+        let machines = names.iter().map(|x| machine(x, Some("Running"))).collect();
+        let leases = names
+            .iter()
+            .enumerate()
+            .map(|(i, x)| lease(x, Some(if i < expired { t(-100) } else { t(-1) })))
+            .collect();
+        (nodes, machines, leases)
+    }
+
+    fn run(n: usize, expired: usize, threshold: f64) -> LeaseReport {
+        let (nodes, machines, leases) = cluster(n, expired);
+        evaluate_leases(&nodes, &machines, &leases, &settings(), threshold, t(0))
+    }
+
+    fn verdict_of<'a>(r: &'a LeaseReport, node: &str) -> &'a Verdict {
+        &r.nodes.iter().find(|v| v.node == node).unwrap().verdict
+    }
+
+    fn single(n: Node, machines: &[MachineView]) -> Verdict {
+        let leases = [lease("n0", Some(t(0)))];
+        let r = evaluate_leases(&[n], machines, &leases, &settings(), 0.6, t(0));
+        r.nodes[0].verdict.clone()
+    }
+
+    #[test]
+    fn no_candidates_scales_up() {
+        let r = evaluate_leases(&[], &[], &[], &settings(), 0.6, t(0));
+        assert_eq!(r.decision, LeaseDecision::ScaleUp(UpReason::NoCandidates));
+        assert_eq!(r.fraction, None);
+        assert_eq!(
+            r.to_string(),
+            "no candidate node leases (0 nodes seen): scale up"
+        );
+    }
+
+    #[test]
+    fn single_candidate_never_scales() {
+        for expired in [0, 1] {
+            let r = run(1, expired, 0.6);
+            assert_eq!(
+                r.decision,
+                LeaseDecision::NoScaling(NoScalingReason::SingleCandidate)
+            );
+        }
+    }
+
+    #[test]
+    fn fraction_exactly_at_threshold_scales_down() {
+        let r = run(5, 3, 0.6);
+        assert_eq!((r.candidates, r.expired), (5, 3));
+        assert_eq!(r.decision, LeaseDecision::ScaleDown);
+        let r = run(10, 7, 0.7);
+        assert_eq!(r.decision, LeaseDecision::ScaleDown);
+    }
+
+    #[test]
+    fn fraction_below_threshold_scales_up() {
+        let r = run(5, 2, 0.6);
+        assert_eq!(r.decision, LeaseDecision::ScaleUp(UpReason::BelowThreshold));
+        assert_eq!(
+            r.to_string(),
+            "2/5 node leases expired (0.40 < 0.60): scale up"
+        );
+    }
+
+    #[test]
+    fn report_display_states_counts_fraction_threshold_and_decision() {
+        let r = run(5, 4, 0.6);
+        assert_eq!(
+            r.to_string(),
+            "4/5 node leases expired (0.80 ≥ 0.60): scale down"
+        );
+    }
+
+    #[test]
+    fn lease_expires_exactly_at_three_quarters_of_grace() {
+        let renewed = t(0);
+        let at = lease_expiry(renewed, GRACE).unwrap();
+        assert_eq!(at, t(30));
+        let leases = [lease("n0", Some(renewed)), lease("n1", Some(renewed))];
+        let nodes = [node("n0"), node("n1")];
+        let machines = [machine("n0", None), machine("n1", None)];
+        let just_before = t(30) - TimeDelta::microseconds(1);
+        let r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.6, just_before);
+        assert_eq!(r.expired, 0);
+        let r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.6, t(30));
+        assert_eq!(r.expired, 2);
+        assert_eq!(r.decision, LeaseDecision::ScaleDown);
+    }
+
+    #[test]
+    fn expiry_is_computed_below_the_second() {
+        let renewed = t(0) + TimeDelta::microseconds(123_456);
+        let at = lease_expiry(renewed, Duration::from_millis(1001)).unwrap();
+        assert_eq!(at, renewed + TimeDelta::microseconds(750_750));
+    }
+
+    #[test]
+    fn lease_without_renew_time_counts_as_expired() {
+        let nodes = [node("n0"), node("n1")];
+        let machines = [machine("n0", None), machine("n1", None)];
+        let leases = [lease("n0", None), lease("n1", Some(t(0)))];
+        let r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.5, t(0));
+        assert_eq!(
+            *verdict_of(&r, "n0"),
+            Verdict::Candidate {
+                renew_time: None,
+                expires_at: None,
+                expired: true
+            }
+        );
+        assert_eq!(r.expired, 1);
+        assert_eq!(r.decision, LeaseDecision::ScaleDown);
+        // A lease without any spec is handled the same way.
+        let bare = Lease {
+            metadata: ObjectMeta {
+                name: Some("n0".into()),
+                ..Default::default()
+            },
+            spec: None,
+        };
+        let r = evaluate_leases(&nodes[..1], &machines, &[bare], &settings(), 0.5, t(0));
+        assert!(matches!(
+            r.nodes[0].verdict,
+            Verdict::Candidate { expired: true, .. }
+        ));
+    }
+
+    #[test]
+    fn not_managed_by_mcm_is_excluded() {
+        let mut n = node("n0");
+        n.metadata.annotations = Some(BTreeMap::from([(
+            NOT_MANAGED_BY_MCM_ANNOTATION.into(),
+            "true".into(),
+        )]));
+        assert_eq!(
+            single(n, &[machine("n0", None)]),
+            Verdict::Excluded(ExclusionReason::NotManagedByMcm)
+        );
+    }
+
+    #[test]
+    fn true_unhealthy_condition_of_the_pool_is_excluded() {
+        let n = with_condition(node("n0"), "DiskPressure", "True", None);
+        assert_eq!(
+            single(n, &[machine("n0", None)]),
+            Verdict::Excluded(ExclusionReason::UnhealthyCondition {
+                condition: "DiskPressure".into()
+            })
+        );
+        let n = with_condition(node("n0"), "DiskPressure", "False", None);
+        assert!(matches!(
+            single(n, &[machine("n0", None)]),
+            Verdict::Candidate { .. }
+        ));
+    }
+
+    #[test]
+    fn pool_list_replaces_default_conditions() {
+        let mut n = with_condition(node("n0"), "DiskPressure", "True", None);
+        n.metadata.labels = Some(BTreeMap::from([(
+            WORKER_POOL_LABEL.into(),
+            "custom".into(),
+        )]));
+        assert!(matches!(
+            single(n.clone(), &[machine("n0", None)]),
+            Verdict::Candidate { .. }
+        ));
+        let n = with_condition(n, "FrequentKubeletRestart", "True", None);
+        assert!(matches!(
+            single(n, &[machine("n0", None)]),
+            Verdict::Excluded(ExclusionReason::UnhealthyCondition { .. })
+        ));
+    }
+
+    #[test]
+    fn node_of_unknown_or_missing_pool_uses_default_conditions() {
+        let mut n = with_condition(node("n0"), "KernelDeadlock", "True", None);
+        n.metadata.labels = None;
+        assert!(matches!(
+            single(n.clone(), &[machine("n0", None)]),
+            Verdict::Excluded(ExclusionReason::UnhealthyCondition { .. })
+        ));
+        n.metadata.labels = Some(BTreeMap::from([(WORKER_POOL_LABEL.into(), "gone".into())]));
+        assert!(matches!(
+            single(n, &[machine("n0", None)]),
+            Verdict::Excluded(ExclusionReason::UnhealthyCondition { .. })
+        ));
+    }
+
+    #[test]
+    fn node_without_machine_is_excluded() {
+        assert_eq!(
+            single(node("n0"), &[machine("other", None)]),
+            Verdict::Excluded(ExclusionReason::NoMachine)
+        );
+    }
+
+    #[test]
+    fn failed_or_terminating_machine_is_excluded() {
+        for phase in EXCLUDED_MACHINE_PHASES {
+            assert_eq!(
+                single(node("n0"), &[machine("n0", Some(phase))]),
+                Verdict::Excluded(ExclusionReason::MachinePhase {
+                    phase: phase.into()
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn machine_without_phase_or_other_phase_is_fine() {
+        for phase in [None, Some("Running"), Some("Pending"), Some("Unknown")] {
+            assert!(matches!(
+                single(node("n0"), &[machine("n0", phase)]),
+                Verdict::Candidate { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn in_place_update_ready_or_failed_is_excluded() {
+        for reason in IN_PLACE_UPDATE_EXCLUDING_REASONS {
+            let n = with_condition(node("n0"), IN_PLACE_UPDATE_CONDITION, "True", Some(reason));
+            assert_eq!(
+                single(n, &[machine("n0", None)]),
+                Verdict::Excluded(ExclusionReason::InPlaceUpdate {
+                    reason: reason.into()
+                })
+            );
+        }
+        let n = with_condition(
+            node("n0"),
+            IN_PLACE_UPDATE_CONDITION,
+            "True",
+            Some("UpdateSuccessful"),
+        );
+        assert!(matches!(
+            single(n, &[machine("n0", None)]),
+            Verdict::Candidate { .. }
+        ));
+    }
+
+    #[test]
+    fn candidate_without_lease_is_excluded_and_orphan_leases_are_listed() {
+        let nodes = [node("n0"), node("n1"), node("n2")];
+        let machines = [
+            machine("n0", None),
+            machine("n1", None),
+            machine("n2", None),
+        ];
+        let leases = [
+            lease("n0", Some(t(0))),
+            lease("n1", Some(t(0))),
+            lease("ghost", Some(t(-1000))),
+        ];
+        let r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.6, t(0));
+        assert_eq!(
+            *verdict_of(&r, "n2"),
+            Verdict::Excluded(ExclusionReason::NoLease)
+        );
+        assert_eq!(r.orphan_leases, ["ghost"]);
+        assert_eq!((r.candidates, r.expired), (2, 0));
+        assert_eq!(r.decision, LeaseDecision::ScaleUp(UpReason::BelowThreshold));
+    }
+
+    #[test]
+    fn leases_of_excluded_nodes_do_not_count() {
+        let nodes = [
+            node("n0"),
+            node("n1"),
+            with_condition(node("n2"), "NetworkUnavailable", "True", None),
+        ];
+        let machines = [
+            machine("n0", None),
+            machine("n1", None),
+            machine("n2", None),
+        ];
+        let leases = [
+            lease("n0", Some(t(0))),
+            lease("n1", Some(t(0))),
+            lease("n2", Some(t(-1000))),
+        ];
+        let r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.3, t(0));
+        assert_eq!((r.candidates, r.expired), (2, 0));
+        assert!(r.orphan_leases.is_empty());
+    }
+
+    #[test]
+    fn verdicts_are_sorted_by_node_name() {
+        let nodes = [node("b"), node("a")];
+        let r = evaluate_leases(&nodes, &[], &[], &settings(), 0.6, t(0));
+        let names: Vec<_> = r.nodes.iter().map(|v| v.node.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+}
