@@ -1,0 +1,185 @@
+//! The command line: the reference's subcommands and flags (SPEC §4), plus ours.
+//!
+//! Go's flag package accepts `-flag` as well as `--flag`, and Gardener's manifests may use
+//! either; [`normalize_go_flags`] rewrites single-dash long flags we know before clap parses.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Gardener's dependency watchdog: meltdown protection (prober) and crash-loop recovery (weeder).
+#[derive(Debug, Parser)]
+#[command(name = "dependency-watchdog", version, about, long_about = None)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Probe every shoot's API server and node leases; scale kube-controller-manager,
+    /// machine-controller-manager and cluster-autoscaler down when kubelets lose their control
+    /// plane, and back up when they recover.
+    Prober(CommonArgs),
+    /// Delete dependants stuck in CrashLoopBackOff as soon as the service they depend on
+    /// (etcd, kube-apiserver, …) becomes ready again.
+    Weeder(CommonArgs),
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    dwd_core::parse_go_duration(s).map_err(|e| e.to_string())
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Flags shared by both subcommands (the reference's, with its defaults).
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// Path of the config file (prober: probe configuration; weeder: services and dependants).
+    #[arg(long = "config-file", value_name = "PATH")]
+    pub config_file: PathBuf,
+    /// Path of a kubeconfig for the seed; in-cluster configuration when absent.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Maximum number of concurrent reconciles.
+    #[arg(long, default_value_t = 1)]
+    pub concurrent_reconciles: u16,
+    /// Queries per second to the seed's kube-apiserver (0 means the default, 5).
+    #[arg(long, default_value_t = 5.0)]
+    pub kube_api_qps: f32,
+    /// Burst of queries to the seed's kube-apiserver (0 means the default, 10).
+    #[arg(long, default_value_t = 10)]
+    pub kube_api_burst: u32,
+    /// Address of the Prometheus metrics endpoint.
+    #[arg(long, default_value = ":9643")]
+    pub metrics_bind_addr: String,
+    /// Address of the health endpoints (/healthz, /readyz).
+    #[arg(long, default_value = ":9644")]
+    pub health_bind_addr: String,
+    /// Elect a leader among replicas; only the leader acts.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_leader_election: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, default_value = "garden")]
+    pub leader_election_namespace: String,
+    /// How long a leader's lease is valid without renewal.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops leading.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// Interval between attempts to acquire or renew leadership.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
+    /// Log level as Gardener passes it (debug, info, error, or a zap integer level).
+    #[arg(long, default_value = "info")]
+    pub zap_log_level: String,
+    /// Accepted for compatibility (zap development mode).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub zap_devel: Option<bool>,
+    /// zap encoder (json or console); `json` selects JSON logs.
+    #[arg(long)]
+    pub zap_encoder: Option<String>,
+    /// Accepted for compatibility.
+    #[arg(long)]
+    pub zap_stacktrace_level: Option<String>,
+    /// Accepted for compatibility.
+    #[arg(long)]
+    pub zap_time_encoding: Option<String>,
+    /// Log format (ours); overrides --zap-encoder.
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+}
+
+impl CommonArgs {
+    /// The effective log format.
+    pub fn log_format(&self) -> LogFormat {
+        match (self.log_format, self.zap_encoder.as_deref()) {
+            (Some(f), _) => f,
+            (None, Some("json")) => LogFormat::Json,
+            _ => LogFormat::Text,
+        }
+    }
+
+    /// Seed QPS, with 0 meaning the default.
+    pub fn qps(&self) -> f32 {
+        if self.kube_api_qps <= 0.0 {
+            5.0
+        } else {
+            self.kube_api_qps
+        }
+    }
+
+    /// Seed burst, with 0 meaning the default.
+    pub fn burst(&self) -> u32 {
+        if self.kube_api_burst == 0 {
+            10
+        } else {
+            self.kube_api_burst
+        }
+    }
+}
+
+/// Every long flag name (without dashes) of [`CommonArgs`].
+pub fn long_flag_names() -> Vec<String> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let mut names = Vec::new();
+    for sub in cmd.get_subcommands() {
+        for arg in sub.get_arguments() {
+            if let Some(long) = arg.get_long() {
+                names.push(long.to_string());
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Rewrites Go-style single-dash long flags (`-config-file=x`) to `--config-file=x`.
+pub fn normalize_go_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let known = long_flag_names();
+    args.into_iter()
+        .map(|arg| {
+            let Some(s) = arg.to_str() else { return arg };
+            if s.starts_with('-') && !s.starts_with("--") && s.len() > 2 {
+                let name = s[1..].split('=').next().unwrap_or_default();
+                if known.iter().any(|k| k == name) {
+                    return OsString::from(format!("-{s}"));
+                }
+            }
+            arg
+        })
+        .collect()
+}
+
+/// Maps zap's level names/numbers onto a tracing filter directive.
+pub fn zap_level_to_filter(level: &str) -> &'static str {
+    match level.trim().to_ascii_lowercase().as_str() {
+        "debug" => "debug",
+        "info" => "info",
+        "warn" | "warning" => "warn",
+        "error" | "dpanic" | "panic" | "fatal" => "error",
+        other => match other.parse::<i32>() {
+            // zap: -1 debug, 0 info, 1 warn, 2 error; more negative = more verbose.
+            Ok(n) if n < -1 => "trace",
+            Ok(-1) => "debug",
+            Ok(0) => "info",
+            Ok(1) => "warn",
+            Ok(_) => "error",
+            Err(_) => "info",
+        },
+    }
+}

@@ -1,0 +1,237 @@
+//! Prometheus metrics (prometheus-client), registered under the `dwd` prefix.
+//!
+//! The redesign document promised these and the reference never shipped them. Per-shoot
+//! series carry a `shoot` label and are removed when the shoot's probe is removed, so the
+//! label cardinality stays bounded by the shoots this seed hosts.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// Label set `{shoot}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShootLabels {
+    /// Shoot namespace in the seed.
+    pub shoot: String,
+}
+
+/// Scaling direction label value.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum DirectionLabel {
+    /// Scale up (restore).
+    Up,
+    /// Scale down (meltdown protection).
+    Down,
+}
+
+impl From<dwd_core::Direction> for DirectionLabel {
+    fn from(d: dwd_core::Direction) -> Self {
+        match d {
+            dwd_core::Direction::Up => DirectionLabel::Up,
+            dwd_core::Direction::Down => DirectionLabel::Down,
+        }
+    }
+}
+
+/// Label set `{shoot, direction}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShootDirectionLabels {
+    /// Shoot namespace.
+    pub shoot: String,
+    /// Direction.
+    pub direction: DirectionLabel,
+}
+
+/// Outcome of one scale operation on one target.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Outcome {
+    /// Replicas changed and the target reached its goal.
+    Scaled,
+    /// Nothing to do (already scaled, ignored, optional and missing).
+    Skipped,
+    /// Failed after all attempts.
+    Failed,
+}
+
+/// Label set `{direction, target, outcome}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScaleOpLabels {
+    /// Direction.
+    pub direction: DirectionLabel,
+    /// Target name (kube-controller-manager, …): bounded by the config.
+    pub target: String,
+    /// Outcome.
+    pub outcome: Outcome,
+}
+
+/// Which API a request went to.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum ApiLabel {
+    /// The seed's kube-apiserver.
+    Seed,
+    /// A shoot's kube-apiserver.
+    Shoot,
+}
+
+/// Label set `{api}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    /// Which API.
+    pub api: ApiLabel,
+}
+
+/// Result of one probe run.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum RunResult {
+    /// Lease probe decided to scale up (or leases are healthy).
+    ScaleUp,
+    /// Lease probe decided to scale down.
+    ScaleDown,
+    /// Lease probe decided not to scale (single candidate, hysteresis).
+    NoScaling,
+    /// The API server probe failed.
+    ApiServerProbeFailed,
+    /// The lease probe failed.
+    LeaseProbeFailed,
+}
+
+/// Label set `{result}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunLabels {
+    /// Result.
+    pub result: RunResult,
+}
+
+/// All metrics of the process.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Probes running now.
+    pub active_probes: Gauge,
+    /// Probe runs by result.
+    pub probe_runs: Family<RunLabels, Counter>,
+    /// API requests made, by API.
+    pub api_requests: Family<ApiLabels, Counter>,
+    /// 429 responses received, by API.
+    pub throttled_responses: Family<ApiLabels, Counter>,
+    /// Scale operations by direction, target and outcome.
+    pub scale_operations: Family<ScaleOpLabels, Counter>,
+    /// Per shoot: API server probe failures.
+    pub api_server_probe_failures: Family<ShootLabels, Counter>,
+    /// Per shoot: lease probe failures.
+    pub lease_probe_failures: Family<ShootLabels, Counter>,
+    /// Per shoot: last expired-lease fraction.
+    pub expired_lease_fraction: Family<ShootLabels, Gauge<f64, AtomicU64>>,
+    /// Per shoot: scaling flows started, by direction.
+    pub scaling_attempts: Family<ShootDirectionLabels, Counter>,
+    /// Weeders running now.
+    pub active_weeders: Gauge,
+    /// Pods deleted by the weeder, by service.
+    pub pods_deleted: Family<ServiceLabels, Counter>,
+    /// Cluster reconciles.
+    pub reconciles: Counter,
+    /// Cluster reconcile errors.
+    pub reconcile_errors: Counter,
+}
+
+/// Label set `{service}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceLabels {
+    /// Configured service name (bounded by the config).
+    pub service: String,
+}
+
+impl Metrics {
+    /// Registers every metric under the `dwd` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("dwd");
+        let p = r.sub_registry_with_prefix("prober");
+        p.register(
+            "active_probes",
+            "Probes running now",
+            self.active_probes.clone(),
+        );
+        p.register(
+            "probe_runs",
+            "Probe runs by result",
+            self.probe_runs.clone(),
+        );
+        p.register(
+            "scale_operations",
+            "Scale operations by direction, target and outcome",
+            self.scale_operations.clone(),
+        );
+        p.register(
+            "api_server_probe_failures",
+            "API server probe failures per shoot",
+            self.api_server_probe_failures.clone(),
+        );
+        p.register(
+            "lease_probe_failures",
+            "Lease probe failures per shoot",
+            self.lease_probe_failures.clone(),
+        );
+        p.register(
+            "expired_lease_fraction",
+            "Last expired node-lease fraction per shoot",
+            self.expired_lease_fraction.clone(),
+        );
+        p.register(
+            "scaling_attempts",
+            "Scaling flows started per shoot and direction",
+            self.scaling_attempts.clone(),
+        );
+        p.register(
+            "cluster_reconciles",
+            "Cluster reconciles",
+            self.reconciles.clone(),
+        );
+        p.register(
+            "cluster_reconcile_errors",
+            "Cluster reconcile errors",
+            self.reconcile_errors.clone(),
+        );
+        let w = registry
+            .sub_registry_with_prefix("dwd")
+            .sub_registry_with_prefix("weeder");
+        w.register(
+            "active_weeders",
+            "Weeders running now",
+            self.active_weeders.clone(),
+        );
+        w.register(
+            "pods_deleted",
+            "Crash-looping pods deleted by service",
+            self.pods_deleted.clone(),
+        );
+        let c = registry.sub_registry_with_prefix("dwd");
+        c.register(
+            "api_requests",
+            "Kubernetes API requests by API",
+            self.api_requests.clone(),
+        );
+        c.register(
+            "throttled_responses",
+            "429 Too Many Requests responses by API",
+            self.throttled_responses.clone(),
+        );
+    }
+
+    /// Drops every per-shoot series of `shoot` (its probe was removed).
+    pub fn forget_shoot(&self, shoot: &str) {
+        let labels = ShootLabels {
+            shoot: shoot.to_string(),
+        };
+        self.api_server_probe_failures.remove(&labels);
+        self.lease_probe_failures.remove(&labels);
+        self.expired_lease_fraction.remove(&labels);
+        for direction in [DirectionLabel::Up, DirectionLabel::Down] {
+            self.scaling_attempts.remove(&ShootDirectionLabels {
+                shoot: shoot.to_string(),
+                direction,
+            });
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The prober: one probe per shoot control plane hosted by this seed (SPEC §2).
+//!
+//! - [`seed_caches`]: watch caches of probe secrets, Machines and scaling targets;
+//! - [`controller`]: the Cluster controller deciding which shoots get a probe;
+//! - [`manager`]: the registry of running probe tasks;
+//! - [`probe`]: one shoot's probe loop (API-server probe, lease probe, decision);
+//! - [`scaler`]: executes scaling flows.
+
+pub mod controller;
+pub mod manager;
+pub mod probe;
+pub mod scaler;
+pub mod seed_caches;
+
+use std::sync::Arc;
+
+use dwd_core::ProberConfig;
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::{Error, Result};
+use manager::ProbeManager;
+use seed_caches::SeedCaches;
+
+/// What every probe shares.
+pub struct ProberContext {
+    /// The validated prober configuration.
+    pub config: ProberConfig,
+    /// Client of the seed's kube-apiserver.
+    pub seed: Client,
+    /// Watch caches of seed objects (secrets, machines, targets).
+    pub caches: SeedCaches,
+    /// Process metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Runs the prober until `shutdown` is cancelled or a critical task dies.
+pub async fn run(
+    config: ProberConfig,
+    seed: Client,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    concurrent_reconciles: u16,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let mut tasks = tokio::task::JoinSet::new();
+    let caches = SeedCaches::start(
+        &seed,
+        &config.kube_config_secret_name,
+        &config.dependent_resource_infos,
+        &mut tasks,
+    )
+    .await?;
+    let ctx = Arc::new(ProberContext {
+        config,
+        seed,
+        caches,
+        metrics,
+    });
+    let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
+
+    let (store_tx, store_rx) = tokio::sync::oneshot::channel();
+    tasks.spawn({
+        let (ctx, manager, shutdown) = (ctx.clone(), manager.clone(), shutdown.clone());
+        async move {
+            controller::run(
+                ctx,
+                manager,
+                concurrent_reconciles.max(1),
+                shutdown,
+                store_tx,
+            )
+            .await;
+            "cluster controller"
+        }
+    });
+    tasks.spawn({
+        let (ctx, health) = (ctx.clone(), health.clone());
+        async move {
+            ctx.caches.wait_ready().await;
+            if let Ok(store) = store_rx.await {
+                let _ = store.wait_until_ready().await;
+            }
+            health.set_ready(true);
+            info!("caches synced; prober ready");
+            std::future::pending::<()>().await;
+            "readiness"
+        }
+    });
+
+    let result = tokio::select! {
+        _ = shutdown.cancelled() => Ok(()),
+        ended = tasks.join_next() => {
+            let what = match ended {
+                Some(Ok(name)) => name,
+                Some(Err(_)) => "a prober task (panicked)",
+                None => "all prober tasks",
+            };
+            Err(Error::TaskDied(what, "it must run for the life of the process".into()))
+        }
+    };
+    manager.stop_all();
+    tasks.shutdown().await;
+    if result.is_err() {
+        health.set_alive(false);
+    }
+    result
+}

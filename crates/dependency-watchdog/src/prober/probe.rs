@@ -1,0 +1,320 @@
+//! One shoot's probe: a tokio task (never a thread) that runs the API-server probe and the
+//! lease probe every `probeInterval` (sliding jitter), and runs a scaling flow when the lease
+//! decision says so. Everything it reads from the seed comes from watch caches; everything it
+//! reads from the shoot goes through a client built for this run only and dropped at its end,
+//! so every run proves reachability anew (the reference disables keep-alive for the same
+//! reason). A slow or dead shoot only delays its own task: every call has `probeTimeout`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use dwd_core::lease::LeaseReport;
+use dwd_core::{EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
+use kube::{Api, Client};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::ProberContext;
+use super::scaler;
+use crate::Error;
+use crate::metrics::{
+    ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootLabels,
+};
+
+/// Namespace of node leases in the shoot.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// What one run found, for the loop and for tests.
+#[derive(Debug, Default)]
+pub struct RunOutcome {
+    /// When a call of this run was answered 429, if one was.
+    pub throttled_at: Option<Instant>,
+}
+
+/// One shoot's probe.
+pub struct Probe {
+    /// Shoot namespace in the seed (= Cluster name).
+    pub namespace: String,
+    /// Effective settings (grace period, pool conditions).
+    pub settings: EffectiveProbeSettings,
+    /// Shared prober context.
+    pub ctx: Arc<ProberContext>,
+    /// Cancelled when the probe is removed or the process shuts down.
+    pub cancel: CancellationToken,
+}
+
+impl Probe {
+    /// Runs until cancelled.
+    pub async fn run(self) {
+        let span = info_span!("probe", shoot = %self.namespace);
+        self.run_loop().instrument(span).await;
+    }
+
+    async fn run_loop(self) {
+        let cfg = &self.ctx.config;
+        debug!(initial_delay = ?cfg.initial_delay, grace = ?self.settings.node_monitor_grace, "probe started");
+        if !self.sleep_until(Instant::now() + cfg.initial_delay).await {
+            return;
+        }
+        let mut hysteresis = Hysteresis::from_config(cfg);
+        loop {
+            let outcome = tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                outcome = self.run_once(&mut hysteresis) => outcome,
+            };
+            let delay = dwd_core::schedule::next_delay(
+                cfg.probe_interval,
+                cfg.backoff_jitter_factor,
+                rand::random::<f64>(),
+            );
+            let next = dwd_core::schedule::earliest_next_start(
+                Instant::now(),
+                delay,
+                outcome.throttled_at,
+            );
+            if let Some(t) = outcome.throttled_at {
+                debug!(wait = ?next.saturating_duration_since(t), "throttled (429): next run no earlier than 10s after it");
+            }
+            if !self.sleep_until(next).await {
+                return;
+            }
+        }
+    }
+
+    /// Sleeps until `deadline`; false when cancelled first.
+    async fn sleep_until(&self, deadline: Instant) -> bool {
+        tokio::select! {
+            _ = self.cancel.cancelled() => false,
+            _ = tokio::time::sleep_until(deadline) => true,
+        }
+    }
+
+    fn shoot_labels(&self) -> ShootLabels {
+        ShootLabels {
+            shoot: self.namespace.clone(),
+        }
+    }
+
+    fn count_run(&self, result: RunResult) {
+        self.ctx
+            .metrics
+            .probe_runs
+            .get_or_create(&RunLabels { result })
+            .inc();
+    }
+
+    /// One probe run: API-server probe, lease probe, decision, maybe a scaling flow.
+    pub async fn run_once(&self, hysteresis: &mut Hysteresis) -> RunOutcome {
+        let mut outcome = RunOutcome::default();
+        let report = match self.probe_shoot(&mut outcome).await {
+            Ok(report) => report,
+            Err(()) => return outcome,
+        };
+        let threshold = report.threshold;
+        self.ctx
+            .metrics
+            .expired_lease_fraction
+            .get_or_create(&self.shoot_labels())
+            .set(report.fraction.unwrap_or(0.0));
+        let action = hysteresis.observe(&report.decision);
+        self.count_run(match report.decision {
+            LeaseDecision::ScaleDown => RunResult::ScaleDown,
+            LeaseDecision::ScaleUp(_) => RunResult::ScaleUp,
+            LeaseDecision::NoScaling(_) => RunResult::NoScaling,
+        });
+        let Some(dir) = action else {
+            debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
+                decision = %report.decision, "{report}; no scaling this run");
+            return outcome;
+        };
+        if !scaler::flow_needed(&self.ctx, &self.namespace, dir) {
+            debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
+                decision = %report.decision, "{report}; targets already there");
+            return outcome;
+        }
+        info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
+            action = %dir, "{report}");
+        self.ctx
+            .metrics
+            .scaling_attempts
+            .get_or_create(&ShootDirectionLabels {
+                shoot: self.namespace.clone(),
+                direction: dir.into(),
+            })
+            .inc();
+        match scaler::run_flow(&self.ctx, &self.namespace, dir).await {
+            Ok(flow) => {
+                if flow.throttled {
+                    outcome.throttled_at = Some(Instant::now());
+                }
+                let changed = flow.changed();
+                if changed.is_empty() {
+                    debug!(action = %dir, "flow finished, nothing changed");
+                } else {
+                    info!(action = %dir, targets = ?changed, "flow finished");
+                }
+            }
+            Err(failure) => {
+                if failure.report.throttled || failure.error.is_throttled() {
+                    outcome.throttled_at = Some(Instant::now());
+                }
+                warn!(action = %dir, target = %failure.target, error = %failure.error,
+                    "flow stopped at a failed target; later levels not run, next run retries");
+            }
+        }
+        outcome
+    }
+
+    /// API-server probe, then lease probe. `Err(())` means: failed, reported, no scaling.
+    async fn probe_shoot(&self, outcome: &mut RunOutcome) -> Result<LeaseReport, ()> {
+        let cfg = &self.ctx.config;
+        let client = match self.shoot_client().await {
+            Ok(client) => client,
+            Err(error) => {
+                self.ctx
+                    .metrics
+                    .api_server_probe_failures
+                    .get_or_create(&self.shoot_labels())
+                    .inc();
+                self.count_run(RunResult::ApiServerProbeFailed);
+                warn!(%error, "API server probe failed: no usable kubeconfig; no scaling this run");
+                return Err(());
+            }
+        };
+        // 1. API server probe.
+        if let Err(error) = self
+            .shoot_call("GET /version", client.apiserver_version())
+            .await
+        {
+            if error.is_throttled() {
+                outcome.throttled_at = Some(Instant::now());
+            }
+            self.ctx
+                .metrics
+                .api_server_probe_failures
+                .get_or_create(&self.shoot_labels())
+                .inc();
+            self.count_run(RunResult::ApiServerProbeFailed);
+            warn!(%error, "API server probe failed; no lease probe, no scaling this run");
+            return Err(());
+        }
+        // 2. Lease probe. Lists are served from the apiserver's watch cache (resourceVersion=0):
+        //    cheap for the shoot, and at most milliseconds behind.
+        let lp = ListParams::default().match_any();
+        let nodes_api: Api<Node> = Api::all(client.clone());
+        let leases_api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+        let listed = tokio::try_join!(
+            self.shoot_call("listing nodes", nodes_api.list(&lp)),
+            self.shoot_call("listing node leases", leases_api.list(&lp)),
+        );
+        drop(client);
+        let (nodes, leases) = match listed {
+            Ok(lists) => lists,
+            Err(error) => {
+                if error.is_throttled() {
+                    outcome.throttled_at = Some(Instant::now());
+                }
+                self.lease_probe_failed(&error.to_string());
+                return Err(());
+            }
+        };
+        if !self.ctx.caches.machines.is_ready() {
+            self.lease_probe_failed("machine cache not synced yet");
+            return Err(());
+        }
+        let machines: Vec<_> = self
+            .ctx
+            .caches
+            .machines
+            .in_namespace(&self.namespace)
+            .iter()
+            .map(|m| (**m).clone())
+            .collect();
+        let report = evaluate_leases(
+            &nodes.items,
+            &machines,
+            &leases.items,
+            &self.settings,
+            cfg.node_lease_failure_fraction,
+            Utc::now(),
+        );
+        for node in &report.nodes {
+            debug!(node = %node.node, verdict = %node.verdict, "node verdict");
+        }
+        Ok(report)
+    }
+
+    fn lease_probe_failed(&self, error: &str) {
+        self.ctx
+            .metrics
+            .lease_probe_failures
+            .get_or_create(&self.shoot_labels())
+            .inc();
+        self.count_run(RunResult::LeaseProbeFailed);
+        warn!(%error, "lease probe failed; no scaling this run");
+    }
+
+    /// A client for this run only, from the secret's current kubeconfig.
+    async fn shoot_client(&self) -> Result<Client, Error> {
+        let secret = &self.ctx.config.kube_config_secret_name;
+        let err = |reason: String| Error::ShootKubeconfig {
+            namespace: self.namespace.clone(),
+            secret: secret.clone(),
+            reason,
+        };
+        if !self.ctx.caches.secrets.is_ready() {
+            return Err(err("secret cache not synced yet".into()));
+        }
+        let entry = self
+            .ctx
+            .caches
+            .secrets
+            .get(&self.namespace, secret)
+            .ok_or_else(|| err("not found".into()))?;
+        let text = entry.0.clone().map_err(err)?;
+        crate::kube_client::shoot_client(&text, self.ctx.config.probe_timeout)
+            .await
+            .map_err(|e| err(e.to_string()))
+    }
+
+    /// One shoot API call with `probeTimeout`, counted in the metrics.
+    async fn shoot_call<T>(
+        &self,
+        action: &str,
+        fut: impl std::future::Future<Output = kube::Result<T>>,
+    ) -> Result<T, Error> {
+        let timeout: Duration = self.ctx.config.probe_timeout;
+        self.ctx
+            .metrics
+            .api_requests
+            .get_or_create(&ApiLabels {
+                api: ApiLabel::Shoot,
+            })
+            .inc();
+        match tokio::time::timeout(timeout, fut).await {
+            Err(_) => Err(Error::Timeout {
+                action: format!("shoot {}: {action}", self.namespace),
+                timeout,
+            }),
+            Ok(Err(e)) => {
+                let err = Error::kube(format!("shoot {}: {action}", self.namespace), e);
+                if err.is_throttled() {
+                    self.ctx
+                        .metrics
+                        .throttled_responses
+                        .get_or_create(&ApiLabels {
+                            api: ApiLabel::Shoot,
+                        })
+                        .inc();
+                }
+                Err(err)
+            }
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
+}

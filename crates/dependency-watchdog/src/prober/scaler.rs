@@ -1,0 +1,369 @@
+//! Executes scaling flows (SPEC §2.3): levels in ascending order, the targets of one level
+//! concurrently, a level only after every earlier level succeeded; each target tried up to
+//! three times, 100 ms apart. What to do with a target is decided by `dwd_core::scaling`
+//! from the watch cache; this module only performs the writes, in the crash-safe order, and
+//! waits (by watching the cache) until the target reaches its goal.
+
+use std::time::Duration;
+
+use dwd_core::scaling::{
+    clear_annotations_patch, clear_meltdown_patch, decide_target_action, plan_levels,
+    scale_down_annotation_patch,
+};
+use dwd_core::{Direction, TargetAction, TargetSnapshot};
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::ProberContext;
+use super::seed_caches::TargetCache;
+use crate::metrics::{ApiLabel, ApiLabels, Outcome, ScaleOpLabels};
+use crate::{Error, Result};
+
+/// Attempts per target.
+pub const ATTEMPTS: u32 = 3;
+/// Pause between attempts.
+pub const ATTEMPT_INTERVAL: Duration = Duration::from_millis(100);
+/// Limit for one API call of the scaler.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What happened to one target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetOutcome {
+    /// Replicas changed from `from` to `to` and the target reached its goal.
+    Scaled {
+        /// Replicas before.
+        from: i32,
+        /// Replicas after.
+        to: i32,
+    },
+    /// Nothing to scale; why.
+    Skipped(String),
+}
+
+/// Outcome of a flow: per target, in execution order.
+#[derive(Debug, Default)]
+pub struct FlowReport {
+    /// (target name, outcome).
+    pub targets: Vec<(String, TargetOutcome)>,
+    /// Whether any call of the flow was answered 429.
+    pub throttled: bool,
+}
+
+impl FlowReport {
+    /// Names of the targets whose replicas changed.
+    pub fn changed(&self) -> Vec<&str> {
+        self.targets
+            .iter()
+            .filter(|(_, o)| matches!(o, TargetOutcome::Scaled { .. }))
+            .map(|(n, _)| n.as_str())
+            .collect()
+    }
+}
+
+/// A failed flow: the error of the first failed target and what ran before it.
+#[derive(Debug)]
+pub struct FlowError {
+    /// Targets that finished before the failure.
+    pub report: FlowReport,
+    /// The failed target and why.
+    pub target: String,
+    /// The error.
+    pub error: Error,
+}
+
+/// Whether the flow in `dir` has anything to do for shoot `namespace`, judged from the
+/// caches (no API call). Lets a healthy shoot's run end without touching the seed.
+pub fn flow_needed(ctx: &ProberContext, namespace: &str, dir: Direction) -> bool {
+    ctx.caches.targets.iter().any(|t| {
+        if !t.cache.is_ready() {
+            return true;
+        }
+        match t.cache.get(namespace, &t.info.target.name) {
+            None => !t.info.optional,
+            Some(state) => {
+                let snapshot = TargetSnapshot {
+                    spec_replicas: state.spec_replicas,
+                    annotations: state.annotations.clone(),
+                };
+                !matches!(
+                    decide_target_action(dir, &snapshot),
+                    Ok(TargetAction::AlreadyDone {
+                        clear_marker: false
+                    }) | Ok(TargetAction::Ignored {
+                        clear_marker: false
+                    })
+                )
+            }
+        }
+    })
+}
+
+/// Runs the flow in `dir` for shoot `namespace`.
+pub async fn run_flow(
+    ctx: &ProberContext,
+    namespace: &str,
+    dir: Direction,
+) -> Result<FlowReport, Box<FlowError>> {
+    let mut report = FlowReport::default();
+    for level in plan_levels(&ctx.config.dependent_resource_infos, dir) {
+        let runs = level.targets.iter().map(|info| {
+            let target = ctx.caches.targets.iter().find(|t| t.info == *info);
+            let name = info.target.name.clone();
+            async move {
+                let result = match target {
+                    Some(t) => scale_target(ctx, namespace, t, dir)
+                        .instrument(info_span!("scale", target = %name, direction = %dir, level = level.level))
+                        .await,
+                    None => Err(Error::Scaling(format!("target {name} has no cache"))),
+                };
+                (name, result)
+            }
+        });
+        let results = futures::future::join_all(runs).await;
+        let mut failure = None;
+        for (name, result) in results {
+            let labels = |outcome| ScaleOpLabels {
+                direction: dir.into(),
+                target: name.clone(),
+                outcome,
+            };
+            match result {
+                Ok(outcome) => {
+                    let o = if matches!(outcome, TargetOutcome::Scaled { .. }) {
+                        Outcome::Scaled
+                    } else {
+                        Outcome::Skipped
+                    };
+                    ctx.metrics.scale_operations.get_or_create(&labels(o)).inc();
+                    report.targets.push((name, outcome));
+                }
+                Err(error) => {
+                    ctx.metrics
+                        .scale_operations
+                        .get_or_create(&labels(Outcome::Failed))
+                        .inc();
+                    report.throttled |= error.is_throttled();
+                    if failure.is_none() {
+                        failure = Some((name, error));
+                    }
+                }
+            }
+        }
+        if let Some((target, error)) = failure {
+            return Err(Box::new(FlowError {
+                report,
+                target,
+                error,
+            }));
+        }
+    }
+    Ok(report)
+}
+
+async fn scale_target(
+    ctx: &ProberContext,
+    namespace: &str,
+    target: &TargetCache,
+    dir: Direction,
+) -> Result<TargetOutcome> {
+    let scale_info = match dir {
+        Direction::Up => &target.info.scale_up,
+        Direction::Down => &target.info.scale_down,
+    };
+    if !scale_info.initial_delay.is_zero() {
+        tokio::time::sleep(scale_info.initial_delay).await;
+    }
+    let mut attempt = 1;
+    loop {
+        match attempt_once(ctx, namespace, target, dir, scale_info.timeout).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(error) if attempt < ATTEMPTS => {
+                warn!(attempt, %error, "scaling attempt failed, retrying");
+                attempt += 1;
+                tokio::time::sleep(ATTEMPT_INTERVAL).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+async fn call<T>(
+    ctx: &ProberContext,
+    action: String,
+    fut: impl std::future::Future<Output = kube::Result<T>>,
+) -> Result<T> {
+    ctx.metrics
+        .api_requests
+        .get_or_create(&ApiLabels {
+            api: ApiLabel::Seed,
+        })
+        .inc();
+    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+        Err(_) => Err(Error::Timeout {
+            action,
+            timeout: CALL_TIMEOUT,
+        }),
+        Ok(Err(e)) => {
+            let err = Error::kube(action, e);
+            if err.is_throttled() {
+                ctx.metrics
+                    .throttled_responses
+                    .get_or_create(&ApiLabels {
+                        api: ApiLabel::Seed,
+                    })
+                    .inc();
+            }
+            Err(err)
+        }
+        Ok(Ok(v)) => Ok(v),
+    }
+}
+
+async fn attempt_once(
+    ctx: &ProberContext,
+    namespace: &str,
+    target: &TargetCache,
+    dir: Direction,
+    timeout: Duration,
+) -> Result<TargetOutcome> {
+    let r = &target.info.target;
+    let what = format!("{} {namespace}/{}", r.kind, r.name);
+    if !target.cache.is_ready() {
+        return Err(Error::Scaling(format!(
+            "{what}: target cache not synced yet"
+        )));
+    }
+    let Some(state) = target.cache.get(namespace, &r.name) else {
+        if target.info.optional {
+            debug!("optional target not found, nothing to do");
+            return Ok(TargetOutcome::Skipped("optional target not found".into()));
+        }
+        return Err(Error::Scaling(format!(
+            "{what} not found (and not optional)"
+        )));
+    };
+    let snapshot = TargetSnapshot {
+        spec_replicas: state.spec_replicas,
+        annotations: state.annotations.clone(),
+    };
+    let action =
+        decide_target_action(dir, &snapshot).map_err(|e| Error::Scaling(format!("{what}: {e}")))?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.seed.clone(), namespace, &target.resource);
+    let pp = PatchParams::default();
+    match action {
+        TargetAction::Ignored { clear_marker } => {
+            if clear_marker {
+                let patch = clear_meltdown_patch();
+                call(
+                    ctx,
+                    format!("removing meltdown annotation of {what}"),
+                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                )
+                .await?;
+            }
+            info!("ignore-scaling is set, target left alone");
+            Ok(TargetOutcome::Skipped("ignore-scaling annotation".into()))
+        }
+        TargetAction::AlreadyDone { clear_marker } => {
+            if clear_marker {
+                let patch = clear_annotations_patch();
+                call(
+                    ctx,
+                    format!("removing annotations of {what}"),
+                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                )
+                .await?;
+            }
+            Ok(TargetOutcome::Skipped(format!(
+                "already at {} replicas",
+                state.spec_replicas
+            )))
+        }
+        TargetAction::ScaleDown { record_replicas } => {
+            // Record first, then scale: a crash in between leaves the recorded count behind.
+            let patch = scale_down_annotation_patch(record_replicas);
+            call(
+                ctx,
+                format!("recording replicas of {what}"),
+                api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+            )
+            .await?;
+            let scale = serde_json::json!({"spec": {"replicas": 0}});
+            call(
+                ctx,
+                format!("scaling {what} to 0"),
+                api.patch_scale(&r.name, &pp, &Patch::Merge(&scale)),
+            )
+            .await?;
+            info!(from = record_replicas, to = 0, "scaled down");
+            wait_for_goal(target, namespace, &what, timeout, |s| {
+                s.spec_replicas == 0 && s.ready_replicas == 0
+            })
+            .await?;
+            Ok(TargetOutcome::Scaled {
+                from: record_replicas,
+                to: 0,
+            })
+        }
+        TargetAction::ScaleUp { replicas } => {
+            let scale = serde_json::json!({"spec": {"replicas": replicas}});
+            call(
+                ctx,
+                format!("scaling {what} to {replicas}"),
+                api.patch_scale(&r.name, &pp, &Patch::Merge(&scale)),
+            )
+            .await?;
+            let patch = clear_annotations_patch();
+            call(
+                ctx,
+                format!("removing annotations of {what}"),
+                api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+            )
+            .await?;
+            info!(from = 0, to = replicas, "scaled up");
+            wait_for_goal(target, namespace, &what, timeout, |s| {
+                s.spec_replicas == replicas && s.ready_replicas >= 1
+            })
+            .await?;
+            Ok(TargetOutcome::Scaled {
+                from: 0,
+                to: replicas,
+            })
+        }
+    }
+}
+
+/// Waits (watching the cache, no polling) until the target's state satisfies `goal`.
+async fn wait_for_goal(
+    target: &TargetCache,
+    namespace: &str,
+    what: &str,
+    timeout: Duration,
+    goal: impl Fn(&super::seed_caches::TargetState) -> bool,
+) -> Result<()> {
+    let mut changes = target.cache.subscribe();
+    let name = &target.info.target.name;
+    let reached = tokio::time::timeout(timeout, async {
+        loop {
+            if target.cache.get(namespace, name).is_some_and(|s| goal(&s)) {
+                return true;
+            }
+            if changes.changed().await.is_err() {
+                return false;
+            }
+        }
+    })
+    .await;
+    match reached {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::Scaling(format!(
+            "{what}: target cache closed while waiting"
+        ))),
+        Err(_) => Err(Error::Timeout {
+            action: format!("waiting for {what} to reach its replicas"),
+            timeout,
+        }),
+    }
+}

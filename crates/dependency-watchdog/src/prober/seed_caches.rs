@@ -1,0 +1,194 @@
+//! The seed-side watch caches the prober reads instead of issuing GETs on every run:
+//! kubeconfig secrets, Machines, and each configured scaling target.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use dwd_core::{DependentResourceInfo, MachineView};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+
+use crate::cache::{Cache, run_cache};
+
+/// Key of the kubeconfig in the probe secret.
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+
+/// What a probe secret holds: the kubeconfig text, or why it is unusable.
+#[derive(Debug, Clone)]
+pub struct SecretKubeconfig(pub Result<Arc<str>, String>);
+
+/// What the scaler needs of a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetState {
+    /// `metadata.annotations`.
+    pub annotations: BTreeMap<String, String>,
+    /// `spec.replicas` (absent means the API default, 1).
+    pub spec_replicas: i32,
+    /// `status.readyReplicas` (absent means 0).
+    pub ready_replicas: i32,
+}
+
+/// One configured target and its cache.
+#[derive(Debug)]
+pub struct TargetCache {
+    /// The config entry.
+    pub info: DependentResourceInfo,
+    /// The API resource (plural etc.), once discovered.
+    pub resource: ApiResource,
+    /// Cached state per shoot namespace (name = the target's name).
+    pub cache: Arc<Cache<TargetState>>,
+}
+
+/// All prober caches.
+#[derive(Debug)]
+pub struct SeedCaches {
+    /// Probe kubeconfigs by namespace (the watch selects only the configured secret name).
+    pub secrets: Arc<Cache<SecretKubeconfig>>,
+    /// Machines, projected to name, node label and phase.
+    pub machines: Arc<Cache<MachineView>>,
+    /// Scaling targets, in config order.
+    pub targets: Vec<TargetCache>,
+}
+
+/// GroupVersionKind of machine-controller-manager's Machine.
+pub fn machine_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("machine.sapcloud.io", "v1alpha1", "Machine")
+}
+
+fn project_secret(secret: &Secret) -> Option<SecretKubeconfig> {
+    let value = match secret.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)) {
+        None => Err(format!("has no key {KUBECONFIG_KEY:?}")),
+        Some(bytes) => match std::str::from_utf8(&bytes.0) {
+            Ok(text) => Ok(Arc::from(text)),
+            Err(_) => Err(format!("key {KUBECONFIG_KEY:?} is not UTF-8")),
+        },
+    };
+    Some(SecretKubeconfig(value))
+}
+
+fn project_machine(machine: &DynamicObject) -> Option<MachineView> {
+    let phase = machine
+        .data
+        .pointer("/status/currentStatus/phase")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    Some(MachineView {
+        name: machine.metadata.name.clone()?,
+        node: machine
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("node"))
+            .cloned(),
+        phase,
+    })
+}
+
+fn project_target(obj: &DynamicObject) -> Option<TargetState> {
+    let int = |ptr: &str| obj.data.pointer(ptr).and_then(serde_json::Value::as_i64);
+    Some(TargetState {
+        annotations: obj.metadata.annotations.clone().unwrap_or_default(),
+        spec_replicas: int("/spec/replicas").map_or(1, |v| i32::try_from(v).unwrap_or(i32::MAX)),
+        ready_replicas: int("/status/readyReplicas")
+            .map_or(0, |v| i32::try_from(v).unwrap_or(i32::MAX)),
+    })
+}
+
+/// `apiVersion` → (group, version).
+pub fn split_api_version(api_version: &str) -> (&str, &str) {
+    match api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", api_version),
+    }
+}
+
+impl SeedCaches {
+    /// Creates the caches and spawns the watches feeding them (they run until `shutdown`).
+    /// Target kinds are resolved through discovery; a kind the seed does not serve is an
+    /// error naming it, since scaling could never succeed.
+    pub async fn start(
+        seed: &Client,
+        secret_name: &str,
+        targets: &[DependentResourceInfo],
+        tasks: &mut tokio::task::JoinSet<&'static str>,
+    ) -> crate::Result<Self> {
+        let secrets = Cache::new("probe kubeconfig secrets");
+        tasks.spawn({
+            let api: Api<Secret> = Api::all(seed.clone());
+            let config = watcher::Config::default().fields(&format!("metadata.name={secret_name}"));
+            let cache = secrets.clone();
+            async move {
+                run_cache(api, config, cache, project_secret).await;
+                "secret cache"
+            }
+        });
+
+        let machines = Cache::new("machines");
+        tasks.spawn({
+            let api: Api<DynamicObject> =
+                Api::all_with(seed.clone(), &ApiResource::from_gvk(&machine_gvk()));
+            let cache = machines.clone();
+            async move {
+                run_cache(api, watcher::Config::default(), cache, project_machine).await;
+                "machine cache"
+            }
+        });
+
+        let mut target_caches = Vec::new();
+        for info in targets {
+            let (group, version) = split_api_version(&info.target.api_version);
+            let gvk = GroupVersionKind::gvk(group, version, &info.target.kind);
+            let (resource, _caps) =
+                kube::discovery::pinned_kind(seed, &gvk)
+                    .await
+                    .map_err(|e| {
+                        crate::Error::kube(
+                            format!(
+                                "discovering {}/{} for target {}",
+                                info.target.api_version, info.target.kind, info.target.name
+                            ),
+                            e,
+                        )
+                    })?;
+            let cache = Cache::new("scaling targets");
+            tasks.spawn({
+                let api: Api<DynamicObject> = Api::all_with(seed.clone(), &resource);
+                let config = watcher::Config::default()
+                    .fields(&format!("metadata.name={}", info.target.name));
+                let cache = cache.clone();
+                async move {
+                    run_cache(api, config, cache, project_target).await;
+                    "target cache"
+                }
+            });
+            target_caches.push(TargetCache {
+                info: info.clone(),
+                resource,
+                cache,
+            });
+        }
+        Ok(SeedCaches {
+            secrets,
+            machines,
+            targets: target_caches,
+        })
+    }
+
+    /// Waits until every cache has completed its initial list.
+    pub async fn wait_ready(&self) {
+        self.secrets.wait_ready().await;
+        self.machines.wait_ready().await;
+        for t in &self.targets {
+            t.cache.wait_ready().await;
+        }
+    }
+
+    /// Whether every cache has completed its initial list.
+    pub fn is_ready(&self) -> bool {
+        self.secrets.is_ready()
+            && self.machines.is_ready()
+            && self.targets.iter().all(|t| t.cache.is_ready())
+    }
+}
