@@ -118,6 +118,8 @@ pub struct Metrics {
     pub throttled_responses: Family<ApiLabels, Counter>,
     /// Scale operations by direction, target and outcome.
     pub scale_operations: Family<ScaleOpLabels, Counter>,
+    /// Per shoot: probe runs (any result); shows a probe is making progress.
+    pub shoot_probe_runs: Family<ShootLabels, Counter>,
     /// Per shoot: API server probe failures.
     pub api_server_probe_failures: Family<ShootLabels, Counter>,
     /// Per shoot: lease probe failures.
@@ -162,6 +164,11 @@ impl Metrics {
             "scale_operations",
             "Scale operations by direction, target and outcome",
             self.scale_operations.clone(),
+        );
+        p.register(
+            "shoot_probe_runs",
+            "Probe runs per shoot",
+            self.shoot_probe_runs.clone(),
         );
         p.register(
             "api_server_probe_failures",
@@ -224,6 +231,7 @@ impl Metrics {
         let labels = ShootLabels {
             shoot: shoot.to_string(),
         };
+        self.shoot_probe_runs.remove(&labels);
         self.api_server_probe_failures.remove(&labels);
         self.lease_probe_failures.remove(&labels);
         self.expired_lease_fraction.remove(&labels);
@@ -233,5 +241,84 @@ impl Metrics {
                 direction,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_is_exposed_and_per_shoot_series_are_forgotten() {
+        let m = Metrics::default();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        let shoot = ShootLabels {
+            shoot: "shoot--p--s".into(),
+        };
+        m.shoot_probe_runs.get_or_create(&shoot).inc();
+        m.api_server_probe_failures.get_or_create(&shoot).inc();
+        m.lease_probe_failures.get_or_create(&shoot).inc();
+        m.expired_lease_fraction.get_or_create(&shoot).set(0.5);
+        m.scaling_attempts
+            .get_or_create(&ShootDirectionLabels {
+                shoot: shoot.shoot.clone(),
+                direction: DirectionLabel::Down,
+            })
+            .inc();
+        // Families without series are not encoded at all; give each one a series.
+        m.probe_runs
+            .get_or_create(&RunLabels {
+                result: RunResult::ScaleUp,
+            })
+            .inc();
+        m.scale_operations
+            .get_or_create(&ScaleOpLabels {
+                direction: DirectionLabel::Up,
+                target: "kcm".into(),
+                outcome: Outcome::Scaled,
+            })
+            .inc();
+        m.pods_deleted
+            .get_or_create(&ServiceLabels {
+                service: "etcd".into(),
+            })
+            .inc();
+        m.api_requests
+            .get_or_create(&ApiLabels {
+                api: ApiLabel::Seed,
+            })
+            .inc();
+        m.throttled_responses
+            .get_or_create(&ApiLabels {
+                api: ApiLabel::Shoot,
+            })
+            .inc();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        for name in [
+            "dwd_prober_active_probes",
+            "dwd_prober_probe_runs",
+            "dwd_prober_scale_operations",
+            "dwd_prober_shoot_probe_runs_total{shoot=\"shoot--p--s\"} 1",
+            "dwd_prober_api_server_probe_failures_total{shoot=\"shoot--p--s\"} 1",
+            "dwd_prober_lease_probe_failures_total{shoot=\"shoot--p--s\"} 1",
+            "dwd_prober_expired_lease_fraction{shoot=\"shoot--p--s\"} 0.5",
+            "dwd_prober_scaling_attempts_total{shoot=\"shoot--p--s\",direction=\"Down\"} 1",
+            "dwd_prober_cluster_reconciles",
+            "dwd_weeder_active_weeders",
+            "dwd_weeder_pods_deleted",
+            "dwd_api_requests",
+            "dwd_throttled_responses",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+        m.forget_shoot("shoot--p--s");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        assert!(
+            !text.contains("shoot--p--s"),
+            "per-shoot series left behind:\n{text}"
+        );
     }
 }

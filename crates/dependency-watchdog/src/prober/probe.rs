@@ -101,10 +101,19 @@ impl Probe {
     }
 
     fn count_run(&self, result: RunResult) {
+        // A removed probe must not resurrect the per-shoot series its removal dropped.
+        if self.cancel.is_cancelled() {
+            return;
+        }
         self.ctx
             .metrics
             .probe_runs
             .get_or_create(&RunLabels { result })
+            .inc();
+        self.ctx
+            .metrics
+            .shoot_probe_runs
+            .get_or_create(&self.shoot_labels())
             .inc();
     }
 

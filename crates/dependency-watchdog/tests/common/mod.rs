@@ -1,0 +1,245 @@
+//! Shared harness of the prober integration tests: the shared test environment (a real seed
+//! kube-apiserver), a shared shoot apiserver, and ONE prober running in-process on its own
+//! runtime for the whole test binary — like production, one prober for many shoots. Every
+//! test creates its own shoot namespaces, so tests don't see each other's objects.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dependency_watchdog::health::Health;
+use dependency_watchdog::metrics::Metrics;
+use dwd_sim::{SimShoot, SimShootOptions};
+use dwd_testenv::{ApiServer, TestEnv, eventually};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+/// The prober config every test runs with: the seeds' three targets with their levels, an
+/// optional target that no shoot has, and intervals shrunk to fractions of a second.
+pub const PROBER_CONFIG: &str = r#"
+kubeConfigSecretName: shoot-access-dependency-watchdog-probe
+probeInterval: 400ms
+initialDelay: 200ms
+probeTimeout: 3s
+backoffJitterFactor: 0.2
+kcmNodeMonitorGraceDuration: 4s
+nodeLeaseFailureFraction: 0.6
+dependentResourceInfos:
+  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 1, timeout: 10s}
+    scaleDown: {level: 0, timeout: 10s}
+  - ref: {kind: Deployment, name: machine-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 1, timeout: 10s}
+    scaleDown: {level: 1, timeout: 10s}
+  - ref: {kind: Deployment, name: cluster-autoscaler, apiVersion: apps/v1}
+    scaleUp: {level: 0, timeout: 10s}
+    scaleDown: {level: 2, timeout: 10s}
+  - ref: {kind: Deployment, name: dwd-optional-target, apiVersion: apps/v1}
+    optional: true
+    scaleUp: {level: 0}
+    scaleDown: {level: 0}
+"#;
+
+/// Kubelet renew interval of simulated shoots (grace 4 s → leases expire 3 s after renewal).
+pub const RENEW: Duration = Duration::from_millis(250);
+/// Generous deadline for a condition that needs several probe runs.
+pub const DEADLINE: Duration = Duration::from_secs(45);
+
+pub const KCM: &str = "kube-controller-manager";
+pub const MCM: &str = "machine-controller-manager";
+pub const CA: &str = "cluster-autoscaler";
+
+pub struct Harness {
+    pub env: &'static TestEnv,
+    pub seed: ApiServer,
+    /// A shoot apiserver shared by shoots whose tests don't break their apiserver.
+    pub shoots: ApiServer,
+    pub metrics: Arc<Metrics>,
+    pub registry: Arc<Mutex<Registry>>,
+    pub health: Arc<Health>,
+}
+
+pub async fn harness() -> &'static Harness {
+    static HARNESS: tokio::sync::OnceCell<Harness> = tokio::sync::OnceCell::const_new();
+    HARNESS
+        .get_or_init(|| async {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "warn".into()),
+                )
+                .with_test_writer()
+                .try_init();
+            let env = TestEnv::shared().await.expect("test environment");
+            let seed = env.apiserver("seed").expect("seed apiserver");
+            let shoots = env
+                .start_apiserver("shoots")
+                .await
+                .expect("shared shoot apiserver");
+            let config = dwd_core::ProberConfig::from_yaml(PROBER_CONFIG)
+                .expect("config")
+                .config;
+            let metrics = Arc::new(Metrics::default());
+            let mut registry = Registry::default();
+            metrics.register(&mut registry);
+            let health = Arc::new(Health::default());
+            let kubeconfig = seed.kubeconfig().to_string();
+            let (m, h) = (metrics.clone(), health.clone());
+            // The prober outlives every test's runtime: give it a runtime of its own.
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("prober runtime");
+                rt.block_on(async move {
+                    let client = dwd_testenv::client_from_kubeconfig("seed", &kubeconfig)
+                        .await
+                        .expect("seed client");
+                    let result = dependency_watchdog::prober::run(
+                        config,
+                        client,
+                        m,
+                        h,
+                        4,
+                        CancellationToken::new(),
+                    )
+                    .await;
+                    eprintln!("prober ended: {result:?}");
+                });
+            });
+            eventually(DEADLINE, "prober ready", || {
+                let h = health.clone();
+                async move { Ok(h.is_ready().then_some(())) }
+            })
+            .await
+            .expect("prober ready");
+            Harness {
+                env,
+                seed,
+                shoots,
+                metrics,
+                registry: Arc::new(Mutex::new(registry)),
+                health,
+            }
+        })
+        .await
+}
+
+impl Harness {
+    pub async fn seed_client(&self) -> kube::Client {
+        self.seed.client().await.expect("seed client")
+    }
+
+    /// Creates shoot `name` (namespace `shoot--it--<name>`) on `api`: 5 nodes, KCM 3, MCM 2,
+    /// CA 2 replicas; `customize` adjusts the options.
+    pub async fn shoot(
+        &self,
+        name: &str,
+        api: &ApiServer,
+        customize: impl FnOnce(&mut SimShootOptions),
+    ) -> SimShoot {
+        let mut options = SimShootOptions::new(format!("shoot--it--{name}"))
+            .with_nodes(5)
+            .with_renew_interval(RENEW);
+        options.node_prefix = format!("{name}-");
+        options.deployments = vec![(KCM.into(), 3), (MCM.into(), 2), (CA.into(), 2)];
+        customize(&mut options);
+        SimShoot::create(
+            self.seed_client().await,
+            api.client().await.expect("shoot client"),
+            api.kubeconfig(),
+            options,
+        )
+        .await
+        .expect("simulated shoot")
+    }
+
+    /// The metrics text.
+    pub fn metrics_text(&self) -> String {
+        let mut text = String::new();
+        let registry = self.registry.lock().expect("registry");
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        text
+    }
+
+    /// Value of `metric{shoot="ns"...}` if the series exists.
+    pub fn shoot_metric(&self, metric: &str, ns: &str) -> Option<f64> {
+        let prefix = format!("{metric}{{shoot=\"{ns}\"");
+        self.metrics_text()
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    pub fn runs(&self, ns: &str) -> u64 {
+        self.shoot_metric("dwd_prober_shoot_probe_runs_total", ns)
+            .unwrap_or(0.0) as u64
+    }
+
+    pub fn api_failures(&self, ns: &str) -> u64 {
+        self.shoot_metric("dwd_prober_api_server_probe_failures_total", ns)
+            .unwrap_or(0.0) as u64
+    }
+
+    pub fn lease_failures(&self, ns: &str) -> u64 {
+        self.shoot_metric("dwd_prober_lease_probe_failures_total", ns)
+            .unwrap_or(0.0) as u64
+    }
+
+    /// Whether the shoot has per-shoot series (i.e. a probe that has run).
+    pub fn has_series(&self, ns: &str) -> bool {
+        self.metrics_text().contains(&format!("shoot=\"{ns}\""))
+    }
+
+    /// Waits until the shoot's probe has run `more` more times (successful or not).
+    pub async fn wait_runs(&self, ns: &str, more: u64) {
+        let target = self.runs(ns) + more;
+        eventually(
+            DEADLINE,
+            &format!("{more} more probe runs of {ns}"),
+            || async move { Ok((self.runs(ns) >= target).then_some(())) },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nmetrics:\n{}", self.metrics_text()));
+    }
+}
+
+/// `spec.replicas` and annotations of a Deployment.
+pub async fn deployment_state(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> (i32, BTreeMap<String, String>) {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("deployment");
+    (
+        d.spec.and_then(|s| s.replicas).unwrap_or(1),
+        d.metadata.annotations.unwrap_or_default(),
+    )
+}
+
+/// Waits until every named Deployment has `replicas`.
+pub async fn wait_replicas(client: &kube::Client, ns: &str, expect: &[(&str, i32)]) {
+    let what = format!("{ns}: replicas {expect:?}");
+    eventually(DEADLINE, &what, || async {
+        let mut seen = Vec::new();
+        for (name, want) in expect {
+            let (got, _) = deployment_state(client, ns, name).await;
+            seen.push((name.to_string(), got));
+            if got != *want {
+                return Err(format!("seen {seen:?}"));
+            }
+        }
+        Ok(Some(()))
+    })
+    .await
+    .expect("replicas");
+}

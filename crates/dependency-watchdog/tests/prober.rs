@@ -1,0 +1,584 @@
+//! The prober against real apiservers: a seed with the Cluster and Machine CRDs, shoot
+//! apiservers with simulated kubelets, one in-process prober for the whole binary.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use dwd_core::scaling::{IGNORE_SCALING_ANNOTATION, MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use dwd_sim::ShootState;
+use dwd_testenv::eventually;
+use futures::TryStreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+
+/// Records, in watch order, every change of a Deployment's `spec.replicas` in `ns`.
+fn record_replica_changes(
+    client: kube::Client,
+    ns: &str,
+) -> (Arc<Mutex<Vec<(String, i32)>>>, tokio::task::JoinHandle<()>) {
+    let log = Arc::new(Mutex::new(Vec::<(String, i32)>::new()));
+    let api: Api<Deployment> = Api::namespaced(client, ns);
+    let sink = log.clone();
+    let task = tokio::spawn(async move {
+        let mut last = std::collections::HashMap::<String, i32>::new();
+        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+        while let Ok(Some(d)) = stream.try_next().await {
+            let name = d.metadata.name.clone().unwrap_or_default();
+            let replicas = d.spec.and_then(|s| s.replicas).unwrap_or(1);
+            if last.insert(name.clone(), replicas) != Some(replicas) {
+                sink.lock().expect("log").push((name, replicas));
+            }
+        }
+    });
+    (log, task)
+}
+
+fn position(log: &[(String, i32)], name: &str, replicas: i32) -> usize {
+    log.iter()
+        .position(|(n, r)| n == name && *r == replicas)
+        .unwrap_or_else(|| panic!("{name} never reached {replicas}: {log:?}"))
+}
+
+#[tokio::test]
+async fn healthy_shoot_is_left_alone() {
+    let h = harness().await;
+    let shoot = h.shoot("healthy", &h.shoots, |_| {}).await;
+    let ns = shoot.namespace().to_string();
+    h.wait_runs(&ns, 8).await;
+    let seed = h.seed_client().await;
+    for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
+        let (replicas, annotations) = deployment_state(&seed, &ns, name).await;
+        assert_eq!(replicas, want, "{name}");
+        assert!(
+            !annotations.contains_key(REPLICAS_ANNOTATION),
+            "{name}: {annotations:?}"
+        );
+    }
+    assert_eq!(h.api_failures(&ns), 0);
+    assert_eq!(h.lease_failures(&ns), 0);
+}
+
+#[tokio::test]
+async fn outage_scales_down_in_level_order_and_recovery_restores_recorded_replicas() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    let sick = h.shoot("outage", &h.shoots, |_| {}).await;
+    let bystander = h.shoot("bystander", &h.shoots, |_| {}).await;
+    let ns = sick.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+    let (log, watch) = record_replica_changes(seed.clone(), &ns);
+
+    sick.kubelets().silence_count(4);
+    wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
+    {
+        let log = log.lock().expect("log").clone();
+        let (kcm, mcm, ca) = (
+            position(&log, KCM, 0),
+            position(&log, MCM, 0),
+            position(&log, CA, 0),
+        );
+        assert!(
+            kcm < mcm && mcm < ca,
+            "scale-down order must be KCM (0) < MCM (1) < CA (2): {log:?}"
+        );
+    }
+    for (name, recorded) in [(KCM, "3"), (MCM, "2"), (CA, "2")] {
+        let (_, a) = deployment_state(&seed, &ns, name).await;
+        assert_eq!(
+            a.get(REPLICAS_ANNOTATION).map(String::as_str),
+            Some(recorded),
+            "{name}: {a:?}"
+        );
+        assert_eq!(
+            a.get(MELTDOWN_ANNOTATION).map(String::as_str),
+            Some(""),
+            "{name}: {a:?}"
+        );
+    }
+    // The other shoot on the same seed is untouched.
+    let bns = bystander.namespace().to_string();
+    for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
+        assert_eq!(
+            deployment_state(&seed, &bns, name).await.0,
+            want,
+            "bystander {name}"
+        );
+    }
+
+    sick.kubelets().resume_all();
+    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
+    {
+        let log = log.lock().expect("log").clone();
+        let (ca, kcm, mcm) = (
+            position(&log, CA, 2),
+            position(&log, KCM, 3),
+            position(&log, MCM, 2),
+        );
+        assert!(
+            ca < kcm && ca < mcm,
+            "scale-up order must be CA (0) before KCM and MCM (1): {log:?}"
+        );
+    }
+    for name in [KCM, MCM, CA] {
+        let (_, a) = deployment_state(&seed, &ns, name).await;
+        assert!(
+            !a.contains_key(REPLICAS_ANNOTATION) && !a.contains_key(MELTDOWN_ANNOTATION),
+            "{name}: {a:?}"
+        );
+    }
+    watch.abort();
+}
+
+#[tokio::test]
+async fn single_candidate_shoot_never_scales() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    // Three nodes, two of which don't vote: not managed by MCM, and a failed machine.
+    let shoot = h.shoot("single", &h.shoots, |o| o.nodes = 3).await;
+    let ns = shoot.namespace().to_string();
+    let nodes = shoot.node_names();
+    shoot
+        .shoot()
+        .set_node_annotation(
+            &nodes[1],
+            "node.machine.sapcloud.io/not-managed-by-mcm",
+            "true",
+        )
+        .await
+        .expect("annotate");
+    shoot
+        .seed()
+        .set_machine_phase(&nodes[2], "Failed")
+        .await
+        .expect("machine phase");
+    shoot.kubelets().silence(&[nodes[0].as_str()]);
+    // Wait until the only candidate's lease is seen expired, then several more runs.
+    eventually(
+        DEADLINE,
+        "the single candidate's lease to expire",
+        || async {
+            Ok(
+                (h.shoot_metric("dwd_prober_expired_lease_fraction", &ns) == Some(1.0))
+                    .then_some(()),
+            )
+        },
+    )
+    .await
+    .expect("expired");
+    h.wait_runs(&ns, 5).await;
+    for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
+        assert_eq!(deployment_state(&seed, &ns, name).await.0, want, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn stopped_shoot_apiserver_means_no_scaling_and_probing_resumes() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    let api = h
+        .env
+        .start_apiserver("prober-stop")
+        .await
+        .expect("apiserver");
+    // A long grace period: the kubelets can't renew while their apiserver is down either.
+    let shoot = h
+        .shoot("stop", &api, |o| {
+            o.shoot_state = Some(ShootState {
+                node_monitor_grace_period: Some("2m".into()),
+                ..ShootState::default()
+            })
+        })
+        .await;
+    let ns = shoot.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+    api.stop().await.expect("stop");
+    let failures = h.api_failures(&ns);
+    eventually(DEADLINE, "API server probe failures", || async {
+        Ok((h.api_failures(&ns) >= failures + 3).then_some(()))
+    })
+    .await
+    .expect("failures");
+    for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
+        assert_eq!(deployment_state(&seed, &ns, name).await.0, want, "{name}");
+    }
+    api.start().await.expect("start");
+    let failures = h.api_failures(&ns);
+    h.wait_runs(&ns, 3).await;
+    assert!(
+        h.api_failures(&ns) <= failures + 1,
+        "probing must succeed again once the apiserver is back"
+    );
+    api.stop().await.expect("stop");
+}
+
+#[tokio::test]
+async fn throttled_shoot_gets_no_run_within_10s_of_a_429() {
+    let h = harness().await;
+    let api = h
+        .env
+        .start_apiserver("prober-429")
+        .await
+        .expect("apiserver");
+    let shoot = h
+        .shoot("throttle", &api, |o| {
+            o.shoot_state = Some(ShootState {
+                node_monitor_grace_period: Some("2m".into()),
+                ..ShootState::default()
+            })
+        })
+        .await;
+    let ns = shoot.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+    api.set_throttled(true);
+    let before = api.throttled_responses();
+    let first = eventually(DEADLINE, "a 429", || async {
+        Ok((api.throttled_responses() > before).then(Instant::now))
+    })
+    .await
+    .expect("first 429");
+    let second = eventually(Duration::from_secs(30), "the next run's 429", || async {
+        Ok((api.throttled_responses() > before + 1).then(Instant::now))
+    })
+    .await
+    .expect("second 429");
+    api.set_throttled(false);
+    let gap = second - first;
+    // The interval is 400 ms; only the 429 back-off explains a gap this long.
+    assert!(
+        gap >= Duration::from_millis(9_800),
+        "next run {gap:?} after a 429; must be >= 10s"
+    );
+    assert!(
+        gap <= Duration::from_secs(13),
+        "next run came too late: {gap:?}"
+    );
+    api.stop().await.expect("stop");
+}
+
+#[tokio::test]
+async fn rotated_missing_or_garbage_kubeconfig_secret() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    let shoot = h.shoot("secret", &h.shoots, |_| {}).await;
+    let other = h.shoot("secret-bystander", &h.shoots, |_| {}).await;
+    let ns = shoot.namespace().to_string();
+    let other_ns = other.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+
+    // Rotated to a user without any RBAC: the next runs use it (and the lease probe is refused).
+    let unprivileged = h
+        .shoots
+        .kubeconfig_for("rotated-user", &[])
+        .expect("kubeconfig");
+    let lease_failures = h.lease_failures(&ns);
+    shoot
+        .rotate_probe_secret(&unprivileged)
+        .await
+        .expect("rotate");
+    eventually(DEADLINE, "runs with the rotated kubeconfig", || async {
+        Ok((h.lease_failures(&ns) >= lease_failures + 2).then_some(()))
+    })
+    .await
+    .expect("rotated kubeconfig used");
+    shoot
+        .rotate_probe_secret(h.shoots.kubeconfig())
+        .await
+        .expect("rotate back");
+    let lease_failures = h.lease_failures(&ns);
+    h.wait_runs(&ns, 3).await;
+    assert!(
+        h.lease_failures(&ns) <= lease_failures + 1,
+        "rotated back: runs succeed again"
+    );
+
+    // Garbage, then missing: errors, no scaling, even with every kubelet silent.
+    shoot.kubelets().silence_count(5);
+    for breakage in ["garbage", "missing"] {
+        match breakage {
+            "garbage" => shoot.corrupt_probe_secret().await.expect("corrupt"),
+            _ => shoot.delete_probe_secret().await.expect("delete"),
+        }
+        let failures = h.api_failures(&ns);
+        eventually(
+            DEADLINE,
+            &format!("failures with a {breakage} secret"),
+            || async { Ok((h.api_failures(&ns) >= failures + 3).then_some(())) },
+        )
+        .await
+        .expect("failures");
+        for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
+            assert_eq!(
+                deployment_state(&seed, &ns, name).await.0,
+                want,
+                "{breakage}: {name}"
+            );
+        }
+    }
+    // The other shoot kept being probed successfully all along.
+    let other_runs = h.runs(&other_ns);
+    h.wait_runs(&other_ns, 3).await;
+    assert!(h.runs(&other_ns) > other_runs);
+    assert_eq!(h.api_failures(&other_ns), 0);
+}
+
+#[tokio::test]
+async fn missing_mandatory_target_stops_later_levels_optional_missing_does_not() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    // No machine-controller-manager (level 1); the optional level-0 target never exists.
+    let shoot = h
+        .shoot("mandatory", &h.shoots, |o| {
+            o.deployments = vec![(KCM.into(), 3), (CA.into(), 2)]
+        })
+        .await;
+    let ns = shoot.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+    shoot.kubelets().silence_count(5);
+    // Level 0 (KCM, plus the missing optional target) succeeds...
+    wait_replicas(&seed, &ns, &[(KCM, 0)]).await;
+    // ...level 1 fails on the missing MCM, so level 2 (CA) never runs.
+    h.wait_runs(&ns, 5).await;
+    assert_eq!(
+        deployment_state(&seed, &ns, CA).await.0,
+        2,
+        "CA must not be scaled past a failed level"
+    );
+}
+
+#[tokio::test]
+async fn ignore_scaling_leaves_that_target_alone() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    let shoot = h.shoot("ignore", &h.shoots, |_| {}).await;
+    let ns = shoot.namespace().to_string();
+    shoot
+        .seed()
+        .set_deployment_annotation(MCM, IGNORE_SCALING_ANNOTATION, Some("true"))
+        .await
+        .expect("annotate");
+    h.wait_runs(&ns, 2).await;
+    shoot.kubelets().silence_count(5);
+    wait_replicas(&seed, &ns, &[(KCM, 0), (CA, 0)]).await;
+    assert_eq!(deployment_state(&seed, &ns, MCM).await.0, 2);
+    shoot.kubelets().resume_all();
+    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
+}
+
+#[tokio::test]
+async fn lifecycle_removes_probes_and_never_scales_back_up() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    let shoot = h.shoot("hibernate", &h.shoots, |_| {}).await;
+    let ns = shoot.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+    shoot.kubelets().silence_count(5);
+    wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
+
+    // Hibernation: the probe stops at once and scales nothing back up on its way out.
+    shoot
+        .set_shoot_state(&ShootState {
+            hibernation_enabled: true,
+            ..ShootState::default()
+        })
+        .await
+        .expect("hibernate");
+    eventually(DEADLINE, "probe removed", || async {
+        Ok((!h.has_series(&ns)).then_some(()))
+    })
+    .await
+    .expect("probe removed");
+    shoot.kubelets().resume_all();
+    let clock = h.shoot("hibernate-clock", &h.shoots, |_| {}).await;
+    h.wait_runs(clock.namespace(), 8).await;
+    wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
+    assert!(
+        !h.has_series(&ns),
+        "no probe may come back for a hibernated shoot"
+    );
+
+    // The other removal reasons, each on a fresh shoot that had a probe.
+    let removals: [(&str, ShootState); 3] = [
+        (
+            "deleting",
+            ShootState {
+                deletion_timestamp: true,
+                ..ShootState::default()
+            },
+        ),
+        (
+            "migrating",
+            ShootState {
+                last_operation: Some(("Migrate".into(), "Processing".into())),
+                ..ShootState::default()
+            },
+        ),
+        (
+            "workerless",
+            ShootState {
+                workers: vec![],
+                ..ShootState::default()
+            },
+        ),
+    ];
+    for (name, state) in removals {
+        let s = h.shoot(name, &h.shoots, |_| {}).await;
+        h.wait_runs(s.namespace(), 1).await;
+        s.set_shoot_state(&state).await.expect("state");
+        eventually(DEADLINE, &format!("{name}: probe removed"), || async {
+            Ok((!h.has_series(s.namespace())).then_some(()))
+        })
+        .await
+        .expect("removed");
+    }
+    // A deleted Cluster.
+    let gone = h.shoot("cluster-gone", &h.shoots, |_| {}).await;
+    h.wait_runs(gone.namespace(), 1).await;
+    gone.seed().delete_cluster().await.expect("delete cluster");
+    eventually(DEADLINE, "probe of a deleted Cluster removed", || async {
+        Ok((!h.has_series(gone.namespace())).then_some(()))
+    })
+    .await
+    .expect("removed");
+}
+
+#[tokio::test]
+async fn waking_up_and_creating_shoots_get_no_probe_until_ready() {
+    let h = harness().await;
+    let waking = h
+        .shoot("waking", &h.shoots, |o| {
+            o.shoot_state = Some(ShootState {
+                is_hibernated: true,
+                ..ShootState::default()
+            })
+        })
+        .await;
+    let creating = h
+        .shoot("creating", &h.shoots, |o| {
+            o.shoot_state = Some(ShootState {
+                last_operation: Some(("Create".into(), "Processing".into())),
+                ..ShootState::default()
+            })
+        })
+        .await;
+    let clock = h.shoot("waking-clock", &h.shoots, |_| {}).await;
+    h.wait_runs(clock.namespace(), 6).await;
+    assert!(
+        !h.has_series(waking.namespace()),
+        "a waking-up shoot gets no probe"
+    );
+    assert!(
+        !h.has_series(creating.namespace()),
+        "a shoot still being created gets no probe"
+    );
+    creating
+        .set_shoot_state(&ShootState {
+            last_operation: Some(("Create".into(), "Succeeded".into())),
+            ..ShootState::default()
+        })
+        .await
+        .expect("created");
+    h.wait_runs(creating.namespace(), 1).await;
+}
+
+#[tokio::test]
+async fn shoot_grace_period_override_applies() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    // With a 2 minute grace period, a 5 s silence expires nothing (the config's 4 s would).
+    let shoot = h
+        .shoot("grace", &h.shoots, |o| {
+            o.shoot_state = Some(ShootState {
+                node_monitor_grace_period: Some("2m".into()),
+                ..ShootState::default()
+            })
+        })
+        .await;
+    let ns = shoot.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+    shoot.kubelets().silence_count(5);
+    // Wait until every lease is older than the config's expiry (0.75 × 4 s = 3 s).
+    let nodes = shoot.node_names();
+    eventually(DEADLINE, "all leases older than 3.5s", || async {
+        for node in &nodes {
+            let renewed = shoot
+                .shoot()
+                .lease_renew_time(node)
+                .await
+                .map_err(|e| e.to_string())?;
+            let age = renewed.map(|t| chrono::Utc::now() - t);
+            if age.is_none_or(|a| a < chrono::Duration::milliseconds(3_500)) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await
+    .expect("stale leases");
+    h.wait_runs(&ns, 2).await;
+    assert_eq!(
+        h.shoot_metric("dwd_prober_expired_lease_fraction", &ns),
+        Some(0.0)
+    );
+    assert_eq!(deployment_state(&seed, &ns, KCM).await.0, 3);
+}
+
+#[tokio::test]
+async fn interrupted_scale_down_is_completed_and_later_restored_to_recorded_replicas() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    // The state a crash right after the annotation patch (before the scale call) leaves.
+    let shoot = h
+        .shoot("crash", &h.shoots, |o| {
+            o.deployments = vec![(KCM.into(), 3), (MCM.into(), 2), (CA.into(), 2)];
+            o.shoot_state = Some(ShootState {
+                last_operation: Some(("Create".into(), "Processing".into())),
+                ..ShootState::default()
+            });
+        })
+        .await;
+    let ns = shoot.namespace().to_string();
+    shoot
+        .seed()
+        .set_deployment_annotation(KCM, REPLICAS_ANNOTATION, Some("3"))
+        .await
+        .expect("annotate");
+    shoot
+        .seed()
+        .set_deployment_annotation(KCM, MELTDOWN_ANNOTATION, Some(""))
+        .await
+        .expect("annotate");
+    // And after the scale call, before MCM's turn: scaled to 0 with its record.
+    shoot
+        .seed()
+        .set_deployment_annotation(MCM, REPLICAS_ANNOTATION, Some("2"))
+        .await
+        .expect("annotate");
+    shoot
+        .seed()
+        .set_deployment_annotation(MCM, MELTDOWN_ANNOTATION, Some(""))
+        .await
+        .expect("annotate");
+    shoot.seed().scale_deployment(MCM, 0).await.expect("scale");
+    // A (re)started watchdog picks the shoot up with its kubelets healthy: everything is
+    // restored to the recorded replicas and the annotations are gone.
+    shoot
+        .set_shoot_state(&ShootState::default())
+        .await
+        .expect("reconciled");
+    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
+    eventually(DEADLINE, "annotations removed", || async {
+        for name in [KCM, MCM] {
+            let (_, a) = deployment_state(&seed, &ns, name).await;
+            if a.contains_key(REPLICAS_ANNOTATION) || a.contains_key(MELTDOWN_ANNOTATION) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await
+    .expect("annotations removed");
+}
