@@ -12,6 +12,7 @@ pub mod kube_client;
 pub mod metrics;
 pub mod prober;
 pub mod server;
+pub mod weeder;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -51,6 +52,22 @@ pub fn load_prober_config(path: &Path) -> Result<dwd_core::ProberConfig> {
         source,
     })?;
     let loaded = dwd_core::ProberConfig::from_yaml(&text).map_err(|source| Error::Config {
+        path: path.into(),
+        source,
+    })?;
+    for warning in &loaded.warnings {
+        warn!(file = %path.display(), "{warning}");
+    }
+    Ok(loaded.config)
+}
+
+/// Reads and validates the weeder config; every bad field is named in the error.
+pub fn load_weeder_config(path: &Path) -> Result<dwd_core::WeederConfig> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadConfig {
+        path: path.into(),
+        source,
+    })?;
+    let loaded = dwd_core::WeederConfig::from_yaml(&text).map_err(|source| Error::Config {
         path: path.into(),
         source,
     })?;
@@ -145,8 +162,18 @@ pub async fn run(cli: Cli) -> Result<()> {
             )
             .await
         }
-        Command::Weeder(_args) => Err(Error::Scaling(
-            "the weeder is not implemented in this build yet".into(),
-        )),
+        Command::Weeder(args) => {
+            let config = load_weeder_config(&args.config_file)?;
+            let seed = kube_client::seed_client(args.kubeconfig.as_deref()).await?;
+            if args.enable_leader_election {
+                warn!(
+                    "--enable-leader-election is accepted but not implemented yet: this replica acts alone"
+                );
+            }
+            let rt = start_endpoints(&args).await?;
+            spawn_signal_handler(rt.shutdown.clone());
+            info!(services = config.services_and_dependant_selectors.len(), watch_duration = ?config.watch_duration, "weeder starting");
+            weeder::run(config, seed, rt.metrics, rt.health, rt.shutdown).await
+        }
     }
 }

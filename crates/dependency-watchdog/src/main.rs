@@ -5,12 +5,19 @@ use clap::Parser;
 use dependency_watchdog::cli::{Cli, Command, normalize_go_flags};
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     let cli = Cli::parse_from(normalize_go_flags(std::env::args_os()));
     match &cli.command {
         Command::Prober(args) | Command::Weeder(args) => dependency_watchdog::init_logging(args),
     }
-    dependency_watchdog::run(cli)
-        .await
-        .map_err(anyhow::Error::from)
+    match dependency_watchdog::run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // The library's errors carry their whole context in Display; print it once.
+            let error = anyhow::Error::from(error);
+            tracing::error!("{error}");
+            eprintln!("Error: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -15,11 +15,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
+/// `(deployment, spec.replicas)` changes in the order the watch delivered them.
+type ReplicaLog = Arc<Mutex<Vec<(String, i32)>>>;
+
 /// Records, in watch order, every change of a Deployment's `spec.replicas` in `ns`.
 fn record_replica_changes(
     client: kube::Client,
     ns: &str,
-) -> (Arc<Mutex<Vec<(String, i32)>>>, tokio::task::JoinHandle<()>) {
+) -> (ReplicaLog, tokio::task::JoinHandle<()>) {
     let log = Arc::new(Mutex::new(Vec::<(String, i32)>::new()));
     let api: Api<Deployment> = Api::namespaced(client, ns);
     let sink = log.clone();

@@ -1,0 +1,112 @@
+//! The weeder: when a service comes back, delete its dependants that crash-loop (SPEC §3).
+//!
+//! While etcd or kube-apiserver of a shoot control plane is down, the pods depending on it
+//! crash and sit in a growing `CrashLoopBackOff`; once the dependency is back they would wait
+//! up to five minutes for their next restart. The weeder deletes them so they restart at once.
+//!
+//! - [`slices`]: the EndpointSlice watch over all namespaces, which starts a weeder when a
+//!   configured service's slice turns ready;
+//! - [`registry`]: the running weeders, at most one per `namespace/slice`;
+//! - [`pods`]: one weeder: for `watchDuration`, a pod watch per selector in the slice's
+//!   namespace, deleting crash-looping pods.
+//!
+//! The rules (which slice is ready, which event starts a weeder, which pod is deleted) are pure
+//! functions of `dwd_core::weeder` and of this module's submodules; this module does the I/O.
+
+pub mod pods;
+pub mod registry;
+pub mod slices;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dwd_core::{PodSelector, WeederConfig};
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::{Error, Result};
+pub use pods::Weeder;
+pub use registry::{StartOutcome, Weeders};
+
+/// What the EndpointSlice watch needs to start weeders.
+pub struct WeederContext {
+    /// How long each weeder lives.
+    pub watch_duration: std::time::Duration,
+    /// Service name → selectors of its dependants, shared by every weeder of that service.
+    pub selectors: HashMap<String, Arc<[PodSelector]>>,
+    /// Client of the seed's kube-apiserver.
+    pub seed: Client,
+}
+
+impl WeederContext {
+    /// The context of `config` against the seed behind `seed`.
+    pub fn new(config: WeederConfig, seed: Client) -> Self {
+        let selectors = config
+            .services_and_dependant_selectors
+            .into_iter()
+            .map(|(service, deps)| (service, Arc::from(deps.pod_selectors)))
+            .collect();
+        WeederContext {
+            watch_duration: config.watch_duration,
+            selectors,
+            seed,
+        }
+    }
+}
+
+/// Runs the weeder until `shutdown` is cancelled or a critical task dies.
+pub async fn run(
+    config: WeederConfig,
+    seed: Client,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let weeders = Weeders::new(metrics, shutdown.child_token());
+    run_with(config, seed, weeders, health, shutdown).await
+}
+
+/// [`run`] with a registry the caller keeps, so it can see which weeders run (tests, tools).
+pub async fn run_with(
+    config: WeederConfig,
+    seed: Client,
+    weeders: Arc<Weeders>,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let ctx = Arc::new(WeederContext::new(config, seed));
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn({
+        let (ctx, weeders, health) = (ctx.clone(), weeders.clone(), health.clone());
+        async move {
+            slices::watch(ctx, weeders, health).await;
+            "endpointslice watch"
+        }
+    });
+    debug!(
+        services = ctx.selectors.len(),
+        watch_duration = ?ctx.watch_duration,
+        "weeder watching endpoint slices"
+    );
+
+    let result = tokio::select! {
+        _ = shutdown.cancelled() => Ok(()),
+        ended = tasks.join_next() => {
+            let what = match ended {
+                Some(Ok(name)) => name,
+                Some(Err(_)) => "a weeder task (panicked)",
+                None => "all weeder tasks",
+            };
+            Err(Error::TaskDied(what, "it must run for the life of the process".into()))
+        }
+    };
+    weeders.stop_all();
+    tasks.shutdown().await;
+    if result.is_err() {
+        health.set_alive(false);
+    }
+    result
+}

@@ -1,0 +1,320 @@
+//! One weeder: for `watchDuration` after its service came back, delete the service's
+//! crash-looping dependants in the slice's namespace.
+//!
+//! Each pod selector gets its own watch (kube-runtime's `watcher`): it lists the pods that
+//! already exist, then watches, re-creating the watch when the server ends it and re-listing
+//! with back-off after errors. A pod is deleted when [`deletion_target`] says so. Deletes carry
+//! the pod's UID as a precondition, so a pod that was re-created under the same name (a
+//! StatefulSet's `etcd-main-0`) is never deleted on the strength of its predecessor's status.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dwd_core::PodSelector;
+use dwd_core::weeder::should_delete_pod;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Preconditions};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch_pods};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::metrics::{Metrics, ServiceLabels};
+
+/// Attempts per pod deletion before waiting for the pod's next event.
+const DELETE_ATTEMPTS: u32 = 3;
+/// Pause between deletion attempts (times the attempt number).
+const DELETE_RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// One weeder: a slice of `service` in `namespace` turned ready.
+pub struct Weeder {
+    /// The slice's namespace: the only namespace this weeder touches.
+    pub namespace: String,
+    /// The EndpointSlice's name.
+    pub slice: String,
+    /// The service that came back.
+    pub service: String,
+    /// Selectors of the service's dependants.
+    pub selectors: Arc<[PodSelector]>,
+    /// How long the weeder lives.
+    pub watch_duration: Duration,
+    /// Seed client.
+    pub client: Client,
+    /// Process metrics (`pods_deleted`).
+    pub metrics: Arc<Metrics>,
+}
+
+/// A pod the weeder should delete, as read from the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletionTarget {
+    /// Pod name.
+    pub name: String,
+    /// Pod UID (delete precondition).
+    pub uid: String,
+    /// The container waiting in `CrashLoopBackOff`.
+    pub container: String,
+}
+
+/// Whether the weeder of `namespace` with `selector` deletes `pod`: it must crash-loop without
+/// being deleted already (`dwd_core`'s rule), and — because deleting is not undoable — also
+/// be in `namespace` and match `selector`, although the watch asked the server for exactly
+/// that; a pod without name or UID cannot be deleted safely and is left alone.
+pub fn deletion_target(
+    pod: &Pod,
+    namespace: &str,
+    selector: &PodSelector,
+) -> Option<DeletionTarget> {
+    let meta = &pod.metadata;
+    if meta.namespace.as_deref() != Some(namespace) {
+        return None;
+    }
+    let empty = std::collections::BTreeMap::new();
+    if !selector.matches(meta.labels.as_ref().unwrap_or(&empty)) {
+        return None;
+    }
+    let container = should_delete_pod(pod)?;
+    Some(DeletionTarget {
+        name: meta.name.clone()?,
+        uid: meta.uid.clone()?,
+        container,
+    })
+}
+
+/// How one deletion ended.
+enum Deleted {
+    /// The apiserver accepted the delete.
+    Now,
+    /// The pod (with that UID) was gone already.
+    AlreadyGone,
+}
+
+impl Weeder {
+    /// `namespace/slice`: the registry key.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.slice)
+    }
+
+    /// Runs until `watchDuration` passed or `cancel` fired.
+    pub async fn run(self, cancel: CancellationToken) {
+        info!(watch_duration = ?self.watch_duration, selectors = self.selectors.len(), "weeder started");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        // UIDs this weeder deleted or is deleting: two selectors may pick the same pod, and a
+        // deleted pod keeps sending events (deletionTimestamp, finalizers) until it is gone.
+        let handled = Mutex::new(HashSet::<String>::new());
+        let watches = futures::future::join_all(
+            self.selectors
+                .iter()
+                .map(|selector| self.watch_selector(api.clone(), selector, &handled)),
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(self.watch_duration) => info!("weeder ended: watch duration passed"),
+            _ = cancel.cancelled() => info!("weeder stopped: replaced or shutting down"),
+            _ = watches => warn!("weeder ended: its pod watches ended"),
+        }
+    }
+
+    async fn watch_selector(
+        &self,
+        api: Api<Pod>,
+        selector: &PodSelector,
+        handled: &Mutex<HashSet<String>>,
+    ) {
+        let query = selector.to_query();
+        let config = watcher::Config::default().labels(&query);
+        let mut events = watch_pods(api.clone(), config).default_backoff().boxed();
+        loop {
+            let event = match events.try_next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => return,
+                Err(e) => {
+                    // default_backoff() already delays the retry; just report it.
+                    warn!(selector = %query, error = %e, "pod watch failed, retrying");
+                    continue;
+                }
+            };
+            let pod = match event {
+                Event::Apply(pod) | Event::InitApply(pod) => pod,
+                Event::Init | Event::InitDone | Event::Delete(_) => continue,
+            };
+            let Some(target) = deletion_target(&pod, &self.namespace, selector) else {
+                continue;
+            };
+            if !lock(handled).insert(target.uid.clone()) {
+                continue;
+            }
+            match self.delete(&api, &target).await {
+                Ok(Deleted::Now) => {
+                    self.metrics
+                        .pods_deleted
+                        .get_or_create(&ServiceLabels {
+                            service: self.service.clone(),
+                        })
+                        .inc();
+                    info!(
+                        namespace = %self.namespace,
+                        pod = %target.name,
+                        service = %self.service,
+                        selector = %query,
+                        container = %target.container,
+                        "deleted crash-looping pod so it restarts now that its dependency is back"
+                    );
+                }
+                Ok(Deleted::AlreadyGone) => {
+                    debug!(pod = %target.name, "crash-looping pod already gone");
+                }
+                Err(e) => {
+                    // Forget it, so the pod's next event (or the next re-list) tries again.
+                    lock(handled).remove(&target.uid);
+                    warn!(
+                        namespace = %self.namespace,
+                        pod = %target.name,
+                        service = %self.service,
+                        selector = %query,
+                        error = %e,
+                        "deleting crash-looping pod failed"
+                    );
+                }
+            }
+        }
+    }
+
+    async fn delete(
+        &self,
+        api: &Api<Pod>,
+        target: &DeletionTarget,
+    ) -> Result<Deleted, kube::Error> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(target.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let mut attempt = 1;
+        loop {
+            match api.delete(&target.name, &params).await {
+                Ok(_) => return Ok(Deleted::Now),
+                // 404: gone; 409: the UID precondition failed, so the pod we saw is gone and
+                // a new one took its name.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                    return Ok(Deleted::AlreadyGone);
+                }
+                Err(e) if attempt < DELETE_ATTEMPTS => {
+                    debug!(pod = %target.name, attempt, error = %e, "delete failed, retrying");
+                    tokio::time::sleep(DELETE_RETRY_PAUSE * attempt).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dwd_core::selector::RawRequirement;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateWaiting, ContainerStatus, PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+    use std::collections::BTreeMap;
+
+    fn selector() -> PodSelector {
+        PodSelector::new(
+            BTreeMap::new(),
+            vec![RawRequirement {
+                key: "role".into(),
+                operator: "In".into(),
+                values: Some(vec!["apiserver".into()]),
+            }],
+        )
+        .expect("valid selector")
+    }
+
+    fn pod(ns: &str, role: &str, reason: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("kube-apiserver-abc".into()),
+                namespace: Some(ns.into()),
+                uid: Some("uid-1".into()),
+                labels: Some(BTreeMap::from([("role".into(), role.into())])),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "kube-apiserver".into(),
+                    state: Some(ContainerState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some(reason.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn crashlooping_matching_pod_in_namespace_is_a_target() {
+        let got = deletion_target(
+            &pod("shoot--a", "apiserver", "CrashLoopBackOff"),
+            "shoot--a",
+            &selector(),
+        );
+        assert_eq!(
+            got,
+            Some(DeletionTarget {
+                name: "kube-apiserver-abc".into(),
+                uid: "uid-1".into(),
+                container: "kube-apiserver".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn pod_of_another_namespace_is_never_a_target() {
+        let p = pod("shoot--b", "apiserver", "CrashLoopBackOff");
+        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
+        let mut p = p;
+        p.metadata.namespace = None;
+        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
+    }
+
+    #[test]
+    fn pod_not_matching_the_selector_is_not_a_target() {
+        let p = pod("shoot--a", "etcd", "CrashLoopBackOff");
+        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
+        let mut p = p;
+        p.metadata.labels = None;
+        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
+    }
+
+    #[test]
+    fn healthy_or_terminating_pod_is_not_a_target() {
+        let p = pod("shoot--a", "apiserver", "ContainerCreating");
+        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
+        let mut p = pod("shoot--a", "apiserver", "CrashLoopBackOff");
+        p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
+    }
+
+    #[test]
+    fn pod_without_uid_is_left_alone() {
+        let mut p = pod("shoot--a", "apiserver", "CrashLoopBackOff");
+        p.metadata.uid = None;
+        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
+    }
+}

@@ -1,0 +1,268 @@
+//! The EndpointSlice watch: starts a weeder when a configured service's slice turns ready.
+//!
+//! One watch over all namespaces, filtered server-side by the label `kubernetes.io/service-name`
+//! to the configured services, so the seed's other slices never reach us. We don't cache the
+//! slices: a readiness bit per `namespace/slice` is all [`should_start`] needs, and it keeps
+//! memory flat however many shoots the seed hosts.
+//!
+//! Like the reference's informer, the first list after start reports every slice as created,
+//! so a slice that is ready at start starts a weeder. A re-list after the watch lost its place
+//! (`410 Gone`) is compared with what we saw before: a known slice is an update, and only an
+//! unknown one counts as created, so a re-list does not restart every weeder in the seed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use dwd_core::weeder::{SERVICE_NAME_LABEL, service_name, slice_is_ready};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch_slices};
+use kube::{Api, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::WeederContext;
+use super::pods::Weeder;
+use super::registry::{StartOutcome, Weeders};
+use crate::health::Health;
+
+/// The label selector of the configured services' slices: `kubernetes.io/service-name in (…)`.
+/// Service names are validated RFC 1035 labels, so they need no quoting.
+pub fn slice_selector<'a>(services: impl IntoIterator<Item = &'a String>) -> String {
+    let mut names: Vec<&str> = services.into_iter().map(String::as_str).collect();
+    names.sort_unstable();
+    format!("{SERVICE_NAME_LABEL} in ({})", names.join(","))
+}
+
+/// Whether a slice last seen with readiness `old` (`None`: never seen) and now `ready` starts a
+/// weeder: a ready slice that is new, or was not ready. The same rule as
+/// `dwd_core::weeder::should_start_weeder`, on the one bit we keep of the old slice.
+pub fn should_start(old: Option<bool>, ready: bool) -> bool {
+    ready && old != Some(true)
+}
+
+/// Last-seen readiness per `namespace/slice`, turning watch events into "start a weeder".
+#[derive(Debug, Default)]
+pub struct ReadinessTracker {
+    last: HashMap<String, bool>,
+    /// Keys seen since a (re-)list began; `None` outside a list.
+    listing: Option<HashSet<String>>,
+}
+
+impl ReadinessTracker {
+    /// Records `key`'s readiness; true when a weeder should start.
+    pub fn observe(&mut self, key: &str, ready: bool) -> bool {
+        if let Some(seen) = self.listing.as_mut() {
+            seen.insert(key.to_string());
+        }
+        let old = self.last.insert(key.to_string(), ready);
+        should_start(old, ready)
+    }
+
+    /// The slice was deleted: a slice created under the same name later counts as new.
+    pub fn forget(&mut self, key: &str) {
+        self.last.remove(key);
+    }
+
+    /// A (re-)list begins.
+    pub fn begin_list(&mut self) {
+        self.listing = Some(HashSet::new());
+    }
+
+    /// The (re-)list is complete: slices it did not report were deleted meanwhile.
+    pub fn end_list(&mut self) {
+        if let Some(seen) = self.listing.take() {
+            self.last.retain(|key, _| seen.contains(key));
+        }
+    }
+
+    /// Number of slices tracked.
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
+
+    /// Whether no slice is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.last.is_empty()
+    }
+}
+
+fn key_of(slice: &EndpointSlice) -> Option<(String, String)> {
+    Some((slice.namespace()?, slice.metadata.name.clone()?))
+}
+
+/// Watches the configured services' slices forever (re-listing with back-off after errors),
+/// starting weeders; marks `health` ready once the first list is through.
+pub async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<Health>) {
+    let api: Api<EndpointSlice> = Api::all(ctx.seed.clone());
+    let config = watcher::Config::default().labels(&slice_selector(ctx.selectors.keys()));
+    let mut events = watch_slices(api, config).default_backoff().boxed();
+    let mut tracker = ReadinessTracker::default();
+    loop {
+        let event = match events.try_next().await {
+            Ok(Some(event)) => event,
+            Ok(None) => return,
+            Err(e) => {
+                // default_backoff() already delays the retry; just report it.
+                warn!(error = %e, "endpoint slice watch failed, retrying");
+                continue;
+            }
+        };
+        match event {
+            Event::Init => tracker.begin_list(),
+            Event::InitApply(slice) | Event::Apply(slice) => {
+                on_slice(&ctx, &weeders, &mut tracker, &slice);
+            }
+            Event::InitDone => {
+                tracker.end_list();
+                if !health.is_ready() {
+                    health.set_ready(true);
+                    info!(
+                        slices = tracker.len(),
+                        "endpoint slices listed; weeder ready"
+                    );
+                }
+            }
+            Event::Delete(slice) => {
+                if let Some((namespace, name)) = key_of(&slice) {
+                    tracker.forget(&format!("{namespace}/{name}"));
+                }
+            }
+        }
+    }
+}
+
+fn on_slice(
+    ctx: &WeederContext,
+    weeders: &Arc<Weeders>,
+    tracker: &mut ReadinessTracker,
+    slice: &EndpointSlice,
+) {
+    let Some((namespace, name)) = key_of(slice) else {
+        return;
+    };
+    let key = format!("{namespace}/{name}");
+    let ready = slice_is_ready(slice);
+    if !tracker.observe(&key, ready) {
+        debug!(%namespace, slice = %name, ready, "endpoint slice changed; no weeder to start");
+        return;
+    }
+    // The server filtered by these very services; a slice of another service would mean the
+    // filter did not apply, and we start nothing we have no selectors for.
+    let Some((service, selectors)) = service_name(slice)
+        .and_then(|s| ctx.selectors.get_key_value(s))
+        .map(|(s, sel)| (s.clone(), sel.clone()))
+    else {
+        debug!(%namespace, slice = %name, "endpoint slice of an unconfigured service ignored");
+        return;
+    };
+    let outcome = weeders.start(Weeder {
+        namespace: namespace.clone(),
+        slice: name.clone(),
+        service: service.clone(),
+        selectors,
+        watch_duration: ctx.watch_duration,
+        client: ctx.seed.clone(),
+        metrics: weeders.metrics().clone(),
+    });
+    let replaced = outcome == StartOutcome::Replaced;
+    info!(%namespace, slice = %name, %service, replaced, "service is ready again; weeding its crash-looping dependants");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dwd_core::weeder::should_start_weeder;
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+
+    fn slice(ready: &[bool]) -> EndpointSlice {
+        EndpointSlice {
+            endpoints: ready
+                .iter()
+                .map(|r| Endpoint {
+                    addresses: vec!["10.0.0.1".into()],
+                    conditions: Some(EndpointConditions {
+                        ready: Some(*r),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn selector_names_every_configured_service_sorted() {
+        let services = ["kube-apiserver".to_string(), "etcd-main-client".to_string()];
+        assert_eq!(
+            slice_selector(&services),
+            "kubernetes.io/service-name in (etcd-main-client,kube-apiserver)"
+        );
+    }
+
+    #[test]
+    fn should_start_agrees_with_the_core_rule() {
+        let shapes: [&[bool]; 5] = [&[], &[false], &[true, false], &[true], &[true, true]];
+        for new in shapes {
+            let new = slice(new);
+            assert_eq!(
+                should_start(None, slice_is_ready(&new)),
+                should_start_weeder(None, &new)
+            );
+            for old in shapes {
+                let old = slice(old);
+                assert_eq!(
+                    should_start(Some(slice_is_ready(&old)), slice_is_ready(&new)),
+                    should_start_weeder(Some(&old), &new),
+                    "old {old:?} new {new:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn first_sight_of_a_ready_slice_starts_and_repeats_do_not() {
+        let mut t = ReadinessTracker::default();
+        t.begin_list();
+        assert!(t.observe("ns/etcd", true));
+        assert!(!t.observe("ns/kapi", false));
+        t.end_list();
+        assert!(!t.observe("ns/etcd", true));
+        assert!(t.observe("ns/kapi", true));
+    }
+
+    #[test]
+    fn not_ready_then_ready_starts_again() {
+        let mut t = ReadinessTracker::default();
+        assert!(t.observe("ns/etcd", true));
+        assert!(!t.observe("ns/etcd", false));
+        assert!(t.observe("ns/etcd", true));
+    }
+
+    #[test]
+    fn deleted_slice_recreated_ready_starts() {
+        let mut t = ReadinessTracker::default();
+        assert!(t.observe("ns/etcd", true));
+        t.forget("ns/etcd");
+        assert!(t.is_empty());
+        assert!(t.observe("ns/etcd", true));
+    }
+
+    #[test]
+    fn relist_is_an_update_for_known_slices_and_drops_vanished_ones() {
+        let mut t = ReadinessTracker::default();
+        t.begin_list();
+        assert!(t.observe("a/etcd", true));
+        assert!(!t.observe("b/etcd", false));
+        assert!(t.observe("c/etcd", true));
+        t.end_list();
+        // The watch lost its place; meanwhile b turned ready and c was deleted.
+        t.begin_list();
+        assert!(!t.observe("a/etcd", true), "still ready: no restart");
+        assert!(t.observe("b/etcd", true), "turned ready while we were away");
+        t.end_list();
+        assert_eq!(t.len(), 2);
+        assert!(t.observe("c/etcd", true), "c is new again");
+    }
+}
