@@ -585,3 +585,62 @@ async fn interrupted_scale_down_is_completed_and_later_restored_to_recorded_repl
     .await
     .expect("annotations removed");
 }
+
+#[tokio::test]
+async fn changed_pool_conditions_restart_the_probe_with_the_new_candidates() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    // Four of five nodes report a condition only this pool calls unhealthy.
+    let pool_with_custom = |conditions: Option<Vec<String>>| ShootState {
+        workers: vec![dwd_sim::WorkerPool {
+            name: "worker-a".into(),
+            node_conditions: conditions,
+        }],
+        ..ShootState::default()
+    };
+    let shoot = h
+        .shoot("pools", &h.shoots, |o| {
+            o.node_specs = Some(
+                (0..5)
+                    .map(|i| {
+                        let spec = dwd_sim::NodeSpec::new(format!("pools-{i}"), "worker-a");
+                        if i < 4 {
+                            spec.with_condition("CustomProblem", "True", "Simulated")
+                        } else {
+                            spec
+                        }
+                    })
+                    .collect(),
+            );
+            o.shoot_state = Some(pool_with_custom(Some(vec!["CustomProblem".into()])));
+        })
+        .await;
+    let ns = shoot.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+    // Every kubelet goes silent, but only one node is a candidate: no scaling.
+    shoot.kubelets().silence_count(5);
+    eventually(
+        DEADLINE,
+        "the single candidate's lease to expire",
+        || async {
+            Ok(
+                (h.shoot_metric("dwd_prober_expired_lease_fraction", &ns) == Some(1.0))
+                    .then_some(()),
+            )
+        },
+    )
+    .await
+    .expect("expired");
+    h.wait_runs(&ns, 3).await;
+    assert_eq!(
+        deployment_state(&seed, &ns, KCM).await.0,
+        3,
+        "a single candidate never scales"
+    );
+    // The pool goes back to the default conditions: the probe restarts, all five nodes vote.
+    shoot
+        .set_shoot_state(&pool_with_custom(None))
+        .await
+        .expect("pool conditions");
+    wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
+}

@@ -1,0 +1,168 @@
+//! The real binary killed with SIGKILL in the middle of a scale-down flow: after a restart it
+//! finishes the flow, and after recovery every target is back at its recorded replicas.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use dwd_sim::{SimShoot, SimShootOptions};
+use dwd_testenv::{ApiServerOptions, TestEnv, eventually};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// MCM (level 1) waits 3 s before scaling down: a window in which the process is killed with
+/// level 0 done and level 1 not started.
+const CONFIG: &str = r#"
+kubeConfigSecretName: shoot-access-dependency-watchdog-probe
+probeInterval: 400ms
+initialDelay: 200ms
+probeTimeout: 3s
+kcmNodeMonitorGraceDuration: 4s
+dependentResourceInfos:
+  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 1}
+    scaleDown: {level: 0}
+  - ref: {kind: Deployment, name: machine-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 1}
+    scaleDown: {level: 1, initialDelay: 3s}
+  - ref: {kind: Deployment, name: cluster-autoscaler, apiVersion: apps/v1}
+    scaleUp: {level: 0}
+    scaleDown: {level: 2}
+"#;
+
+fn start_prober(config: &std::path::Path, kubeconfig: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
+        .args([
+            "prober",
+            "--metrics-bind-addr=127.0.0.1:0",
+            "--health-bind-addr=127.0.0.1:0",
+        ])
+        .arg("--config-file")
+        .arg(config)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start dependency-watchdog")
+}
+
+async fn replicas(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> (i32, std::collections::BTreeMap<String, String>) {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("deployment");
+    (
+        d.spec.and_then(|s| s.replicas).unwrap_or(1),
+        d.metadata.annotations.unwrap_or_default(),
+    )
+}
+
+async fn wait_for(client: &kube::Client, ns: &str, want: &[(&str, i32)]) {
+    eventually(DEADLINE, &format!("replicas {want:?}"), || async {
+        for (name, n) in want {
+            if replicas(client, ns, name).await.0 != *n {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await
+    .expect("replicas");
+}
+
+#[tokio::test]
+async fn sigkill_mid_flow_then_restart_finishes_and_restores_recorded_replicas() {
+    let env = TestEnv::shared().await.expect("env");
+    // A seed of its own: no other prober may touch this shoot.
+    let seed = env
+        .start_apiserver_with("crash-seed", ApiServerOptions::seed())
+        .await
+        .expect("seed");
+    let shoot_api = env.start_apiserver("crash-shoot").await.expect("shoot");
+    let client = seed.client().await.expect("client");
+    let mut options = SimShootOptions::new("shoot--crash--one")
+        .with_nodes(5)
+        .with_renew_interval(Duration::from_millis(250));
+    options.deployments = vec![
+        ("kube-controller-manager".into(), 3),
+        ("machine-controller-manager".into(), 2),
+        ("cluster-autoscaler".into(), 2),
+    ];
+    let shoot = SimShoot::create(
+        client.clone(),
+        shoot_api.client().await.expect("c"),
+        shoot_api.kubeconfig(),
+        options,
+    )
+    .await
+    .expect("shoot");
+    let ns = shoot.namespace().to_string();
+    let dir = std::env::temp_dir().join(format!("dwd-crash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("dep-config.yaml");
+    std::fs::write(&config, CONFIG).expect("config");
+
+    let mut first = start_prober(&config, &seed.kubeconfig_path());
+    shoot.kubelets().silence_count(5);
+    // Level 0 done (KCM at 0, its replicas recorded); MCM is in its 3 s initial delay.
+    wait_for(&client, &ns, &[("kube-controller-manager", 0)]).await;
+    let (mcm, _) = replicas(&client, &ns, "machine-controller-manager").await;
+    assert_eq!(mcm, 2, "killed before level 1 started");
+    first.kill().expect("SIGKILL");
+    first.wait().expect("reap");
+    let (_, kcm_annotations) = replicas(&client, &ns, "kube-controller-manager").await;
+    assert_eq!(
+        kcm_annotations.get(REPLICAS_ANNOTATION).map(String::as_str),
+        Some("3")
+    );
+
+    // Restarted during the outage: it completes the scale-down.
+    let mut second = start_prober(&config, &seed.kubeconfig_path());
+    wait_for(
+        &client,
+        &ns,
+        &[
+            ("kube-controller-manager", 0),
+            ("machine-controller-manager", 0),
+            ("cluster-autoscaler", 0),
+        ],
+    )
+    .await;
+    // Recovery restores what was recorded before the crash, not a default of 1.
+    shoot.kubelets().resume_all();
+    wait_for(
+        &client,
+        &ns,
+        &[
+            ("kube-controller-manager", 3),
+            ("machine-controller-manager", 2),
+            ("cluster-autoscaler", 2),
+        ],
+    )
+    .await;
+    for name in [
+        "kube-controller-manager",
+        "machine-controller-manager",
+        "cluster-autoscaler",
+    ] {
+        let (_, a) = replicas(&client, &ns, name).await;
+        assert!(
+            !a.contains_key(REPLICAS_ANNOTATION) && !a.contains_key(MELTDOWN_ANNOTATION),
+            "{name}: {a:?}"
+        );
+    }
+    second.kill().expect("kill");
+    second.wait().expect("reap");
+    let _ = std::fs::remove_dir_all(dir);
+    drop(shoot);
+    seed.stop().await.expect("stop seed");
+    shoot_api.stop().await.expect("stop shoot");
+}
