@@ -28,6 +28,36 @@ pub enum Command {
     /// Delete dependants stuck in CrashLoopBackOff as soon as the service they depend on
     /// (etcd, kube-apiserver, …) becomes ready again.
     Weeder(CommonArgs),
+    /// Evaluate one shoot now with the prober's rules and print every step: whether a probe
+    /// runs, the API server probe, each node's verdict, the fraction against the threshold, the
+    /// decision and the flow it would run. Changes nothing.
+    Explain(ExplainArgs),
+}
+
+/// Output format of `explain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// For people.
+    Text,
+    /// For machines.
+    Json,
+}
+
+/// Flags of `explain`.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// The prober's config file (the one the prober runs with).
+    #[arg(long = "config-file", value_name = "PATH")]
+    pub config_file: PathBuf,
+    /// Path of a kubeconfig for the seed; in-cluster configuration when absent.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The shoot namespace in the seed (= the Cluster's name), e.g. shoot--project--name.
+    #[arg(long, short = 'n')]
+    pub namespace: String,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value = "text")]
+    pub output: OutputFormat,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -136,7 +166,8 @@ pub fn long_flag_names() -> Vec<String> {
     use clap::CommandFactory;
     let cmd = Cli::command();
     let mut names = Vec::new();
-    for sub in cmd.get_subcommands() {
+    // The reference's flags: those of its two subcommands (explain is ours).
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "explain") {
         for arg in sub.get_arguments() {
             if let Some(long) = arg.get_long() {
                 names.push(long.to_string());

@@ -66,6 +66,9 @@ pub enum Error {
     /// A critical background task ended.
     #[error("critical task {0} ended: {1}")]
     TaskDied(&'static str, String),
+    /// Leader election is misconfigured, or this replica lost the leadership it held.
+    #[error("leader election: {0}")]
+    LeaderElection(String),
 }
 
 impl Error {

@@ -105,6 +105,24 @@ pub struct RunLabels {
     pub result: RunResult,
 }
 
+/// What became of one Kubernetes Event.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum EventOutcome {
+    /// Written to the apiserver (created, or counted into an existing series).
+    Published,
+    /// Not queued: the event queue was full (or its worker gone).
+    Dropped,
+    /// Queued, but the write failed or timed out.
+    Failed,
+}
+
+/// Label set `{outcome}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// Outcome.
+    pub outcome: EventOutcome,
+}
+
 /// All metrics of the process.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -136,6 +154,8 @@ pub struct Metrics {
     pub reconciles: Counter,
     /// Cluster reconcile errors.
     pub reconcile_errors: Counter,
+    /// Kubernetes Events by outcome (published, dropped, failed).
+    pub events: Family<EventLabels, Counter>,
 }
 
 /// Label set `{service}`.
@@ -224,6 +244,11 @@ impl Metrics {
             "429 Too Many Requests responses by API",
             self.throttled_responses.clone(),
         );
+        c.register(
+            "events",
+            "Kubernetes Events by outcome: published, dropped (queue full) or failed",
+            self.events.clone(),
+        );
     }
 
     /// Drops every per-shoot series of `shoot` (its probe was removed).
@@ -294,6 +319,11 @@ mod tests {
                 api: ApiLabel::Shoot,
             })
             .inc();
+        m.events
+            .get_or_create(&EventLabels {
+                outcome: EventOutcome::Dropped,
+            })
+            .inc();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
         for name in [
@@ -310,6 +340,7 @@ mod tests {
             "dwd_weeder_pods_deleted",
             "dwd_api_requests",
             "dwd_throttled_responses",
+            "dwd_events_total{outcome=\"Dropped\"} 1",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

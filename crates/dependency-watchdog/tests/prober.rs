@@ -237,19 +237,30 @@ async fn throttled_shoot_gets_no_run_within_10s_of_a_429() {
     let ns = shoot.namespace().to_string();
     h.wait_runs(&ns, 2).await;
     api.set_throttled(true);
-    let before = api.throttled_responses();
-    let first = eventually(DEADLINE, "a 429", || async {
-        Ok((api.throttled_responses() > before).then(Instant::now))
-    })
-    .await
-    .expect("first 429");
-    let second = eventually(Duration::from_secs(30), "the next run's 429", || async {
-        Ok((api.throttled_responses() > before + 1).then(Instant::now))
-    })
-    .await
-    .expect("second 429");
+    // One run can collect up to three 429s within a moment (version, then its concurrent node
+    // and lease lists on fresh connections); the runs are the bursts, seen from the front door.
+    let mut seen = api.throttled_responses();
+    let mut bursts: Vec<Instant> = Vec::new();
+    let mut last_at = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while bursts.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no second throttled run within 40s: {bursts:?}"
+        );
+        let now_count = api.throttled_responses();
+        if now_count > seen {
+            let now = Instant::now();
+            if bursts.is_empty() || now - last_at > Duration::from_secs(1) {
+                bursts.push(now);
+            }
+            last_at = now;
+            seen = now_count;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     api.set_throttled(false);
-    let gap = second - first;
+    let gap = bursts[1] - bursts[0];
     // The interval is 400 ms; only the 429 back-off explains a gap this long.
     assert!(
         gap >= Duration::from_millis(9_800),
@@ -643,4 +654,93 @@ async fn changed_pool_conditions_restart_the_probe_with_the_new_candidates() {
         .await
         .expect("pool conditions");
     wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
+}
+
+#[tokio::test]
+async fn explain_agrees_with_what_the_prober_did() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    let shoot = h.shoot("explain", &h.shoots, |_| {}).await;
+    let ns = shoot.namespace().to_string();
+    let nodes = shoot.node_names();
+    shoot
+        .shoot()
+        .set_node_annotation(
+            &nodes[4],
+            "node.machine.sapcloud.io/not-managed-by-mcm",
+            "true",
+        )
+        .await
+        .expect("annotate");
+    h.wait_runs(&ns, 2).await;
+    // Healthy: explain says scale up, nothing to do.
+    let config = dwd_core::ProberConfig::from_yaml(PROBER_CONFIG)
+        .expect("config")
+        .config;
+    let healthy = dependency_watchdog::explain::explain(&seed, &config, &ns)
+        .await
+        .expect("explain");
+    let lp = healthy.lease_probe.as_ref().expect("lease probe ran");
+    assert!(healthy.api_server_probe.ok, "{healthy}");
+    assert_eq!((lp.candidates, lp.expired), (4, 0), "{healthy}");
+    assert_eq!(lp.decision, "scale up");
+    let excluded = lp
+        .nodes
+        .iter()
+        .find(|n| n.node == nodes[4])
+        .expect("node line");
+    assert!(
+        !excluded.candidate && excluded.verdict.contains("not managed"),
+        "{}",
+        excluded.verdict
+    );
+
+    // Outage: after the prober acted, explain (the real binary, JSON) reports the same decision.
+    shoot.kubelets().silence_count(4);
+    wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
+    let dir = std::env::temp_dir().join(format!("dwd-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config_path = dir.join("dep-config.yaml");
+    std::fs::write(&config_path, PROBER_CONFIG).expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
+        .args([
+            "explain",
+            "--output",
+            "json",
+            "--namespace",
+            &ns,
+            "--config-file",
+        ])
+        .arg(&config_path)
+        .arg("--kubeconfig")
+        .arg(h.seed.kubeconfig_path())
+        .output()
+        .expect("run explain");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["lease_probe"]["decision"], "scale down", "{json:#}");
+    assert_eq!(json["lease_probe"]["candidates"], 4);
+    assert_eq!(json["lease_probe"]["expired"], 4);
+    let flow = json["flow"].as_array().expect("flow");
+    assert_eq!(
+        flow.first().map(|l| l["level"].clone()),
+        Some(serde_json::json!(0)),
+        "{json:#}"
+    );
+    let kcm = &flow[0]["targets"][0];
+    assert_eq!(kcm["target"], "Deployment/kube-controller-manager");
+    assert!(
+        kcm["action"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("nothing to scale"),
+        "{kcm}"
+    );
+    // Nothing changed by explain.
+    assert_eq!(deployment_state(&seed, &ns, KCM).await.0, 0);
 }

@@ -19,6 +19,7 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::events::{Component, Events};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::{Error, Result};
@@ -35,6 +36,8 @@ pub struct ProberContext {
     pub caches: SeedCaches,
     /// Process metrics.
     pub metrics: Arc<Metrics>,
+    /// Kubernetes Events for scaling decisions and target changes.
+    pub events: Events,
 }
 
 /// Runs the prober until `shutdown` is cancelled or a critical task dies.
@@ -54,11 +57,13 @@ pub async fn run(
         &mut tasks,
     )
     .await?;
+    let events = Events::start(seed.clone(), Component::Prober, metrics.clone());
     let ctx = Arc::new(ProberContext {
         config,
         seed,
         caches,
         metrics,
+        events,
     });
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
 
@@ -92,6 +97,8 @@ pub async fn run(
     });
 
     let result = tokio::select! {
+        // A task that ends *because* of the shutdown must not count as a crash.
+        biased;
         _ = shutdown.cancelled() => Ok(()),
         ended = tasks.join_next() => {
             let what = match ended {

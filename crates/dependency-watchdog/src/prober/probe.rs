@@ -48,6 +48,17 @@ pub struct Probe {
     pub cancel: CancellationToken,
 }
 
+/// The report's summary without its trailing decision ("4/5 node leases expired (0.80 ≥
+/// 0.60)" of "…: scale down"): events append what was done to it.
+pub fn decision_reason(report: &LeaseReport) -> String {
+    let text = report.to_string();
+    let decision = format!(": {}", report.decision);
+    match text.strip_suffix(&decision) {
+        Some(reason) => reason.to_string(),
+        None => text,
+    }
+}
+
 impl Probe {
     /// Runs until cancelled.
     pub async fn run(self) {
@@ -141,7 +152,8 @@ impl Probe {
                 decision = %report.decision, "{report}; no scaling this run");
             return outcome;
         };
-        if !scaler::flow_needed(&self.ctx, &self.namespace, dir) {
+        let targets = scaler::targets_to_scale(&self.ctx, &self.namespace, dir);
+        if targets.is_empty() {
             debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
                 decision = %report.decision, "{report}; targets already there");
             return outcome;
@@ -156,7 +168,12 @@ impl Probe {
                 direction: dir.into(),
             })
             .inc();
-        match scaler::run_flow(&self.ctx, &self.namespace, dir).await {
+        let reason = decision_reason(&report);
+        let names: Vec<&str> = targets.iter().map(String::as_str).collect();
+        self.ctx
+            .events
+            .scaling_decision(&self.namespace, dir, &reason, &names);
+        match scaler::run_flow(&self.ctx, &self.namespace, dir, &reason).await {
             Ok(flow) => {
                 if flow.throttled {
                     outcome.throttled_at = Some(Instant::now());
@@ -325,5 +342,35 @@ impl Probe {
             }
             Ok(Ok(v)) => Ok(v),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dwd_core::lease::UpReason;
+
+    fn report(expired: usize, decision: LeaseDecision) -> LeaseReport {
+        LeaseReport {
+            nodes: Vec::new(),
+            orphan_leases: Vec::new(),
+            candidates: 5,
+            expired,
+            fraction: Some(expired as f64 / 5.0),
+            threshold: 0.6,
+            decision,
+        }
+    }
+
+    #[test]
+    fn decision_reason_is_the_summary_without_the_decision() {
+        assert_eq!(
+            decision_reason(&report(4, LeaseDecision::ScaleDown)),
+            "4/5 node leases expired (0.80 ≥ 0.60)"
+        );
+        assert_eq!(
+            decision_reason(&report(0, LeaseDecision::ScaleUp(UpReason::BelowThreshold))),
+            "0/5 node leases expired (0.00 < 0.60)"
+        );
     }
 }

@@ -17,6 +17,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
 use super::seed_caches::TargetCache;
+use crate::events::TargetRef;
 use crate::metrics::{ApiLabel, ApiLabels, Outcome, ScaleOpLabels};
 use crate::{Error, Result};
 
@@ -75,35 +76,59 @@ pub struct FlowError {
 /// Whether the flow in `dir` has anything to do for shoot `namespace`, judged from the
 /// caches (no API call). Lets a healthy shoot's run end without touching the seed.
 pub fn flow_needed(ctx: &ProberContext, namespace: &str, dir: Direction) -> bool {
-    ctx.caches.targets.iter().any(|t| {
-        if !t.cache.is_ready() {
-            return true;
-        }
-        match t.cache.get(namespace, &t.info.target.name) {
-            None => !t.info.optional,
-            Some(state) => {
-                let snapshot = TargetSnapshot {
-                    spec_replicas: state.spec_replicas,
-                    annotations: state.annotations.clone(),
-                };
-                !matches!(
-                    decide_target_action(dir, &snapshot),
-                    Ok(TargetAction::AlreadyDone {
-                        clear_marker: false
-                    }) | Ok(TargetAction::Ignored {
-                        clear_marker: false
-                    })
-                )
-            }
-        }
-    })
+    ctx.caches
+        .targets
+        .iter()
+        .any(|t| target_needs_flow(t, namespace, dir))
 }
 
-/// Runs the flow in `dir` for shoot `namespace`.
+/// Names of the targets the flow in `dir` would act on, in the flow's level order (judged
+/// from the caches, like [`flow_needed`]): what the decision event on the Cluster lists.
+pub fn targets_to_scale(ctx: &ProberContext, namespace: &str, dir: Direction) -> Vec<String> {
+    plan_levels(&ctx.config.dependent_resource_infos, dir)
+        .iter()
+        .flat_map(|level| level.targets.iter())
+        .filter(|info| {
+            ctx.caches
+                .targets
+                .iter()
+                .find(|t| t.info == **info)
+                .is_some_and(|t| target_needs_flow(t, namespace, dir))
+        })
+        .map(|info| info.target.name.clone())
+        .collect()
+}
+
+fn target_needs_flow(t: &TargetCache, namespace: &str, dir: Direction) -> bool {
+    if !t.cache.is_ready() {
+        return true;
+    }
+    match t.cache.get(namespace, &t.info.target.name) {
+        None => !t.info.optional,
+        Some(state) => {
+            let snapshot = TargetSnapshot {
+                spec_replicas: state.spec_replicas,
+                annotations: state.annotations.clone(),
+            };
+            !matches!(
+                decide_target_action(dir, &snapshot),
+                Ok(TargetAction::AlreadyDone {
+                    clear_marker: false
+                }) | Ok(TargetAction::Ignored {
+                    clear_marker: false
+                })
+            )
+        }
+    }
+}
+
+/// Runs the flow in `dir` for shoot `namespace`. `reason` (the lease probe's summary, e.g.
+/// "4/5 node leases expired (0.80 ≥ 0.60)") goes into the event on every target it changes.
 pub async fn run_flow(
     ctx: &ProberContext,
     namespace: &str,
     dir: Direction,
+    reason: &str,
 ) -> Result<FlowReport, Box<FlowError>> {
     let mut report = FlowReport::default();
     for level in plan_levels(&ctx.config.dependent_resource_infos, dir) {
@@ -112,7 +137,7 @@ pub async fn run_flow(
             let name = info.target.name.clone();
             async move {
                 let result = match target {
-                    Some(t) => scale_target(ctx, namespace, t, dir)
+                    Some(t) => scale_target(ctx, namespace, t, dir, reason)
                         .instrument(info_span!("scale", target = %name, direction = %dir, level = level.level))
                         .await,
                     None => Err(Error::Scaling(format!("target {name} has no cache"))),
@@ -166,6 +191,7 @@ async fn scale_target(
     namespace: &str,
     target: &TargetCache,
     dir: Direction,
+    reason: &str,
 ) -> Result<TargetOutcome> {
     let scale_info = match dir {
         Direction::Up => &target.info.scale_up,
@@ -176,14 +202,24 @@ async fn scale_target(
     }
     let mut attempt = 1;
     loop {
-        match attempt_once(ctx, namespace, target, dir, scale_info.timeout).await {
+        match attempt_once(ctx, namespace, target, dir, scale_info.timeout, reason).await {
             Ok(outcome) => return Ok(outcome),
             Err(error) if attempt < ATTEMPTS => {
                 warn!(attempt, %error, "scaling attempt failed, retrying");
                 attempt += 1;
                 tokio::time::sleep(ATTEMPT_INTERVAL).await;
             }
-            Err(error) => return Err(error),
+            Err(error) => {
+                ctx.events.target_failed(
+                    target_ref(namespace, target, None),
+                    &target.resource,
+                    dir,
+                    attempt,
+                    &error.to_string(),
+                    reason,
+                );
+                return Err(error);
+            }
         }
     }
 }
@@ -220,12 +256,29 @@ async fn call<T>(
     }
 }
 
+/// `target` in `namespace` as its events name it.
+fn target_ref<'a>(
+    namespace: &'a str,
+    target: &'a TargetCache,
+    uid: Option<&'a str>,
+) -> TargetRef<'a> {
+    let r = &target.info.target;
+    TargetRef {
+        namespace,
+        api_version: &r.api_version,
+        kind: &r.kind,
+        name: &r.name,
+        uid,
+    }
+}
+
 async fn attempt_once(
     ctx: &ProberContext,
     namespace: &str,
     target: &TargetCache,
     dir: Direction,
     timeout: Duration,
+    reason: &str,
 ) -> Result<TargetOutcome> {
     let r = &target.info.target;
     let what = format!("{} {namespace}/{}", r.kind, r.name);
@@ -284,7 +337,7 @@ async fn attempt_once(
         TargetAction::ScaleDown { record_replicas } => {
             // Record first, then scale: a crash in between leaves the recorded count behind.
             let patch = scale_down_annotation_patch(record_replicas);
-            call(
+            let recorded = call(
                 ctx,
                 format!("recording replicas of {what}"),
                 api.patch(&r.name, &pp, &Patch::Merge(&patch)),
@@ -298,6 +351,15 @@ async fn attempt_once(
             )
             .await?;
             info!(from = record_replicas, to = 0, "scaled down");
+            // Reported when the replicas changed, not when the goal is reached: a retry after
+            // a slow goal finds the target already scaled and would report nothing.
+            ctx.events.target_scaled(
+                target_ref(namespace, target, recorded.metadata.uid.as_deref()),
+                dir,
+                record_replicas,
+                0,
+                reason,
+            );
             wait_for_goal(target, namespace, &what, timeout, |s| {
                 s.spec_replicas == 0 && s.ready_replicas == 0
             })
@@ -309,12 +371,20 @@ async fn attempt_once(
         }
         TargetAction::ScaleUp { replicas } => {
             let scale = serde_json::json!({"spec": {"replicas": replicas}});
-            call(
+            let scaled = call(
                 ctx,
                 format!("scaling {what} to {replicas}"),
                 api.patch_scale(&r.name, &pp, &Patch::Merge(&scale)),
             )
             .await?;
+            // The Scale subresource carries its parent's UID.
+            ctx.events.target_scaled(
+                target_ref(namespace, target, scaled.metadata.uid.as_deref()),
+                dir,
+                state.spec_replicas,
+                replicas,
+                reason,
+            );
             let patch = clear_annotations_patch();
             call(
                 ctx,

@@ -68,7 +68,8 @@ fn project_secret(secret: &Secret) -> Option<SecretKubeconfig> {
     Some(SecretKubeconfig(value))
 }
 
-fn project_machine(machine: &DynamicObject) -> Option<MachineView> {
+/// Projects a Machine to what the lease probe needs.
+pub fn project_machine(machine: &DynamicObject) -> Option<MachineView> {
     let phase = machine
         .data
         .pointer("/status/currentStatus/phase")
@@ -86,7 +87,8 @@ fn project_machine(machine: &DynamicObject) -> Option<MachineView> {
     })
 }
 
-fn project_target(obj: &DynamicObject) -> Option<TargetState> {
+/// Projects a scaling target to what the scaler needs.
+pub fn project_target(obj: &DynamicObject) -> Option<TargetState> {
     let int = |ptr: &str| obj.data.pointer(ptr).and_then(serde_json::Value::as_i64);
     Some(TargetState {
         annotations: obj.metadata.annotations.clone().unwrap_or_default(),

@@ -25,6 +25,7 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::events::{Component, Events};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::{Error, Result};
@@ -39,11 +40,13 @@ pub struct WeederContext {
     pub selectors: HashMap<String, Arc<[PodSelector]>>,
     /// Client of the seed's kube-apiserver.
     pub seed: Client,
+    /// Kubernetes Events for deleted pods, shared by every weeder.
+    pub events: Events,
 }
 
 impl WeederContext {
-    /// The context of `config` against the seed behind `seed`.
-    pub fn new(config: WeederConfig, seed: Client) -> Self {
+    /// The context of `config` against the seed behind `seed`, reporting through `events`.
+    pub fn new(config: WeederConfig, seed: Client, events: Events) -> Self {
         let selectors = config
             .services_and_dependant_selectors
             .into_iter()
@@ -53,6 +56,7 @@ impl WeederContext {
             watch_duration: config.watch_duration,
             selectors,
             seed,
+            events,
         }
     }
 }
@@ -77,7 +81,8 @@ pub async fn run_with(
     health: Arc<Health>,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let ctx = Arc::new(WeederContext::new(config, seed));
+    let events = Events::start(seed.clone(), Component::Weeder, weeders.metrics().clone());
+    let ctx = Arc::new(WeederContext::new(config, seed, events));
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn({
         let (ctx, weeders, health) = (ctx.clone(), weeders.clone(), health.clone());
@@ -93,6 +98,8 @@ pub async fn run_with(
     );
 
     let result = tokio::select! {
+        // A task that ends *because* of the shutdown must not count as a crash.
+        biased;
         _ = shutdown.cancelled() => Ok(()),
         ended = tasks.join_next() => {
             let what = match ended {

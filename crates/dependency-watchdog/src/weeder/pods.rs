@@ -22,6 +22,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::events::Events;
 use crate::metrics::{Metrics, ServiceLabels};
 
 /// Attempts per pod deletion before waiting for the pod's next event.
@@ -45,6 +46,8 @@ pub struct Weeder {
     pub client: Client,
     /// Process metrics (`pods_deleted`).
     pub metrics: Arc<Metrics>,
+    /// Kubernetes Events: one per deleted pod.
+    pub events: Events,
 }
 
 /// A pod the weeder should delete, as read from the pod.
@@ -160,6 +163,15 @@ impl Weeder {
                         selector = %query,
                         container = %target.container,
                         "deleted crash-looping pod so it restarts now that its dependency is back"
+                    );
+                    // The pod is gone, but its event lives on in the namespace, found by
+                    // name and UID.
+                    self.events.pod_deleted(
+                        &self.namespace,
+                        &target.name,
+                        &target.uid,
+                        &self.service,
+                        &target.container,
                     );
                 }
                 Ok(Deleted::AlreadyGone) => {

@@ -190,6 +190,7 @@ mod tests {
             watch_duration,
             client,
             metrics: metrics.clone(),
+            events: crate::events::Events::disabled(metrics.clone()),
         }
     }
 

@@ -164,6 +164,7 @@ fn on_slice(
         watch_duration: ctx.watch_duration,
         client: ctx.seed.clone(),
         metrics: weeders.metrics().clone(),
+        events: ctx.events.clone(),
     });
     let replaced = outcome == StartOutcome::Replaced;
     info!(%namespace, slice = %name, %service, replaced, "service is ready again; weeding its crash-looping dependants");

@@ -65,12 +65,12 @@ pub struct Harness {
 
 pub async fn harness() -> &'static Harness {
     static HARNESS: tokio::sync::OnceCell<Harness> = tokio::sync::OnceCell::const_new();
-    HARNESS
+    let harness = HARNESS
         .get_or_init(|| async {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "warn".into()),
+                        .unwrap_or_else(|_| "warn,dependency_watchdog=info".into()),
                 )
                 .with_test_writer()
                 .try_init();
@@ -112,12 +112,6 @@ pub async fn harness() -> &'static Harness {
                     eprintln!("prober ended: {result:?}");
                 });
             });
-            eventually(DEADLINE, "prober ready", || {
-                let h = health.clone();
-                async move { Ok(h.is_ready().then_some(())) }
-            })
-            .await
-            .expect("prober ready");
             Harness {
                 env,
                 seed,
@@ -127,7 +121,21 @@ pub async fn harness() -> &'static Harness {
                 health,
             }
         })
-        .await
+        .await;
+    // Every test waits for readiness (not only the first), so a slow cold start under load
+    // fails no test that could still pass, and the prober is never started twice.
+    let health = harness.health.clone();
+    eventually(
+        Duration::from_secs(90),
+        "prober ready (caches synced)",
+        || {
+            let h = health.clone();
+            async move { Ok(h.is_ready().then_some(())) }
+        },
+    )
+    .await
+    .expect("prober ready");
+    harness
 }
 
 impl Harness {

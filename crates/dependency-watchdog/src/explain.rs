@@ -1,0 +1,451 @@
+//! `dependency-watchdog explain`: evaluates one shoot now, with the prober's own decision
+//! functions (`dwd_core::probe_lifecycle`, `evaluate_leases`, `plan_levels`,
+//! `decide_target_action`), and reports every step — without changing anything.
+//!
+//! It answers the operator's question "why did (or didn't) the watchdog scale this shoot?":
+//! whether a probe runs for it, whether its API server answers, each node's verdict with its
+//! lease age, the expired fraction against the threshold, the decision, and the flow of
+//! levels and targets that decision would run.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use dwd_core::lease::LeaseReport;
+use dwd_core::scaling::{decide_target_action, plan_levels};
+use dwd_core::{
+    Direction, LeaseDecision, ProbeLifecycle, ProberConfig, ShootView, TargetAction,
+    TargetSnapshot, Verdict, evaluate_leases, probe_lifecycle,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::{Api, Client};
+use serde::Serialize;
+
+use crate::prober::controller::cluster_gvk;
+use crate::prober::probe::NODE_LEASE_NAMESPACE;
+use crate::prober::seed_caches::{
+    KUBECONFIG_KEY, machine_gvk, project_machine, project_target, split_api_version,
+};
+use crate::{Error, Result};
+
+/// Everything `explain` found, in the order the prober evaluates it.
+#[derive(Debug, Serialize)]
+pub struct Explanation {
+    /// Shoot namespace.
+    pub namespace: String,
+    /// Whether the prober runs a probe for this shoot, and why (not).
+    pub probe: String,
+    /// API server probe: `Ok(version)` or the error.
+    pub api_server_probe: Step,
+    /// Lease probe (absent when the API server probe failed).
+    pub lease_probe: Option<LeaseSummary>,
+    /// The flow the decision would run (empty when no scaling).
+    pub flow: Vec<FlowLevel>,
+}
+
+/// Outcome of one probe step.
+#[derive(Debug, Serialize)]
+pub struct Step {
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// What it returned or why it failed.
+    pub detail: String,
+}
+
+/// The lease probe's findings.
+#[derive(Debug, Serialize)]
+pub struct LeaseSummary {
+    /// One line per node.
+    pub nodes: Vec<NodeLine>,
+    /// Leases that belong to no node (ignored).
+    pub orphan_leases: Vec<String>,
+    /// Candidate leases.
+    pub candidates: usize,
+    /// Expired candidate leases.
+    pub expired: usize,
+    /// `expired / candidates`.
+    pub fraction: Option<f64>,
+    /// `nodeLeaseFailureFraction`.
+    pub threshold: f64,
+    /// The grace period used (`kcmNodeMonitorGraceDuration` or the shoot's override), seconds.
+    pub grace_seconds: f64,
+    /// The decision, in words.
+    pub decision: String,
+    /// The report's one-line summary (as the prober logs it).
+    pub summary: String,
+}
+
+/// A node's verdict.
+#[derive(Debug, Serialize)]
+pub struct NodeLine {
+    /// Node name.
+    pub node: String,
+    /// Whether it votes.
+    pub candidate: bool,
+    /// For candidates: whether its lease is expired.
+    pub expired: Option<bool>,
+    /// Seconds since the lease was renewed.
+    pub lease_age_seconds: Option<f64>,
+    /// Seconds until (positive) or since (negative) the lease counts as expired.
+    pub expires_in_seconds: Option<f64>,
+    /// The verdict in words (or why the node is excluded).
+    pub verdict: String,
+}
+
+/// One level of the flow.
+#[derive(Debug, Serialize)]
+pub struct FlowLevel {
+    /// Level number.
+    pub level: u32,
+    /// Targets, run concurrently.
+    pub targets: Vec<FlowTarget>,
+}
+
+/// What the flow would do to one target.
+#[derive(Debug, Serialize)]
+pub struct FlowTarget {
+    /// `kind/name`.
+    pub target: String,
+    /// The action, in words.
+    pub action: String,
+}
+
+fn kube_err(action: String) -> impl FnOnce(kube::Error) -> Error {
+    move |e| Error::kube(action, e)
+}
+
+/// Evaluates shoot `namespace` now. Only reads.
+pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> Result<Explanation> {
+    let clusters: Api<DynamicObject> =
+        Api::all_with(seed.clone(), &ApiResource::from_gvk(&cluster_gvk()));
+    let cluster = clusters
+        .get_opt(namespace)
+        .await
+        .map_err(kube_err(format!("reading Cluster {namespace}")))?;
+    let view = match &cluster {
+        None => None,
+        Some(c) => {
+            let spec = c
+                .data
+                .get("spec")
+                .cloned()
+                .unwrap_or(serde_json::Value::Null);
+            Some(
+                ShootView::from_cluster_spec(&spec)
+                    .map_err(|e| Error::Scaling(format!("Cluster {namespace}: {e}")))?,
+            )
+        }
+    };
+    let lifecycle = probe_lifecycle(view.as_ref(), config);
+    let (probe, settings) = match lifecycle {
+        ProbeLifecycle::Run(settings) => (
+            format!(
+                "runs (grace period {:?}, pools {:?})",
+                settings.node_monitor_grace, settings.pool_conditions
+            ),
+            Some(settings),
+        ),
+        ProbeLifecycle::Remove(reason) => (format!("none: {reason}"), None),
+        ProbeLifecycle::NotYet(reason) => (format!("not started yet: {reason}"), None),
+    };
+    let mut out = Explanation {
+        namespace: namespace.to_string(),
+        probe,
+        api_server_probe: Step {
+            ok: false,
+            detail: String::new(),
+        },
+        lease_probe: None,
+        flow: Vec::new(),
+    };
+    let Some(settings) = settings else {
+        out.api_server_probe.detail = "skipped: no probe runs for this shoot".into();
+        return Ok(out);
+    };
+
+    let shoot = match shoot_client(seed, config, namespace).await {
+        Ok(client) => client,
+        Err(detail) => {
+            out.api_server_probe.detail = detail;
+            return Ok(out);
+        }
+    };
+    match tokio::time::timeout(config.probe_timeout, shoot.apiserver_version()).await {
+        Ok(Ok(v)) => {
+            out.api_server_probe = Step {
+                ok: true,
+                detail: format!("reachable, {}", v.git_version),
+            }
+        }
+        Ok(Err(e)) => {
+            out.api_server_probe.detail =
+                format!("GET /version failed: {e}; no lease probe, no scaling");
+            return Ok(out);
+        }
+        Err(_) => {
+            out.api_server_probe.detail = format!(
+                "GET /version timed out after {:?}; no lease probe, no scaling",
+                config.probe_timeout
+            );
+            return Ok(out);
+        }
+    }
+
+    let lp = ListParams::default().match_any();
+    let nodes = list_with_timeout(
+        Api::<Node>::all(shoot.clone()).list(&lp),
+        config.probe_timeout,
+        "listing nodes",
+    )
+    .await?;
+    let leases = list_with_timeout(
+        Api::<Lease>::namespaced(shoot.clone(), NODE_LEASE_NAMESPACE).list(&lp),
+        config.probe_timeout,
+        "listing node leases",
+    )
+    .await?;
+    let machines_api: Api<DynamicObject> = Api::namespaced_with(
+        seed.clone(),
+        namespace,
+        &ApiResource::from_gvk(&machine_gvk()),
+    );
+    let machines: Vec<_> = machines_api
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_err(format!("listing Machines in {namespace}")))?
+        .items
+        .iter()
+        .filter_map(project_machine)
+        .collect();
+    let now = Utc::now();
+    let report = evaluate_leases(
+        &nodes,
+        &machines,
+        &leases,
+        &settings,
+        config.node_lease_failure_fraction,
+        now,
+    );
+    let direction = match report.decision {
+        LeaseDecision::ScaleDown => Some(Direction::Down),
+        LeaseDecision::ScaleUp(_) => Some(Direction::Up),
+        LeaseDecision::NoScaling(_) => None,
+    };
+    out.lease_probe = Some(summarize(&report, settings.node_monitor_grace, now));
+    if let Some(dir) = direction {
+        out.flow = explain_flow(seed, config, namespace, dir).await?;
+    }
+    Ok(out)
+}
+
+async fn list_with_timeout<T: Clone>(
+    fut: impl std::future::Future<Output = kube::Result<kube::api::ObjectList<T>>>,
+    timeout: Duration,
+    what: &str,
+) -> Result<Vec<T>> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(list)) => Ok(list.items),
+        Ok(Err(e)) => Err(Error::kube(format!("shoot: {what}"), e)),
+        Err(_) => Err(Error::Timeout {
+            action: format!("shoot: {what}"),
+            timeout,
+        }),
+    }
+}
+
+/// The shoot client the prober would build, or why it can't.
+async fn shoot_client(
+    seed: &Client,
+    config: &ProberConfig,
+    namespace: &str,
+) -> Result<Client, String> {
+    let secret_name = &config.kube_config_secret_name;
+    let secret = Api::<Secret>::namespaced(seed.clone(), namespace)
+        .get_opt(secret_name)
+        .await
+        .map_err(|e| format!("reading secret {namespace}/{secret_name}: {e}"))?
+        .ok_or_else(|| format!("secret {namespace}/{secret_name} not found; no probe can run"))?;
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(KUBECONFIG_KEY))
+        .ok_or_else(|| format!("secret {namespace}/{secret_name} has no key {KUBECONFIG_KEY:?}"))?;
+    let text = std::str::from_utf8(&bytes.0)
+        .map_err(|_| format!("secret {namespace}/{secret_name}: kubeconfig is not UTF-8"))?;
+    crate::kube_client::shoot_client(text, config.probe_timeout)
+        .await
+        .map_err(|e| format!("secret {namespace}/{secret_name}: {e}"))
+}
+
+fn summarize(report: &LeaseReport, grace: Duration, now: chrono::DateTime<Utc>) -> LeaseSummary {
+    let secs = |d: chrono::TimeDelta| d.num_milliseconds() as f64 / 1000.0;
+    let nodes = report
+        .nodes
+        .iter()
+        .map(|n| {
+            let (candidate, expired, age, expires_in) = match &n.verdict {
+                Verdict::Candidate {
+                    renew_time,
+                    expires_at,
+                    expired,
+                } => (
+                    true,
+                    Some(*expired),
+                    renew_time.map(|t| secs(now - t)),
+                    expires_at.map(|t| secs(t - now)),
+                ),
+                Verdict::Excluded(_) => (false, None, None, None),
+            };
+            NodeLine {
+                node: n.node.clone(),
+                candidate,
+                expired,
+                lease_age_seconds: age,
+                expires_in_seconds: expires_in,
+                verdict: n.verdict.to_string(),
+            }
+        })
+        .collect();
+    LeaseSummary {
+        nodes,
+        orphan_leases: report.orphan_leases.clone(),
+        candidates: report.candidates,
+        expired: report.expired,
+        fraction: report.fraction,
+        threshold: report.threshold,
+        grace_seconds: grace.as_secs_f64(),
+        decision: report.decision.to_string(),
+        summary: report.to_string(),
+    }
+}
+
+async fn explain_flow(
+    seed: &Client,
+    config: &ProberConfig,
+    namespace: &str,
+    dir: Direction,
+) -> Result<Vec<FlowLevel>> {
+    let mut levels = Vec::new();
+    for level in plan_levels(&config.dependent_resource_infos, dir) {
+        let mut targets = Vec::new();
+        for info in &level.targets {
+            let r = &info.target;
+            let (group, version) = split_api_version(&r.api_version);
+            let gvk = GroupVersionKind::gvk(group, version, &r.kind);
+            let action = match kube::discovery::pinned_kind(seed, &gvk).await {
+                Err(e) => format!("cannot resolve {}/{}: {e}", r.api_version, r.kind),
+                Ok((resource, _)) => {
+                    let api: Api<DynamicObject> =
+                        Api::namespaced_with(seed.clone(), namespace, &resource);
+                    match api.get_opt(&r.name).await {
+                        Err(e) => format!("cannot read it: {e}"),
+                        Ok(None) if info.optional => {
+                            "not found; optional, so its level still succeeds".into()
+                        }
+                        Ok(None) => {
+                            "not found and not optional: the flow would stop at this level".into()
+                        }
+                        Ok(Some(obj)) => describe_action(dir, &obj),
+                    }
+                }
+            };
+            targets.push(FlowTarget {
+                target: format!("{}/{}", r.kind, r.name),
+                action,
+            });
+        }
+        levels.push(FlowLevel {
+            level: level.level,
+            targets,
+        });
+    }
+    Ok(levels)
+}
+
+fn describe_action(dir: Direction, obj: &DynamicObject) -> String {
+    let Some(state) = project_target(obj) else {
+        return "unreadable target".into();
+    };
+    let snapshot = TargetSnapshot {
+        spec_replicas: state.spec_replicas,
+        annotations: state.annotations,
+    };
+    match decide_target_action(dir, &snapshot) {
+        Err(e) => format!("error: {e}"),
+        Ok(TargetAction::Ignored { .. }) => "left alone: ignore-scaling annotation is set".into(),
+        Ok(TargetAction::AlreadyDone { clear_marker }) => format!(
+            "nothing to scale (replicas {}){}",
+            snapshot.spec_replicas,
+            if clear_marker {
+                "; would remove the leftover annotations"
+            } else {
+                ""
+            }
+        ),
+        Ok(TargetAction::ScaleDown { record_replicas }) => {
+            format!("would record replicas={record_replicas}, then scale {record_replicas} → 0")
+        }
+        Ok(TargetAction::ScaleUp { replicas }) => {
+            format!("would scale 0 → {replicas}, then remove the annotations")
+        }
+    }
+}
+
+impl std::fmt::Display for Explanation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "shoot {}", self.namespace)?;
+        writeln!(f, "  probe:            {}", self.probe)?;
+        let mark = if self.api_server_probe.ok {
+            "ok"
+        } else {
+            "FAILED"
+        };
+        writeln!(
+            f,
+            "  API server probe: {mark}: {}",
+            self.api_server_probe.detail
+        )?;
+        let Some(lp) = &self.lease_probe else {
+            return Ok(());
+        };
+        writeln!(
+            f,
+            "  lease probe (grace {}s, expiry at 0.75 × grace):",
+            lp.grace_seconds
+        )?;
+        for n in &lp.nodes {
+            let age = n
+                .lease_age_seconds
+                .map(|a| format!(" (age {a:.1}s)"))
+                .unwrap_or_default();
+            writeln!(f, "    {:<24} {}{}", n.node, n.verdict, age)?;
+        }
+        for o in &lp.orphan_leases {
+            writeln!(f, "    {o:<24} lease without a node: ignored")?;
+        }
+        let fraction = lp
+            .fraction
+            .map(|x| format!("{x:.2}"))
+            .unwrap_or_else(|| "-".into());
+        writeln!(
+            f,
+            "  candidates {}, expired {}, fraction {} vs threshold {:.2}",
+            lp.candidates, lp.expired, fraction, lp.threshold
+        )?;
+        writeln!(f, "  decision:         {}", lp.summary)?;
+        if !self.flow.is_empty() {
+            writeln!(f, "  flow:")?;
+            for level in &self.flow {
+                for t in &level.targets {
+                    writeln!(
+                        f,
+                        "    level {}  {:<40} {}",
+                        level.level, t.target, t.action
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,676 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics.
+//!
+//! Every replica is a candidate with an identity `<hostname>_<random>`. A candidate takes the
+//! Lease when it is free (no holder: never held, or released on shutdown) or expired
+//! (`renewTime + leaseDurationSeconds < now`), and every write carries the `resourceVersion`
+//! it read, so of two candidates racing for the same Lease the apiserver lets only one win
+//! (the other gets `409 Conflict`).
+//!
+//! The leader renews every retry period. It stops leading when it has not renewed for the
+//! renew deadline, measured from the start of its last successful renewal. Because the
+//! deadline is shorter than the lease duration, a leader that can't reach the apiserver gives
+//! up (lease duration − renew deadline) before any follower may consider its lease expired;
+//! that margin also absorbs clock skew between nodes (expiry compares the leader's
+//! `renewTime` with the follower's clock, as node-lease probing does).
+//!
+//! We evaluated the crates first: `kube-leader-election` and `kube-coordinate` don't support
+//! kube 5; `kube-lease-manager` does, but counts time in whole seconds (no 300 ms retry
+//! period), has no renew deadline or retry period (it renews a fixed "grace" before expiry)
+//! and panics on invalid timings. The protocol is small, so it lives here, with its timing
+//! decisions as pure functions ([`decide`], [`Timings::renewal_overdue`]) under unit tests.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+/// The prober's Lease (the reference's name).
+pub const PROBER_LEASE: &str = "dwd-prober-leader-election";
+/// The weeder's Lease (the reference's name).
+pub const WEEDER_LEASE: &str = "dwd-weeder-leader-election";
+
+/// The three timing flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// How long a lease is valid after its last renewal (`--leader-elect-lease-duration`).
+    pub lease_duration: Duration,
+    /// How long the leader keeps failing to renew before it stops leading
+    /// (`--leader-elect-renew-deadline`).
+    pub renew_deadline: Duration,
+    /// Interval between attempts to acquire or renew (`--leader-elect-retry-period`).
+    pub retry_period: Duration,
+}
+
+impl Timings {
+    /// Checks lease duration > renew deadline > retry period > 0, which makes a leader give
+    /// up before its lease can expire for the others.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.retry_period.is_zero() {
+            return Err("--leader-elect-retry-period must be positive".into());
+        }
+        if self.renew_deadline <= self.retry_period {
+            return Err(format!(
+                "--leader-elect-renew-deadline ({:?}) must be longer than --leader-elect-retry-period ({:?})",
+                self.renew_deadline, self.retry_period
+            ));
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return Err(format!(
+                "--leader-elect-lease-duration ({:?}) must be longer than --leader-elect-renew-deadline ({:?})",
+                self.lease_duration, self.renew_deadline
+            ));
+        }
+        Ok(())
+    }
+
+    /// `leaseDurationSeconds` to write: whole seconds, rounded up (a longer lease is safe).
+    pub fn lease_duration_seconds(&self) -> i32 {
+        let secs = self
+            .lease_duration
+            .as_secs()
+            .saturating_add(u64::from(self.lease_duration.subsec_nanos() > 0))
+            .max(1);
+        i32::try_from(secs).unwrap_or(i32::MAX)
+    }
+
+    /// Whether a leader whose last successful renewal started at `last_renewed` must stop.
+    pub fn renewal_overdue(&self, last_renewed: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(last_renewed) >= self.renew_deadline
+    }
+
+    /// How long a renewal attempt starting at `now` may take before the deadline passes.
+    pub fn renewal_budget(&self, last_renewed: Instant, now: Instant) -> Duration {
+        (last_renewed + self.renew_deadline).saturating_duration_since(now)
+    }
+}
+
+/// What a candidate does with the Lease it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// There is no Lease: create it, held by us.
+    Create,
+    /// We hold it: renew (same acquire time and transitions).
+    Renew,
+    /// It is free or expired: take it (a new acquire time, one more transition).
+    TakeOver,
+    /// Someone else holds it until `expires`.
+    Follow {
+        /// The current holder.
+        holder: String,
+        /// When the holder's lease expires unless renewed.
+        expires: Timestamp,
+    },
+}
+
+/// The pure decision of client-go's `tryAcquireOrRenew` for `lease` read at `now`.
+pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> Decision {
+    let Some(lease) = lease else {
+        return Decision::Create;
+    };
+    let Some(spec) = lease.spec.as_ref() else {
+        return Decision::TakeOver;
+    };
+    let holder = spec.holder_identity.as_deref().unwrap_or_default();
+    if holder.is_empty() {
+        return Decision::TakeOver;
+    }
+    if holder == identity {
+        return Decision::Renew;
+    }
+    match expiry(spec) {
+        Some(expires) if now <= expires => Decision::Follow {
+            holder: holder.to_string(),
+            expires,
+        },
+        // Expired, or a record without times or duration: nobody can claim to be renewing.
+        _ => Decision::TakeOver,
+    }
+}
+
+/// `renewTime` (else `acquireTime`) + `leaseDurationSeconds`; `None` when either is missing.
+fn expiry(spec: &LeaseSpec) -> Option<Timestamp> {
+    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
+    let secs = spec.lease_duration_seconds.filter(|s| *s > 0)?;
+    renewed
+        .checked_add(SignedDuration::from_secs(i64::from(secs)))
+        .ok()
+}
+
+/// The Lease to write for `decision` (not `Follow`), based on what was read.
+pub fn next_lease(
+    read: Option<&Lease>,
+    decision: &Decision,
+    identity: &str,
+    duration_seconds: i32,
+    namespace: &str,
+    name: &str,
+    now: Timestamp,
+) -> Lease {
+    let mut lease = read.cloned().unwrap_or_else(|| Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+    });
+    let old = lease.spec.take().unwrap_or_default();
+    let (acquire_time, transitions) = match decision {
+        Decision::Renew => (
+            old.acquire_time.unwrap_or(MicroTime(now)),
+            old.lease_transitions.unwrap_or(0),
+        ),
+        Decision::TakeOver => (
+            MicroTime(now),
+            old.lease_transitions.unwrap_or(0).saturating_add(1),
+        ),
+        Decision::Create | Decision::Follow { .. } => (MicroTime(now), 0),
+    };
+    lease.spec = Some(LeaseSpec {
+        holder_identity: Some(identity.to_string()),
+        lease_duration_seconds: Some(duration_seconds),
+        acquire_time: Some(acquire_time),
+        renew_time: Some(MicroTime(now)),
+        lease_transitions: Some(transitions),
+        ..old
+    });
+    lease
+}
+
+/// The Lease released by its holder on shutdown: no holder, so the next candidate to look
+/// takes it at once; a 1 s duration like client-go's `ReleaseOnCancel` for older readers.
+pub fn released_lease(held: &Lease, now: Timestamp) -> Lease {
+    let mut lease = held.clone();
+    let old = lease.spec.take().unwrap_or_default();
+    lease.spec = Some(LeaseSpec {
+        holder_identity: None,
+        lease_duration_seconds: Some(1),
+        acquire_time: Some(MicroTime(now)),
+        renew_time: Some(MicroTime(now)),
+        ..old
+    });
+    lease
+}
+
+/// This replica's identity: `<hostname>_<random UUID>`, like controller-runtime's.
+pub fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| "dependency-watchdog".to_string());
+    let r: u128 = rand::random();
+    // A version-4 UUID: version and variant bits set, the rest random.
+    let r = (r & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62);
+    let hex = format!("{r:032x}");
+    format!(
+        "{host}_{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// The result of one attempt to acquire or renew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// We hold the Lease now.
+    Leading,
+    /// Someone else holds a valid Lease.
+    Following {
+        /// The holder.
+        holder: String,
+    },
+    /// Another candidate wrote the Lease between our read and our write.
+    LostRace,
+}
+
+/// Why a leader stopped leading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost(pub String);
+
+/// One candidate for one Lease.
+pub struct LeaderElector {
+    api: Api<Lease>,
+    namespace: String,
+    name: String,
+    identity: String,
+    timings: Timings,
+    /// The Lease as we last wrote it while leading: a renewal replaces it directly, so it
+    /// costs one request, and a `409` tells us someone else wrote in between.
+    held: Option<Lease>,
+    /// The holder last seen, to log changes only.
+    last_holder: Option<String>,
+}
+
+impl LeaderElector {
+    /// A candidate named `identity` for Lease `namespace/name`. `client` should not be shared
+    /// with busy work: renewals must not wait behind it in a client-side rate limiter.
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        name: &str,
+        identity: String,
+        timings: Timings,
+    ) -> Self {
+        LeaderElector {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            identity,
+            timings,
+            held: None,
+            last_holder: None,
+        }
+    }
+
+    /// This candidate's identity (the `holderIdentity` it writes).
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// `namespace/name` of the Lease.
+    pub fn lease(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Whether a 409 from the apiserver (create: exists; replace: stale resourceVersion).
+    fn is_conflict(e: &kube::Error) -> bool {
+        matches!(e, kube::Error::Api(s) if s.code == 409)
+    }
+
+    /// One round of client-go's `tryAcquireOrRenew`.
+    pub async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+        let pp = PostParams::default();
+        let secs = self.timings.lease_duration_seconds();
+        if let Some(held) = self.held.take() {
+            let next = next_lease(
+                Some(&held),
+                &Decision::Renew,
+                &self.identity,
+                secs,
+                &self.namespace,
+                &self.name,
+                Timestamp::now(),
+            );
+            match self.api.replace(&self.name, &pp, &next).await {
+                Ok(written) => {
+                    self.held = Some(written);
+                    return Ok(Attempt::Leading);
+                }
+                // Our copy is stale (someone wrote, or our last write's answer was lost):
+                // read the Lease and decide again below.
+                Err(e) if Self::is_conflict(&e) => {}
+                Err(e) => {
+                    self.held = Some(held);
+                    return Err(e);
+                }
+            }
+        }
+        let read = self.api.get_opt(&self.name).await?;
+        let now = Timestamp::now();
+        let decision = decide(read.as_ref(), &self.identity, now);
+        if let Decision::Follow { holder, .. } = decision {
+            return Ok(Attempt::Following { holder });
+        }
+        let next = next_lease(
+            read.as_ref(),
+            &decision,
+            &self.identity,
+            secs,
+            &self.namespace,
+            &self.name,
+            now,
+        );
+        let written = match decision {
+            Decision::Create => self.api.create(&pp, &next).await,
+            _ => self.api.replace(&self.name, &pp, &next).await,
+        };
+        match written {
+            Ok(written) => {
+                self.held = Some(written);
+                Ok(Attempt::Leading)
+            }
+            Err(e) if Self::is_conflict(&e) => Ok(Attempt::LostRace),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn note_holder(&mut self, holder: &str) {
+        if self.last_holder.as_deref() != Some(holder) {
+            info!(lease = %self.lease(), %holder, identity = %self.identity, "following the current leader");
+            self.last_holder = Some(holder.to_string());
+        }
+    }
+
+    /// Tries every retry period until this candidate leads; returns when the successful
+    /// attempt started (the start of its leadership's renew deadline). Calls `participating`
+    /// after every answer from the apiserver (readiness: followers are ready too).
+    pub async fn acquire(&mut self, participating: impl Fn()) -> Instant {
+        loop {
+            let started = Instant::now();
+            match tokio::time::timeout(self.timings.renew_deadline, self.try_acquire_or_renew())
+                .await
+            {
+                Ok(Ok(Attempt::Leading)) => {
+                    participating();
+                    info!(lease = %self.lease(), identity = %self.identity, "became leader");
+                    return started;
+                }
+                Ok(Ok(Attempt::Following { holder })) => {
+                    participating();
+                    self.note_holder(&holder);
+                }
+                Ok(Ok(Attempt::LostRace)) => {
+                    participating();
+                    debug!(lease = %self.lease(), "another candidate took the lease first");
+                }
+                Ok(Err(e)) => {
+                    warn!(lease = %self.lease(), error = %e, "cannot read or acquire the leader-election lease")
+                }
+                Err(_) => {
+                    warn!(lease = %self.lease(), timeout = ?self.timings.renew_deadline, "acquiring the leader-election lease timed out")
+                }
+            }
+            tokio::time::sleep_until(started + self.timings.retry_period).await;
+        }
+    }
+
+    /// Renews every retry period; returns when leadership is lost: the Lease is held by
+    /// someone else, or it could not be renewed within the renew deadline.
+    pub async fn keep_leading(&mut self, mut last_renewed: Instant) -> Lost {
+        let mut last_attempt = last_renewed;
+        loop {
+            tokio::time::sleep_until(last_attempt + self.timings.retry_period).await;
+            let started = Instant::now();
+            last_attempt = started;
+            if self.timings.renewal_overdue(last_renewed, started) {
+                return self.lost_by_deadline();
+            }
+            let budget = self.timings.renewal_budget(last_renewed, started);
+            match tokio::time::timeout(budget, self.try_acquire_or_renew()).await {
+                Ok(Ok(Attempt::Leading)) => last_renewed = started,
+                Ok(Ok(Attempt::Following { holder })) => {
+                    self.held = None;
+                    return Lost(format!("lease {} is now held by {holder}", self.lease()));
+                }
+                Ok(Ok(Attempt::LostRace)) => {
+                    debug!(lease = %self.lease(), "lease written by someone else while renewing; retrying")
+                }
+                Ok(Err(e)) => {
+                    warn!(lease = %self.lease(), error = %e, "renewing the leader-election lease failed")
+                }
+                Err(_) => return self.lost_by_deadline(),
+            }
+        }
+    }
+
+    fn lost_by_deadline(&mut self) -> Lost {
+        Lost(format!(
+            "lease {} not renewed within the renew deadline {:?}",
+            self.lease(),
+            self.timings.renew_deadline
+        ))
+    }
+
+    /// Gives the Lease up if we hold it, so a follower takes over at its next attempt instead
+    /// of waiting for the lease to expire.
+    pub async fn release(&mut self) -> Result<(), kube::Error> {
+        let Some(held) = self.held.take() else {
+            return Ok(());
+        };
+        let pp = PostParams::default();
+        match self
+            .api
+            .replace(&self.name, &pp, &released_lease(&held, Timestamp::now()))
+            .await
+        {
+            Ok(_) => {}
+            // Our copy was stale: release only if the Lease is still ours.
+            Err(e) if Self::is_conflict(&e) => {
+                let Some(current) = self.api.get_opt(&self.name).await? else {
+                    return Ok(());
+                };
+                let ours = current
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.as_deref())
+                    == Some(self.identity.as_str());
+                if !ours {
+                    return Ok(());
+                }
+                self.api
+                    .replace(&self.name, &pp, &released_lease(&current, Timestamp::now()))
+                    .await?;
+            }
+            Err(e) => return Err(e),
+        }
+        info!(lease = %self.lease(), identity = %self.identity, "released the leader-election lease");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ME: &str = "host-a_1";
+    const OTHER: &str = "host-b_2";
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn lease(holder: Option<&str>, renewed: Option<Timestamp>, duration: Option<i32>) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(PROBER_LEASE.into()),
+                namespace: Some("garden".into()),
+                resource_version: Some("42".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                renew_time: renewed.map(MicroTime),
+                acquire_time: Some(MicroTime(t(-100))),
+                lease_duration_seconds: duration,
+                lease_transitions: Some(3),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    fn timings(lease: u64, renew: u64, retry: u64) -> Timings {
+        Timings {
+            lease_duration: Duration::from_millis(lease),
+            renew_deadline: Duration::from_millis(renew),
+            retry_period: Duration::from_millis(retry),
+        }
+    }
+
+    #[test]
+    fn missing_lease_is_created() {
+        assert_eq!(decide(None, ME, t(0)), Decision::Create);
+    }
+
+    #[test]
+    fn free_lease_is_taken_at_once() {
+        // Released on shutdown: no holder, whatever the times say.
+        let l = lease(None, Some(t(0)), Some(15));
+        assert_eq!(decide(Some(&l), ME, t(0)), Decision::TakeOver);
+        let l = lease(Some(""), Some(t(0)), Some(15));
+        assert_eq!(decide(Some(&l), ME, t(0)), Decision::TakeOver);
+        let mut no_spec = lease(None, None, None);
+        no_spec.spec = None;
+        assert_eq!(decide(Some(&no_spec), ME, t(0)), Decision::TakeOver);
+    }
+
+    #[test]
+    fn others_lease_is_respected_until_renew_time_plus_duration_has_passed() {
+        let l = lease(Some(OTHER), Some(t(0)), Some(15));
+        for now in [t(0), t(10), t(15)] {
+            assert_eq!(
+                decide(Some(&l), ME, now),
+                Decision::Follow {
+                    holder: OTHER.into(),
+                    expires: t(15)
+                },
+                "at {now}"
+            );
+        }
+        let just_after = t(15)
+            .checked_add(SignedDuration::from_micros(1))
+            .unwrap_or(t(16));
+        assert_eq!(decide(Some(&l), ME, just_after), Decision::TakeOver);
+        assert_eq!(decide(Some(&l), ME, t(100)), Decision::TakeOver);
+    }
+
+    #[test]
+    fn others_lease_without_times_or_duration_is_expired() {
+        let mut l = lease(Some(OTHER), None, Some(15));
+        if let Some(s) = l.spec.as_mut() {
+            s.acquire_time = None;
+        }
+        assert_eq!(decide(Some(&l), ME, t(0)), Decision::TakeOver);
+        let l = lease(Some(OTHER), Some(t(0)), None);
+        assert_eq!(decide(Some(&l), ME, t(0)), Decision::TakeOver);
+        let l = lease(Some(OTHER), Some(t(0)), Some(0));
+        assert_eq!(decide(Some(&l), ME, t(0)), Decision::TakeOver);
+        // Without a renewTime the acquireTime counts.
+        let l = lease(Some(OTHER), None, Some(15));
+        assert_eq!(
+            decide(Some(&l), ME, t(-90)),
+            Decision::Follow {
+                holder: OTHER.into(),
+                expires: t(-85)
+            }
+        );
+    }
+
+    #[test]
+    fn own_lease_is_renewed_even_when_expired() {
+        let l = lease(Some(ME), Some(t(0)), Some(15));
+        assert_eq!(decide(Some(&l), ME, t(5)), Decision::Renew);
+        assert_eq!(decide(Some(&l), ME, t(500)), Decision::Renew);
+    }
+
+    #[test]
+    fn written_lease_keeps_resource_version_and_counts_transitions() {
+        let read = lease(Some(OTHER), Some(t(0)), Some(15));
+        let taken = next_lease(
+            Some(&read),
+            &Decision::TakeOver,
+            ME,
+            2,
+            "garden",
+            PROBER_LEASE,
+            t(20),
+        );
+        assert_eq!(
+            taken.metadata.resource_version.as_deref(),
+            Some("42"),
+            "optimistic concurrency"
+        );
+        let spec = taken.spec.unwrap_or_default();
+        assert_eq!(spec.holder_identity.as_deref(), Some(ME));
+        assert_eq!(spec.lease_transitions, Some(4));
+        assert_eq!(spec.acquire_time, Some(MicroTime(t(20))));
+        assert_eq!(spec.renew_time, Some(MicroTime(t(20))));
+        assert_eq!(spec.lease_duration_seconds, Some(2));
+
+        let mine = lease(Some(ME), Some(t(0)), Some(15));
+        let renewed = next_lease(
+            Some(&mine),
+            &Decision::Renew,
+            ME,
+            15,
+            "garden",
+            PROBER_LEASE,
+            t(2),
+        );
+        let spec = renewed.spec.unwrap_or_default();
+        assert_eq!(spec.lease_transitions, Some(3));
+        assert_eq!(
+            spec.acquire_time,
+            Some(MicroTime(t(-100))),
+            "acquire time stays"
+        );
+        assert_eq!(spec.renew_time, Some(MicroTime(t(2))));
+
+        let created = next_lease(
+            None,
+            &Decision::Create,
+            ME,
+            15,
+            "garden",
+            PROBER_LEASE,
+            t(0),
+        );
+        assert_eq!(created.metadata.namespace.as_deref(), Some("garden"));
+        assert_eq!(created.metadata.name.as_deref(), Some(PROBER_LEASE));
+        assert_eq!(created.metadata.resource_version, None);
+        assert_eq!(created.spec.and_then(|s| s.lease_transitions), Some(0));
+    }
+
+    #[test]
+    fn released_lease_is_free_for_the_next_candidate() {
+        let mine = lease(Some(ME), Some(t(0)), Some(15));
+        let released = released_lease(&mine, t(1));
+        assert_eq!(released.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(decide(Some(&released), OTHER, t(1)), Decision::TakeOver);
+        let spec = released.spec.unwrap_or_default();
+        assert_eq!(spec.lease_duration_seconds, Some(1));
+        assert_eq!(spec.lease_transitions, Some(3));
+    }
+
+    #[test]
+    fn timings_must_let_the_leader_give_up_before_its_lease_expires() {
+        assert!(timings(15_000, 10_000, 2_000).validate().is_ok());
+        assert!(timings(2_000, 1_500, 300).validate().is_ok());
+        assert!(timings(10_000, 10_000, 2_000).validate().is_err());
+        assert!(timings(15_000, 2_000, 2_000).validate().is_err());
+        assert!(timings(15_000, 10_000, 0).validate().is_err());
+    }
+
+    #[test]
+    fn lease_duration_seconds_round_up() {
+        assert_eq!(timings(15_000, 1, 1).lease_duration_seconds(), 15);
+        assert_eq!(timings(1_500, 1, 1).lease_duration_seconds(), 2);
+        assert_eq!(timings(200, 1, 1).lease_duration_seconds(), 1);
+    }
+
+    #[test]
+    fn renewal_is_overdue_once_the_deadline_passed_since_the_last_success() {
+        let tm = timings(2_000, 1_500, 300);
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        assert!(!tm.renewal_overdue(start, at(0)));
+        assert!(!tm.renewal_overdue(start, at(1_499)));
+        assert!(tm.renewal_overdue(start, at(1_500)));
+        assert_eq!(
+            tm.renewal_budget(start, at(1_000)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(tm.renewal_budget(start, at(2_000)), Duration::ZERO);
+    }
+
+    #[test]
+    fn identity_is_hostname_underscore_uuid() {
+        let a = default_identity();
+        let b = default_identity();
+        assert_ne!(a, b, "two replicas on one host differ");
+        let (host, uuid) = a.rsplit_once('_').unwrap_or_default();
+        assert!(!host.is_empty(), "{a}");
+        let parts: Vec<usize> = uuid.split('-').map(str::len).collect();
+        assert_eq!(parts, [8, 4, 4, 4, 12], "{a}");
+        assert_eq!(uuid.as_bytes()[14], b'4', "version 4: {a}");
+    }
+}

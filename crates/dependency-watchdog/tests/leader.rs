@@ -1,0 +1,703 @@
+//! Leader election and graceful shutdown of the real binary against a real seed apiserver.
+//!
+//! Each test runs several `dependency-watchdog prober` processes with leader election on,
+//! against a seed apiserver of its own (the processes probe every Cluster of their seed, so
+//! they must not see other tests' shoots), with one simulated shoot. The tests run one at a
+//! time: two apiservers and two or three watchdogs each are plenty for two cores.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use dependency_watchdog::leader::PROBER_LEASE;
+use dwd_core::scaling::REPLICAS_ANNOTATION;
+use dwd_sim::{SimShoot, SimShootOptions};
+use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
+use futures::TryStreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::PostParams;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The prober config of the processes: tests/common's, intervals shrunk to fractions of a second.
+const PROBER_CONFIG: &str = r#"
+kubeConfigSecretName: shoot-access-dependency-watchdog-probe
+probeInterval: 400ms
+initialDelay: 200ms
+probeTimeout: 3s
+backoffJitterFactor: 0.2
+kcmNodeMonitorGraceDuration: 4s
+nodeLeaseFailureFraction: 0.6
+dependentResourceInfos:
+  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 1, timeout: 10s}
+    scaleDown: {level: 0, timeout: 10s}
+  - ref: {kind: Deployment, name: machine-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 1, timeout: 10s}
+    scaleDown: {level: 1, timeout: 10s}
+  - ref: {kind: Deployment, name: cluster-autoscaler, apiVersion: apps/v1}
+    scaleUp: {level: 0, timeout: 10s}
+    scaleDown: {level: 2, timeout: 10s}
+"#;
+
+const LEASE_NAMESPACE: &str = "dwd-leader-election";
+const KCM: &str = "kube-controller-manager";
+const MCM: &str = "machine-controller-manager";
+const CA: &str = "cluster-autoscaler";
+/// Deadline for conditions that need process start-up, cache sync or several probe runs.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// One environment (etcd only; each test starts its apiservers) for this binary.
+async fn env() -> Result<&'static TestEnv> {
+    static ENV: tokio::sync::OnceCell<TestEnv> = tokio::sync::OnceCell::const_new();
+    Ok(ENV.get_or_try_init(TestEnv::start).await?)
+}
+
+/// Held for a whole test: the tests run one after the other.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
+/// Leader-election flags.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    lease: Duration,
+    renew: Duration,
+    retry: Duration,
+}
+
+fn go_duration(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+/// A `dependency-watchdog prober` process with its log, metrics and health ports; killed on
+/// drop (and by the kernel if the test process dies: PR_SET_PDEATHSIG).
+struct Watchdog {
+    name: String,
+    child: Option<Child>,
+    exit: Option<ExitStatus>,
+    log: PathBuf,
+    metrics_port: u16,
+    health_port: u16,
+}
+
+impl Watchdog {
+    /// Starts `name`; with `timing`, as a leader-election candidate.
+    fn spawn(name: &str, dir: &Path, seed: &ApiServer, timing: Option<Timing>) -> Result<Watchdog> {
+        // One file per process: rewriting a shared one could truncate it under another reader.
+        let config = dir.join(format!("{name}-config.yaml"));
+        std::fs::write(&config, PROBER_CONFIG)?;
+        let log = dir.join(format!("{name}.log"));
+        let out = File::create(&log)?;
+        let err = out.try_clone()?;
+        let (metrics_port, health_port) = (dwd_testenv::free_port()?, dwd_testenv::free_port()?);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"));
+        cmd.arg("prober")
+            .arg(format!("--config-file={}", config.display()))
+            .arg(format!("--kubeconfig={}", seed.kubeconfig_path().display()));
+        if let Some(timing) = timing {
+            cmd.arg("--enable-leader-election=true")
+                .arg(format!("--leader-election-namespace={LEASE_NAMESPACE}"))
+                .arg(format!(
+                    "--leader-elect-lease-duration={}",
+                    go_duration(timing.lease)
+                ))
+                .arg(format!(
+                    "--leader-elect-renew-deadline={}",
+                    go_duration(timing.renew)
+                ))
+                .arg(format!(
+                    "--leader-elect-retry-period={}",
+                    go_duration(timing.retry)
+                ));
+        }
+        cmd.arg(format!("--metrics-bind-addr=127.0.0.1:{metrics_port}"))
+            .arg(format!("--health-bind-addr=127.0.0.1:{health_port}"))
+            .arg("--log-format=json")
+            .env("RUST_LOG", "info,kube=warn,hyper=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        // SAFETY: prctl and getppid are async-signal-safe; the closure calls nothing else.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            let parent = libc::getpid();
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("spawning watchdog {name}"))?;
+        Ok(Watchdog {
+            name: name.to_string(),
+            child: Some(child),
+            exit: None,
+            log,
+            metrics_port,
+            health_port,
+        })
+    }
+
+    fn pid(&self) -> Result<libc::pid_t> {
+        let child = self.child.as_ref().context("process already reaped")?;
+        Ok(libc::pid_t::try_from(child.id())?)
+    }
+
+    fn signal(&self, signal: libc::c_int) -> Result<()> {
+        // SAFETY: sending a signal to our own child's pid, which is not reaped yet.
+        if unsafe { libc::kill(self.pid()?, signal) } != 0 {
+            bail!("kill {}: {}", self.name, std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The exit status once the process has ended.
+    fn try_exit(&mut self) -> Result<Option<ExitStatus>> {
+        if let Some(status) = self.exit {
+            return Ok(Some(status));
+        }
+        let child = self.child.as_mut().context("no child")?;
+        self.exit = child.try_wait()?;
+        Ok(self.exit)
+    }
+
+    async fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} did not exit within {timeout:?}\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let start = text.len().saturating_sub(4000);
+        let start = (start..text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len());
+        format!("--- {} log tail ---\n{}", self.name, &text[start..])
+    }
+
+    /// The identity it announced (`leader election: candidate` log line).
+    fn identity(&self) -> Option<String> {
+        let text = std::fs::read_to_string(&self.log).ok()?;
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["message"] == "leader election: candidate")
+            .and_then(|v| v["identity"].as_str().map(str::to_string))
+    }
+
+    async fn get(port: u16, path: &str) -> Result<(u16, String)> {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+            .await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .context("no HTTP status")?;
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    async fn ready(&self) -> bool {
+        matches!(Self::get(self.health_port, "/readyz").await, Ok((200, _)))
+    }
+
+    async fn metrics(&self) -> Result<String> {
+        let (status, body) = Self::get(self.metrics_port, "/metrics").await?;
+        ensure!(status == 200, "{}: /metrics answered {status}", self.name);
+        Ok(body)
+    }
+
+    /// Probe runs for `shoot` so far (0 without a series).
+    async fn probe_runs(&self, shoot: &str) -> Result<u64> {
+        let prefix = format!("dwd_prober_shoot_probe_runs_total{{shoot=\"{shoot}\"");
+        Ok(self
+            .metrics()
+            .await?
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0, |v| v as u64))
+    }
+
+    /// Fails unless this process has never probed `shoot` and runs no probe.
+    async fn assert_idle(&self, shoot: &str) -> Result<()> {
+        let text = self.metrics().await?;
+        ensure!(
+            !text.contains(&format!("shoot=\"{shoot}\"")),
+            "follower {} acted on {shoot}:\n{text}",
+            self.name
+        );
+        ensure!(
+            text.lines().any(|l| l == "dwd_prober_active_probes 0"),
+            "follower {} runs probes:\n{text}",
+            self.name
+        );
+        Ok(())
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A shoot of 5 nodes on `shoots`, KCM 3, MCM 2, CA 2, kubelets renewing every 250 ms.
+async fn sim_shoot(seed: &ApiServer, shoots: &ApiServer, name: &str) -> Result<SimShoot> {
+    let mut options = SimShootOptions::new(format!("shoot--le--{name}"))
+        .with_nodes(5)
+        .with_renew_interval(Duration::from_millis(250));
+    options.node_prefix = format!("{name}-");
+    options.deployments = vec![(KCM.into(), 3), (MCM.into(), 2), (CA.into(), 2)];
+    Ok(SimShoot::create(
+        seed.client().await?,
+        shoots.client().await?,
+        shoots.kubeconfig(),
+        options,
+    )
+    .await?)
+}
+
+/// The current holder of the prober's Lease (`None`: no Lease, or released).
+async fn holder(client: &kube::Client) -> Result<Option<String>> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    Ok(api
+        .get_opt(PROBER_LEASE)
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty()))
+}
+
+async fn lease_transitions(client: &kube::Client) -> Result<i32> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    Ok(api
+        .get(PROBER_LEASE)
+        .await?
+        .spec
+        .and_then(|s| s.lease_transitions)
+        .unwrap_or(0))
+}
+
+/// Waits until every process is ready and one of them holds the Lease; returns its index.
+async fn wait_for_leader(client: &kube::Client, dogs: &[Watchdog]) -> Result<usize> {
+    let what = "all candidates ready and one of them leading";
+    eventually(DEADLINE, what, || async {
+        for dog in dogs {
+            if !dog.ready().await {
+                return Err(format!("{} not ready", dog.name));
+            }
+        }
+        let Some(h) = holder(client).await.map_err(|e| e.to_string())? else {
+            return Err("no holder".into());
+        };
+        let ids: Vec<Option<String>> = dogs.iter().map(Watchdog::identity).collect();
+        match ids.iter().position(|id| id.as_deref() == Some(h.as_str())) {
+            Some(i) => Ok(Some(i)),
+            None => Err(format!("holder {h} is none of {ids:?}")),
+        }
+    })
+    .await
+    .map_err(|e| anyhow!("{e}\n{}", logs(dogs)))
+}
+
+/// Waits until `holder` of the Lease is `dog`; returns when that was seen.
+async fn wait_for_holder(client: &kube::Client, dog: &Watchdog, timeout: Duration) -> Result<()> {
+    let id = dog.identity().context("candidate announced no identity")?;
+    eventually(
+        timeout,
+        &format!("{} to hold the lease", dog.name),
+        || async {
+            let h = holder(client).await.map_err(|e| e.to_string())?;
+            if h.as_deref() == Some(id.as_str()) {
+                Ok(Some(()))
+            } else {
+                Err(format!("holder {h:?}"))
+            }
+        },
+    )
+    .await
+    .map_err(|e| anyhow!("{e}\n{}", dog.log_tail()))
+}
+
+async fn wait_probe_runs(dog: &Watchdog, shoot: &str, at_least: u64) -> Result<()> {
+    eventually(
+        DEADLINE,
+        &format!("{} to probe {shoot} {at_least} times", dog.name),
+        || async {
+            let runs = dog.probe_runs(shoot).await.map_err(|e| e.to_string())?;
+            Ok((runs >= at_least).then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow!("{e}\n{}", dog.log_tail()))
+}
+
+fn logs(dogs: &[Watchdog]) -> String {
+    dogs.iter()
+        .map(Watchdog::log_tail)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `(deployment, spec.replicas, replicas annotation)` each time one of them changed.
+type ChangeLog = Arc<Mutex<Vec<(String, i32, Option<String>)>>>;
+
+/// Records, in watch order, every change of a Deployment's replicas or replicas annotation.
+fn record_changes(client: kube::Client, ns: &str) -> (ChangeLog, tokio::task::JoinHandle<()>) {
+    let log: ChangeLog = Arc::default();
+    let api: Api<Deployment> = Api::namespaced(client, ns);
+    let sink = log.clone();
+    let task = tokio::spawn(async move {
+        let mut last = BTreeMap::<String, (i32, Option<String>)>::new();
+        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+        while let Ok(Some(d)) = stream.try_next().await {
+            let name = d.metadata.name.clone().unwrap_or_default();
+            let replicas = d.spec.and_then(|s| s.replicas).unwrap_or(1);
+            let annotation = d
+                .metadata
+                .annotations
+                .and_then(|a| a.get(REPLICAS_ANNOTATION).cloned());
+            let now = (replicas, annotation);
+            if last.get(&name) != Some(&now) {
+                last.insert(name.clone(), now.clone());
+                sink.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((name, now.0, now.1));
+            }
+        }
+    });
+    (log, task)
+}
+
+fn changes_of(log: &ChangeLog, name: &str) -> Vec<(i32, Option<String>)> {
+    log.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter(|(n, ..)| n == name)
+        .map(|(_, r, a)| (*r, a.clone()))
+        .collect()
+}
+
+async fn wait_replicas(client: &kube::Client, ns: &str, want: &[(&str, i32)]) -> Result<()> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    eventually(DEADLINE, &format!("{ns}: replicas {want:?}"), || async {
+        let mut seen = Vec::new();
+        for (name, replicas) in want {
+            let d = api.get(name).await.map_err(|e| e.to_string())?;
+            let got = d.spec.and_then(|s| s.replicas).unwrap_or(1);
+            seen.push((*name, got));
+            if got != *replicas {
+                return Err(format!("seen {seen:?}"));
+            }
+        }
+        Ok(Some(()))
+    })
+    .await
+    .map_err(|e| anyhow!(e))
+}
+
+/// Per target: the sequence of distinct replica counts and of replicas-annotation values it
+/// went through must be exactly `replicas` and `annotation` (the first entry is the initial
+/// state): each scaling step and each annotation write happened once.
+/// `(deployment, replica counts, replicas-annotation values)` a target must go through.
+type History<'a> = (&'a str, &'a [i32], &'a [Option<&'a str>]);
+
+fn assert_history(log: &ChangeLog, want: &[History<'_>]) -> Result<()> {
+    for (name, replicas, annotation) in want {
+        let changes = changes_of(log, name);
+        let mut got_replicas: Vec<i32> = changes.iter().map(|(r, _)| *r).collect();
+        got_replicas.dedup();
+        let mut got_annotation: Vec<Option<String>> =
+            changes.iter().map(|(_, a)| a.clone()).collect();
+        got_annotation.dedup();
+        let want_annotation: Vec<Option<String>> =
+            annotation.iter().map(|a| a.map(str::to_string)).collect();
+        ensure!(
+            got_replicas == *replicas && got_annotation == want_annotation,
+            "{name}: replicas went {got_replicas:?} (want {replicas:?}), annotation {got_annotation:?} \
+             (want {want_annotation:?}); all changes: {changes:?}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn only_the_leader_acts_and_a_killed_leader_is_replaced_without_double_scaling() -> Result<()>
+{
+    let _serial = serial().await;
+    let env = env().await?;
+    let seed = env
+        .start_apiserver_with("le-seed-kill", ApiServerOptions::seed())
+        .await?;
+    let shoots = env.start_apiserver("le-shoot-kill").await?;
+    let admin = seed.client().await?;
+    ensure_namespace(&admin, LEASE_NAMESPACE).await?;
+    let shoot = sim_shoot(&seed, &shoots, "kill").await?;
+    let ns = shoot.namespace().to_string();
+    let (log, watch) = record_changes(admin.clone(), &ns);
+
+    let timing = Timing {
+        lease: Duration::from_secs(2),
+        renew: Duration::from_millis(1500),
+        retry: Duration::from_millis(300),
+    };
+    let dir = env.dir().join("le-kill");
+    std::fs::create_dir_all(&dir)?;
+    let mut dogs = vec![
+        Watchdog::spawn("kill-a", &dir, &seed, Some(timing))?,
+        Watchdog::spawn("kill-b", &dir, &seed, Some(timing))?,
+    ];
+    let leader = wait_for_leader(&admin, &dogs).await?;
+    let follower = 1 - leader;
+    wait_probe_runs(&dogs[leader], &ns, 2).await?;
+    dogs[follower].assert_idle(&ns).await?;
+
+    // An outage: 4 of 5 kubelets stop renewing; the leader scales everything down, once.
+    shoot.kubelets().silence_count(4);
+    wait_replicas(&admin, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await?;
+    dogs[follower].assert_idle(&ns).await?;
+
+    // Kill the leader: the follower must take over within lease duration + retry period.
+    let killed = Timestamp::now();
+    dogs[leader].signal(libc::SIGKILL)?;
+    wait_for_holder(&admin, &dogs[follower], DEADLINE).await?;
+    // The new holder's acquireTime is when it decided to take over (same host, same clock):
+    // unlike this test's polling, it measures the election alone.
+    let acquired = Api::<Lease>::namespaced(admin.clone(), LEASE_NAMESPACE)
+        .get(PROBER_LEASE)
+        .await?
+        .spec
+        .and_then(|s| s.acquire_time)
+        .context("new holder wrote no acquireTime")?
+        .0;
+    let takeover = Duration::try_from(acquired.duration_since(killed))
+        .map_err(|e| anyhow!("acquireTime {acquired} before the kill at {killed}: {e}"))?;
+    println!(
+        "takeover after SIGKILL: {takeover:?} (lease {:?} + retry {:?})",
+        timing.lease, timing.retry
+    );
+    // Plus 250 ms for the follower's own read of the Lease on a loaded machine.
+    let bound = timing.lease + timing.retry + Duration::from_millis(250);
+    ensure!(
+        takeover <= bound,
+        "takeover took {takeover:?} > {bound:?}\n{}",
+        logs(&dogs)
+    );
+
+    // The new leader probes the shoot, still in its outage, and must not scale it again.
+    let new_leader = &dogs[follower];
+    wait_probe_runs(new_leader, &ns, 5).await?;
+    let three = Some("3");
+    let two = Some("2");
+    assert_history(
+        &log,
+        &[
+            (KCM, &[3, 0], &[None, three]),
+            (MCM, &[2, 0], &[None, two]),
+            (CA, &[2, 0], &[None, two]),
+        ],
+    )?;
+
+    // Recovery, by the new leader: each target restored once.
+    shoot.kubelets().resume_all();
+    wait_replicas(&admin, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await?;
+    wait_probe_runs(new_leader, &ns, new_leader.probe_runs(&ns).await? + 3).await?;
+    assert_history(
+        &log,
+        &[
+            (KCM, &[3, 0, 3], &[None, three, None]),
+            (MCM, &[2, 0, 2], &[None, two, None]),
+            (CA, &[2, 0, 2], &[None, two, None]),
+        ],
+    )
+    .map_err(|e| anyhow!("{e}\n{}", logs(&dogs)))?;
+    watch.abort();
+
+    // Someone else writes the Lease (as a replica that missed our renewals would): the leader
+    // sees it at its next renewal, stops acting at once and exits non-zero to restart fresh.
+    let api: Api<Lease> = Api::namespaced(admin.clone(), LEASE_NAMESPACE);
+    // The leader renews every 300 ms: retry while our write races with a renewal (409).
+    let stolen_at = eventually(DEADLINE, "taking the Lease over", || async {
+        let mut stolen = api.get(PROBER_LEASE).await.map_err(|e| e.to_string())?;
+        if let Some(spec) = stolen.spec.as_mut() {
+            spec.holder_identity = Some("intruder_0".into());
+            spec.renew_time = Some(MicroTime(Timestamp::now()));
+        }
+        match api
+            .replace(PROBER_LEASE, &PostParams::default(), &stolen)
+            .await
+        {
+            Ok(_) => Ok(Some(Instant::now())),
+            Err(kube::Error::Api(s)) if s.code == 409 => Err("conflict with a renewal".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+    .map_err(|e| anyhow!(e))?;
+    let status = dogs[follower]
+        .wait_exit(timing.renew + Duration::from_secs(1))
+        .await?;
+    let gone = stolen_at.elapsed();
+    println!("leader exited ({status}) {gone:?} after its Lease was taken");
+    ensure!(!status.success(), "losing leadership must exit non-zero");
+    ensure!(
+        gone <= timing.retry + Duration::from_millis(700),
+        "the leader noticed the lost Lease only after {gone:?}"
+    );
+    ensure!(
+        dogs[follower].log_tail().contains("leadership lost"),
+        "{}",
+        dogs[follower].log_tail()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Result<()> {
+    let _serial = serial().await;
+    let env = env().await?;
+    let seed = env
+        .start_apiserver_with("le-seed-term", ApiServerOptions::seed())
+        .await?;
+    let shoots = env.start_apiserver("le-shoot-term").await?;
+    let admin = seed.client().await?;
+    ensure_namespace(&admin, LEASE_NAMESPACE).await?;
+    let shoot = sim_shoot(&seed, &shoots, "term").await?;
+    let ns = shoot.namespace().to_string();
+
+    // A long lease, so a takeover by expiry and one by release can't be confused.
+    let timing = Timing {
+        lease: Duration::from_secs(6),
+        renew: Duration::from_secs(4),
+        retry: Duration::from_millis(300),
+    };
+    let dir = env.dir().join("le-term");
+    std::fs::create_dir_all(&dir)?;
+    let mut dogs = vec![
+        Watchdog::spawn("term-a", &dir, &seed, Some(timing))?,
+        Watchdog::spawn("term-b", &dir, &seed, Some(timing))?,
+        Watchdog::spawn("term-c", &dir, &seed, Some(timing))?,
+    ];
+    let leader = wait_for_leader(&admin, &dogs).await?;
+    wait_probe_runs(&dogs[leader], &ns, 2).await?;
+    let transitions = lease_transitions(&admin).await?;
+
+    // A follower shuts down at once and leaves the Lease alone.
+    let follower = (leader + 1) % 3;
+    let stopped = Instant::now();
+    dogs[follower].signal(libc::SIGTERM)?;
+    let status = dogs[follower].wait_exit(Duration::from_secs(5)).await?;
+    ensure!(
+        status.success(),
+        "follower exit: {status}\n{}",
+        dogs[follower].log_tail()
+    );
+    println!("follower exited 0 after SIGTERM in {:?}", stopped.elapsed());
+    ensure!(holder(&admin).await? == dogs[leader].identity());
+
+    // The leader stops its probes, releases the Lease and exits 0; the remaining candidate
+    // takes over at its next retry instead of after the lease duration.
+    let successor = (leader + 2) % 3;
+    let stopped = Instant::now();
+    dogs[leader].signal(libc::SIGTERM)?;
+    let status = dogs[leader].wait_exit(Duration::from_secs(5)).await?;
+    let exited = stopped.elapsed();
+    ensure!(
+        status.success(),
+        "leader exit: {status}\n{}",
+        dogs[leader].log_tail()
+    );
+    wait_for_holder(&admin, &dogs[successor], DEADLINE).await?;
+    let takeover = stopped.elapsed();
+    println!("leader exited 0 after SIGTERM in {exited:?}; successor leading after {takeover:?}");
+    ensure!(
+        exited < Duration::from_secs(2),
+        "graceful exit took {exited:?}"
+    );
+    ensure!(
+        takeover < timing.lease / 3,
+        "takeover after a graceful shutdown took {takeover:?}: the lease was not released\n{}",
+        logs(&dogs)
+    );
+    ensure!(
+        lease_transitions(&admin).await? == transitions + 1,
+        "one handover"
+    );
+    wait_probe_runs(&dogs[successor], &ns, 2).await?;
+
+    // The last leader releases too: nobody holds the Lease afterwards.
+    dogs[successor].signal(libc::SIGTERM)?;
+    let status = dogs[successor].wait_exit(Duration::from_secs(5)).await?;
+    ensure!(status.success(), "successor exit: {status}");
+    ensure!(
+        holder(&admin).await?.is_none(),
+        "the Lease is released on shutdown"
+    );
+
+    // Without leader election too: SIGTERM while probing → exit 0, promptly.
+    let mut alone = Watchdog::spawn("term-alone", &dir, &seed, None)?;
+    wait_probe_runs(&alone, &ns, 2).await?;
+    let stopped = Instant::now();
+    alone.signal(libc::SIGTERM)?;
+    let status = alone.wait_exit(Duration::from_secs(5)).await?;
+    let exited = stopped.elapsed();
+    println!("watchdog without leader election exited ({status}) after SIGTERM in {exited:?}");
+    ensure!(status.success(), "exit: {status}\n{}", alone.log_tail());
+    ensure!(
+        exited < Duration::from_secs(2),
+        "graceful exit took {exited:?}"
+    );
+    Ok(())
+}
