@@ -3,13 +3,25 @@
 //! Ready means the caches synced (and, with leader election, that the replica takes part in
 //! the election). Alive turns false when a critical task died.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+/// This replica's part in leader election, reported by `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Leader election is off: this replica acts alone.
+    Alone,
+    /// Taking part in the election, not leading: idle.
+    Follower,
+    /// Leading: acting.
+    Leader,
+}
 
 /// Shared health state.
 #[derive(Debug)]
 pub struct Health {
     ready: AtomicBool,
     alive: AtomicBool,
+    role: AtomicU8,
 }
 
 impl Default for Health {
@@ -17,6 +29,7 @@ impl Default for Health {
         Health {
             ready: AtomicBool::new(false),
             alive: AtomicBool::new(true),
+            role: AtomicU8::new(0),
         }
     }
 }
@@ -37,5 +50,23 @@ impl Health {
     /// Whether alive.
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Records this replica's election role.
+    pub fn set_role(&self, role: Role) {
+        let v = match role {
+            Role::Alone => 0,
+            Role::Follower => 1,
+            Role::Leader => 2,
+        };
+        self.role.store(v, Ordering::SeqCst);
+    }
+    /// This replica's election role.
+    pub fn role(&self) -> Role {
+        match self.role.load(Ordering::SeqCst) {
+            1 => Role::Follower,
+            2 => Role::Leader,
+            _ => Role::Alone,
+        }
     }
 }

@@ -204,6 +204,7 @@ where
     Fut: Future<Output = Result<()>>,
 {
     if !args.enable_leader_election {
+        rt.metrics.leader.set(1);
         return after_shutdown(work(rt.shutdown.clone()).await, &rt.shutdown);
     }
     let timings = leader_timings(args)?;
@@ -224,8 +225,13 @@ where
             info!("shut down while following: nothing to release");
             return Ok(());
         }
-        started = elector.acquire(|| health.set_ready(true)) => started,
+        started = elector.acquire(|| {
+            health.set_role(health::Role::Follower);
+            health.set_ready(true);
+        }) => started,
     };
+    rt.health.set_role(health::Role::Leader);
+    rt.metrics.leader.set(1);
 
     let work_token = rt.shutdown.child_token();
     let work = work(work_token.clone());
@@ -244,6 +250,7 @@ where
     };
     // Another replica may act from now on: stop acting at once.
     work_token.cancel();
+    rt.metrics.leader.set(0);
     tracing::error!(reason = %lost.0, "leadership lost: stopped all work; exiting");
     if tokio::time::timeout(LOST_UNWIND_TIMEOUT, &mut work)
         .await

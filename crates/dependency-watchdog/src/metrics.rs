@@ -8,6 +8,7 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
@@ -146,6 +147,10 @@ pub struct Metrics {
     pub expired_lease_fraction: Family<ShootLabels, Gauge<f64, AtomicU64>>,
     /// Per shoot: scaling flows started, by direction.
     pub scaling_attempts: Family<ShootDirectionLabels, Counter>,
+    /// 1 while this replica leads (or acts alone), 0 otherwise.
+    pub leader: Gauge,
+    /// Duration of probe runs (API-server probe, lease probe and any scaling flow).
+    pub probe_run_duration: DurationHistogram,
     /// Weeders running now.
     pub active_weeders: Gauge,
     /// Pods deleted by the weeder, by service.
@@ -156,6 +161,16 @@ pub struct Metrics {
     pub reconcile_errors: Counter,
     /// Kubernetes Events by outcome (published, dropped, failed).
     pub events: Family<EventLabels, Counter>,
+}
+
+/// A histogram of seconds with buckets from 5 ms to ~40 s (probe runs span both).
+#[derive(Debug, Clone)]
+pub struct DurationHistogram(pub Histogram);
+
+impl Default for DurationHistogram {
+    fn default() -> Self {
+        DurationHistogram(Histogram::new(exponential_buckets(0.005, 2.0, 14)))
+    }
 }
 
 /// Label set `{service}`.
@@ -170,6 +185,11 @@ impl Metrics {
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("dwd");
         let p = r.sub_registry_with_prefix("prober");
+        p.register(
+            "probe_run_duration_seconds",
+            "Duration of probe runs, including any scaling flow",
+            self.probe_run_duration.0.clone(),
+        );
         p.register(
             "active_probes",
             "Probes running now",
@@ -234,6 +254,11 @@ impl Metrics {
             self.pods_deleted.clone(),
         );
         let c = registry.sub_registry_with_prefix("dwd");
+        c.register(
+            "leader",
+            "1 while this replica leads (or acts alone without leader election)",
+            self.leader.clone(),
+        );
         c.register(
             "api_requests",
             "Kubernetes API requests by API",
@@ -304,6 +329,7 @@ mod tests {
                 outcome: Outcome::Scaled,
             })
             .inc();
+        m.probe_run_duration.0.observe(0.2);
         m.pods_deleted
             .get_or_create(&ServiceLabels {
                 service: "etcd".into(),
@@ -328,6 +354,8 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
         for name in [
             "dwd_prober_active_probes",
+            "dwd_prober_probe_run_duration_seconds_bucket",
+            "dwd_leader",
             "dwd_prober_probe_runs",
             "dwd_prober_scale_operations",
             "dwd_prober_shoot_probe_runs_total{shoot=\"shoot--p--s\"} 1",

@@ -67,7 +67,12 @@ fn respond(endpoints: &Endpoints, path: &str) -> Response<Full<Bytes>> {
         }
         (Endpoints::Health(h), "/readyz") => {
             if h.is_ready() && h.is_alive() {
-                (StatusCode::OK, "text/plain", "ok".into())
+                let body = match h.role() {
+                    crate::health::Role::Alone => "ok",
+                    crate::health::Role::Leader => "ok: leader",
+                    crate::health::Role::Follower => "ok: follower (idle until it leads)",
+                };
+                (StatusCode::OK, "text/plain", body.into())
             } else {
                 (
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -122,4 +127,51 @@ pub async fn serve(
         }
     });
     Ok((local, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::Role;
+    use http_body_util::BodyExt;
+
+    async fn get(endpoints: &Endpoints, path: &str) -> (StatusCode, String) {
+        let resp = respond(endpoints, path);
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn readyz_reports_sync_and_leadership_and_healthz_reports_dead_tasks() {
+        let health = Arc::new(Health::default());
+        let ep = Endpoints::Health(health.clone());
+        assert_eq!(get(&ep, "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+        health.set_ready(true);
+        assert_eq!(get(&ep, "/readyz").await, (StatusCode::OK, "ok".into()));
+        health.set_role(Role::Follower);
+        assert!(get(&ep, "/readyz").await.1.starts_with("ok: follower"));
+        health.set_role(Role::Leader);
+        assert_eq!(get(&ep, "/readyz").await.1, "ok: leader");
+        assert_eq!(get(&ep, "/healthz").await.0, StatusCode::OK);
+        health.set_alive(false);
+        assert_eq!(
+            get(&ep, "/healthz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(get(&ep, "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(get(&ep, "/nope").await.0, StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn go_style_bind_addresses_parse() {
+        assert_eq!(parse_bind_addr(":9643").map(|a| a.port()), Ok(9643));
+        assert!(parse_bind_addr("127.0.0.1:0").is_ok());
+        assert!(parse_bind_addr("nonsense").is_err());
+    }
 }

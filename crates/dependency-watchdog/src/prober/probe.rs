@@ -74,10 +74,16 @@ impl Probe {
         }
         let mut hysteresis = Hysteresis::from_config(cfg);
         loop {
+            let started = Instant::now();
             let outcome = tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 outcome = self.run_once(&mut hysteresis) => outcome,
             };
+            self.ctx
+                .metrics
+                .probe_run_duration
+                .0
+                .observe(started.elapsed().as_secs_f64());
             let delay = dwd_core::schedule::next_delay(
                 cfg.probe_interval,
                 cfg.backoff_jitter_factor,
