@@ -52,6 +52,11 @@ impl<T: Send + Sync + 'static> Cache<T> {
         *self.ready.borrow()
     }
 
+    /// A receiver of the ready flag (current value marked seen).
+    pub fn subscribe_ready(&self) -> watch::Receiver<bool> {
+        self.ready.subscribe()
+    }
+
     /// Waits until the initial list has completed.
     pub async fn wait_ready(&self) {
         let mut rx = self.ready.subscribe();

@@ -142,27 +142,40 @@ fn error_policy(cluster: Arc<DynamicObject>, error: &Error, data: Arc<ReconcileD
     Action::requeue(Duration::from_secs(30))
 }
 
-/// Runs the controller until `shutdown`; returns the store so readiness can be judged.
+/// Runs the controller until `shutdown`. `synced` turns true once the first list of Clusters
+/// is in the store.
+///
+/// Readiness is signalled from the watch's own `InitDone` rather than with
+/// `Store::wait_until_ready`: in kube-runtime 5 that future keeps only the waker of the last
+/// task that polled it, so with two waiters (readiness and the orphan sweep) one was never
+/// woken and `/readyz` stayed 503 in about half the starts.
 pub async fn run(
     ctx: Arc<ProberContext>,
     manager: Arc<ProbeManager>,
     concurrency: u16,
     shutdown: CancellationToken,
-    store_ready: tokio::sync::oneshot::Sender<Store<DynamicObject>>,
+    synced: tokio::sync::watch::Sender<bool>,
 ) {
     let resource = ApiResource::from_gvk(&cluster_gvk());
     let api: Api<DynamicObject> = Api::all_with(ctx.seed.clone(), &resource);
     let writer = reflector::store::Writer::new(resource.clone());
     let reader = writer.as_reader();
-    let _ = store_ready.send(reader.clone());
+    let synced_for_stream = synced.clone();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(strip_cluster)
         .reflect(writer)
+        .inspect(move |event| {
+            // After `reflect`, so the store already holds the list when this fires.
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                synced_for_stream.send_replace(true);
+            }
+        })
         .touched_objects();
 
     let sweeper = tokio::spawn(sweep_orphans(
         reader.clone(),
+        synced.subscribe(),
         manager.clone(),
         shutdown.clone(),
     ));
@@ -189,10 +202,11 @@ pub async fn run(
 /// Removes probes whose Cluster is no longer in the store (deleted during a re-list).
 async fn sweep_orphans(
     store: Store<DynamicObject>,
+    mut synced: tokio::sync::watch::Receiver<bool>,
     manager: Arc<ProbeManager>,
     shutdown: CancellationToken,
 ) {
-    if store.wait_until_ready().await.is_err() {
+    if synced.wait_for(|s| *s).await.is_err() {
         return;
     }
     let mut tick = tokio::time::interval(Duration::from_secs(30));

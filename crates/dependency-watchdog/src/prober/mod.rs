@@ -17,7 +17,7 @@ use std::sync::Arc;
 use dwd_core::ProberConfig;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::events::{Component, Events};
 use crate::health::Health;
@@ -67,7 +67,7 @@ pub async fn run(
     });
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
 
-    let (store_tx, store_rx) = tokio::sync::oneshot::channel();
+    let (synced_tx, mut synced_rx) = tokio::sync::watch::channel(false);
     tasks.spawn({
         let (ctx, manager, shutdown) = (ctx.clone(), manager.clone(), shutdown.clone());
         async move {
@@ -76,7 +76,7 @@ pub async fn run(
                 manager,
                 concurrent_reconciles.max(1),
                 shutdown,
-                store_tx,
+                synced_tx,
             )
             .await;
             "cluster controller"
@@ -85,9 +85,30 @@ pub async fn run(
     tasks.spawn({
         let (ctx, health) = (ctx.clone(), health.clone());
         async move {
-            ctx.caches.wait_ready().await;
-            if let Ok(store) = store_rx.await {
-                let _ = store.wait_until_ready().await;
+            // Say what is still missing every 10 s: an operator looking at a 503 from /readyz
+            // should find the reason in the log.
+            let mut report = tokio::time::interval(std::time::Duration::from_secs(10));
+            report.tick().await;
+            loop {
+                let mut receivers = ctx.caches.ready_receivers();
+                let clusters_synced = *synced_rx.borrow_and_update();
+                let mut pending = ctx.caches.pending();
+                if clusters_synced && pending.is_empty() {
+                    break;
+                }
+                let any_cache_changed = futures::future::select_all(
+                    receivers.iter_mut().map(|r| Box::pin(r.changed())),
+                );
+                tokio::select! {
+                    _ = synced_rx.changed() => {}
+                    _ = any_cache_changed => {}
+                    _ = report.tick() => {
+                        if !clusters_synced {
+                            pending.push("clusters".into());
+                        }
+                        warn!(waiting_for = ?pending, "not ready yet: watch caches not synced");
+                    }
+                }
             }
             health.set_ready(true);
             info!("caches synced; prober ready");

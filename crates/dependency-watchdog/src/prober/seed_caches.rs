@@ -187,6 +187,37 @@ impl SeedCaches {
         }
     }
 
+    /// Names of the caches whose initial list has not completed.
+    pub fn pending(&self) -> Vec<String> {
+        let mut pending = Vec::new();
+        if !self.secrets.is_ready() {
+            pending.push("probe kubeconfig secrets".to_string());
+        }
+        if !self.machines.is_ready() {
+            pending.push("machines".to_string());
+        }
+        for t in &self.targets {
+            if !t.cache.is_ready() {
+                pending.push(format!(
+                    "target {}/{}",
+                    t.info.target.kind, t.info.target.name
+                ));
+            }
+        }
+        pending
+    }
+
+    /// Receivers of every cache's ready flag; take them *before* checking [`Self::pending`]
+    /// so that no change in between is missed.
+    pub fn ready_receivers(&self) -> Vec<tokio::sync::watch::Receiver<bool>> {
+        let mut rxs = vec![
+            self.secrets.subscribe_ready(),
+            self.machines.subscribe_ready(),
+        ];
+        rxs.extend(self.targets.iter().map(|t| t.cache.subscribe_ready()));
+        rxs
+    }
+
     /// Whether every cache has completed its initial list.
     pub fn is_ready(&self) -> bool {
         self.secrets.is_ready()

@@ -1,0 +1,241 @@
+//! Interactive mode: the sandbox keeps running and takes commands on stdin to break and heal
+//! things, while the timeline keeps printing and the user explores with kubectl.
+
+use std::io::BufRead;
+
+use anyhow::{Result, bail};
+use tokio::sync::mpsc;
+
+use crate::journal::MarkerKind;
+use crate::sandbox::Sandbox;
+use crate::watchdog::{CONTROLLERS, THRESHOLD, short_name};
+
+const HELP: &str = "\
+commands:
+  silence <shoot> <percent>   stop renewing the node leases of that share of the shoot's kubelets
+  heal <shoot>                every kubelet of the shoot renews its lease again
+  stop <shoot>                stop the shoot's kube-apiserver (connections refused)
+  start <shoot>               start it again
+  crashloop <shoot>           put the shoot's kube-apiserver pods into CrashLoopBackOff
+  etcd-down <shoot>           etcd-main-client loses its ready endpoints
+  etcd-up <shoot>             etcd-main-client is ready again (the weeder reacts)
+  status                      replicas, expired-lease fraction, probes, pods
+  help                        this text
+  quit                        tear everything down and exit (also: end of input, Ctrl-C)
+shoots: alpha (5 nodes), beta (3 nodes)";
+
+/// Prints where everything is and how to look at it.
+fn print_hints(sb: &Sandbox, dir: &std::path::Path) {
+    let j = &sb.journal;
+    let alpha_ns = sb.shoots.first().map_or("", |s| s.namespace.as_str());
+    j.say("\nThe sandbox is running. Explore it with kubectl:");
+    j.say(&format!(
+        "  export KUBECONFIG={}          # the seed",
+        sb.seed_kubeconfig.display()
+    ));
+    for s in &sb.shoots {
+        j.say(&format!(
+            "  {:<5} kubeconfig {}   namespace in the seed: {}",
+            s.name,
+            s.kubeconfig.display(),
+            s.namespace
+        ));
+    }
+    j.say(&format!(
+        "  kubectl get deploy,pods,endpointslices -n {alpha_ns}\n  kubectl get events -A --sort-by=.lastTimestamp\n  kubectl get cluster {alpha_ns} -o yaml\n  kubectl --kubeconfig {} get nodes\n  kubectl --kubeconfig {} get leases -n kube-node-lease\n  curl -s http://{}/metrics | grep dwd_prober\n  curl -s http://{}/metrics | grep dwd_weeder",
+        sb.shoots.first().map_or(String::new(), |s| s.kubeconfig.display().to_string()),
+        sb.shoots.first().map_or(String::new(), |s| s.kubeconfig.display().to_string()),
+        sb.prober.metrics,
+        sb.weeder.metrics,
+    ));
+    j.say(&format!(
+        "  configs: {}, {}\n  logs:    {}, {}\n  files:   {}",
+        sb.prober_config.display(),
+        sb.weeder_config.display(),
+        sb.prober.log.display(),
+        sb.weeder.log.display(),
+        dir.display()
+    ));
+    j.say(&format!("\n{HELP}\n"));
+}
+
+/// The `status` text.
+fn status(sb: &Sandbox) -> String {
+    let v = sb.view();
+    let mut out = String::new();
+    for s in &v.shoots {
+        let fraction = s.fraction.map_or("no probe result yet".into(), |f| {
+            format!("the prober found {}", s.leases_text(f))
+        });
+        out.push_str(&format!(
+            "  {} ({}): {fraction}; {} probe runs, {} API-server probe failures; {} of {} kubelets silenced; kube-apiserver {}\n",
+            s.name,
+            s.namespace,
+            s.probe_runs.unwrap_or(0),
+            s.api_failures,
+            s.silenced,
+            s.nodes,
+            if s.apiserver_up { "up" } else { "stopped" },
+        ));
+        let controllers: Vec<String> = CONTROLLERS
+            .iter()
+            .map(|(c, _, _)| {
+                let spec = s.replicas.get(*c).copied().unwrap_or(-1);
+                let ready = s.ready.get(*c).copied().unwrap_or(-1);
+                let protected = s
+                    .annotations
+                    .get(*c)
+                    .and_then(|a| a.get(crate::monitor::REPLICAS_ANNOTATION))
+                    .map_or(String::new(), |r| format!(", recorded {r}"));
+                format!("{} {spec} (ready {ready}{protected})", short_name(c))
+            })
+            .collect();
+        out.push_str(&format!("      controllers: {}\n", controllers.join(", ")));
+        let pods: Vec<String> = s
+            .pods
+            .iter()
+            .filter(|(_, p)| !p.deleted)
+            .map(|(n, p)| {
+                format!(
+                    "{n} {}",
+                    if p.crashlooping {
+                        "CrashLoopBackOff"
+                    } else {
+                        "Running"
+                    }
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "      etcd-main-client {}; pods: {}\n",
+            if s.etcd_ready { "ready" } else { "not ready" },
+            pods.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "  prober {} (threshold {THRESHOLD:.2}), weeder {}: {} active weeder(s), {} pod(s) deleted",
+        if v.prober_reachable {
+            "running"
+        } else {
+            "metrics unreachable"
+        },
+        if v.weeder_reachable {
+            "running"
+        } else {
+            "metrics unreachable"
+        },
+        v.active_weeders.unwrap_or(0),
+        v.weeder_deleted
+    ));
+    out
+}
+
+/// What to do after a command.
+enum Next {
+    Continue,
+    Quit,
+}
+
+/// Runs one command line.
+async fn execute(sb: &Sandbox, line: &str) -> Result<Next> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let Some((&command, args)) = words.split_first() else {
+        return Ok(Next::Continue);
+    };
+    let shoot_arg = || -> Result<&str> {
+        match args.first() {
+            Some(s) => {
+                sb.shoot(s)?;
+                Ok(*s)
+            }
+            None => bail!("{command} needs a shoot: alpha or beta"),
+        }
+    };
+    let mark = |label: &str, shoot: &str| {
+        sb.journal.marker(Some(shoot), label, MarkerKind::Step);
+    };
+    match command {
+        "silence" => {
+            let shoot = shoot_arg()?;
+            let Some(percent) = args
+                .get(1)
+                .and_then(|p| p.trim_end_matches('%').parse::<f64>().ok())
+            else {
+                bail!("usage: silence <shoot> <percent>, e.g. silence alpha 80");
+            };
+            if !(0.0..=100.0).contains(&percent) {
+                bail!("percent must be between 0 and 100");
+            }
+            let nodes = sb.shoot(shoot)?.nodes;
+            let n = (percent / 100.0 * nodes as f64).round() as usize;
+            mark(&format!("silence {percent}%"), shoot);
+            sb.silence(shoot, n, &format!("you: silence {shoot} {percent}%"))?;
+        }
+        "heal" => {
+            let shoot = shoot_arg()?;
+            mark("heal", shoot);
+            sb.heal(shoot, &format!("you: heal {shoot}"))?;
+        }
+        "stop" => {
+            let shoot = shoot_arg()?;
+            mark("apiserver stopped", shoot);
+            sb.stop_apiserver(shoot).await?;
+        }
+        "start" => {
+            let shoot = shoot_arg()?;
+            mark("apiserver started", shoot);
+            sb.start_apiserver(shoot).await?;
+        }
+        "crashloop" => {
+            let shoot = shoot_arg()?;
+            mark("crashloop", shoot);
+            sb.crashloop(shoot, &format!("you: crashloop {shoot}"))
+                .await?;
+        }
+        "etcd-down" => {
+            let shoot = shoot_arg()?;
+            mark("etcd down", shoot);
+            sb.etcd_down(shoot, &format!("you: etcd-down {shoot}"))
+                .await?;
+        }
+        "etcd-up" => {
+            let shoot = shoot_arg()?;
+            mark("etcd up", shoot);
+            sb.etcd_up(shoot, &format!("you: etcd-up {shoot}")).await?;
+        }
+        "status" => sb.journal.say(&status(sb)),
+        "help" | "?" => sb.journal.say(HELP),
+        "quit" | "exit" | "q" => return Ok(Next::Quit),
+        other => bail!("unknown command {other:?}; type help"),
+    }
+    Ok(Next::Continue)
+}
+
+/// Prints the hints, then runs commands from stdin until `quit` or end of input.
+pub async fn run(sb: &Sandbox, dir: &std::path::Path) -> Result<()> {
+    print_hints(sb, dir);
+    let (tx, mut rx) = mpsc::channel::<String>(16);
+    // A plain thread: a blocking read of stdin cannot be cancelled, and tokio's stdin would
+    // keep the runtime from shutting down while it waits. The process ends it on exit.
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.blocking_send(line).is_err() {
+                    break;
+                }
+            }
+        })?;
+    loop {
+        let Some(line) = rx.recv().await else {
+            sb.journal.say("end of input: quitting");
+            return Ok(());
+        };
+        match execute(sb, &line).await {
+            Ok(Next::Continue) => {}
+            Ok(Next::Quit) => return Ok(()),
+            Err(e) => sb.journal.say(&format!("  error: {e:#}")),
+        }
+    }
+}

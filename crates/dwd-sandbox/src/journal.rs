@@ -1,0 +1,283 @@
+//! The journal: everything the sandbox saw, printed live and kept for the report.
+//!
+//! Every timeline entry goes to the terminal at once (elapsed time, shoot, what happened, why)
+//! and into the journal; the samples (expired-lease fraction, replicas, silenced kubelets,
+//! etcd availability) and markers (steps, decisions) feed the HTML report's charts. One mutex
+//! serialises terminal output so the spinner never tears a timeline line.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One line of the timeline.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Seconds since the sandbox started.
+    pub t: f64,
+    /// Short shoot name (`alpha`), or `-` for the sandbox as a whole.
+    pub shoot: String,
+    /// What happened, in plain words.
+    pub what: String,
+    /// Why it happened, when known.
+    pub why: Option<String>,
+}
+
+/// What a vertical marker on the charts stands for (it picks the colour).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerKind {
+    /// A step of the story (or an interactive command).
+    Step,
+    /// The prober decided to scale down.
+    ScaleDown,
+    /// The prober decided to scale up.
+    ScaleUp,
+    /// The weeder deleted crash-looping pods.
+    Weeder,
+}
+
+/// A vertical line on the charts.
+#[derive(Debug, Clone)]
+pub struct Marker {
+    /// Seconds since start.
+    pub t: f64,
+    /// Shoot it belongs to; `None`: every chart.
+    pub shoot: Option<String>,
+    /// Short label.
+    pub label: String,
+    /// Kind.
+    pub kind: MarkerKind,
+}
+
+/// Everything recorded, as the report needs it.
+#[derive(Debug, Clone, Default)]
+pub struct Record {
+    /// Timeline entries in order.
+    pub entries: Vec<Entry>,
+    /// Markers in order.
+    pub markers: Vec<Marker>,
+    /// Shoot → `(t, fraction)` samples; `None` while the prober reports none.
+    pub fraction: BTreeMap<String, Vec<(f64, Option<f64>)>>,
+    /// Shoot → `(t, fraction)` computed by the sandbox from the leases themselves.
+    pub lease_truth: BTreeMap<String, Vec<(f64, Option<f64>)>>,
+    /// Shoot → controller → `(t, spec.replicas)` at each change.
+    pub replicas: BTreeMap<String, BTreeMap<String, Vec<(f64, i32)>>>,
+    /// Shoot → `(t, silenced kubelets)` at each change.
+    pub silenced: BTreeMap<String, Vec<(f64, usize)>>,
+    /// Shoot → `(t, etcd-main-client ready)` at each change.
+    pub etcd_ready: BTreeMap<String, Vec<(f64, bool)>>,
+}
+
+struct Terminal {
+    /// What the sandbox waits for now, and until when.
+    waiting: Option<(String, Instant)>,
+    /// Whether a spinner line is on screen (to be erased before the next line).
+    spinner_shown: bool,
+    frame: usize,
+}
+
+/// The journal; share it as `Arc<Journal>`.
+pub struct Journal {
+    start: Instant,
+    tty: bool,
+    terminal: Mutex<Terminal>,
+    record: Mutex<Record>,
+}
+
+/// Locks a mutex, recovering the data if a panic poisoned it: the journal must keep working
+/// while the sandbox reports a failure.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+impl Journal {
+    /// A journal whose clock starts now.
+    pub fn new() -> Arc<Journal> {
+        Arc::new(Journal {
+            start: Instant::now(),
+            tty: std::io::stdout().is_terminal(),
+            terminal: Mutex::new(Terminal {
+                waiting: None,
+                spinner_shown: false,
+                frame: 0,
+            }),
+            record: Mutex::new(Record::default()),
+        })
+    }
+
+    /// Seconds since start.
+    pub fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// Prints a line as is (setup notes, hints), erasing the spinner first.
+    pub fn say(&self, text: &str) {
+        let mut term = lock(&self.terminal);
+        let mut out = std::io::stdout().lock();
+        if term.spinner_shown {
+            let _ = write!(out, "\r\x1b[2K");
+            term.spinner_shown = false;
+        }
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+    }
+
+    /// Adds a timeline entry and prints it.
+    pub fn log(&self, shoot: &str, what: impl Into<String>, why: Option<String>) {
+        let entry = Entry {
+            t: self.now(),
+            shoot: shoot.to_string(),
+            what: what.into(),
+            why,
+        };
+        let line = match &entry.why {
+            Some(why) => format!(
+                "{:>7.1}s  {:<5}  {} ({why})",
+                entry.t, entry.shoot, entry.what
+            ),
+            None => format!("{:>7.1}s  {:<5}  {}", entry.t, entry.shoot, entry.what),
+        };
+        lock(&self.record).entries.push(entry);
+        self.say(&line);
+    }
+
+    /// Starts a numbered step: a heading in the terminal, a timeline entry, a chart marker.
+    pub fn step(&self, label: &str, title: &str) {
+        let t = self.now();
+        self.say(&format!("\n── {title} ──"));
+        let mut record = lock(&self.record);
+        record.entries.push(Entry {
+            t,
+            shoot: "-".into(),
+            what: format!("── {title}"),
+            why: None,
+        });
+        record.markers.push(Marker {
+            t,
+            shoot: None,
+            label: label.to_string(),
+            kind: MarkerKind::Step,
+        });
+    }
+
+    /// Adds a chart marker.
+    pub fn marker(&self, shoot: Option<&str>, label: &str, kind: MarkerKind) {
+        let t = self.now();
+        lock(&self.record).markers.push(Marker {
+            t,
+            shoot: shoot.map(str::to_string),
+            label: label.to_string(),
+            kind,
+        });
+    }
+
+    /// Records a fraction sample.
+    pub fn sample_fraction(&self, shoot: &str, fraction: Option<f64>) {
+        let t = self.now();
+        lock(&self.record)
+            .fraction
+            .entry(shoot.to_string())
+            .or_default()
+            .push((t, fraction));
+    }
+
+    /// Records a fraction computed from the leases.
+    pub fn sample_lease_truth(&self, shoot: &str, fraction: Option<f64>) {
+        let t = self.now();
+        lock(&self.record)
+            .lease_truth
+            .entry(shoot.to_string())
+            .or_default()
+            .push((t, fraction));
+    }
+
+    /// Records a controller's replicas (call on every change).
+    pub fn sample_replicas(&self, shoot: &str, controller: &str, replicas: i32) {
+        let t = self.now();
+        lock(&self.record)
+            .replicas
+            .entry(shoot.to_string())
+            .or_default()
+            .entry(controller.to_string())
+            .or_default()
+            .push((t, replicas));
+    }
+
+    /// Records how many kubelets of a shoot are silenced (call on every change).
+    pub fn sample_silenced(&self, shoot: &str, silenced: usize) {
+        let t = self.now();
+        lock(&self.record)
+            .silenced
+            .entry(shoot.to_string())
+            .or_default()
+            .push((t, silenced));
+    }
+
+    /// Records whether a shoot's etcd-main-client is ready (call on every change).
+    pub fn sample_etcd(&self, shoot: &str, ready: bool) {
+        let t = self.now();
+        lock(&self.record)
+            .etcd_ready
+            .entry(shoot.to_string())
+            .or_default()
+            .push((t, ready));
+    }
+
+    /// A copy of everything recorded so far.
+    pub fn record(&self) -> Record {
+        lock(&self.record).clone()
+    }
+
+    /// Shows a spinner with `what` until [`Journal::done_waiting`] (only on a terminal).
+    pub fn waiting(&self, what: &str, timeout: Duration) {
+        lock(&self.terminal).waiting = Some((what.to_string(), Instant::now() + timeout));
+    }
+
+    /// Removes the spinner.
+    pub fn done_waiting(&self) {
+        let mut term = lock(&self.terminal);
+        term.waiting = None;
+        if term.spinner_shown {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\r\x1b[2K");
+            let _ = out.flush();
+            term.spinner_shown = false;
+        }
+    }
+
+    /// Redraws the spinner line; called every ~100 ms by [`Journal::run_spinner`].
+    fn tick(&self) {
+        if !self.tty {
+            return;
+        }
+        let mut term = lock(&self.terminal);
+        let Some((what, deadline)) = term.waiting.clone() else {
+            return;
+        };
+        term.frame = (term.frame + 1) % SPINNER.len();
+        let left = deadline.saturating_duration_since(Instant::now()).as_secs();
+        let mut out = std::io::stdout().lock();
+        let _ = write!(
+            out,
+            "\r\x1b[2K{:>7.1}s  {}  waiting for {what} (gives up in {left}s)",
+            self.now(),
+            SPINNER[term.frame]
+        );
+        let _ = out.flush();
+        term.spinner_shown = true;
+    }
+
+    /// Animates the spinner until the task is dropped.
+    pub async fn run_spinner(self: Arc<Self>) {
+        if !self.tty {
+            return;
+        }
+        let mut ticker = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            ticker.tick().await;
+            self.tick();
+        }
+    }
+}

@@ -1,0 +1,829 @@
+//! Watching the real objects and the real watchdog, and narrating what changed.
+//!
+//! Four background tasks keep a [`View`] of the sandbox up to date and write the timeline:
+//! - every 250 ms, the shoots' node leases (expired by the prober's rule: what the prober is
+//!   about to see) and the prober's and weeder's `/metrics`: probe runs, the expired-lease
+//!   fraction the prober found (both sampled for the charts), API-server probe failures,
+//!   scaling decisions, active weeders, deleted pods;
+//! - the seed's controller Deployments: every replica change, with the level it belongs to;
+//! - the seed's control-plane pods: crash loops and deletions (and, playing the ReplicaSet
+//!   that would run in a real seed, a replacement for every deleted kube-apiserver pod);
+//! - the watchdog's Kubernetes Events about Clusters, and its warnings.
+//!
+//! The story and the interactive `status` command read the [`View`]; nothing here changes
+//! what the watchdog sees except the replacement pods.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dwd_sim::{AbortOnDrop, SeedControlPlane};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use kube::api::{Api, ListParams};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch};
+
+use crate::journal::{Journal, MarkerKind, lock};
+use crate::metrics::{Scrape, scrape};
+use crate::watchdog::{CONTROLLERS, GRACE_SECONDS, THRESHOLD, level_of, short_name};
+
+/// Annotation in which the prober records the replicas it scaled down from.
+pub const REPLICAS_ANNOTATION: &str = "dependency-watchdog.gardener.cloud/replicas";
+/// Annotation the prober sets while its meltdown protection holds a target at 0.
+pub const MELTDOWN_ANNOTATION: &str =
+    "dependency-watchdog.gardener.cloud/meltdown-protection-active";
+/// Labels of the simulated kube-apiserver pods (Gardener's).
+pub const KUBE_APISERVER_LABELS: [(&str, &str); 3] = [
+    ("app", "kubernetes"),
+    ("role", "apiserver"),
+    ("gardener.cloud/role", "controlplane"),
+];
+/// The weeder's service for etcd.
+pub const ETCD_SERVICE: &str = "etcd-main-client";
+/// Endpoints of the simulated etcd-main-client (Gardener runs etcd-main with 3 in HA).
+pub const ETCD_ENDPOINTS: usize = 3;
+
+/// One simulated control-plane pod as last seen.
+#[derive(Debug, Clone)]
+pub struct PodView {
+    /// Label `role`.
+    pub role: String,
+    /// Whether a container waits in CrashLoopBackOff.
+    pub crashlooping: bool,
+    /// Whether its deletion was seen (and narrated).
+    pub deleted: bool,
+}
+
+/// A replica change of one controller.
+#[derive(Debug, Clone)]
+pub struct ReplicaChange {
+    /// Seconds since start.
+    pub t: f64,
+    /// Controller (Deployment) name.
+    pub controller: String,
+    /// Replicas after.
+    pub to: i32,
+}
+
+/// What the sandbox knows about one shoot.
+#[derive(Debug, Clone)]
+pub struct ShootView {
+    /// Short name (`alpha`).
+    pub name: String,
+    /// Shoot namespace in the seed.
+    pub namespace: String,
+    /// Node count (every node is a candidate in the sandbox).
+    pub nodes: usize,
+    /// Successful probe runs (`dwd_prober_shoot_probe_runs_total`); `None` before the first.
+    pub probe_runs: Option<u64>,
+    /// Last expired-lease fraction the prober reported.
+    pub fraction: Option<f64>,
+    /// API-server probe failures so far.
+    pub api_failures: u64,
+    /// Lease probe failures so far.
+    pub lease_failures: u64,
+    /// Scale-down flows started.
+    pub attempts_down: u64,
+    /// Scale-up flows started.
+    pub attempts_up: u64,
+    /// Controller → `spec.replicas`.
+    pub replicas: BTreeMap<String, i32>,
+    /// Controller → `status.readyReplicas`.
+    pub ready: BTreeMap<String, i32>,
+    /// Controller → its annotations.
+    pub annotations: BTreeMap<String, BTreeMap<String, String>>,
+    /// Every replica change seen, in order.
+    pub changes: Vec<ReplicaChange>,
+    /// Control-plane pods by name.
+    pub pods: BTreeMap<String, PodView>,
+    /// `(t, pod)` of every deletion seen.
+    pub deleted: Vec<(f64, String)>,
+    /// Index of the next replacement kube-apiserver pod.
+    pub next_pod: usize,
+    /// Whether etcd-main-client is ready (set by the sandbox's own actions).
+    pub etcd_ready: bool,
+    /// When etcd-main-client last turned ready.
+    pub etcd_ready_since: Option<f64>,
+    /// Whether the shoot's API server runs.
+    pub apiserver_up: bool,
+    /// Silenced kubelets.
+    pub silenced: usize,
+    /// Expired node leases as the sandbox last read them.
+    pub lease_expired: Option<usize>,
+    /// Whether the last API-server probe failed (to narrate transitions only).
+    api_failing: bool,
+}
+
+impl ShootView {
+    /// A fresh view of a shoot.
+    pub fn new(name: &str, namespace: &str, nodes: usize) -> Self {
+        ShootView {
+            name: name.into(),
+            namespace: namespace.into(),
+            nodes,
+            probe_runs: None,
+            fraction: None,
+            api_failures: 0,
+            lease_failures: 0,
+            attempts_down: 0,
+            attempts_up: 0,
+            replicas: BTreeMap::new(),
+            ready: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            changes: Vec::new(),
+            pods: BTreeMap::new(),
+            deleted: Vec::new(),
+            next_pod: 0,
+            etcd_ready: true,
+            etcd_ready_since: None,
+            apiserver_up: true,
+            silenced: 0,
+            lease_expired: None,
+            api_failing: false,
+        }
+    }
+
+    /// `KCM 2 (ready 2), MCM 1 (ready 1), CA 1 (ready 1)`.
+    pub fn replicas_text(&self) -> String {
+        CONTROLLERS
+            .iter()
+            .map(|(c, _, _)| {
+                let spec = self
+                    .replicas
+                    .get(*c)
+                    .map_or("?".to_string(), i32::to_string);
+                let ready = self.ready.get(*c).map_or("?".to_string(), i32::to_string);
+                format!("{} {spec} (ready {ready})", short_name(c))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// `4/5 leases expired, 0.80 ≥ 0.60` for a fraction the prober reported.
+    pub fn leases_text(&self, fraction: f64) -> String {
+        let expired = (fraction * self.nodes as f64).round() as usize;
+        let cmp = if fraction >= THRESHOLD { "≥" } else { "<" };
+        format!(
+            "{expired}/{} leases expired, {fraction:.2} {cmp} {THRESHOLD:.2}",
+            self.nodes
+        )
+    }
+
+    /// Whether every controller is at `want` replicas (spec and ready).
+    pub fn controllers_at(&self, want: &[(&str, i32)]) -> bool {
+        want.iter().all(|(c, n)| {
+            self.replicas.get(*c) == Some(n)
+                && (if *n == 0 {
+                    self.ready.get(*c) == Some(&0)
+                } else {
+                    self.ready.get(*c).is_some_and(|r| *r >= 1)
+                })
+        })
+    }
+}
+
+/// What the sandbox knows, shared between the monitor tasks and the story.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// Shoots in order.
+    pub shoots: Vec<ShootView>,
+    /// `dwd_weeder_active_weeders`.
+    pub active_weeders: Option<i64>,
+    /// Pods the weeder deleted (all services).
+    pub weeder_deleted: u64,
+    /// Whether the prober's metrics answered at the last poll.
+    pub prober_reachable: bool,
+    /// Whether the weeder's metrics answered at the last poll.
+    pub weeder_reachable: bool,
+}
+
+impl View {
+    /// The shoot with this short name.
+    pub fn shoot(&self, name: &str) -> Option<&ShootView> {
+        self.shoots.iter().find(|s| s.name == name)
+    }
+
+    /// The shoot with this short name, mutable.
+    pub fn shoot_mut(&mut self, name: &str) -> Option<&mut ShootView> {
+        self.shoots.iter_mut().find(|s| s.name == name)
+    }
+
+    fn by_namespace(&mut self, namespace: &str) -> Option<&mut ShootView> {
+        self.shoots.iter_mut().find(|s| s.namespace == namespace)
+    }
+}
+
+/// Shared handle on the view.
+pub type SharedView = Arc<Mutex<View>>;
+
+/// Brings the view up to date with the watchdog's metrics and the shoots' leases, and
+/// narrates what changed. Refreshes are serialised: narration must follow the order in which
+/// things were observed, and a slow scrape must never be processed after a newer one.
+pub struct Refresher {
+    journal: Arc<Journal>,
+    view: SharedView,
+    prober: SocketAddr,
+    weeder: SocketAddr,
+    /// `(short name, shoot client)`: to read the node leases.
+    shoots: Vec<(String, kube::Client)>,
+    serial: tokio::sync::Mutex<()>,
+}
+
+impl Refresher {
+    /// Scrapes both watchdogs, reads the leases, updates the view and narrates.
+    pub async fn refresh(&self) {
+        let _turn = self.serial.lock().await;
+        let leases = futures::future::join_all(
+            self.shoots
+                .iter()
+                .map(|(name, client)| async move { (name.clone(), expired_leases(client).await) }),
+        );
+        let (p, w, leases) = futures::join!(scrape(self.prober), scrape(self.weeder), leases);
+        let journal = &self.journal;
+        let mut v = lock(&self.view);
+        for (name, expired) in leases {
+            if let Some(shoot) = v.shoot_mut(&name) {
+                on_leases(journal, shoot, expired);
+            }
+        }
+        match p {
+            Ok(s) => {
+                v.prober_reachable = true;
+                for shoot in &mut v.shoots {
+                    on_prober_scrape(journal, shoot, &s);
+                }
+            }
+            Err(_) => {
+                v.prober_reachable = false;
+                for shoot in &v.shoots {
+                    journal.sample_fraction(&shoot.name, None);
+                }
+            }
+        }
+        match w {
+            Ok(s) => {
+                v.weeder_reachable = true;
+                on_weeder_scrape(journal, &mut v, &s);
+            }
+            Err(_) => v.weeder_reachable = false,
+        }
+    }
+}
+
+/// Starts every monitor task; they stop when the returned handles are dropped.
+pub fn start(
+    journal: Arc<Journal>,
+    view: SharedView,
+    seed: kube::Client,
+    shoots: Vec<(String, kube::Client)>,
+    prober_metrics: SocketAddr,
+    weeder_metrics: SocketAddr,
+) -> Vec<AbortOnDrop> {
+    let refresher = Arc::new(Refresher {
+        journal: journal.clone(),
+        view: view.clone(),
+        prober: prober_metrics,
+        weeder: weeder_metrics,
+        shoots,
+        serial: tokio::sync::Mutex::new(()),
+    });
+    vec![
+        AbortOnDrop::spawn(poll(refresher.clone())),
+        AbortOnDrop::spawn(watch_deployments(
+            journal.clone(),
+            view.clone(),
+            seed.clone(),
+            refresher.clone(),
+        )),
+        AbortOnDrop::spawn(watch_pods(
+            journal.clone(),
+            view.clone(),
+            seed.clone(),
+            refresher.clone(),
+        )),
+        AbortOnDrop::spawn(watch_events(journal, view, seed, refresher)),
+    ]
+}
+
+// --- metrics and leases -------------------------------------------------------------------
+
+async fn poll(refresher: Arc<Refresher>) {
+    let mut ticker = tokio::time::interval(Duration::from_millis(250));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        refresher.refresh().await;
+    }
+}
+
+/// `(expired, candidates)` of a shoot's node leases now, by the prober's rule (expired when
+/// not renewed for 0.75 × kcmNodeMonitorGraceDuration, or never renewed); `None` when the
+/// shoot's API server does not answer.
+async fn expired_leases(client: &kube::Client) -> Option<(usize, usize)> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let list = tokio::time::timeout(Duration::from_secs(1), api.list(&ListParams::default()))
+        .await
+        .ok()?
+        .ok()?;
+    let now = chrono::Utc::now().timestamp_micros();
+    let limit = (0.75 * GRACE_SECONDS * 1e6) as i64;
+    let expired = list
+        .items
+        .iter()
+        .filter(|l| {
+            l.spec
+                .as_ref()
+                .and_then(|s| s.renew_time.as_ref())
+                .is_none_or(|t| now - t.0.as_microsecond() >= limit)
+        })
+        .count();
+    Some((expired, list.items.len()))
+}
+
+fn on_leases(journal: &Journal, shoot: &mut ShootView, expired: Option<(usize, usize)>) {
+    let name = shoot.name.clone();
+    let Some((expired, candidates)) = expired else {
+        journal.sample_lease_truth(&name, None);
+        return;
+    };
+    let fraction = if candidates == 0 {
+        0.0
+    } else {
+        expired as f64 / candidates as f64
+    };
+    journal.sample_lease_truth(&name, Some(fraction));
+    if shoot.lease_expired == Some(expired) {
+        return;
+    }
+    let why = match shoot.lease_expired {
+        None => None,
+        Some(old) if expired > old => Some(format!(
+            "not renewed for {}s = 0.75 × kcmNodeMonitorGraceDuration {GRACE_SECONDS}s",
+            0.75 * GRACE_SECONDS
+        )),
+        Some(_) => Some("renewed again".into()),
+    };
+    shoot.lease_expired = Some(expired);
+    journal.log(
+        &name,
+        format!("node leases: {}", fraction_text(expired, candidates)),
+        why,
+    );
+}
+
+/// `4/5 expired (0.80 ≥ 0.60)`.
+pub fn fraction_text(expired: usize, candidates: usize) -> String {
+    let fraction = if candidates == 0 {
+        0.0
+    } else {
+        expired as f64 / candidates as f64
+    };
+    let cmp = if fraction >= THRESHOLD { "≥" } else { "<" };
+    format!("{expired}/{candidates} expired ({fraction:.2} {cmp} {THRESHOLD:.2})")
+}
+
+fn on_prober_scrape(journal: &Journal, shoot: &mut ShootView, s: &Scrape) {
+    let ns = shoot.namespace.clone();
+    let label = [("shoot", ns.as_str())];
+    let count = |name: &str, labels: &[(&str, &str)]| s.value(name, labels).map(|v| v as u64);
+    let runs = count("dwd_prober_shoot_probe_runs_total", &label);
+    let fraction = s.value("dwd_prober_expired_lease_fraction", &label);
+    let api_failures = count("dwd_prober_api_server_probe_failures_total", &label).unwrap_or(0);
+    let lease_failures = count("dwd_prober_lease_probe_failures_total", &label).unwrap_or(0);
+    let down = count(
+        "dwd_prober_scaling_attempts_total",
+        &[("shoot", ns.as_str()), ("direction", "Down")],
+    )
+    .unwrap_or(0);
+    let up = count(
+        "dwd_prober_scaling_attempts_total",
+        &[("shoot", ns.as_str()), ("direction", "Up")],
+    )
+    .unwrap_or(0);
+    let name = shoot.name.clone();
+    journal.sample_fraction(&name, fraction);
+
+    if api_failures > shoot.api_failures && !shoot.api_failing {
+        shoot.api_failing = true;
+        journal.log(
+            &name,
+            "prober: API server probe failed",
+            Some("the shoot's API server does not answer; no lease probe and no scaling while it fails".into()),
+        );
+    }
+    let new_runs = runs.unwrap_or(0) > shoot.probe_runs.unwrap_or(0);
+    if shoot.probe_runs.is_none() && runs.is_some() {
+        journal.log(
+            &name,
+            "prober probes the shoot: API server, then node leases",
+            Some(format!(
+                "every {}s; a lease counts as expired {}s after its last renewal",
+                crate::watchdog::PROBE_INTERVAL_SECONDS,
+                0.75 * crate::watchdog::GRACE_SECONDS
+            )),
+        );
+    } else if new_runs && shoot.api_failing && api_failures == shoot.api_failures {
+        shoot.api_failing = false;
+        journal.log(&name, "prober: API server probe succeeds again", None);
+    }
+    if lease_failures > shoot.lease_failures {
+        journal.log(
+            &name,
+            "prober: lease probe failed",
+            Some("listing nodes, machines or leases failed; no scaling this run".into()),
+        );
+    }
+    if down > shoot.attempts_down {
+        let flow = "KCM (level 0) → MCM (level 1) → CA (level 2)";
+        let why = fraction.map(|f| format!("the prober found {}", shoot.leases_text(f)));
+        journal.log(&name, format!("prober decides to scale down: {flow}"), why);
+        journal.marker(Some(&name), "scale down", MarkerKind::ScaleDown);
+    }
+    if up > shoot.attempts_up {
+        let flow = "CA (level 0) → KCM + MCM (level 1)";
+        let why = fraction.map(|f| format!("the prober found {}", shoot.leases_text(f)));
+        journal.log(&name, format!("prober decides to scale up: {flow}"), why);
+        journal.marker(Some(&name), "scale up", MarkerKind::ScaleUp);
+    }
+    shoot.probe_runs = runs.or(shoot.probe_runs);
+    if new_runs {
+        shoot.fraction = fraction.or(shoot.fraction);
+    }
+    shoot.api_failures = api_failures;
+    shoot.lease_failures = lease_failures;
+    shoot.attempts_down = down;
+    shoot.attempts_up = up;
+}
+
+fn on_weeder_scrape(journal: &Journal, v: &mut View, s: &Scrape) {
+    let active = s.value("dwd_weeder_active_weeders", &[]).map(|a| a as i64);
+    if let Some(a) = active
+        && v.active_weeders.unwrap_or(0) != a
+    {
+        let what = match a {
+            0 => "weeder: no weeder active any more".to_string(),
+            1 => "weeder: 1 weeder active".to_string(),
+            a => format!("weeder: {a} weeders active"),
+        };
+        journal.log(
+            "-",
+            what,
+            Some(format!(
+                "one per EndpointSlice that turned ready, each watching that service's dependants for {}s",
+                crate::watchdog::WATCH_DURATION_SECONDS
+            )),
+        );
+    }
+    v.active_weeders = active.or(v.active_weeders);
+    v.weeder_deleted = s.sum("dwd_weeder_pods_deleted_total") as u64;
+}
+
+// --- deployments --------------------------------------------------------------------------
+
+async fn watch_deployments(
+    journal: Arc<Journal>,
+    view: SharedView,
+    seed: kube::Client,
+    refresher: Arc<Refresher>,
+) {
+    let api: Api<Deployment> = Api::all(seed);
+    let mut events = watch(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let deployment = match event {
+            Ok(Event::InitApply(d) | Event::Apply(d)) => d,
+            _ => continue,
+        };
+        let changed = replicas_changed(&lock(&view), &deployment);
+        if changed {
+            // The prober counts its decision before it scales: read it first, so the
+            // timeline tells the decision before its effect.
+            refresher.refresh().await;
+        }
+        on_deployment(&journal, &mut lock(&view), &deployment);
+    }
+}
+
+/// Whether `d` is a known controller whose replicas differ from what the view holds.
+fn replicas_changed(v: &View, d: &Deployment) -> bool {
+    let (Some(ns), Some(name)) = (&d.metadata.namespace, &d.metadata.name) else {
+        return false;
+    };
+    let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    v.shoots
+        .iter()
+        .find(|s| &s.namespace == ns)
+        .and_then(|s| s.replicas.get(name))
+        .is_some_and(|r| *r != replicas)
+}
+
+fn on_deployment(journal: &Journal, v: &mut View, d: &Deployment) {
+    let (Some(ns), Some(name)) = (&d.metadata.namespace, &d.metadata.name) else {
+        return;
+    };
+    let Some(shoot) = v.by_namespace(ns) else {
+        return;
+    };
+    if !CONTROLLERS.iter().any(|(c, _, _)| c == name) {
+        return;
+    }
+    let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let ready = d
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0);
+    let annotations = d.metadata.annotations.clone().unwrap_or_default();
+    let previous = shoot.replicas.insert(name.clone(), replicas);
+    shoot.ready.insert(name.clone(), ready);
+    let shoot_name = shoot.name.clone();
+    match previous {
+        None => journal.sample_replicas(&shoot_name, name, replicas),
+        Some(from) if from != replicas => {
+            journal.sample_replicas(&shoot_name, name, replicas);
+            shoot.changes.push(ReplicaChange {
+                t: journal.now(),
+                controller: name.clone(),
+                to: replicas,
+            });
+            let (what, why) = if replicas == 0 {
+                let level = level_of(name, true).map_or("?".into(), |l| l.to_string());
+                let recorded = annotations
+                    .get(REPLICAS_ANNOTATION)
+                    .map_or(String::new(), |r| {
+                        format!("; {r} recorded in annotation {REPLICAS_ANNOTATION}")
+                    });
+                (
+                    format!("{name} scaled {from} → 0"),
+                    format!("level {level} of the scale-down{recorded}"),
+                )
+            } else if from == 0 {
+                let level = level_of(name, false).map_or("?".into(), |l| l.to_string());
+                (
+                    format!("{name} restored 0 → {replicas}"),
+                    format!("level {level} of the scale-up; the recorded replicas"),
+                )
+            } else {
+                (
+                    format!("{name} replicas {from} → {replicas}"),
+                    "changed by someone else than the prober".into(),
+                )
+            };
+            journal.log(&shoot_name, what, Some(why));
+        }
+        Some(_) => {}
+    }
+    shoot.annotations.insert(name.clone(), annotations);
+}
+
+// --- pods ---------------------------------------------------------------------------------
+
+fn is_crashlooping(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.reason.as_deref())
+                    == Some("CrashLoopBackOff")
+            })
+        })
+}
+
+async fn watch_pods(
+    journal: Arc<Journal>,
+    view: SharedView,
+    seed: kube::Client,
+    refresher: Arc<Refresher>,
+) {
+    let api: Api<Pod> = Api::all(seed.clone());
+    let config = watcher::Config::default().labels("gardener.cloud/role=controlplane");
+    let mut events = watch(api, config).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        let (pod, state) = match event {
+            Ok(Event::InitApply(p) | Event::Apply(p)) => {
+                let state = if p.metadata.deletion_timestamp.is_some() {
+                    PodState::Deleting
+                } else {
+                    PodState::Present
+                };
+                (p, state)
+            }
+            Ok(Event::Delete(p)) => (p, PodState::Gone),
+            _ => continue,
+        };
+        if state != PodState::Present {
+            // The weeder started before it deleted: narrate its start first.
+            refresher.refresh().await;
+        }
+        let replacement = on_pod(&journal, &mut lock(&view), &pod, state);
+        if let Some((namespace, name, crashlooping)) = replacement {
+            // Playing the ReplicaSet of a real seed: the deleted pod comes back at once, and
+            // it runs when etcd is reachable. Created off this loop so the watch keeps going.
+            let seed = seed.clone();
+            let journal = journal.clone();
+            tokio::spawn(async move {
+                let cp = SeedControlPlane::new(seed, &namespace);
+                if let Err(e) = cp
+                    .create_pod(&name, &KUBE_APISERVER_LABELS, crashlooping)
+                    .await
+                {
+                    journal.say(&format!("  (could not create replacement pod {name}: {e})"));
+                }
+            });
+        }
+    }
+}
+
+/// Where a pod is in its life, as one watch event shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PodState {
+    /// Exists.
+    Present,
+    /// Has a deletionTimestamp.
+    Deleting,
+    /// Deleted.
+    Gone,
+}
+
+/// Updates the view; returns `(namespace, name, crashlooping)` of a replacement pod to create.
+fn on_pod(
+    journal: &Journal,
+    v: &mut View,
+    pod: &Pod,
+    state: PodState,
+) -> Option<(String, String, bool)> {
+    let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
+        return None;
+    };
+    let shoot = v.by_namespace(ns)?;
+    let role = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("role"))
+        .cloned()
+        .unwrap_or_default();
+    let crashlooping = is_crashlooping(pod);
+    let known = shoot.pods.get(name).cloned();
+    if state == PodState::Present {
+        shoot.pods.insert(
+            name.clone(),
+            PodView {
+                role,
+                crashlooping,
+                deleted: false,
+            },
+        );
+        return None;
+    }
+    if known.as_ref().is_some_and(|p| p.deleted) {
+        // Narrated when its deletionTimestamp appeared; forget it once it is gone.
+        if state == PodState::Gone {
+            shoot.pods.remove(name);
+        }
+        return None;
+    }
+    let was_crashlooping = crashlooping || known.as_ref().is_some_and(|p| p.crashlooping);
+    let t = journal.now();
+    if state == PodState::Gone {
+        shoot.pods.remove(name);
+    } else {
+        shoot.pods.insert(
+            name.clone(),
+            PodView {
+                role: role.clone(),
+                crashlooping: was_crashlooping,
+                deleted: true,
+            },
+        );
+    }
+    shoot.deleted.push((t, name.clone()));
+    let shoot_name = shoot.name.clone();
+    if was_crashlooping {
+        let service = if role == "apiserver" {
+            ETCD_SERVICE
+        } else {
+            "kube-apiserver"
+        };
+        let why = match (shoot.etcd_ready, shoot.etcd_ready_since) {
+            (true, Some(since)) if role == "apiserver" => format!(
+                "CrashLoopBackOff; {service} ready again {:.1}s before",
+                (t - since).max(0.0)
+            ),
+            _ => format!("CrashLoopBackOff; {service} is ready"),
+        };
+        journal.log(
+            &shoot_name,
+            format!("{name} deleted by the weeder"),
+            Some(why),
+        );
+        journal.marker(Some(&shoot_name), "weeder deletes", MarkerKind::Weeder);
+    } else {
+        journal.log(
+            &shoot_name,
+            format!("{name} deleted"),
+            Some("it was not crash-looping: not the weeder's doing".into()),
+        );
+    }
+    if role != "apiserver" {
+        return None;
+    }
+    let index = shoot.next_pod;
+    shoot.next_pod += 1;
+    let replacement = format!("kube-apiserver-{index}");
+    let crashloop = !shoot.etcd_ready;
+    journal.log(
+        &shoot_name,
+        format!(
+            "{replacement} replaces it{}",
+            if crashloop {
+                ", and crash-loops too"
+            } else {
+                " and runs"
+            }
+        ),
+        Some(if crashloop {
+            "simulated ReplicaSet; etcd is still unreachable".into()
+        } else {
+            "simulated ReplicaSet; etcd is reachable, so the new kube-apiserver starts at once"
+                .into()
+        }),
+    );
+    Some((ns.clone(), replacement, crashloop))
+}
+
+// --- events -------------------------------------------------------------------------------
+
+async fn watch_events(
+    journal: Arc<Journal>,
+    view: SharedView,
+    seed: kube::Client,
+    refresher: Arc<Refresher>,
+) {
+    let api: Api<KubeEvent> = Api::all(seed);
+    let mut seen: HashSet<(String, i32)> = HashSet::new();
+    let mut events = watch(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let e = match event {
+            Ok(Event::InitApply(e) | Event::Apply(e)) => e,
+            _ => continue,
+        };
+        let controller = e.reporting_controller.as_deref().unwrap_or_default();
+        if !controller.starts_with("dependency-watchdog") {
+            continue;
+        }
+        let regarding = e.regarding.clone().unwrap_or_default();
+        let kind = regarding.kind.as_deref().unwrap_or_default();
+        let warning = e.type_.as_deref() == Some("Warning");
+        if kind != "Cluster" && !warning {
+            // Per-target and per-pod events repeat what the timeline already says.
+            continue;
+        }
+        let count = e.series.as_ref().map_or(1, |s| s.count);
+        let uid = e.metadata.uid.clone().unwrap_or_default();
+        if !seen.insert((uid, count)) {
+            continue;
+        }
+        let namespace = if kind == "Cluster" {
+            regarding.name.clone().unwrap_or_default()
+        } else {
+            regarding
+                .namespace
+                .clone()
+                .or(e.metadata.namespace.clone())
+                .unwrap_or_default()
+        };
+        let shoot = lock(&view)
+            .by_namespace(&namespace)
+            .map(|s| s.name.clone())
+            .unwrap_or_else(|| "-".into());
+        // The event follows the decision it reports: narrate the decision first.
+        refresher.refresh().await;
+        let reason = e.reason.as_deref().unwrap_or("?");
+        let object = match &regarding.name {
+            Some(n) if kind != "Cluster" => format!("{kind} {n}"),
+            _ => kind.to_string(),
+        };
+        let note = e.note.as_deref().unwrap_or("");
+        journal.log(
+            &shoot,
+            format!(
+                "{} Event {reason} on the {object}: \"{note}\"",
+                if warning { "Warning" } else { "Kubernetes" }
+            ),
+            None,
+        );
+    }
+}

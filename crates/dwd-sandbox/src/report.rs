@@ -1,0 +1,566 @@
+//! The HTML report: one self-contained file (inline CSS and SVG, no script, nothing fetched)
+//! with a chart per shoot — the expired-lease fraction against the threshold, and each
+//! controller's replicas, with the story's steps and the watchdog's decisions marked — and
+//! the whole timeline as a table.
+
+use std::fmt::Write as _;
+
+use crate::journal::{Marker, MarkerKind, Record};
+use crate::watchdog::{CONTROLLERS, THRESHOLD, short_name};
+
+/// What the report says besides the recorded data.
+pub struct ReportMeta {
+    /// `Ok(summary)` when the run did what it should, `Err(what went wrong)` otherwise.
+    pub outcome: Result<String, String>,
+    /// Mode (`story` or `interactive`).
+    pub mode: &'static str,
+    /// `(short name, namespace, nodes)` per shoot.
+    pub shoots: Vec<(String, String, usize)>,
+    /// The prober configuration used.
+    pub prober_config: String,
+    /// The weeder configuration used.
+    pub weeder_config: String,
+    /// Log files worth a look.
+    pub logs: Vec<String>,
+    /// Whether the log files outlive the sandbox (`--keep`, or after a failure).
+    pub logs_kept: bool,
+    /// When the run started (local time, for the header).
+    pub started: String,
+}
+
+/// Escapes text for HTML and SVG.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const CONTROLLER_COLORS: [&str; 3] = ["#1f77b4", "#ff7f0e", "#2ca02c"];
+/// Pixel offsets so controllers at the same replicas stay distinguishable.
+const CONTROLLER_OFFSETS: [f64; 3] = [0.0, -3.5, 3.5];
+
+fn marker_color(kind: MarkerKind) -> &'static str {
+    match kind {
+        MarkerKind::Step => "#555",
+        MarkerKind::ScaleDown => "#d62728",
+        MarkerKind::ScaleUp => "#2ca02c",
+        MarkerKind::Weeder => "#9467bd",
+    }
+}
+
+/// Geometry of one chart.
+struct Frame {
+    t0: f64,
+    t1: f64,
+    left: f64,
+    width: f64,
+}
+
+impl Frame {
+    fn x(&self, t: f64) -> f64 {
+        let span = (self.t1 - self.t0).max(1.0);
+        self.left + (t.clamp(self.t0, self.t1) - self.t0) / span * self.width
+    }
+}
+
+/// Intervals `[from, to)` during which `active` holds, from change samples.
+fn intervals<T: Copy>(
+    samples: &[(f64, T)],
+    end: f64,
+    active: impl Fn(T) -> bool,
+) -> Vec<(f64, f64, T)> {
+    let mut out = Vec::new();
+    for (i, (t, v)) in samples.iter().enumerate() {
+        if active(*v) {
+            let to = samples.get(i + 1).map_or(end, |(next, _)| *next);
+            out.push((*t, to, *v));
+        }
+    }
+    out
+}
+
+/// Markers for one shoot, without near-duplicates (two pods deleted at once → one line).
+fn markers_for<'a>(record: &'a Record, shoot: &str) -> Vec<&'a Marker> {
+    let mut out: Vec<&Marker> = Vec::new();
+    for m in &record.markers {
+        if m.shoot.as_deref().is_some_and(|s| s != shoot) {
+            continue;
+        }
+        let duplicate = out
+            .iter()
+            .any(|o| o.kind == m.kind && o.label == m.label && (o.t - m.t).abs() < 1.5);
+        if !duplicate {
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// The chart of one shoot as an inline SVG.
+fn chart(record: &Record, shoot: &str, namespace: &str, nodes: usize, range: (f64, f64)) -> String {
+    let width = 1100.0;
+    let frame = Frame {
+        t0: range.0,
+        t1: range.1,
+        left: 64.0,
+        width: width - 64.0 - 24.0,
+    };
+    let markers = markers_for(record, shoot);
+
+    // Marker labels in rows above the panels, each in the first row where it fits.
+    let mut rows: Vec<f64> = Vec::new();
+    let mut placed = Vec::new();
+    for m in &markers {
+        let x = frame.x(m.t);
+        let w = m.label.chars().count() as f64 * 6.4 + 6.0;
+        let row = match rows.iter().position(|end| x > *end + 4.0) {
+            Some(r) => r,
+            None => {
+                rows.push(f64::NEG_INFINITY);
+                rows.len() - 1
+            }
+        };
+        rows[row] = x + w;
+        placed.push((m, x, row));
+    }
+    let title_h = 26.0;
+    let row_h = 14.0;
+    let labels_h = rows.len() as f64 * row_h + 6.0;
+    let a_top = title_h + labels_h;
+    let a_h = 150.0;
+    let b_top = a_top + a_h + 34.0;
+    let b_h = 130.0;
+    let axis_y = b_top + b_h;
+    let height = axis_y + 76.0;
+
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}" viewBox="0 0 {width} {height:.0}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = write!(
+        s,
+        r##"<text x="4" y="17" font-size="15" font-weight="bold">{}</text><text x="{:.0}" y="17" fill="#555">{} · {nodes} nodes</text>"##,
+        esc(shoot),
+        12.0 + shoot.len() as f64 * 9.0,
+        esc(namespace)
+    );
+
+    // Backgrounds: silenced kubelets and etcd outages.
+    let silenced = record.silenced.get(shoot).cloned().unwrap_or_default();
+    for (from, to, n) in intervals(&silenced, range.1, |n| n > 0) {
+        let (x0, x1) = (frame.x(from), frame.x(to));
+        let _ = write!(
+            s,
+            r##"<rect x="{x0:.1}" y="{a_top:.1}" width="{:.1}" height="{:.1}" fill="#ffe9cc"/><text x="{:.1}" y="{:.1}" fill="#a65c00">{n}/{nodes} kubelets silenced</text>"##,
+            (x1 - x0).max(1.0),
+            axis_y - a_top,
+            x0 + 4.0,
+            a_top + 12.0
+        );
+    }
+    let etcd = record.etcd_ready.get(shoot).cloned().unwrap_or_default();
+    for (from, to, _) in intervals(&etcd, range.1, |ready| !ready) {
+        let (x0, x1) = (frame.x(from), frame.x(to));
+        let _ = write!(
+            s,
+            r##"<rect x="{x0:.1}" y="{a_top:.1}" width="{:.1}" height="{:.1}" fill="#eadff5"/><text x="{:.1}" y="{:.1}" fill="#5b3a8c">etcd down</text>"##,
+            (x1 - x0).max(1.0),
+            axis_y - a_top,
+            x0 + 4.0,
+            a_top + 12.0
+        );
+    }
+
+    // Panel A: expired-lease fraction.
+    let ya = |f: f64| a_top + a_h - f.clamp(0.0, 1.0) * a_h;
+    for f in [0.0, 0.5, 1.0] {
+        let _ = write!(
+            s,
+            r##"<line x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{f:.1}</text>"##,
+            frame.left,
+            frame.left + frame.width,
+            frame.left - 6.0,
+            ya(f) + 4.0,
+            y = ya(f)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<text x="14" y="{:.1}" transform="rotate(-90 14 {:.1})" text-anchor="middle" fill="#333">expired leases</text>"##,
+        a_top + a_h / 2.0,
+        a_top + a_h / 2.0
+    );
+    let _ = write!(
+        s,
+        r##"<line x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#d62728" stroke-dasharray="6 4" stroke-width="1.5"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#d62728">threshold {THRESHOLD:.2}</text>"##,
+        frame.left,
+        frame.left + frame.width,
+        frame.left + frame.width - 4.0,
+        ya(THRESHOLD) - 5.0,
+        y = ya(THRESHOLD)
+    );
+    let step_path = |samples: &[(f64, Option<f64>)]| {
+        let mut path = String::new();
+        let mut pen_down = false;
+        for (t, f) in samples {
+            match f {
+                Some(f) => {
+                    let (x, y) = (frame.x(*t), ya(*f));
+                    if pen_down {
+                        let _ = write!(path, " H{x:.1} V{y:.1}");
+                    } else {
+                        let _ = write!(path, " M{x:.1} {y:.1}");
+                        pen_down = true;
+                    }
+                }
+                None => pen_down = false,
+            }
+        }
+        path
+    };
+    // What the leases say (the sandbox reads them), then what the prober found in its runs:
+    // the gap between the two is the prober's reaction time.
+    let truth = step_path(record.lease_truth.get(shoot).map_or(&[][..], Vec::as_slice));
+    if !truth.is_empty() {
+        let _ = write!(
+            s,
+            r##"<path d="{truth}" fill="none" stroke="#888" stroke-width="1.5" stroke-dasharray="3 3"/>"##
+        );
+    }
+    let seen = step_path(record.fraction.get(shoot).map_or(&[][..], Vec::as_slice));
+    if !seen.is_empty() {
+        let _ = write!(
+            s,
+            r##"<path d="{seen}" fill="none" stroke="#1f4e9c" stroke-width="2"/>"##
+        );
+    }
+
+    // Panel B: replicas.
+    let max_replicas = record
+        .replicas
+        .get(shoot)
+        .into_iter()
+        .flat_map(|m| m.values())
+        .flat_map(|v| v.iter().map(|(_, r)| *r))
+        .max()
+        .unwrap_or(2)
+        .max(2);
+    let top = f64::from(max_replicas) + 0.5;
+    let yb = |r: f64| b_top + b_h - r / top * b_h;
+    for r in 0..=max_replicas {
+        let y = yb(f64::from(r));
+        let _ = write!(
+            s,
+            r##"<line x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{r}</text>"##,
+            frame.left,
+            frame.left + frame.width,
+            frame.left - 6.0,
+            y + 4.0
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<text x="14" y="{:.1}" transform="rotate(-90 14 {:.1})" text-anchor="middle" fill="#333">replicas</text>"##,
+        b_top + b_h / 2.0,
+        b_top + b_h / 2.0
+    );
+    for (i, (controller, _, _)) in CONTROLLERS.iter().enumerate() {
+        let Some(changes) = record.replicas.get(shoot).and_then(|m| m.get(*controller)) else {
+            continue;
+        };
+        let mut path = String::new();
+        for (j, (t, r)) in changes.iter().enumerate() {
+            let (x, y) = (frame.x(*t), yb(f64::from(*r)) + CONTROLLER_OFFSETS[i]);
+            if j == 0 {
+                let _ = write!(path, "M{x:.1} {y:.1}");
+            } else {
+                let _ = write!(path, " H{x:.1} V{y:.1}");
+            }
+        }
+        let _ = write!(path, " H{:.1}", frame.x(range.1));
+        let _ = write!(
+            s,
+            r##"<path d="{path}" fill="none" stroke="{}" stroke-width="2.5"/>"##,
+            CONTROLLER_COLORS[i]
+        );
+    }
+
+    // Markers: vertical lines from their label row down to the time axis.
+    for (m, x, row) in &placed {
+        let color = marker_color(m.kind);
+        let label_y = title_h + (*row as f64 + 1.0) * row_h;
+        let dash = if m.kind == MarkerKind::Step {
+            r#" stroke-dasharray="4 3""#
+        } else {
+            ""
+        };
+        let _ = write!(
+            s,
+            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{axis_y:.1}" stroke="{color}" stroke-width="1.2"{dash}/><text x="{:.1}" y="{label_y:.1}" fill="{color}">{}</text>"##,
+            label_y - 10.0,
+            x + 2.0,
+            esc(&m.label)
+        );
+    }
+
+    // Time axis.
+    let span = range.1 - range.0;
+    let step = if span > 120.0 {
+        20.0
+    } else if span > 40.0 {
+        10.0
+    } else {
+        5.0
+    };
+    let _ = write!(
+        s,
+        r##"<line x1="{:.1}" x2="{:.1}" y1="{axis_y:.1}" y2="{axis_y:.1}" stroke="#333"/>"##,
+        frame.left,
+        frame.left + frame.width
+    );
+    let mut t = (range.0 / step).ceil() * step;
+    while t <= range.1 {
+        let x = frame.x(t);
+        let _ = write!(
+            s,
+            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{axis_y:.1}" y2="{:.1}" stroke="#333"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" fill="#333">{t:.0}s</text>"##,
+            axis_y + 4.0,
+            axis_y + 16.0
+        );
+        t += step;
+    }
+
+    // Legend.
+    let ly = axis_y + 36.0;
+    let mut lx = frame.left;
+    let mut legend = |s: &mut String, color: &str, text: &str, dashed: bool| {
+        let dash = if dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        };
+        let _ = write!(
+            s,
+            r##"<line x1="{lx:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="2.5"{dash}/><text x="{:.1}" y="{ly:.1}">{}</text>"##,
+            lx + 22.0,
+            ly - 4.0,
+            ly - 4.0,
+            lx + 27.0,
+            esc(text)
+        );
+        lx += 34.0 + text.chars().count() as f64 * 6.2;
+    };
+    legend(
+        &mut s,
+        "#1f4e9c",
+        "expired fraction the prober found",
+        false,
+    );
+    legend(&mut s, "#888", "expired fraction of the leases now", true);
+    legend(&mut s, "#d62728", "threshold", true);
+    // Controllers on a second line: one line does not hold them all.
+    let ly = ly + 17.0;
+    let mut lx = frame.left;
+    let mut legend = |s: &mut String, color: &str, text: &str| {
+        let _ = write!(
+            s,
+            r##"<line x1="{lx:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="2.5"/><text x="{:.1}" y="{ly:.1}">{}</text>"##,
+            lx + 22.0,
+            ly - 4.0,
+            ly - 4.0,
+            lx + 27.0,
+            esc(text)
+        );
+        lx += 34.0 + text.chars().count() as f64 * 6.2;
+    };
+    for (i, (c, _, _)) in CONTROLLERS.iter().enumerate() {
+        legend(
+            &mut s,
+            CONTROLLER_COLORS[i],
+            &format!("{} ({c})", short_name(c)),
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<text x="{:.1}" y="{:.1}" fill="#555">vertical lines: story steps (grey), prober decisions (red: scale down, green: scale up), weeder deletions (purple)</text>"##,
+        frame.left,
+        ly + 16.0
+    );
+    s.push_str("</svg>");
+    s
+}
+
+/// The time range the charts show: from a little before the first probe result (setup is
+/// empty air) to the last thing recorded.
+fn chart_range(record: &Record) -> (f64, f64) {
+    let first = record
+        .fraction
+        .values()
+        .flat_map(|v| v.iter().filter(|(_, f)| f.is_some()).map(|(t, _)| *t))
+        .fold(f64::INFINITY, f64::min);
+    let last = record
+        .entries
+        .iter()
+        .map(|e| e.t)
+        .chain(
+            record
+                .fraction
+                .values()
+                .flat_map(|v| v.iter().map(|(t, _)| *t)),
+        )
+        .fold(0.0, f64::max);
+    let start = if first.is_finite() {
+        (first - 2.0).max(0.0)
+    } else {
+        0.0
+    };
+    (start, last.max(start + 1.0))
+}
+
+/// Renders the whole report.
+pub fn render(record: &Record, meta: &ReportMeta) -> String {
+    let mut h = String::new();
+    h.push_str(r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>dependency-watchdog sandbox report</title><style>
+body{font-family:sans-serif;margin:24px;color:#222;max-width:1160px}
+h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px}
+.ok{color:#1a7f37;font-weight:bold}.fail{color:#c62828;font-weight:bold}
+.meta{color:#555}table{border-collapse:collapse;width:100%;font-size:13px}
+td,th{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;vertical-align:top}
+td.t{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+tr.step td{background:#f3f3f3;font-weight:bold}td.why{color:#555}
+pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
+.chart{border:1px solid #e5e5e5;margin:8px 0 4px 0;padding:6px}
+</style></head><body>"#);
+    let _ = write!(
+        h,
+        "<h1>dependency-watchdog sandbox</h1><div class=\"meta\">{} run started {} · the real <code>dependency-watchdog prober</code> and <code>weeder</code> against a real seed and two shoot kube-apiservers with a simulated data plane</div>",
+        meta.mode,
+        esc(&meta.started)
+    );
+    match &meta.outcome {
+        Ok(summary) => {
+            let _ = write!(h, "<p class=\"ok\">✔ {}</p>", esc(summary));
+        }
+        Err(error) => {
+            let _ = write!(h, "<p class=\"fail\">✘ failed</p><pre>{}</pre>", esc(error));
+        }
+    }
+    let range = chart_range(record);
+    h.push_str("<h2>Shoots</h2><p>Top: the fraction of the shoot's node leases the prober found expired in its probe runs (from its <code>/metrics</code>; dotted: the fraction expired according to the leases themselves, read by the sandbox), against the threshold (<code>nodeLeaseFailureFraction</code>): at or above it the prober scales the controllers down, below it restores them. Bottom: each controller's <code>spec.replicas</code>. Shaded: silenced kubelets (orange), etcd down (purple).</p>");
+    for (name, namespace, nodes) in &meta.shoots {
+        let _ = write!(
+            h,
+            "<div class=\"chart\">{}</div>",
+            chart(record, name, namespace, *nodes, range)
+        );
+    }
+    h.push_str("<h2>Timeline</h2><table><tr><th>time</th><th>shoot</th><th>what happened</th><th>why</th></tr>");
+    for e in &record.entries {
+        let class = if e.what.starts_with("──") {
+            " class=\"step\""
+        } else {
+            ""
+        };
+        let _ = write!(
+            h,
+            "<tr{class}><td class=\"t\">{:.1}s</td><td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
+            e.t,
+            esc(&e.shoot),
+            esc(e.what.trim_start_matches("── ")),
+            esc(e.why.as_deref().unwrap_or(""))
+        );
+    }
+    h.push_str("</table>");
+    let _ = write!(
+        h,
+        "<h2>Configuration</h2><details><summary>prober (<code>--config-file</code>)</summary><pre>{}</pre></details><details><summary>weeder (<code>--config-file</code>)</summary><pre>{}</pre></details>",
+        esc(&meta.prober_config),
+        esc(&meta.weeder_config)
+    );
+    if !meta.logs.is_empty() {
+        h.push_str(if meta.logs_kept {
+            "<h2>Logs</h2><ul>"
+        } else {
+            "<h2>Logs</h2><p>Removed when the sandbox exits; run it with <code>--keep</code> to keep them.</p><ul>"
+        });
+        for l in &meta.logs {
+            let _ = write!(h, "<li><code>{}</code></li>", esc(l));
+        }
+        h.push_str("</ul>");
+    }
+    h.push_str("</body></html>\n");
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Entry;
+
+    #[test]
+    fn report_is_self_contained_and_escaped() {
+        let mut record = Record::default();
+        record.fraction.insert(
+            "alpha".into(),
+            vec![(1.0, Some(0.0)), (2.0, None), (3.0, Some(0.8))],
+        );
+        record.replicas.insert(
+            "alpha".into(),
+            [(
+                "kube-controller-manager".to_string(),
+                vec![(1.0, 2), (3.5, 0)],
+            )]
+            .into_iter()
+            .collect(),
+        );
+        record
+            .silenced
+            .insert("alpha".into(), vec![(0.0, 0), (2.0, 4), (5.0, 0)]);
+        record.entries.push(Entry {
+            t: 3.0,
+            shoot: "alpha".into(),
+            what: "x < y & z".into(),
+            why: None,
+        });
+        record.markers.push(Marker {
+            t: 3.0,
+            shoot: None,
+            label: "2 NAT outage".into(),
+            kind: MarkerKind::Step,
+        });
+        let meta = ReportMeta {
+            outcome: Ok("fine".into()),
+            mode: "story",
+            shoots: vec![("alpha".into(), "shoot--sandbox--alpha".into(), 5)],
+            prober_config: "a: <b>".into(),
+            weeder_config: String::new(),
+            logs: vec![],
+            logs_kept: false,
+            started: "now".into(),
+        };
+        let html = render(&record, &meta);
+        assert!(html.contains("<svg"));
+        assert!(html.contains("x &lt; y &amp; z"));
+        assert!(html.contains("a: &lt;b&gt;"));
+        assert!(html.contains("4/5 kubelets silenced"));
+        assert!(!html.contains("<script"));
+        assert!(!html.contains("http://") || html.contains("http://www.w3.org/2000/svg"));
+    }
+
+    #[test]
+    fn intervals_follow_changes() {
+        let s = [(0.0, 0usize), (2.0, 4), (5.0, 0), (7.0, 1)];
+        let i = intervals(&s, 9.0, |n| n > 0);
+        assert_eq!(i, vec![(2.0, 5.0, 4), (7.0, 9.0, 1)]);
+    }
+}

@@ -1,0 +1,503 @@
+//! Bringing the sandbox up and down, and the things a user (or the story) can break and heal.
+//!
+//! Up: etcd and three kube-apiservers (seed, alpha, beta) from the test environment; the
+//! simulated shoots `alpha` (5 nodes) and `beta` (3 nodes) with kubelets renewing every
+//! second, controllers at KCM 2 / MCM 1 / CA 1, two kube-apiserver pods and the
+//! `etcd-main-client` and `kube-apiserver` EndpointSlices; the real prober and weeder as
+//! subprocesses; the monitor. Down: the reverse, leaving no process behind.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use dwd_sim::{AbortOnDrop, EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
+use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
+
+use crate::journal::{Journal, lock};
+use crate::monitor::{
+    self, ETCD_ENDPOINTS, ETCD_SERVICE, KUBE_APISERVER_LABELS, SharedView, ShootView, View,
+};
+use crate::watchdog::{self, Watchdog};
+
+/// The simulated shoots: short name and node count.
+pub const SHOOTS: [(&str, usize); 2] = [("alpha", 5), ("beta", 3)];
+/// Kubelet lease renew interval of the simulated nodes.
+pub const RENEW_INTERVAL: Duration = Duration::from_secs(1);
+/// How long simulated pods take to start or stop after a Deployment is scaled: long enough
+/// that the levels of a flow are visible one after another on the chart.
+pub const POD_START_DELAY: Duration = Duration::from_secs(1);
+/// kube-apiserver pods per shoot.
+pub const KUBE_APISERVER_PODS: usize = 2;
+
+/// The shoot namespace of a short shoot name.
+pub fn namespace_of(shoot: &str) -> String {
+    format!("shoot--sandbox--{shoot}")
+}
+
+/// One simulated shoot.
+pub struct Shoot {
+    /// Short name.
+    pub name: String,
+    /// Shoot namespace in the seed.
+    pub namespace: String,
+    /// Nodes.
+    pub nodes: usize,
+    /// Its kube-apiserver.
+    pub api: ApiServer,
+    /// The simulated data plane and control-plane objects.
+    pub sim: SimShoot,
+    /// Admin kubeconfig (copy in the sandbox directory).
+    pub kubeconfig: PathBuf,
+}
+
+/// Where the sandbox keeps its files.
+pub struct Workdir {
+    /// The directory.
+    pub path: PathBuf,
+    /// Removes the directory on drop unless kept.
+    temp: Option<tempfile::TempDir>,
+}
+
+impl Workdir {
+    /// A fresh temporary directory.
+    pub fn new() -> Result<Workdir> {
+        let temp = tempfile::Builder::new()
+            .prefix("dwd-sandbox-")
+            .tempdir()
+            .context("create the sandbox directory")?;
+        Ok(Workdir {
+            path: temp.path().to_path_buf(),
+            temp: Some(temp),
+        })
+    }
+
+    /// Keeps the directory after exit.
+    pub fn keep(&mut self) {
+        if let Some(temp) = self.temp.take() {
+            let _ = temp.keep();
+        }
+    }
+
+    /// Whether the directory will be kept.
+    pub fn is_kept(&self) -> bool {
+        self.temp.is_none()
+    }
+}
+
+/// The running sandbox.
+pub struct Sandbox {
+    /// The journal (timeline and samples).
+    pub journal: Arc<Journal>,
+    /// What the monitor sees.
+    pub view: SharedView,
+    /// The simulated shoots.
+    pub shoots: Vec<Shoot>,
+    /// The prober subprocess.
+    pub prober: Watchdog,
+    /// The weeder subprocess.
+    pub weeder: Watchdog,
+    /// Seed admin kubeconfig (copy in the sandbox directory).
+    pub seed_kubeconfig: PathBuf,
+    /// The prober's configuration file.
+    pub prober_config: PathBuf,
+    /// The weeder's configuration file.
+    pub weeder_config: PathBuf,
+    monitor: Vec<AbortOnDrop>,
+    env: TestEnv,
+}
+
+fn write(path: &Path, content: &str) -> Result<()> {
+    std::fs::write(path, content).with_context(|| format!("write {}", path.display()))
+}
+
+impl Sandbox {
+    /// Brings everything up with the watchdog binary `bin`, narrating as it goes.
+    pub async fn start(journal: Arc<Journal>, dir: &Path, bin: &Path) -> Result<Sandbox> {
+        // Located (or, on a machine's first run, built) before the spinner starts: the build
+        // reports its progress on stderr and a spinner would overwrite it.
+        let binaries = tokio::task::spawn_blocking(dwd_testenv::binaries)
+            .await
+            .context("locate the control-plane binaries")?
+            .context(
+                "locate the control-plane binaries (built once per machine from pinned Go modules)",
+            )?;
+        journal.log(
+            "-",
+            "starting etcd and the kube-apiservers seed, alpha and beta",
+            Some(format!(
+                "the real binaries, on loopback: {}",
+                binaries.kube_apiserver.display()
+            )),
+        );
+        journal.waiting(
+            "etcd and three kube-apiservers to be ready",
+            Duration::from_secs(120),
+        );
+        let started = async {
+            let env = TestEnv::start()
+                .await
+                .context("start the test environment")?;
+            let servers = tokio::try_join!(
+                env.start_apiserver_with("seed", ApiServerOptions::seed()),
+                env.start_apiserver(SHOOTS[0].0),
+                env.start_apiserver(SHOOTS[1].0),
+            )
+            .context("start the kube-apiservers")?;
+            anyhow::Ok((env, servers))
+        }
+        .await;
+        journal.done_waiting();
+        let (env, (seed, alpha, beta)) = started?;
+        journal.log(
+            "-",
+            "control plane ready",
+            Some(format!(
+                "etcd {}, seed {}, alpha {}, beta {}",
+                env.etcd_url(),
+                seed.url(),
+                alpha.url(),
+                beta.url()
+            )),
+        );
+
+        let seed_client = seed.client().await.context("seed client")?;
+        let seed_kubeconfig = dir.join("seed.kubeconfig");
+        write(&seed_kubeconfig, seed.kubeconfig())?;
+
+        let mut views = Vec::new();
+        let mut shoots = Vec::new();
+        for ((name, nodes), api) in SHOOTS.into_iter().zip([alpha, beta]) {
+            let shoot = create_shoot(&seed_client, name, nodes, api, dir).await?;
+            let mut view = ShootView::new(name, &shoot.namespace, nodes);
+            view.next_pod = KUBE_APISERVER_PODS;
+            views.push(view);
+            journal.log(
+                name,
+                format!(
+                    "simulated shoot {}: {nodes} nodes, controllers KCM 2 / MCM 1 / CA 1, {KUBE_APISERVER_PODS} kube-apiserver pods, {ETCD_SERVICE} ready",
+                    shoot.namespace
+                ),
+                Some(format!(
+                    "kubelets renew their node leases every {}s",
+                    RENEW_INTERVAL.as_secs()
+                )),
+            );
+            journal.sample_silenced(name, 0);
+            journal.sample_etcd(name, true);
+            shoots.push(shoot);
+        }
+
+        let prober_config = dir.join("prober-config.yaml");
+        let weeder_config = dir.join("weeder-config.yaml");
+        write(&prober_config, watchdog::PROBER_CONFIG)?;
+        write(&weeder_config, watchdog::WEEDER_CONFIG)?;
+
+        let prober = Watchdog::spawn(bin, "prober", &prober_config, &seed_kubeconfig, dir)?;
+        let weeder = Watchdog::spawn(bin, "weeder", &weeder_config, &seed_kubeconfig, dir)?;
+        let view: SharedView = Arc::new(std::sync::Mutex::new(View {
+            shoots: views,
+            ..Default::default()
+        }));
+        let mut shoot_clients = Vec::new();
+        for s in &shoots {
+            shoot_clients.push((s.name.clone(), s.api.client().await?));
+        }
+        let monitor = monitor::start(
+            journal.clone(),
+            view.clone(),
+            seed_client.clone(),
+            shoot_clients,
+            prober.metrics,
+            weeder.metrics,
+        );
+        let sandbox = Sandbox {
+            journal: journal.clone(),
+            view,
+            shoots,
+            prober,
+            weeder,
+            seed_kubeconfig,
+            prober_config,
+            weeder_config,
+            monitor,
+            env,
+        };
+        for w in [&sandbox.prober, &sandbox.weeder] {
+            if let Some(answer) = w.wait_ready(Duration::from_secs(10)).await? {
+                journal.log(
+                    "-",
+                    format!(
+                        "warning: dependency-watchdog {} alive but not ready after 10s",
+                        w.component
+                    ),
+                    Some(format!(
+                        "/readyz answers {answer}; going on, the story checks what it does"
+                    )),
+                );
+            }
+            journal.log(
+                "-",
+                format!(
+                    "dependency-watchdog {} running (pid {})",
+                    w.component,
+                    w.pid().map_or("?".into(), |p| p.to_string())
+                ),
+                Some(format!(
+                    "metrics http://{}/metrics, log {}",
+                    w.metrics,
+                    w.log.display()
+                )),
+            );
+        }
+        Ok(sandbox)
+    }
+
+    /// The shoot with this short name.
+    pub fn shoot(&self, name: &str) -> Result<&Shoot> {
+        self.shoots.iter().find(|s| s.name == name).ok_or_else(|| {
+            anyhow!(
+                "no shoot {name:?}; shoots: {}",
+                self.shoots
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    }
+
+    /// A copy of the monitor's view.
+    pub fn view(&self) -> View {
+        lock(&self.view).clone()
+    }
+
+    /// Whether both watchdog processes still run; the error names the one that does not.
+    pub fn check_watchdogs(&self) -> Result<()> {
+        for w in [&self.prober, &self.weeder] {
+            if w.has_exited() {
+                bail!(
+                    "dependency-watchdog {} exited; log {}:\n{}",
+                    w.component,
+                    w.log.display(),
+                    w.log_tail(3000)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn set_view<F: FnOnce(&mut ShootView)>(&self, shoot: &str, f: F) {
+        if let Some(s) = lock(&self.view).shoot_mut(shoot) {
+            f(s);
+        }
+    }
+
+    /// Silences the first `n` kubelets of a shoot (and resumes the others).
+    pub fn silence(&self, shoot: &str, n: usize, why: &str) -> Result<()> {
+        let s = self.shoot(shoot)?;
+        let n = n.min(s.nodes);
+        let kubelets = s.sim.kubelets();
+        kubelets.resume_all();
+        let names = kubelets.silence_count(n);
+        self.set_view(shoot, |v| v.silenced = n);
+        self.journal.sample_silenced(shoot, n);
+        let what = if n == 0 {
+            format!("all {} kubelets renew their leases", s.nodes)
+        } else {
+            format!("{n} of {} kubelets silenced: {}", s.nodes, names.join(", "))
+        };
+        self.journal.log(shoot, what, Some(why.to_string()));
+        Ok(())
+    }
+
+    /// Lets every kubelet of a shoot renew again.
+    pub fn heal(&self, shoot: &str, why: &str) -> Result<()> {
+        let s = self.shoot(shoot)?;
+        s.sim.kubelets().resume_all();
+        self.set_view(shoot, |v| v.silenced = 0);
+        self.journal.sample_silenced(shoot, 0);
+        self.journal.log(
+            shoot,
+            format!("all {} kubelets renew their leases again", s.nodes),
+            Some(why.to_string()),
+        );
+        Ok(())
+    }
+
+    /// Stops a shoot's kube-apiserver (connections refused).
+    pub async fn stop_apiserver(&self, shoot: &str) -> Result<()> {
+        let s = self.shoot(shoot)?;
+        // Told first: the front door closes at once, the process takes a moment to exit.
+        self.journal.log(
+            shoot,
+            "shoot kube-apiserver stopped",
+            Some("kubelets and the prober's API server probe get connection refused".into()),
+        );
+        s.api.stop().await.context("stop the kube-apiserver")?;
+        self.set_view(shoot, |v| v.apiserver_up = false);
+        Ok(())
+    }
+
+    /// Starts a stopped shoot kube-apiserver again.
+    pub async fn start_apiserver(&self, shoot: &str) -> Result<()> {
+        let s = self.shoot(shoot)?;
+        s.api.start().await.context("start the kube-apiserver")?;
+        self.set_view(shoot, |v| v.apiserver_up = true);
+        self.journal
+            .log(shoot, "shoot kube-apiserver running again", None);
+        Ok(())
+    }
+
+    /// Puts every kube-apiserver pod of a shoot into CrashLoopBackOff.
+    pub async fn crashloop(&self, shoot: &str, why: &str) -> Result<Vec<String>> {
+        let s = self.shoot(shoot)?;
+        let pods: Vec<String> = self
+            .view()
+            .shoot(shoot)
+            .map(|v| {
+                v.pods
+                    .iter()
+                    .filter(|(_, p)| p.role == "apiserver" && !p.deleted)
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if pods.is_empty() {
+            bail!("{shoot} has no kube-apiserver pod to crash-loop");
+        }
+        for pod in &pods {
+            s.sim
+                .seed()
+                .set_crashlooping(pod, true)
+                .await
+                .with_context(|| format!("crash-loop pod {pod}"))?;
+        }
+        self.journal.log(
+            shoot,
+            format!("{} in CrashLoopBackOff", pods.join(", ")),
+            Some(why.to_string()),
+        );
+        Ok(pods)
+    }
+
+    /// Makes etcd-main-client of a shoot not ready (etcd down).
+    pub async fn etcd_down(&self, shoot: &str, why: &str) -> Result<()> {
+        let s = self.shoot(shoot)?;
+        s.sim
+            .seed()
+            .set_endpoint_slice(ETCD_SERVICE, ETCD_ENDPOINTS, EndpointsState::NotReady)
+            .await
+            .context("make etcd-main-client not ready")?;
+        self.set_view(shoot, |v| v.etcd_ready = false);
+        self.journal.sample_etcd(shoot, false);
+        self.journal.log(
+            shoot,
+            format!("{ETCD_SERVICE}: no ready endpoint"),
+            Some(why.to_string()),
+        );
+        Ok(())
+    }
+
+    /// Makes etcd-main-client of a shoot ready again (etcd back).
+    pub async fn etcd_up(&self, shoot: &str, why: &str) -> Result<()> {
+        let s = self.shoot(shoot)?;
+        s.sim
+            .seed()
+            .set_endpoint_slice(ETCD_SERVICE, ETCD_ENDPOINTS, EndpointsState::AllReady)
+            .await
+            .context("make etcd-main-client ready")?;
+        let now = self.journal.now();
+        self.set_view(shoot, |v| {
+            v.etcd_ready = true;
+            v.etcd_ready_since = Some(now);
+        });
+        self.journal.sample_etcd(shoot, true);
+        self.journal.log(
+            shoot,
+            format!("{ETCD_SERVICE}: all {ETCD_ENDPOINTS} endpoints ready again"),
+            Some(why.to_string()),
+        );
+        Ok(())
+    }
+
+    /// Pids of every process the sandbox runs.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = self.env.pids();
+        pids.extend(self.prober.pid());
+        pids.extend(self.weeder.pid());
+        pids
+    }
+
+    /// Stops everything: watchdogs (SIGTERM, then SIGKILL), monitor, simulators, apiservers
+    /// and etcd.
+    pub async fn teardown(self) {
+        let Sandbox {
+            prober,
+            weeder,
+            monitor,
+            shoots,
+            env,
+            ..
+        } = self;
+        // Stopping waits for the processes to exit: off the async threads.
+        let stopped = tokio::task::spawn_blocking(move || {
+            prober.stop();
+            weeder.stop();
+        })
+        .await;
+        if stopped.is_err() {
+            eprintln!(
+                "dwd-sandbox: stopping the watchdog processes failed; they are killed on exit"
+            );
+        }
+        drop(monitor);
+        drop(shoots);
+        env.teardown();
+    }
+}
+
+/// Creates one simulated shoot with its weeder-relevant objects.
+async fn create_shoot(
+    seed_client: &kube::Client,
+    name: &str,
+    nodes: usize,
+    api: ApiServer,
+    dir: &Path,
+) -> Result<Shoot> {
+    let namespace = namespace_of(name);
+    let mut options = SimShootOptions::new(&namespace)
+        .with_nodes(nodes)
+        .with_renew_interval(RENEW_INTERVAL);
+    options.node_prefix = format!("{name}-node-");
+    options.deployment_status_delay = Some(POD_START_DELAY);
+    let shoot_client = api
+        .client()
+        .await
+        .with_context(|| format!("{name} client"))?;
+    let sim = SimShoot::create(seed_client.clone(), shoot_client, api.kubeconfig(), options)
+        .await
+        .with_context(|| format!("create simulated shoot {name}"))?;
+    let cp: &SeedControlPlane = sim.seed();
+    cp.set_endpoint_slice(ETCD_SERVICE, ETCD_ENDPOINTS, EndpointsState::AllReady)
+        .await
+        .with_context(|| format!("create {ETCD_SERVICE} of {name}"))?;
+    cp.set_endpoint_slice("kube-apiserver", 1, EndpointsState::AllReady)
+        .await
+        .with_context(|| format!("create the kube-apiserver EndpointSlice of {name}"))?;
+    for i in 0..KUBE_APISERVER_PODS {
+        cp.create_running_pod(&format!("kube-apiserver-{i}"), &KUBE_APISERVER_LABELS)
+            .await
+            .with_context(|| format!("create kube-apiserver pods of {name}"))?;
+    }
+    let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+    write(&kubeconfig, api.kubeconfig())?;
+    Ok(Shoot {
+        name: name.to_string(),
+        namespace,
+        nodes,
+        api,
+        sim,
+        kubeconfig,
+    })
+}

@@ -1,0 +1,366 @@
+//! The real `dependency-watchdog` binary, run as two subprocesses (prober and weeder) with
+//! the seeds' example configurations, intervals shortened so the story fits in a minute.
+//!
+//! The sandbox deliberately runs the binary an operator would deploy, not the library
+//! in-process: what the user watches is exactly what runs in a seed.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use dwd_testenv::process::{ManagedProcess, log_tail};
+
+use crate::journal::{Journal, lock};
+use crate::metrics::http_get;
+
+/// `nodeLeaseFailureFraction` of the prober config.
+pub const THRESHOLD: f64 = 0.6;
+/// `kcmNodeMonitorGraceDuration` of the prober config, in seconds.
+pub const GRACE_SECONDS: f64 = 8.0;
+/// `probeInterval` of the prober config, in seconds.
+pub const PROBE_INTERVAL_SECONDS: f64 = 1.0;
+/// `watchDuration` of the weeder config, in seconds.
+pub const WATCH_DURATION_SECONDS: u64 = 15;
+
+/// The scalable controllers with their (scale-down, scale-up) levels, as configured below.
+pub const CONTROLLERS: [(&str, u32, u32); 3] = [
+    ("kube-controller-manager", 0, 1),
+    ("machine-controller-manager", 1, 1),
+    ("cluster-autoscaler", 2, 0),
+];
+
+/// Short names for the terminal and the charts.
+pub fn short_name(controller: &str) -> &str {
+    match controller {
+        "kube-controller-manager" => "KCM",
+        "machine-controller-manager" => "MCM",
+        "cluster-autoscaler" => "CA",
+        other => other,
+    }
+}
+
+/// Level of `controller` in a scale-down (`down`) or scale-up flow.
+pub fn level_of(controller: &str, down: bool) -> Option<u32> {
+    CONTROLLERS
+        .iter()
+        .find(|(name, _, _)| *name == controller)
+        .map(|(_, d, u)| if down { *d } else { *u })
+}
+
+/// The prober configuration: the levels of the seed document "Configure Dependency Watchdog
+/// Components" (KCM down 0 / up 1, MCM 1 / 1, CA 2 / 0), Gardener's probe secret, and every
+/// interval shortened (the reference defaults are in the comments).
+pub const PROBER_CONFIG: &str = r#"# The seeds' example prober configuration, intervals shortened for the sandbox.
+kubeConfigSecretName: shoot-access-dependency-watchdog-probe
+probeInterval: 1s                 # default 10s
+initialDelay: 2s                  # default 30s
+probeTimeout: 3s                  # default 30s
+backoffJitterFactor: 0.2
+kcmNodeMonitorGraceDuration: 8s   # Gardener: 40s; a lease expires 0.75 x 8s = 6s after its last renewal
+nodeLeaseFailureFraction: 0.6
+dependentResourceInfos:
+  - ref:
+      kind: Deployment
+      name: kube-controller-manager
+      apiVersion: apps/v1
+    optional: false
+    scaleUp:
+      level: 1
+      timeout: 10s                # default 30s
+    scaleDown:
+      level: 0
+      timeout: 10s
+  - ref:
+      kind: Deployment
+      name: machine-controller-manager
+      apiVersion: apps/v1
+    optional: false
+    scaleUp:
+      level: 1
+      timeout: 10s
+    scaleDown:
+      level: 1
+      timeout: 10s
+  - ref:
+      kind: Deployment
+      name: cluster-autoscaler
+      apiVersion: apps/v1
+    optional: false
+    scaleUp:
+      level: 0
+      timeout: 10s
+    scaleDown:
+      level: 2
+      timeout: 10s
+"#;
+
+/// The weeder configuration Gardener deploys (seed document "seed bootstrapping": a
+/// crash-looping kube-apiserver is restarted once etcd is available again, and controlplane
+/// pods depending on the kube-apiserver once it is), `watchDuration` shortened.
+pub const WEEDER_CONFIG: &str = r#"# Gardener's weeder configuration, watchDuration shortened for the sandbox.
+watchDuration: 15s                # default 5m0s
+servicesAndDependantSelectors:
+  etcd-main-client:               # etcd is back -> restart crash-looping kube-apiservers
+    podSelectors:
+      - matchExpressions:
+          - key: gardener.cloud/role
+            operator: In
+            values: [controlplane]
+          - key: role
+            operator: In
+            values: [apiserver]
+  kube-apiserver:                 # kube-apiserver is back -> restart its crash-looping dependants
+    podSelectors:
+      - matchExpressions:
+          - key: gardener.cloud/role
+            operator: In
+            values: [controlplane]
+          - key: role
+            operator: In
+            values: [controller-manager]
+      - matchExpressions:
+          - key: gardener.cloud/role
+            operator: In
+            values: [controlplane]
+          - key: role
+            operator: In
+            values: [scheduler]
+"#;
+
+/// The workspace root this sandbox was built from, if it is still there.
+fn workspace_root() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = root.canonicalize().unwrap_or(root);
+    root.join("Cargo.toml").is_file().then_some(root)
+}
+
+/// Newest modification time of any file under `dir`.
+fn newest_mtime(dir: &Path) -> Option<SystemTime> {
+    let mut newest = None;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(modified) = entry.metadata().and_then(|m| m.modified()) {
+                newest = newest.max(Some(modified));
+            }
+        }
+    }
+    newest
+}
+
+/// Whether the binary at `bin` is older than the sources it is built from (then a user who
+/// just changed the prober would otherwise watch the old one).
+fn is_stale(bin: &Path, root: &Path) -> bool {
+    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
+        return true;
+    };
+    ["crates/dependency-watchdog", "crates/dwd-core"]
+        .iter()
+        .filter_map(|c| newest_mtime(&root.join(c)))
+        .any(|source| source > built)
+}
+
+/// Finds the `dependency-watchdog` binary: `$DWD_WATCHDOG_BIN`, else next to this
+/// executable (where cargo puts both); builds it with cargo when it is missing or older than
+/// its sources and the workspace is at hand.
+pub fn locate_binary(journal: &Journal) -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("DWD_WATCHDOG_BIN") {
+        let bin = PathBuf::from(bin);
+        if !bin.is_file() {
+            bail!("DWD_WATCHDOG_BIN={} is not a file", bin.display());
+        }
+        journal.say(&format!(
+            "using dependency-watchdog {} (from DWD_WATCHDOG_BIN)",
+            bin.display()
+        ));
+        return Ok(bin);
+    }
+    let exe = std::env::current_exe().context("locate the dwd-sandbox executable")?;
+    let exe_dir = exe
+        .parent()
+        .context("the dwd-sandbox executable has no directory")?;
+    // Integration tests run from target/<profile>/deps; the binaries live one level up.
+    let profile_dir = if exe_dir.ends_with("deps") {
+        exe_dir.parent().unwrap_or(exe_dir)
+    } else {
+        exe_dir
+    };
+    let bin = profile_dir.join("dependency-watchdog");
+    let root = workspace_root();
+    let reason = match (&root, bin.is_file()) {
+        (_, false) => "it is not built yet",
+        (Some(root), true) if is_stale(&bin, root) => "it is older than its sources",
+        _ => {
+            journal.say(&format!("using dependency-watchdog {}", bin.display()));
+            return Ok(bin);
+        }
+    };
+    let Some(root) = root else {
+        bail!(
+            "no dependency-watchdog binary next to {} and no workspace to build it from; \
+             build it (cargo build -p dependency-watchdog) or set DWD_WATCHDOG_BIN",
+            exe.display()
+        );
+    };
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let mut args = vec![
+        "build",
+        "-p",
+        "dependency-watchdog",
+        "--bin",
+        "dependency-watchdog",
+        "--message-format=json-render-diagnostics",
+    ];
+    if release {
+        args.push("--release");
+    }
+    journal.say(&format!(
+        "building dependency-watchdog ({reason}): cargo {} (in {})",
+        args[..5].join(" "),
+        root.display()
+    ));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // Progress and diagnostics go to the terminal; stdout carries the JSON messages that say
+    // where the binary landed (whatever target dir the environment chose).
+    let output = Command::new(&cargo)
+        .args(&args)
+        .current_dir(&root)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("run {} {}", cargo.to_string_lossy(), args.join(" ")))?;
+    if !output.status.success() {
+        bail!(
+            "cargo {} failed with {}",
+            args[..5].join(" "),
+            output.status
+        );
+    }
+    let built = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| {
+            m["reason"] == "compiler-artifact" && m["target"]["name"] == "dependency-watchdog"
+        })
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo build reported no dependency-watchdog executable")?;
+    journal.say(&format!("using dependency-watchdog {}", built.display()));
+    Ok(built)
+}
+
+/// One running `dependency-watchdog` subcommand; killed when dropped.
+pub struct Watchdog {
+    /// `prober` or `weeder`.
+    pub component: &'static str,
+    /// Combined stdout and stderr.
+    pub log: PathBuf,
+    /// `--metrics-bind-addr`.
+    pub metrics: SocketAddr,
+    /// `--health-bind-addr`.
+    pub health: SocketAddr,
+    process: std::sync::Mutex<ManagedProcess>,
+}
+
+impl Watchdog {
+    /// Starts `dependency-watchdog <component>` with `config` against the seed `kubeconfig`,
+    /// metrics and health on free loopback ports, output to `<dir>/<component>.log`.
+    pub fn spawn(
+        bin: &Path,
+        component: &'static str,
+        config: &Path,
+        kubeconfig: &Path,
+        dir: &Path,
+    ) -> Result<Watchdog> {
+        let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, dwd_testenv::free_port()?));
+        let health = SocketAddr::from((Ipv4Addr::LOCALHOST, dwd_testenv::free_port()?));
+        let log = dir.join(format!("{component}.log"));
+        let args = vec![
+            component.to_string(),
+            format!("--config-file={}", config.display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--metrics-bind-addr={metrics}"),
+            format!("--health-bind-addr={health}"),
+            // The sandbox is the only client of its seed: no need to ration requests.
+            "--kube-api-qps=50".into(),
+            "--kube-api-burst=100".into(),
+            "--zap-log-level=info".into(),
+        ];
+        let process = ManagedProcess::spawn(
+            &format!("dependency-watchdog {component}"),
+            bin,
+            &args,
+            &log,
+        )
+        .with_context(|| format!("start dependency-watchdog {component}"))?;
+        Ok(Watchdog {
+            component,
+            log,
+            metrics,
+            health,
+            process: std::sync::Mutex::new(process),
+        })
+    }
+
+    /// Process id while running.
+    pub fn pid(&self) -> Option<u32> {
+        lock(&self.process).pid()
+    }
+
+    /// Whether the process has exited.
+    pub fn has_exited(&self) -> bool {
+        lock(&self.process).has_exited()
+    }
+
+    /// The end of its log, for error messages.
+    pub fn log_tail(&self, bytes: usize) -> String {
+        log_tail(&self.log, bytes)
+    }
+
+    /// Waits until `/readyz` answers 200 (caches synced), failing if the process exits.
+    ///
+    /// Returns `Ok(None)` when ready, `Ok(Some(last answer))` when `/readyz` still refused
+    /// after `timeout` but the process is alive (`/healthz` 200): readiness is a secondary
+    /// signal, so the sandbox goes on and lets the story judge what the watchdog does.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<Option<String>> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::from("no answer yet");
+        while Instant::now() < deadline {
+            if self.has_exited() {
+                bail!(
+                    "dependency-watchdog {} exited during startup; log {}:\n{}",
+                    self.component,
+                    self.log.display(),
+                    self.log_tail(3000)
+                );
+            }
+            match http_get(self.health, "/readyz", Duration::from_secs(1)).await {
+                Ok((200, _)) => return Ok(None),
+                Ok((code, body)) => last = format!("HTTP {code}: {}", body.trim()),
+                Err(e) => last = format!("{e:#}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        match http_get(self.health, "/healthz", Duration::from_secs(1)).await {
+            Ok((200, _)) => Ok(Some(last)),
+            _ => bail!(
+                "dependency-watchdog {} neither ready nor alive within {timeout:?} (/readyz: {last}); log {}:\n{}",
+                self.component,
+                self.log.display(),
+                self.log_tail(3000)
+            ),
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after a short grace period; reaps the process.
+    pub fn stop(&self) {
+        lock(&self.process).stop(Duration::from_secs(3));
+    }
+}
