@@ -291,7 +291,9 @@ impl LeaderElector {
     pub async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
         let pp = PostParams::default();
         let secs = self.timings.lease_duration_seconds();
-        if let Some(held) = self.held.take() {
+        // A clone, not `take()`: this future may be dropped mid-request (shutdown, timeout),
+        // and `release` needs the held copy afterwards (a stale copy only costs a re-read).
+        if let Some(held) = self.held.clone() {
             let next = next_lease(
                 Some(&held),
                 &Decision::Renew,
@@ -308,11 +310,8 @@ impl LeaderElector {
                 }
                 // Our copy is stale (someone wrote, or our last write's answer was lost):
                 // read the Lease and decide again below.
-                Err(e) if Self::is_conflict(&e) => {}
-                Err(e) => {
-                    self.held = Some(held);
-                    return Err(e);
-                }
+                Err(e) if Self::is_conflict(&e) => self.held = None,
+                Err(e) => return Err(e),
             }
         }
         let read = self.api.get_opt(&self.name).await?;

@@ -231,6 +231,9 @@ where
         }) => started,
     };
     rt.health.set_role(health::Role::Leader);
+    // A follower is ready while idle; a leader only once its work's caches have synced
+    // (the work sets ready again), so readiness keeps meaning "caches synced".
+    rt.health.set_ready(false);
     rt.metrics.leader.set(1);
 
     let work_token = rt.shutdown.child_token();

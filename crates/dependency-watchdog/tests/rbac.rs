@@ -1,0 +1,2216 @@
+//! The shipped deployment manifests (`deploy/`) and their least-privilege RBAC, against a real
+//! kube-apiserver.
+//!
+//! - The manifests are consistent: the Deployments run the binary with Gardener's command line,
+//!   mount the ConfigMaps where that command line looks, the ConfigMaps are valid configs, the
+//!   RBAC names what the configs name, the Grafana dashboard queries only metrics the binary
+//!   exports (and all of them).
+//! - The real binary, authenticated as the shipped ServiceAccount with a token from the
+//!   TokenRequest API and bound to exactly the shipped (Cluster)Roles, does its whole job:
+//!   the prober scales a shoot down during an outage and back up, restores a target from its
+//!   recorded replicas and writes its events (with UIDs, repetitions as series); the weeder
+//!   deletes a crash-looping pod once its service's EndpointSlice is ready. Its log shows no
+//!   `forbidden` and `dwd_events_total{outcome="Failed"}` stays absent.
+//! - Every rule is needed: for each rule of the shipped ClusterRole and Role (iterated over the
+//!   parsed YAML), the RBAC is applied without it; a SelfSubjectAccessReview per permission shows
+//!   that the ServiceAccount lost exactly that rule's permissions and kept all others, and the
+//!   binary, run again, fails in the way that rule predicts (a watch cache never syncs, a
+//!   probe keeps failing, a scale fails, an event is written without the UID or not at all,
+//!   the Lease can't be taken). A rule without such a check fails the test: a new rule must
+//!   come with its reason. Each run waits for a *positive* sign of the failure (the forbidden
+//!   call in the binary's log, a failure counter, an event lacking its UID) and then checks the
+//!   consequence, so no check waits for "nothing happened".
+//! - The ServiceAccounts can't do what is not granted (SelfSubjectAccessReviews), and API
+//!   discovery, which the prober uses for its target kinds, is allowed by the default
+//!   `system:discovery` binding, not by ours.
+//!
+//! Running the binary once per removed rule is cheap here (each run ends as soon as the failure
+//! shows, 1–3 s), so every rule gets both the access-review check and the behavioural check.
+//!
+//! The prober and weeder tests share one seed apiserver (their ServiceAccounts, roles, Leases
+//! and objects are disjoint: the prober watches Clusters, the weeder EndpointSlices of its
+//! services) and run in parallel.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use dependency_watchdog::events::{
+    REASON_POD_DELETED, REASON_SCALE_DOWN, REASON_SCALE_UP, REASON_SCALE_UP_FAILED,
+    REASON_SCALED_DOWN, REASON_SCALED_UP,
+};
+use dependency_watchdog::leader::{PROBER_LEASE, WEEDER_LEASE};
+use dependency_watchdog::metrics::{
+    ApiLabel, ApiLabels, DirectionLabel, EventLabels, EventOutcome, Metrics, Outcome, RunLabels,
+    RunResult, ScaleOpLabels, ServiceLabels, ShootDirectionLabels, ShootLabels,
+};
+use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
+use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Namespace of the deployments, their ServiceAccounts and Leases.
+const GARDEN: &str = "garden";
+/// Deadline for anything that needs process start-up, cache sync or a few probe runs.
+const DEADLINE: Duration = Duration::from_secs(45);
+/// How long a stopped binary may take to exit after SIGTERM.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
+
+const KCM: &str = "kube-controller-manager";
+const MCM: &str = "machine-controller-manager";
+const CA: &str = "cluster-autoscaler";
+
+/// Shoot whose kubelets go silent and come back: the scale-down/scale-up scenario.
+const OUTAGE_NS: &str = "shoot--rbac--outage";
+/// Healthy shoot whose KCM was scaled down (replicas recorded: 3) and whose MCM carries an
+/// unusable replicas annotation: every run restores KCM and fails on MCM, which exercises the
+/// failure paths (ScaleUpFailed warnings with the target's UID, repeated events as series).
+const RESTORE_NS: &str = "shoot--rbac--restore";
+/// Namespace of the weeder scenario.
+const WEEDER_NS: &str = "shoot--rbac--weeder";
+/// The crash-looping dependant of etcd-main-client in the weeder scenario.
+const WEEDER_POD: &str = "kube-apiserver-0";
+const ETCD_SERVICE: &str = "etcd-main-client";
+
+/// Gardener's command lines (gardener/gardener, pkg/component/nodemanagement/dependencywatchdog).
+const GARDENER_PROBER_COMMAND: &[&str] = &[
+    "/usr/local/bin/dependency-watchdog",
+    "prober",
+    "--config-file=/etc/dependency-watchdog/config/dep-config.yaml",
+    "--kube-api-qps=20.0",
+    "--kube-api-burst=100",
+    "--zap-log-level=INFO",
+    "--enable-leader-election=true",
+];
+const GARDENER_WEEDER_COMMAND: &[&str] = &[
+    "/usr/local/bin/dependency-watchdog",
+    "weeder",
+    "--config-file=/etc/dependency-watchdog/config/dep-config.yaml",
+    "--enable-leader-election=true",
+];
+
+// --- the shipped manifests ------------------------------------------------------------------
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+/// The YAML documents of one file (multi-document files split at `---`).
+fn documents(path: &Path) -> Result<Vec<Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+        .map_err(|e| anyhow!("parsing {}: {e}", path.display()))?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// One component's manifests (`deploy/prober` or `deploy/weeder`), typed.
+#[derive(Clone)]
+struct Component {
+    /// `prober` or `weeder`.
+    name: &'static str,
+    service_account: ServiceAccount,
+    cluster_role: ClusterRole,
+    cluster_role_binding: ClusterRoleBinding,
+    role: Role,
+    role_binding: RoleBinding,
+    deployment: Deployment,
+    config_map: ConfigMap,
+    service: Service,
+    service_monitor: Value,
+}
+
+impl Component {
+    fn load(name: &'static str) -> Result<Component> {
+        let dir = deploy_dir().join(name);
+        let mut by_kind: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .with_context(|| format!("listing {}", dir.display()))?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<std::io::Result<_>>()?;
+        files.sort();
+        for file in files
+            .iter()
+            .filter(|f| f.extension() == Some("yaml".as_ref()))
+        {
+            for doc in documents(file)? {
+                let kind = doc["kind"]
+                    .as_str()
+                    .with_context(|| format!("a document without kind in {}", file.display()))?
+                    .to_string();
+                by_kind.entry(kind).or_default().push(doc);
+            }
+        }
+        let mut one = |kind: &str| -> Result<Value> {
+            let mut docs = by_kind.remove(kind).unwrap_or_default();
+            ensure!(
+                docs.len() == 1,
+                "deploy/{name}: {} {kind}s, want 1",
+                docs.len()
+            );
+            Ok(docs.remove(0))
+        };
+        fn typed<T: DeserializeOwned>(v: Value, kind: &str) -> Result<T> {
+            serde_json::from_value(v).with_context(|| format!("{kind} is not a valid {kind}"))
+        }
+        let component = Component {
+            name,
+            service_account: typed(one("ServiceAccount")?, "ServiceAccount")?,
+            cluster_role: typed(one("ClusterRole")?, "ClusterRole")?,
+            cluster_role_binding: typed(one("ClusterRoleBinding")?, "ClusterRoleBinding")?,
+            role: typed(one("Role")?, "Role")?,
+            role_binding: typed(one("RoleBinding")?, "RoleBinding")?,
+            deployment: typed(one("Deployment")?, "Deployment")?,
+            config_map: typed(one("ConfigMap")?, "ConfigMap")?,
+            service: typed(one("Service")?, "Service")?,
+            service_monitor: one("ServiceMonitor")?,
+        };
+        // A PodDisruptionBudget is the only other kind.
+        by_kind.remove("PodDisruptionBudget");
+        ensure!(
+            by_kind.is_empty(),
+            "deploy/{name}: unexpected kinds {:?}",
+            by_kind.keys()
+        );
+        Ok(component)
+    }
+
+    fn sa_name(&self) -> String {
+        self.service_account
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default()
+    }
+
+    /// `system:serviceaccount:garden:<name>`.
+    fn username(&self) -> String {
+        format!("system:serviceaccount:{GARDEN}:{}", self.sa_name())
+    }
+
+    fn container(&self) -> Result<&k8s_openapi::api::core::v1::Container> {
+        self.deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.containers.first())
+            .context("the Deployment has no container")
+    }
+
+    /// The container's command line without the binary path: what the binary is started with.
+    fn shipped_args(&self) -> Result<Vec<String>> {
+        let command = self.container()?.command.clone().unwrap_or_default();
+        ensure!(command.len() > 1, "no command line in the Deployment");
+        Ok(command[1..].to_vec())
+    }
+
+    /// `dep-config.yaml` of the ConfigMap.
+    fn config(&self) -> Result<String> {
+        self.config_map
+            .data
+            .as_ref()
+            .and_then(|d| d.get("dep-config.yaml"))
+            .cloned()
+            .context("the ConfigMap has no dep-config.yaml")
+    }
+
+    fn lease(&self) -> &'static str {
+        if self.name == "prober" {
+            PROBER_LEASE
+        } else {
+            WEEDER_LEASE
+        }
+    }
+
+    /// The same manifests without rule `index` of the ClusterRole or the Role.
+    fn without(&self, rule: RuleId) -> Component {
+        let mut reduced = self.clone();
+        match rule {
+            RuleId::Cluster(i) => {
+                if let Some(rules) = reduced.cluster_role.rules.as_mut() {
+                    rules.remove(i);
+                }
+            }
+            RuleId::Namespaced(i) => {
+                if let Some(rules) = reduced.role.rules.as_mut() {
+                    rules.remove(i);
+                }
+            }
+        }
+        reduced
+    }
+
+    /// Every rule: (id, rule).
+    fn rules(&self) -> Vec<(RuleId, PolicyRule)> {
+        let cluster = self.cluster_role.rules.clone().unwrap_or_default();
+        let namespaced = self.role.rules.clone().unwrap_or_default();
+        cluster
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| (RuleId::Cluster(i), r))
+            .chain(
+                namespaced
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, r)| (RuleId::Namespaced(i), r)),
+            )
+            .collect()
+    }
+}
+
+/// A rule of the ClusterRole or of the Role, by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RuleId {
+    Cluster(usize),
+    Namespaced(usize),
+}
+
+/// `group/resource:verbs[names]`, e.g. `apps/deployments/scale:patch`.
+fn describe_rule(rule: &PolicyRule) -> String {
+    let groups = rule.api_groups.clone().unwrap_or_default().join(",");
+    let resources = rule.resources.clone().unwrap_or_default().join(",");
+    let names = rule
+        .resource_names
+        .as_ref()
+        .map(|n| format!("[{}]", n.join(",")))
+        .unwrap_or_default();
+    format!("{groups}/{resources}:{}{names}", rule.verbs.join(","))
+}
+
+/// The rule's key for choosing its behavioural check: `group/resource:verbs` (no names).
+fn rule_key(rule: &PolicyRule) -> String {
+    let groups = rule.api_groups.clone().unwrap_or_default().join(",");
+    let resources = rule.resources.clone().unwrap_or_default().join(",");
+    format!("{groups}/{resources}:{}", rule.verbs.join(","))
+}
+
+// --- permissions and access reviews ---------------------------------------------------------
+
+/// One permission, as a SelfSubjectAccessReview asks for it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Perm {
+    group: String,
+    resource: String,
+    subresource: Option<String>,
+    verb: String,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+impl Perm {
+    fn new(group: &str, resource: &str, verb: &str, namespace: Option<&str>) -> Perm {
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((r, s)) => (r.to_string(), Some(s.to_string())),
+            None => (resource.to_string(), None),
+        };
+        Perm {
+            group: group.into(),
+            resource,
+            subresource,
+            verb: verb.into(),
+            namespace: namespace.map(str::to_string),
+            name: None,
+        }
+    }
+
+    fn named(mut self, name: &str) -> Perm {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+impl std::fmt::Display for Perm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ", self.verb)?;
+        if !self.group.is_empty() {
+            write!(f, "{}/", self.group)?;
+        }
+        write!(f, "{}", self.resource)?;
+        if let Some(s) = &self.subresource {
+            write!(f, "/{s}")?;
+        }
+        if let Some(n) = &self.name {
+            write!(f, " {n}")?;
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, " in {ns}"),
+            None => write!(f, " (all namespaces)"),
+        }
+    }
+}
+
+/// The permissions a rule grants, as the code uses them: list and watch across all
+/// namespaces (the code's watches are cluster-wide), other verbs in `sample_ns` (for a Role:
+/// its namespace); the cluster-scoped `clusters` without namespace.
+fn perms_of(rule: &PolicyRule, role_namespace: Option<&str>, sample_ns: &str) -> Vec<Perm> {
+    let mut perms = Vec::new();
+    let names: Vec<Option<String>> = match &rule.resource_names {
+        Some(names) if !names.is_empty() => names.iter().cloned().map(Some).collect(),
+        _ => vec![None],
+    };
+    for group in rule.api_groups.clone().unwrap_or_default() {
+        for resource in rule.resources.clone().unwrap_or_default() {
+            for verb in &rule.verbs {
+                let namespace = match role_namespace {
+                    Some(ns) => Some(ns),
+                    None if resource == "clusters" => None,
+                    None if verb == "list" || verb == "watch" => None,
+                    None => Some(sample_ns),
+                };
+                for name in &names {
+                    let perm = Perm::new(&group, &resource, verb, namespace);
+                    perms.push(match name {
+                        Some(n) => perm.named(n),
+                        None => perm,
+                    });
+                }
+            }
+        }
+    }
+    perms
+}
+
+/// Every permission of a component's RBAC, by rule.
+fn all_perms(c: &Component, sample_ns: &str) -> Vec<(RuleId, Perm)> {
+    c.rules()
+        .into_iter()
+        .flat_map(|(id, rule)| {
+            let ns = match id {
+                RuleId::Cluster(_) => None,
+                RuleId::Namespaced(_) => Some(GARDEN),
+            };
+            perms_of(&rule, ns, sample_ns)
+                .into_iter()
+                .map(move |p| (id, p))
+        })
+        .collect()
+}
+
+/// Whether the client's user may do `perm` (SelfSubjectAccessReview), and the reason given.
+async fn can(client: &kube::Client, perm: &Perm) -> Result<(bool, String)> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(perm.group.clone()),
+                resource: Some(perm.resource.clone()),
+                subresource: perm.subresource.clone(),
+                verb: Some(perm.verb.clone()),
+                namespace: perm.namespace.clone(),
+                name: perm.name.clone(),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .with_context(|| format!("access review of {perm}"))?;
+    let status = answer.status.unwrap_or_default();
+    Ok((status.allowed, status.reason.unwrap_or_default()))
+}
+
+/// Whether the client's user may GET the non-resource `path`, and the reason given.
+async fn can_get_path(client: &kube::Client, path: &str) -> Result<(bool, String)> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some(path.into()),
+                verb: Some("get".into()),
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .with_context(|| format!("access review of GET {path}"))?;
+    let status = answer.status.unwrap_or_default();
+    Ok((status.allowed, status.reason.unwrap_or_default()))
+}
+
+/// Waits until the ServiceAccount behind `client` may do exactly `expect` (RBAC changes reach
+/// the authorizer through its informers, a few milliseconds after the write).
+async fn wait_access(client: &kube::Client, expect: &[(Perm, bool)]) -> Result<()> {
+    eventually(DEADLINE, "RBAC in effect", || async {
+        let answers = futures::future::join_all(expect.iter().map(|(p, _)| can(client, p))).await;
+        let mut wrong = Vec::new();
+        for ((perm, want), answer) in expect.iter().zip(answers) {
+            let (allowed, _) = answer.map_err(|e| format!("{e:#}"))?;
+            if allowed != *want {
+                wrong.push(format!("{perm}: allowed={allowed}, want {want}"));
+            }
+        }
+        if wrong.is_empty() {
+            Ok(Some(()))
+        } else {
+            Err(wrong.join("; "))
+        }
+    })
+    .await
+    .map_err(|e| anyhow!(e))
+}
+
+// --- applying the manifests -----------------------------------------------------------------
+
+async fn apply<K>(api: &Api<K>, obj: &K) -> Result<()>
+where
+    K: Resource + Serialize + DeserializeOwned + Clone + std::fmt::Debug,
+{
+    let name = obj.meta().name.clone().context("object without name")?;
+    api.patch(
+        &name,
+        &PatchParams::apply("dwd-rbac-test").force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .with_context(|| format!("applying {name}"))?;
+    Ok(())
+}
+
+/// Applies the component's ServiceAccount, (Cluster)Roles and bindings.
+async fn apply_rbac(admin: &kube::Client, c: &Component) -> Result<()> {
+    apply(
+        &Api::namespaced(admin.clone(), GARDEN),
+        &c.service_account.clone(),
+    )
+    .await?;
+    apply(&Api::all(admin.clone()), &c.cluster_role).await?;
+    apply(&Api::all(admin.clone()), &c.cluster_role_binding).await?;
+    apply(&Api::namespaced(admin.clone(), GARDEN), &c.role).await?;
+    apply(&Api::namespaced(admin.clone(), GARDEN), &c.role_binding).await?;
+    Ok(())
+}
+
+/// A token of the component's ServiceAccount from the TokenRequest API.
+async fn token(admin: &kube::Client, c: &Component) -> Result<String> {
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let answer: TokenRequest = Api::<ServiceAccount>::namespaced(admin.clone(), GARDEN)
+        .create_subresource("token", &c.sa_name(), &PostParams::default(), &request)
+        .await
+        .context("TokenRequest")?;
+    Ok(answer.status.context("TokenRequest without status")?.token)
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn delete_lease(admin: &kube::Client, name: &str) -> Result<()> {
+    match Api::<Lease>::namespaced(admin.clone(), GARDEN)
+        .delete(name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn lease_holder(admin: &kube::Client, name: &str) -> Result<Option<String>> {
+    Ok(Api::<Lease>::namespaced(admin.clone(), GARDEN)
+        .get_opt(name)
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty()))
+}
+
+/// A component set up on the seed: RBAC applied, a token, a kubeconfig and a client with it.
+struct Identity {
+    kubeconfig: PathBuf,
+    client: kube::Client,
+}
+
+async fn identity(seed: &ApiServer, admin: &kube::Client, c: &Component) -> Result<Identity> {
+    apply_rbac(admin, c).await?;
+    let token = token(admin, c).await?;
+    let kubeconfig_text = seed.kubeconfig_with_token(&token);
+    let kubeconfig = work_dir().await?.join(format!("{}.kubeconfig", c.name));
+    std::fs::write(&kubeconfig, &kubeconfig_text)?;
+    let client = dwd_testenv::client_from_kubeconfig(c.name, &kubeconfig_text).await?;
+    // The token authenticates as the ServiceAccount (and nothing more).
+    let review: SelfSubjectReview = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .context("SelfSubjectReview")?;
+    let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    ensure!(
+        user.username.as_deref() == Some(c.username().as_str()),
+        "authenticated as {user:?}"
+    );
+    Ok(Identity { kubeconfig, client })
+}
+
+// --- the test environment -------------------------------------------------------------------
+
+async fn env() -> Result<&'static TestEnv> {
+    static ENV: tokio::sync::OnceCell<TestEnv> = tokio::sync::OnceCell::const_new();
+    Ok(ENV.get_or_try_init(TestEnv::start).await?)
+}
+
+/// The seed apiserver of this test binary (CRDs installed, namespace garden).
+async fn seed() -> Result<&'static ApiServer> {
+    static SEED: tokio::sync::OnceCell<ApiServer> = tokio::sync::OnceCell::const_new();
+    SEED.get_or_try_init(|| async {
+        let seed = env()
+            .await?
+            .start_apiserver_with("rbac-seed", ApiServerOptions::seed())
+            .await?;
+        ensure_namespace(&seed.client().await?, GARDEN).await?;
+        Ok::<_, anyhow::Error>(seed)
+    })
+    .await
+}
+
+/// A directory for configs, kubeconfigs and logs, inside the environment's (removed with it).
+async fn work_dir() -> Result<PathBuf> {
+    let dir = env().await?.dir().join("rbac-test");
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+// --- the binary -----------------------------------------------------------------------------
+
+/// Leader-election timings of the runs. Every run starts without a Lease (the previous run's
+/// is deleted), so it leads at its first attempt whatever the lease duration; a generous renew
+/// deadline keeps a CPU-starved test machine from costing a run its leadership, a short retry
+/// period makes denied attempts repeat quickly.
+const LEADER_FLAGS: &[&str] = &[
+    "--leader-elect-lease-duration=10s",
+    "--leader-elect-renew-deadline=8s",
+    "--leader-elect-retry-period=500ms",
+];
+
+/// The real binary, started with the shipped command line; killed on drop (and by the kernel
+/// if the test process dies first).
+struct Watchdog {
+    name: String,
+    child: Mutex<Option<Child>>,
+    log: PathBuf,
+    metrics_port: u16,
+}
+
+impl Watchdog {
+    /// Starts `c`'s binary as run `run` (also its POD_NAME, so its events name it): the shipped
+    /// command line with `--config-file` pointing at `config`, plus what a test must add —
+    /// the ServiceAccount's kubeconfig (in a pod: in-cluster config), loopback ports, short
+    /// leader-election timings.
+    fn start(
+        c: &Component,
+        run: &str,
+        dir: &Path,
+        config: &Path,
+        kubeconfig: &Path,
+    ) -> Result<Watchdog> {
+        let log = dir.join(format!("{run}.log"));
+        let out = std::fs::File::create(&log)?;
+        let err = out.try_clone()?;
+        let metrics_port = dwd_testenv::free_port()?;
+        let health_port = dwd_testenv::free_port()?;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"));
+        for arg in c.shipped_args()? {
+            if arg.starts_with("--config-file=") {
+                cmd.arg(format!("--config-file={}", config.display()));
+            } else {
+                cmd.arg(arg);
+            }
+        }
+        cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--metrics-bind-addr=127.0.0.1:{metrics_port}"))
+            .arg(format!("--health-bind-addr=127.0.0.1:{health_port}"))
+            .args(LEADER_FLAGS)
+            .env("POD_NAME", run)
+            // The shipped --zap-log-level decides, as in the pod.
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        // SAFETY: prctl and getppid are async-signal-safe; the closure calls nothing else.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            let parent = libc::getpid();
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().with_context(|| format!("starting {run}"))?;
+        Ok(Watchdog {
+            name: run.to_string(),
+            child: Mutex::new(Some(child)),
+            log,
+            metrics_port,
+        })
+    }
+
+    /// The log so far, without backslashes (error messages are quoted in some lines).
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .replace('\\', "")
+    }
+
+    fn tail(&self) -> String {
+        let text = self.log();
+        let lines: Vec<&str> = text.lines().collect();
+        let start = lines.len().saturating_sub(30);
+        format!(
+            "--- {} log tail ---\n{}",
+            self.name,
+            lines[start..].join("\n")
+        )
+    }
+
+    /// `Some(status)` once the process ended.
+    fn exited(&self) -> Option<ExitStatus> {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Waits until at least `n` lines of the log contain `needle`. A denied call is logged on
+    /// one line per attempt by the code that retries it (kube-runtime's watcher for the Cluster
+    /// watch, ours elsewhere), so `n` lines of a denial mean `n` attempts.
+    async fn wait_log(&self, needle: &str, n: usize) -> Result<()> {
+        self.wait_log_lines(&[needle], n).await
+    }
+
+    /// Waits until at least `n` lines of the log contain every one of `needles`.
+    async fn wait_log_lines(&self, needles: &[&str], n: usize) -> Result<()> {
+        let what = format!("{n} lines with {needles:?} in the log of {}", self.name);
+        eventually(DEADLINE, &what, || async move {
+            if let Some(status) = self.exited() {
+                return Err(format!("exited with {status}"));
+            }
+            let log = self.log();
+            let lines = log
+                .lines()
+                .filter(|l| needles.iter().all(|n| l.contains(n)))
+                .count();
+            Ok((lines >= n).then_some(()))
+        })
+        .await
+        .map_err(|e| anyhow!("{e}\n{}", self.tail()))
+    }
+
+    async fn metrics(&self) -> Result<String> {
+        let (status, body) = http_get(self.metrics_port, "/metrics").await?;
+        ensure!(status == 200, "{}: /metrics answered {status}", self.name);
+        Ok(body)
+    }
+
+    /// The value of one series (0 when absent: counters and families start without series).
+    async fn sample(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64> {
+        Ok(sample(&self.metrics().await?, name, labels).unwrap_or(0.0))
+    }
+
+    /// Waits until a series reaches `min`.
+    async fn wait_sample(&self, name: &str, labels: &[(&str, &str)], min: f64) -> Result<()> {
+        let what = format!("{name}{labels:?} ≥ {min} on {}", self.name);
+        eventually(DEADLINE, &what, || async move {
+            if let Some(status) = self.exited() {
+                return Err(format!("exited with {status}"));
+            }
+            let value = self.sample(name, labels).await.map_err(|e| e.to_string())?;
+            Ok((value >= min).then_some(()))
+        })
+        .await
+        .map_err(|e| anyhow!("{e}\n{}", self.tail()))
+    }
+
+    /// SIGTERM, then waits for the exit (SIGKILL after [`EXIT_TIMEOUT`]).
+    async fn stop(&self) -> Result<ExitStatus> {
+        let pid = {
+            let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+            let child = child.as_ref().context("no process")?;
+            libc::pid_t::try_from(child.id())?
+        };
+        if self.exited().is_none() {
+            // SAFETY: signalling our own child, not reaped yet (exited() saw it running).
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + EXIT_TIMEOUT;
+        loop {
+            if let Some(status) = self.exited() {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} did not exit within {EXIT_TIMEOUT:?} of SIGTERM\n{}",
+                    self.name,
+                    self.tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut child) = child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("no HTTP status")?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The value of the first series `name{…}` having all `labels`, in Prometheus text.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(series, _)| {
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|(_, value)| value.parse().ok())
+}
+
+// --- reading the seed -----------------------------------------------------------------------
+
+async fn deployment(admin: &kube::Client, ns: &str, name: &str) -> Result<Deployment> {
+    Ok(Api::<Deployment>::namespaced(admin.clone(), ns)
+        .get(name)
+        .await?)
+}
+
+fn replicas_and_annotations(d: &Deployment) -> (i32, BTreeMap<String, String>) {
+    (
+        d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+        d.metadata.annotations.clone().unwrap_or_default(),
+    )
+}
+
+/// Waits until every named Deployment has `replicas` and no watchdog annotation is left when
+/// `clean` (after a scale-up).
+async fn wait_replicas(
+    admin: &kube::Client,
+    ns: &str,
+    want: &[(&str, i32)],
+    clean: bool,
+) -> Result<()> {
+    let what = format!(
+        "{ns}: replicas {want:?}{}",
+        if clean { ", annotations removed" } else { "" }
+    );
+    eventually(DEADLINE, &what, || async {
+        let mut seen = Vec::new();
+        let mut done = true;
+        for (name, n) in want {
+            let d = deployment(admin, ns, name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (replicas, annotations) = replicas_and_annotations(&d);
+            let left = annotations.contains_key(REPLICAS_ANNOTATION)
+                || annotations.contains_key(MELTDOWN_ANNOTATION);
+            done &= replicas == *n && !(clean && left);
+            seen.push(format!("{name}={replicas} {annotations:?}"));
+        }
+        if done {
+            Ok(Some(()))
+        } else {
+            Err(format!("seen {seen:?}"))
+        }
+    })
+    .await
+    .map_err(|e| anyhow!(e))
+}
+
+/// Events written by run `run` (its reportingInstance) in `namespace` about `kind`/`name`.
+async fn events_of(
+    admin: &kube::Client,
+    run: &str,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+) -> Result<Vec<Event>> {
+    Ok(Api::<Event>::namespaced(admin.clone(), namespace)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reporting_instance.as_deref() == Some(run)
+                && e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                })
+        })
+        .collect())
+}
+
+/// Waits until run `run` wrote at least one such event; returns them.
+async fn wait_events(
+    admin: &kube::Client,
+    run: &str,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+) -> Result<Vec<Event>> {
+    let what = format!("{reason} event on {kind} {namespace}/{name} by {run}");
+    eventually(DEADLINE, &what, || async {
+        let found = events_of(admin, run, namespace, kind, name, reason)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((!found.is_empty()).then_some(found))
+    })
+    .await
+    .map_err(|e| anyhow!(e))
+}
+
+fn uids(events: &[Event]) -> BTreeSet<Option<String>> {
+    events
+        .iter()
+        .map(|e| e.regarding.as_ref().and_then(|r| r.uid.clone()))
+        .collect()
+}
+
+// --- 1. the manifests -----------------------------------------------------------------------
+
+/// Metric sample names the binary exports (every family given a series, as in production
+/// some time or other).
+fn exported_sample_names() -> BTreeSet<String> {
+    let m = Metrics::default();
+    let mut registry = prometheus_client::registry::Registry::default();
+    m.register(&mut registry);
+    let shoot = ShootLabels { shoot: "s".into() };
+    m.active_probes.set(1);
+    m.probe_runs
+        .get_or_create(&RunLabels {
+            result: RunResult::ScaleUp,
+        })
+        .inc();
+    m.api_requests
+        .get_or_create(&ApiLabels {
+            api: ApiLabel::Seed,
+        })
+        .inc();
+    m.throttled_responses
+        .get_or_create(&ApiLabels {
+            api: ApiLabel::Seed,
+        })
+        .inc();
+    m.scale_operations
+        .get_or_create(&ScaleOpLabels {
+            direction: DirectionLabel::Down,
+            target: KCM.into(),
+            outcome: Outcome::Scaled,
+        })
+        .inc();
+    m.shoot_probe_runs.get_or_create(&shoot).inc();
+    m.api_server_probe_failures.get_or_create(&shoot).inc();
+    m.lease_probe_failures.get_or_create(&shoot).inc();
+    m.expired_lease_fraction.get_or_create(&shoot).set(0.5);
+    m.scaling_attempts
+        .get_or_create(&ShootDirectionLabels {
+            shoot: "s".into(),
+            direction: DirectionLabel::Down,
+        })
+        .inc();
+    m.leader.set(1);
+    m.probe_run_duration.0.observe(0.2);
+    m.active_weeders.set(1);
+    m.pods_deleted
+        .get_or_create(&ServiceLabels {
+            service: ETCD_SERVICE.into(),
+        })
+        .inc();
+    m.reconciles.inc();
+    m.reconcile_errors.inc();
+    m.events
+        .get_or_create(&EventLabels {
+            outcome: EventOutcome::Published,
+        })
+        .inc();
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode metrics");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every `dwd_…` name in a string.
+fn metric_names_in(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("dwd_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+#[test]
+fn shipped_manifests_are_consistent_and_run_the_binary_as_gardener_does() -> Result<()> {
+    for (name, command) in [
+        ("prober", GARDENER_PROBER_COMMAND),
+        ("weeder", GARDENER_WEEDER_COMMAND),
+    ] {
+        let c = Component::load(name)?;
+        let app = format!("dependency-watchdog-{name}");
+        let sa = c.sa_name();
+        ensure!(sa == app, "{name}: ServiceAccount {sa}");
+        ensure!(c.service_account.metadata.namespace.as_deref() == Some(GARDEN));
+
+        // Bindings: the shipped roles, to the shipped ServiceAccount.
+        let subject_ok = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+            matches!(subjects.as_deref(), Some([s]) if s.kind == "ServiceAccount"
+                && s.name == sa && s.namespace.as_deref() == Some(GARDEN))
+        };
+        ensure!(
+            subject_ok(&c.cluster_role_binding.subjects),
+            "{name}: ClusterRoleBinding subject"
+        );
+        ensure!(
+            subject_ok(&c.role_binding.subjects),
+            "{name}: RoleBinding subject"
+        );
+        ensure!(
+            c.cluster_role_binding.role_ref.kind == "ClusterRole"
+                && Some(&c.cluster_role_binding.role_ref.name)
+                    == c.cluster_role.metadata.name.as_ref()
+        );
+        ensure!(
+            c.role_binding.role_ref.kind == "Role"
+                && Some(&c.role_binding.role_ref.name) == c.role.metadata.name.as_ref()
+        );
+        ensure!(c.role.metadata.namespace.as_deref() == Some(GARDEN));
+        ensure!(c.role_binding.metadata.namespace.as_deref() == Some(GARDEN));
+
+        // Least privilege by construction: no wildcards, no non-resource URLs, no RBAC or
+        // identity verbs.
+        for (_, rule) in c.rules() {
+            let d = describe_rule(&rule);
+            let all = rule
+                .api_groups
+                .iter()
+                .flatten()
+                .chain(rule.resources.iter().flatten())
+                .chain(rule.resource_names.iter().flatten())
+                .chain(rule.verbs.iter());
+            for word in all {
+                ensure!(!word.contains('*'), "{name}: wildcard in {d}");
+            }
+            ensure!(
+                rule.non_resource_urls.is_none(),
+                "{name}: non-resource URLs in {d}"
+            );
+            for verb in &rule.verbs {
+                ensure!(
+                    !["escalate", "bind", "impersonate", "deletecollection"]
+                        .contains(&verb.as_str()),
+                    "{name}: verb {verb} in {d}"
+                );
+            }
+        }
+        // The Lease rule names the Lease the binary uses.
+        ensure!(
+            c.role
+                .rules
+                .iter()
+                .flatten()
+                .any(|r| r.resource_names.as_deref() == Some(&[c.lease().to_string()][..])),
+            "{name}: no rule names Lease {}",
+            c.lease()
+        );
+
+        // The Deployment: Gardener's command line, the config where it looks, ports, probes,
+        // POD_NAME, two replicas, hardened.
+        let d = &c.deployment;
+        ensure!(d.metadata.namespace.as_deref() == Some(GARDEN));
+        let spec = d.spec.as_ref().context("Deployment spec")?;
+        ensure!(spec.replicas == Some(2), "{name}: replicas");
+        let pod = spec.template.spec.as_ref().context("pod spec")?;
+        ensure!(pod.service_account_name.as_deref() == Some(sa.as_str()));
+        let container = c.container()?;
+        let want: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        ensure!(
+            container.command.as_ref() == Some(&want),
+            "{name}: command {:?}, Gardener passes {want:?}",
+            container.command
+        );
+        ensure!(container.args.is_none(), "{name}: args besides the command");
+        ensure!(container.image.as_deref() == Some("dependency-watchdog:latest"));
+        let ports: BTreeMap<String, i32> = container
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| (p.name.clone().unwrap_or_default(), p.container_port))
+            .collect();
+        ensure!(
+            ports == BTreeMap::from([("metrics".into(), 9643), ("health".into(), 9644)]),
+            "{name}: ports {ports:?}"
+        );
+        let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+            p.as_ref()
+                .and_then(|p| p.http_get.as_ref())
+                .map(|h| (h.path.clone().unwrap_or_default(), format!("{:?}", h.port)))
+        };
+        ensure!(
+            probe_path(&container.liveness_probe)
+                == Some(("/healthz".into(), "String(\"health\")".into())),
+            "{name}: liveness {:?}",
+            probe_path(&container.liveness_probe)
+        );
+        ensure!(
+            probe_path(&container.readiness_probe)
+                == Some(("/readyz".into(), "String(\"health\")".into())),
+            "{name}: readiness {:?}",
+            probe_path(&container.readiness_probe)
+        );
+        let pod_name = container
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "POD_NAME")
+            .and_then(|e| e.value_from.as_ref())
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.clone());
+        ensure!(
+            pod_name.as_deref() == Some("metadata.name"),
+            "{name}: POD_NAME"
+        );
+        let resources = container.resources.as_ref().context("resources")?;
+        ensure!(
+            resources.requests.is_some() && resources.limits.is_some(),
+            "{name}: resources"
+        );
+        let sc = container
+            .security_context
+            .as_ref()
+            .context("securityContext")?;
+        ensure!(
+            sc.read_only_root_filesystem == Some(true),
+            "{name}: read-only root"
+        );
+        ensure!(
+            sc.allow_privilege_escalation == Some(false),
+            "{name}: privilege escalation"
+        );
+        let psc = pod
+            .security_context
+            .as_ref()
+            .context("pod securityContext")?;
+        ensure!(psc.run_as_non_root == Some(true), "{name}: non-root");
+
+        // The ConfigMap is mounted where --config-file points, and the config is valid.
+        let mount = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == "config")
+            .context("config mount")?;
+        ensure!(
+            want.contains(&format!(
+                "--config-file={}/dep-config.yaml",
+                mount.mount_path
+            )),
+            "{name}: --config-file is not in the mount {}",
+            mount.mount_path
+        );
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "config")
+            .and_then(|v| v.config_map.as_ref())
+            .context("config volume")?;
+        ensure!(Some(&volume.name) == c.config_map.metadata.name.as_ref());
+        let config = c.config()?;
+        if name == "prober" {
+            let loaded = dwd_core::ProberConfig::from_yaml(&config)
+                .map_err(|e| anyhow!("prober ConfigMap: {e}"))?;
+            ensure!(
+                loaded.warnings.is_empty(),
+                "warnings: {:?}",
+                loaded.warnings
+            );
+            let cfg = loaded.config;
+            let targets: Vec<(String, u32, u32)> = cfg
+                .dependent_resource_infos
+                .iter()
+                .map(|i| (i.target.name.clone(), i.scale_up.level, i.scale_down.level))
+                .collect();
+            ensure!(
+                targets == [(KCM.into(), 1, 0), (MCM.into(), 1, 1), (CA.into(), 0, 2)],
+                "the seeds' levels: {targets:?}"
+            );
+            // The RBAC's resourceNames are the config's names.
+            let names_of = |resource: &str| -> BTreeSet<Vec<String>> {
+                c.cluster_role
+                    .rules
+                    .iter()
+                    .flatten()
+                    .filter(|r| r.resources.iter().flatten().any(|x| x == resource))
+                    .map(|r| r.resource_names.clone().unwrap_or_default())
+                    .collect()
+            };
+            ensure!(
+                names_of("secrets") == BTreeSet::from([vec![cfg.kube_config_secret_name.clone()]]),
+                "secret names {:?}",
+                names_of("secrets")
+            );
+            let target_names: Vec<String> = targets.iter().map(|(n, _, _)| n.clone()).collect();
+            for resource in ["deployments", "deployments/scale"] {
+                ensure!(
+                    names_of(resource) == BTreeSet::from([target_names.clone()]),
+                    "{resource} names {:?}",
+                    names_of(resource)
+                );
+            }
+        } else {
+            let loaded = dwd_core::WeederConfig::from_yaml(&config)
+                .map_err(|e| anyhow!("weeder ConfigMap: {e}"))?;
+            ensure!(
+                loaded.warnings.is_empty(),
+                "warnings: {:?}",
+                loaded.warnings
+            );
+            let services: Vec<&String> = loaded
+                .config
+                .services_and_dependant_selectors
+                .keys()
+                .collect();
+            ensure!(
+                services == ["etcd-main-client", "kube-apiserver"],
+                "{services:?}"
+            );
+        }
+
+        // Service and ServiceMonitor reach the metrics port of these pods.
+        let pod_labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
+        let svc = c.service.spec.as_ref().context("Service spec")?;
+        let selector = svc.selector.clone().unwrap_or_default();
+        ensure!(
+            !selector.is_empty() && selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+            "{name}: Service selector {selector:?} vs pod labels {pod_labels:?}"
+        );
+        let port = svc
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some("metrics"));
+        ensure!(
+            port.is_some_and(|p| p.port == 9643
+                && p.target_port
+                    == Some(
+                        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(
+                            "metrics".into()
+                        )
+                    )),
+            "{name}: Service port {port:?}"
+        );
+        let sm = &c.service_monitor;
+        ensure!(sm["apiVersion"] == "monitoring.coreos.com/v1");
+        let service_labels = c.service.metadata.labels.clone().unwrap_or_default();
+        let sm_selector = sm["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .context("ServiceMonitor selector")?;
+        ensure!(
+            sm_selector
+                .iter()
+                .all(|(k, v)| service_labels.get(k).map(String::as_str) == v.as_str()),
+            "{name}: ServiceMonitor selects {sm_selector:?}, Service has {service_labels:?}"
+        );
+        ensure!(sm["spec"]["endpoints"][0]["port"] == "metrics");
+        ensure!(sm["spec"]["namespaceSelector"]["matchNames"][0] == GARDEN);
+    }
+
+    // The dashboard queries only metrics the binary exports, and every one of them.
+    let path = deploy_dir().join("grafana/dependency-watchdog.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
+        .with_context(|| format!("{} is not JSON", path.display()))?;
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .context("panels")?
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_string))
+        .collect();
+    ensure!(!exprs.is_empty(), "no queries in the dashboard");
+    let queried: BTreeSet<String> = exprs.iter().flat_map(|e| metric_names_in(e)).collect();
+    let exported = exported_sample_names();
+    let unknown: Vec<&String> = queried.difference(&exported).collect();
+    ensure!(
+        unknown.is_empty(),
+        "dashboard queries unknown metrics {unknown:?}; exported: {exported:?}"
+    );
+    let missing: Vec<&String> = exported.difference(&queried).collect();
+    ensure!(missing.is_empty(), "dashboard lacks {missing:?}");
+    Ok(())
+}
+
+// --- 2. the prober --------------------------------------------------------------------------
+
+/// What the prober needs a rule for; without it, the prober fails as the variant says.
+#[derive(Debug, Clone, Copy)]
+enum ProberNeed {
+    /// Cluster watch denied: no Cluster is ever reconciled, no probe runs.
+    ClusterWatch,
+    /// Cluster `get` denied: decision events on the Cluster carry no UID.
+    ClusterUid,
+    /// Secret watch denied: every API-server probe fails, nothing is scaled.
+    SecretWatch,
+    /// Machine watch denied: every lease probe fails, nothing is scaled.
+    MachineWatch,
+    /// Target watch denied: every flow fails at its first target.
+    TargetWatch,
+    /// Target patch denied: scale-up leaves the replicas annotation behind, the target fails.
+    TargetPatch,
+    /// Scale subresource denied: no replicas change, the target fails.
+    Scale,
+    /// Target `get` denied: ScaleUpFailed warnings carry no UID.
+    TargetUid,
+    /// Event create denied: no event is written (failed events counted).
+    EventCreate,
+    /// Event patch denied: a repetition is not written (failed events counted).
+    EventPatch,
+    /// Lease create denied: never leads, never reconciles.
+    LeaseCreate,
+    /// Lease get/update denied: never leads, never reconciles.
+    LeaseGetUpdate,
+}
+
+fn prober_need(rule: &PolicyRule) -> Option<ProberNeed> {
+    Some(match rule_key(rule).as_str() {
+        "extensions.gardener.cloud/clusters:list,watch" => ProberNeed::ClusterWatch,
+        "extensions.gardener.cloud/clusters:get" => ProberNeed::ClusterUid,
+        "/secrets:list,watch" => ProberNeed::SecretWatch,
+        "machine.sapcloud.io/machines:list,watch" => ProberNeed::MachineWatch,
+        "apps/deployments:list,watch" => ProberNeed::TargetWatch,
+        "apps/deployments:patch" => ProberNeed::TargetPatch,
+        "apps/deployments/scale:patch" => ProberNeed::Scale,
+        "apps/deployments:get" => ProberNeed::TargetUid,
+        "events.k8s.io/events:create" => ProberNeed::EventCreate,
+        "events.k8s.io/events:patch" => ProberNeed::EventPatch,
+        "coordination.k8s.io/leases:create" => ProberNeed::LeaseCreate,
+        "coordination.k8s.io/leases:get,update" => ProberNeed::LeaseGetUpdate,
+        _ => return None,
+    })
+}
+
+/// The prober config of the runs: the shipped ConfigMap's (targets, levels, secret name) with
+/// intervals shrunk to fractions of a second.
+fn prober_test_config(shipped: &str) -> Result<String> {
+    let mut config: Value =
+        serde_saphyr::from_str(shipped).map_err(|e| anyhow!("shipped prober config: {e}"))?;
+    config["probeInterval"] = "400ms".into();
+    config["initialDelay"] = "200ms".into();
+    config["probeTimeout"] = "3s".into();
+    config["kcmNodeMonitorGraceDuration"] = "4s".into();
+    for info in config["dependentResourceInfos"]
+        .as_array_mut()
+        .context("dependentResourceInfos")?
+    {
+        info["scaleUp"]["timeout"] = "10s".into();
+        info["scaleDown"]["timeout"] = "10s".into();
+    }
+    // JSON is YAML.
+    Ok(serde_json::to_string_pretty(&config)?)
+}
+
+/// Puts the restore shoot back: KCM scaled down with 3 replicas recorded, MCM scaled down
+/// with an unusable record (every scale-up of it fails).
+async fn reset_restore_shoot(plane: &SeedControlPlane) -> Result<()> {
+    plane.scale_deployment(KCM, 0).await?;
+    plane
+        .set_deployment_annotation(KCM, REPLICAS_ANNOTATION, Some("3"))
+        .await?;
+    plane
+        .set_deployment_annotation(KCM, MELTDOWN_ANNOTATION, Some(""))
+        .await?;
+    plane.scale_deployment(MCM, 0).await?;
+    plane
+        .set_deployment_annotation(MCM, REPLICAS_ANNOTATION, Some("two"))
+        .await?;
+    plane
+        .set_deployment_annotation(MCM, MELTDOWN_ANNOTATION, Some(""))
+        .await?;
+    Ok(())
+}
+
+struct ProberWorld {
+    admin: kube::Client,
+    dir: PathBuf,
+    component: Component,
+    identity: Identity,
+    config: PathBuf,
+    outage: SimShoot,
+    restore: SimShoot,
+}
+
+impl ProberWorld {
+    fn start(&self, run: &str) -> Result<Watchdog> {
+        Watchdog::start(
+            &self.component,
+            run,
+            &self.dir,
+            &self.config,
+            &self.identity.kubeconfig,
+        )
+    }
+
+    async fn kcm_replicas(&self) -> Result<i32> {
+        Ok(replicas_and_annotations(&deployment(&self.admin, RESTORE_NS, KCM).await?).0)
+    }
+
+    async fn cluster_uid(&self, ns: &str) -> Result<Option<String>> {
+        Ok(
+            Api::<DynamicObject>::all_with(self.admin.clone(), &dwd_sim::seed::cluster_resource())
+                .get(ns)
+                .await?
+                .metadata
+                .uid,
+        )
+    }
+}
+
+/// The whole job on exactly the shipped RBAC.
+async fn prober_with_all_rules(w: &ProberWorld) -> Result<()> {
+    let admin = &w.admin;
+    let run = "rbac-prober-all-rules";
+    reset_restore_shoot(w.restore.seed()).await?;
+    delete_lease(admin, PROBER_LEASE).await?;
+    let wd = w.start(run)?;
+    wd.wait_log("caches synced; prober ready", 1).await?;
+
+    // Restore shoot: KCM back at its recorded 3; the decision on the Cluster and the failed
+    // MCM both as events with UIDs; a repeated event counted as a series (patch).
+    wait_replicas(admin, RESTORE_NS, &[(KCM, 3)], true).await?;
+    let cluster_uid = w.cluster_uid(RESTORE_NS).await?;
+    let decisions = wait_events(
+        admin,
+        run,
+        "default",
+        "Cluster",
+        RESTORE_NS,
+        REASON_SCALE_UP,
+    )
+    .await?;
+    ensure!(
+        uids(&decisions) == BTreeSet::from([cluster_uid]),
+        "Cluster event UIDs {:?}",
+        uids(&decisions)
+    );
+    let mcm_uid = deployment(admin, RESTORE_NS, MCM).await?.metadata.uid;
+    let failures = wait_events(
+        admin,
+        run,
+        RESTORE_NS,
+        "Deployment",
+        MCM,
+        REASON_SCALE_UP_FAILED,
+    )
+    .await?;
+    ensure!(
+        uids(&failures) == BTreeSet::from([mcm_uid]),
+        "MCM event UIDs {:?}",
+        uids(&failures)
+    );
+    eventually(
+        DEADLINE,
+        "a repeated ScaleUpFailed event counted as a series",
+        || async {
+            let found = events_of(
+                admin,
+                run,
+                RESTORE_NS,
+                "Deployment",
+                MCM,
+                REASON_SCALE_UP_FAILED,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            Ok(found
+                .iter()
+                .any(|e| e.series.as_ref().is_some_and(|s| s.count >= 2))
+                .then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow!(e))?;
+
+    // Outage shoot: 4 of 5 kubelets silent → all three targets at 0, per-shoot series on
+    // /metrics; kubelets back → everything restored.
+    let silenced = w.outage.kubelets().silence_count(4);
+    ensure!(silenced.len() == 4);
+    wait_replicas(admin, OUTAGE_NS, &[(KCM, 0), (MCM, 0), (CA, 0)], false).await?;
+    let fraction = wd
+        .sample("dwd_prober_expired_lease_fraction", &[("shoot", OUTAGE_NS)])
+        .await?;
+    ensure!(
+        fraction >= 0.6,
+        "expired fraction {fraction} during the outage"
+    );
+    let outage_uid = w.cluster_uid(OUTAGE_NS).await?;
+    let down = wait_events(
+        admin,
+        run,
+        "default",
+        "Cluster",
+        OUTAGE_NS,
+        REASON_SCALE_DOWN,
+    )
+    .await?;
+    ensure!(uids(&down) == BTreeSet::from([outage_uid.clone()]));
+    for target in [KCM, MCM, CA] {
+        wait_events(
+            admin,
+            run,
+            OUTAGE_NS,
+            "Deployment",
+            target,
+            REASON_SCALED_DOWN,
+        )
+        .await?;
+    }
+    w.outage.kubelets().resume_all();
+    wait_replicas(admin, OUTAGE_NS, &[(KCM, 3), (MCM, 2), (CA, 2)], true).await?;
+    let up = wait_events(admin, run, "default", "Cluster", OUTAGE_NS, REASON_SCALE_UP).await?;
+    ensure!(uids(&up) == BTreeSet::from([outage_uid]));
+    for target in [KCM, MCM, CA] {
+        wait_events(
+            admin,
+            run,
+            OUTAGE_NS,
+            "Deployment",
+            target,
+            REASON_SCALED_UP,
+        )
+        .await?;
+    }
+
+    // Nothing was denied: every event written, no forbidden call in the log.
+    let text = wd.metrics().await?;
+    let failed = sample(&text, "dwd_events_total", &[("outcome", "Failed")]).unwrap_or(0.0);
+    let published = sample(&text, "dwd_events_total", &[("outcome", "Published")]).unwrap_or(0.0);
+    ensure!(
+        failed == 0.0 && published > 0.0,
+        "events: {failed} failed, {published} published"
+    );
+    let log = wd.log().to_lowercase();
+    ensure!(
+        !log.contains("forbidden"),
+        "a forbidden call\n{}",
+        wd.tail()
+    );
+    ensure!(
+        !log.contains("event not written"),
+        "an event not written\n{}",
+        wd.tail()
+    );
+
+    // It led all along (renewing needs update), and hands the Lease over on SIGTERM.
+    ensure!(wd.exited().is_none(), "the prober exited\n{}", wd.tail());
+    ensure!(
+        lease_holder(admin, PROBER_LEASE).await?.is_some(),
+        "no leader"
+    );
+    let status = wd.stop().await?;
+    ensure!(status.success(), "exit status {status}\n{}", wd.tail());
+    ensure!(
+        lease_holder(admin, PROBER_LEASE).await?.is_none(),
+        "Lease not released on shutdown"
+    );
+    Ok(())
+}
+
+/// The prober without one rule: it fails as `kind` predicts.
+async fn prober_without(w: &ProberWorld, run: &str, kind: ProberNeed) -> Result<()> {
+    let admin = &w.admin;
+    reset_restore_shoot(w.restore.seed()).await?;
+    delete_lease(admin, PROBER_LEASE).await?;
+    let wd = w.start(run)?;
+    let failed_up = |target: &'static str| {
+        [
+            ("direction", "Up"),
+            ("target", target),
+            ("outcome", "Failed"),
+        ]
+    };
+    match kind {
+        ProberNeed::ClusterWatch => {
+            wd.wait_log(r#"cannot list resource "clusters""#, 2).await?;
+            let reconciles = wd
+                .sample("dwd_prober_cluster_reconciles_total", &[])
+                .await?;
+            let probes = wd.sample("dwd_prober_active_probes", &[]).await?;
+            ensure!(
+                reconciles == 0.0 && probes == 0.0,
+                "reconciles {reconciles}, probes {probes}"
+            );
+            ensure!(w.kcm_replicas().await? == 0, "scaled without Clusters");
+        }
+        ProberNeed::ClusterUid => {
+            wait_replicas(admin, RESTORE_NS, &[(KCM, 3)], true).await?;
+            let found = wait_events(
+                admin,
+                run,
+                "default",
+                "Cluster",
+                RESTORE_NS,
+                REASON_SCALE_UP,
+            )
+            .await?;
+            ensure!(
+                uids(&found) == BTreeSet::from([None]),
+                "UIDs {:?}",
+                uids(&found)
+            );
+        }
+        ProberNeed::SecretWatch => {
+            wd.wait_sample(
+                "dwd_prober_api_server_probe_failures_total",
+                &[("shoot", RESTORE_NS)],
+                2.0,
+            )
+            .await?;
+            wd.wait_log(r#"cannot list resource "secrets""#, 1).await?;
+            ensure!(
+                w.kcm_replicas().await? == 0,
+                "scaled without the probe secret"
+            );
+        }
+        ProberNeed::MachineWatch => {
+            wd.wait_sample(
+                "dwd_prober_lease_probe_failures_total",
+                &[("shoot", RESTORE_NS)],
+                2.0,
+            )
+            .await?;
+            wd.wait_log(r#"cannot list resource "machines""#, 1).await?;
+            ensure!(w.kcm_replicas().await? == 0, "scaled without Machines");
+        }
+        ProberNeed::TargetWatch => {
+            wd.wait_sample("dwd_prober_scale_operations_total", &failed_up(CA), 1.0)
+                .await?;
+            wd.wait_log(r#"cannot list resource "deployments""#, 1)
+                .await?;
+            ensure!(
+                w.kcm_replicas().await? == 0,
+                "scaled without the target cache"
+            );
+        }
+        ProberNeed::TargetPatch => {
+            wd.wait_sample("dwd_prober_scale_operations_total", &failed_up(KCM), 1.0)
+                .await?;
+            wd.wait_log(r#"cannot patch resource "deployments" in"#, 1)
+                .await?;
+            let (replicas, annotations) =
+                replicas_and_annotations(&deployment(admin, RESTORE_NS, KCM).await?);
+            ensure!(
+                replicas == 3 && annotations.contains_key(REPLICAS_ANNOTATION),
+                "KCM {replicas} {annotations:?}: scaled, but its record could not be removed"
+            );
+        }
+        ProberNeed::Scale => {
+            wd.wait_sample("dwd_prober_scale_operations_total", &failed_up(KCM), 1.0)
+                .await?;
+            wd.wait_log(r#"cannot patch resource "deployments/scale""#, 1)
+                .await?;
+            ensure!(
+                w.kcm_replicas().await? == 0,
+                "scaled without the scale subresource"
+            );
+        }
+        ProberNeed::TargetUid => {
+            wait_replicas(admin, RESTORE_NS, &[(KCM, 3)], true).await?;
+            let found = wait_events(
+                admin,
+                run,
+                RESTORE_NS,
+                "Deployment",
+                MCM,
+                REASON_SCALE_UP_FAILED,
+            )
+            .await?;
+            ensure!(
+                uids(&found) == BTreeSet::from([None]),
+                "UIDs {:?}",
+                uids(&found)
+            );
+        }
+        ProberNeed::EventCreate | ProberNeed::EventPatch => {
+            let verb = if matches!(kind, ProberNeed::EventCreate) {
+                "create"
+            } else {
+                "patch"
+            };
+            wd.wait_sample("dwd_events_total", &[("outcome", "Failed")], 1.0)
+                .await?;
+            wd.wait_log(&format!(r#"cannot {verb} resource "events""#), 1)
+                .await?;
+            // Events are a side channel: scaling goes on.
+            wait_replicas(admin, RESTORE_NS, &[(KCM, 3)], true).await?;
+        }
+        ProberNeed::LeaseCreate | ProberNeed::LeaseGetUpdate => {
+            let verb = if matches!(kind, ProberNeed::LeaseCreate) {
+                "create"
+            } else {
+                "get"
+            };
+            wd.wait_log(&format!(r#"cannot {verb} resource "leases""#), 2)
+                .await?;
+            let reconciles = wd
+                .sample("dwd_prober_cluster_reconciles_total", &[])
+                .await?;
+            ensure!(
+                reconciles == 0.0,
+                "a non-leader reconciled {reconciles} Clusters"
+            );
+            ensure!(
+                lease_holder(admin, PROBER_LEASE).await?.is_none(),
+                "someone leads"
+            );
+            ensure!(w.kcm_replicas().await? == 0, "scaled without leading");
+        }
+    }
+    wd.stop().await?;
+    Ok(())
+}
+
+/// Permissions the prober's ServiceAccount must not have (a sample of what is not granted).
+fn prober_forbidden() -> Vec<Perm> {
+    let ns = Some(RESTORE_NS);
+    vec![
+        Perm::new("apps", "deployments", "delete", ns).named(KCM),
+        Perm::new("apps", "deployments", "update", ns).named(KCM),
+        Perm::new("apps", "deployments", "create", ns),
+        Perm::new("apps", "deployments", "patch", ns).named("etcd-main"),
+        Perm::new("apps", "deployments", "list", None),
+        Perm::new("apps", "deployments/scale", "patch", ns).named("etcd-main"),
+        Perm::new("apps", "deployments/scale", "update", ns).named(KCM),
+        Perm::new("apps", "statefulsets/scale", "patch", ns).named("etcd-main"),
+        Perm::new("", "secrets", "get", ns).named("shoot-access-dependency-watchdog-probe"),
+        Perm::new("", "secrets", "list", None),
+        Perm::new("", "secrets", "list", ns),
+        Perm::new("", "secrets", "watch", None).named("etcd-backup"),
+        Perm::new("", "secrets", "create", ns),
+        Perm::new("extensions.gardener.cloud", "clusters", "update", None).named(RESTORE_NS),
+        Perm::new("extensions.gardener.cloud", "clusters", "patch", None).named(RESTORE_NS),
+        Perm::new("extensions.gardener.cloud", "clusters", "delete", None).named(RESTORE_NS),
+        Perm::new("machine.sapcloud.io", "machines", "get", ns),
+        Perm::new("machine.sapcloud.io", "machines", "delete", ns),
+        Perm::new("", "pods", "list", None),
+        Perm::new("", "pods", "delete", ns),
+        Perm::new("", "namespaces", "list", None),
+        Perm::new("", "nodes", "list", None),
+        Perm::new("", "events", "create", ns),
+        Perm::new("events.k8s.io", "events", "delete", ns),
+        Perm::new("events.k8s.io", "events", "list", None),
+        Perm::new("coordination.k8s.io", "leases", "update", Some(GARDEN)).named(WEEDER_LEASE),
+        Perm::new("coordination.k8s.io", "leases", "delete", Some(GARDEN)).named(PROBER_LEASE),
+        Perm::new("coordination.k8s.io", "leases", "get", Some("kube-system")).named(PROBER_LEASE),
+        Perm::new(
+            "coordination.k8s.io",
+            "leases",
+            "create",
+            Some("kube-system"),
+        ),
+        Perm::new("", "serviceaccounts/token", "create", Some(GARDEN))
+            .named("dependency-watchdog-prober"),
+        Perm::new(
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            "escalate",
+            None,
+        ),
+    ]
+}
+
+/// Checks what is not granted, and that discovery comes from `system:discovery`.
+async fn check_not_granted(client: &kube::Client, forbidden: &[Perm]) -> Result<()> {
+    for perm in forbidden {
+        let (allowed, reason) = can(client, perm).await?;
+        ensure!(!allowed, "may {perm}: {reason}");
+    }
+    for path in ["/api", "/apis", "/apis/apps/v1"] {
+        let (allowed, reason) = can_get_path(client, path).await?;
+        ensure!(
+            allowed && reason.contains("system:discovery"),
+            "discovery GET {path}: allowed={allowed} ({reason})"
+        );
+    }
+    Ok(())
+}
+
+/// For each rule: the access reviews say exactly that rule's permissions are gone.
+async fn apply_without(
+    admin: &kube::Client,
+    c: &Component,
+    id: RuleId,
+    identity: &Identity,
+    sample_ns: &str,
+) -> Result<()> {
+    apply_rbac(admin, &c.without(id)).await?;
+    let expect: Vec<(Perm, bool)> = all_perms(c, sample_ns)
+        .into_iter()
+        .map(|(rule, p)| (p, rule != id))
+        .collect();
+    wait_access(&identity.client, &expect).await
+}
+
+#[tokio::test]
+async fn prober_works_with_exactly_the_shipped_rbac_and_needs_every_rule() -> Result<()> {
+    let started = Instant::now();
+    let seed = seed().await?;
+    let admin = seed.client().await?;
+    let shoots = env().await?.start_apiserver("rbac-shoot").await?;
+    let component = Component::load("prober")?;
+    let identity = identity(seed, &admin, &component).await?;
+    let dir = work_dir().await?;
+    let config = dir.join("prober-dep-config.yaml");
+    std::fs::write(&config, prober_test_config(&component.config()?)?)?;
+
+    let shoot = |ns: &str, prefix: &str, nodes: usize| {
+        let mut options = SimShootOptions::new(ns)
+            .with_nodes(nodes)
+            .with_renew_interval(Duration::from_millis(250));
+        options.node_prefix = prefix.into();
+        options.deployments = vec![(KCM.into(), 3), (MCM.into(), 2), (CA.into(), 2)];
+        options
+    };
+    let outage = SimShoot::create(
+        admin.clone(),
+        shoots.client().await?,
+        shoots.kubeconfig(),
+        shoot(OUTAGE_NS, "outage-", 5),
+    )
+    .await?;
+    let restore = SimShoot::create(
+        admin.clone(),
+        shoots.client().await?,
+        shoots.kubeconfig(),
+        shoot(RESTORE_NS, "restore-", 2),
+    )
+    .await?;
+    let w = ProberWorld {
+        admin: admin.clone(),
+        dir,
+        component: component.clone(),
+        identity,
+        config,
+        outage,
+        restore,
+    };
+
+    // Exactly the shipped rules: everything granted, nothing else.
+    let all: Vec<(Perm, bool)> = all_perms(&component, RESTORE_NS)
+        .into_iter()
+        .map(|(_, p)| (p, true))
+        .collect();
+    wait_access(&w.identity.client, &all).await?;
+    check_not_granted(&w.identity.client, &prober_forbidden()).await?;
+    prober_with_all_rules(&w)
+        .await
+        .context("with every shipped rule")?;
+    eprintln!("prober with all rules: {:?}", started.elapsed());
+
+    // Without each rule in turn.
+    for (id, rule) in component.rules() {
+        let desc = describe_rule(&rule);
+        let kind = prober_need(&rule)
+            .with_context(|| format!("rule {desc} has no behavioural check: add one"))?;
+        let t = Instant::now();
+        apply_without(&admin, &component, id, &w.identity, RESTORE_NS)
+            .await
+            .with_context(|| format!("access without {desc}"))?;
+        let run = match id {
+            RuleId::Cluster(i) => format!("rbac-prober-without-clusterrole-rule-{i}"),
+            RuleId::Namespaced(i) => format!("rbac-prober-without-role-rule-{i}"),
+        };
+        prober_without(&w, &run, kind)
+            .await
+            .with_context(|| format!("without {desc} ({kind:?})"))?;
+        eprintln!("prober without {desc}: {kind:?} shown in {:?}", t.elapsed());
+    }
+    apply_rbac(&admin, &component).await?;
+    wait_access(&w.identity.client, &all).await?;
+    drop(w);
+    shoots.stop().await?;
+    eprintln!("prober RBAC test: {:?}", started.elapsed());
+    Ok(())
+}
+
+// --- 3. the weeder --------------------------------------------------------------------------
+
+/// What the weeder needs a rule for; without it, the weeder fails as the variant says.
+#[derive(Debug, Clone, Copy)]
+enum WeederNeed {
+    /// EndpointSlice watch denied: never lists the slices, never starts a weeder.
+    SliceWatch,
+    /// Pod watch denied: the weeder can't see the dependants.
+    PodWatch,
+    /// Pod delete denied: the crash-looping pod stays.
+    PodDelete,
+    /// Event create denied: the deletion's event is not written.
+    EventCreate,
+    /// Lease create denied: never leads.
+    LeaseCreate,
+    /// Lease get/update denied: never leads.
+    LeaseGetUpdate,
+}
+
+fn weeder_need(rule: &PolicyRule) -> Option<WeederNeed> {
+    Some(match rule_key(rule).as_str() {
+        "discovery.k8s.io/endpointslices:list,watch" => WeederNeed::SliceWatch,
+        "/pods:list,watch" => WeederNeed::PodWatch,
+        "/pods:delete" => WeederNeed::PodDelete,
+        "events.k8s.io/events:create" => WeederNeed::EventCreate,
+        "coordination.k8s.io/leases:create" => WeederNeed::LeaseCreate,
+        "coordination.k8s.io/leases:get,update" => WeederNeed::LeaseGetUpdate,
+        _ => return None,
+    })
+}
+
+struct WeederWorld {
+    admin: kube::Client,
+    dir: PathBuf,
+    component: Component,
+    identity: Identity,
+    config: PathBuf,
+    plane: SeedControlPlane,
+}
+
+impl WeederWorld {
+    /// A crash-looping kube-apiserver pod, etcd-main-client ready or not; returns the pod's UID.
+    async fn prepare(&self, etcd_ready: bool) -> Result<String> {
+        let state = if etcd_ready {
+            EndpointsState::AllReady
+        } else {
+            EndpointsState::NotReady
+        };
+        self.plane
+            .set_endpoint_slice(ETCD_SERVICE, 1, state)
+            .await?;
+        if self.pod_uid().await?.is_none() {
+            self.plane
+                .create_crashlooping_pod(WEEDER_POD, &[("role", "apiserver")])
+                .await?;
+        }
+        self.pod_uid().await?.context("no pod")
+    }
+
+    async fn pod_uid(&self) -> Result<Option<String>> {
+        Ok(
+            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.admin.clone(), WEEDER_NS)
+                .get_opt(WEEDER_POD)
+                .await?
+                .and_then(|p| p.metadata.uid),
+        )
+    }
+
+    async fn wait_pod_gone(&self) -> Result<()> {
+        eventually(DEADLINE, "crash-looping pod deleted", || async {
+            Ok(self
+                .pod_uid()
+                .await
+                .map_err(|e| e.to_string())?
+                .is_none()
+                .then_some(()))
+        })
+        .await
+        .map_err(|e| anyhow!(e))
+    }
+
+    fn start(&self, run: &str) -> Result<Watchdog> {
+        Watchdog::start(
+            &self.component,
+            run,
+            &self.dir,
+            &self.config,
+            &self.identity.kubeconfig,
+        )
+    }
+}
+
+/// Logged when the replica starts leading (and so starts the work). With leader election the
+/// weeder does not log when its first slice list is through (its readiness already came with
+/// the election), so the runs can't wait for that; they don't need to either: a slice that is
+/// ready when listed starts a weeder just like one turning ready later.
+const LEADING: &str = "became leader";
+
+async fn weeder_with_all_rules(w: &WeederWorld) -> Result<()> {
+    let run = "rbac-weeder-all-rules";
+    let uid = w.prepare(false).await?;
+    delete_lease(&w.admin, WEEDER_LEASE).await?;
+    let wd = w.start(run)?;
+    wd.wait_log(LEADING, 1).await?;
+    w.plane
+        .set_endpoint_slice(ETCD_SERVICE, 1, EndpointsState::AllReady)
+        .await?;
+    w.wait_pod_gone().await?;
+    let events = wait_events(
+        &w.admin,
+        run,
+        WEEDER_NS,
+        "Pod",
+        WEEDER_POD,
+        REASON_POD_DELETED,
+    )
+    .await?;
+    ensure!(
+        uids(&events) == BTreeSet::from([Some(uid)]),
+        "UIDs {:?}",
+        uids(&events)
+    );
+    wd.wait_sample(
+        "dwd_weeder_pods_deleted_total",
+        &[("service", ETCD_SERVICE)],
+        1.0,
+    )
+    .await?;
+    wd.wait_sample("dwd_events_total", &[("outcome", "Published")], 1.0)
+        .await?;
+    let failed = wd
+        .sample("dwd_events_total", &[("outcome", "Failed")])
+        .await?;
+    ensure!(failed == 0.0, "{failed} events failed\n{}", wd.tail());
+    ensure!(
+        !wd.log().to_lowercase().contains("forbidden"),
+        "a forbidden call\n{}",
+        wd.tail()
+    );
+    ensure!(
+        lease_holder(&w.admin, WEEDER_LEASE).await?.is_some(),
+        "no leader"
+    );
+    let status = wd.stop().await?;
+    ensure!(status.success(), "exit status {status}\n{}", wd.tail());
+    ensure!(
+        lease_holder(&w.admin, WEEDER_LEASE).await?.is_none(),
+        "Lease not released on shutdown"
+    );
+    Ok(())
+}
+
+async fn weeder_without(w: &WeederWorld, run: &str, kind: WeederNeed) -> Result<()> {
+    // Where the weeder can't even start, etcd is ready from the start: a working weeder would
+    // act on its first slice list.
+    let etcd_ready_at_start = matches!(
+        kind,
+        WeederNeed::SliceWatch | WeederNeed::LeaseCreate | WeederNeed::LeaseGetUpdate
+    );
+    let uid = w.prepare(etcd_ready_at_start).await?;
+    delete_lease(&w.admin, WEEDER_LEASE).await?;
+    let wd = w.start(run)?;
+    let kept = || async {
+        ensure!(
+            w.pod_uid().await? == Some(uid.clone()),
+            "the crash-looping pod was deleted"
+        );
+        Ok::<_, anyhow::Error>(())
+    };
+    let weeders = || wd.sample("dwd_weeder_active_weeders", &[]);
+    match kind {
+        WeederNeed::SliceWatch => {
+            // Two attempts: our own warning, once per attempt of the slice watch.
+            wd.wait_log_lines(
+                &[
+                    "endpoint slice watch failed, retrying",
+                    r#"cannot list resource "endpointslices""#,
+                ],
+                2,
+            )
+            .await?;
+            ensure!(weeders().await? == 0.0, "a weeder started without slices");
+            kept().await?;
+        }
+        WeederNeed::LeaseCreate | WeederNeed::LeaseGetUpdate => {
+            let verb = if matches!(kind, WeederNeed::LeaseCreate) {
+                "create"
+            } else {
+                "get"
+            };
+            wd.wait_log(&format!(r#"cannot {verb} resource "leases""#), 2)
+                .await?;
+            ensure!(!wd.log().contains(LEADING), "led without the Lease");
+            ensure!(weeders().await? == 0.0, "a weeder started without leading");
+            ensure!(
+                lease_holder(&w.admin, WEEDER_LEASE).await?.is_none(),
+                "someone leads"
+            );
+            kept().await?;
+        }
+        WeederNeed::PodWatch | WeederNeed::PodDelete | WeederNeed::EventCreate => {
+            wd.wait_log(LEADING, 1).await?;
+            w.plane
+                .set_endpoint_slice(ETCD_SERVICE, 1, EndpointsState::AllReady)
+                .await?;
+            match kind {
+                WeederNeed::PodWatch => {
+                    wd.wait_log(r#"cannot list resource "pods""#, 1).await?;
+                    kept().await?;
+                }
+                WeederNeed::PodDelete => {
+                    wd.wait_log(r#"cannot delete resource "pods""#, 1).await?;
+                    kept().await?;
+                }
+                _ => {
+                    w.wait_pod_gone().await?;
+                    wd.wait_sample("dwd_events_total", &[("outcome", "Failed")], 1.0)
+                        .await?;
+                    wd.wait_log(r#"cannot create resource "events""#, 1).await?;
+                }
+            }
+            ensure!(weeders().await? == 1.0, "the service's weeder runs");
+        }
+    }
+    wd.stop().await?;
+    Ok(())
+}
+
+fn weeder_forbidden() -> Vec<Perm> {
+    let ns = Some(WEEDER_NS);
+    vec![
+        Perm::new("", "pods", "get", ns).named(WEEDER_POD),
+        Perm::new("", "pods", "patch", ns).named(WEEDER_POD),
+        Perm::new("", "pods", "create", ns),
+        Perm::new("", "pods", "deletecollection", ns),
+        Perm::new("", "pods/eviction", "create", ns).named(WEEDER_POD),
+        Perm::new("", "endpoints", "list", None),
+        Perm::new("discovery.k8s.io", "endpointslices", "delete", ns),
+        Perm::new("discovery.k8s.io", "endpointslices", "get", ns).named("etcd-main-client"),
+        Perm::new("", "secrets", "list", None),
+        Perm::new("apps", "deployments", "patch", ns).named(KCM),
+        Perm::new("apps", "deployments/scale", "patch", ns).named(KCM),
+        Perm::new("extensions.gardener.cloud", "clusters", "list", None),
+        Perm::new("events.k8s.io", "events", "patch", ns),
+        Perm::new("", "events", "create", ns),
+        Perm::new("coordination.k8s.io", "leases", "update", Some(GARDEN)).named(PROBER_LEASE),
+        Perm::new("coordination.k8s.io", "leases", "delete", Some(GARDEN)).named(WEEDER_LEASE),
+    ]
+}
+
+#[tokio::test]
+async fn weeder_works_with_exactly_the_shipped_rbac_and_needs_every_rule() -> Result<()> {
+    let started = Instant::now();
+    let seed = seed().await?;
+    let admin = seed.client().await?;
+    let component = Component::load("weeder")?;
+    let identity = identity(seed, &admin, &component).await?;
+    // The shipped config as it is (watchDuration 5m outlives every run).
+    let dir = work_dir().await?;
+    let config = dir.join("weeder-dep-config.yaml");
+    std::fs::write(&config, component.config()?)?;
+    let plane = SeedControlPlane::new(admin.clone(), WEEDER_NS);
+    plane.create_namespace().await?;
+    let w = WeederWorld {
+        admin: admin.clone(),
+        dir,
+        component: component.clone(),
+        identity,
+        config,
+        plane,
+    };
+
+    let all: Vec<(Perm, bool)> = all_perms(&component, WEEDER_NS)
+        .into_iter()
+        .map(|(_, p)| (p, true))
+        .collect();
+    wait_access(&w.identity.client, &all).await?;
+    check_not_granted(&w.identity.client, &weeder_forbidden()).await?;
+    weeder_with_all_rules(&w)
+        .await
+        .context("with every shipped rule")?;
+
+    for (id, rule) in component.rules() {
+        let desc = describe_rule(&rule);
+        let kind = weeder_need(&rule)
+            .with_context(|| format!("rule {desc} has no behavioural check: add one"))?;
+        let t = Instant::now();
+        apply_without(&admin, &component, id, &w.identity, WEEDER_NS)
+            .await
+            .with_context(|| format!("access without {desc}"))?;
+        let run = match id {
+            RuleId::Cluster(i) => format!("rbac-weeder-without-clusterrole-rule-{i}"),
+            RuleId::Namespaced(i) => format!("rbac-weeder-without-role-rule-{i}"),
+        };
+        weeder_without(&w, &run, kind)
+            .await
+            .with_context(|| format!("without {desc} ({kind:?})"))?;
+        eprintln!("weeder without {desc}: {kind:?} shown in {:?}", t.elapsed());
+    }
+    apply_rbac(&admin, &component).await?;
+    wait_access(&w.identity.client, &all).await?;
+    eprintln!("weeder RBAC test: {:?}", started.elapsed());
+    Ok(())
+}

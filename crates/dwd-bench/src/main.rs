@@ -1,0 +1,170 @@
+//! `bench`: runs any drop-in dependency-watchdog binary (ours by default, or the reference)
+//! against a seed with N simulated shoots and measures it from outside — `/proc` for memory
+//! and CPU, the apiservers' audit logs for requests and probe timing, a Deployment watch
+//! for how fast targets are scaled. See `crates/dwd-bench/README.md`.
+
+mod audit;
+mod procstat;
+mod report;
+mod scenario;
+mod setup;
+mod stats;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, ValueEnum};
+
+/// What happens to the shoots while the watchdog runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// Nothing: every kubelet renews; measures the cost of probing.
+    Steady,
+    /// Every kubelet of shoot 0 goes silent, then comes back.
+    Outage,
+    /// Every kubelet of every shoot goes silent, then comes back.
+    MassOutage,
+    /// Crash-looping pods across namespaces, released by EndpointSlices (not implemented).
+    WeederStorm,
+}
+
+/// Command line.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "bench",
+    about = "Benchmark a dependency-watchdog binary against N simulated shoots"
+)]
+pub struct Cli {
+    /// N: simulated shoots.
+    #[arg(long, default_value_t = 20)]
+    pub shoots: usize,
+    /// M: nodes per shoot.
+    #[arg(long, default_value_t = 10)]
+    pub nodes: usize,
+    /// K: shoot kube-apiservers; shoot i is served by apiserver i mod K.
+    #[arg(long, default_value_t = 2)]
+    pub shoot_apiservers: usize,
+    /// What happens while the watchdog runs.
+    #[arg(long, value_enum, default_value_t = Scenario::Steady)]
+    pub scenario: Scenario,
+    /// Measured time after warm-up (outage scenarios run at least until recovery).
+    #[arg(long, default_value = "60s", value_parser = stats::parse_duration)]
+    pub duration: Duration,
+    /// `probeInterval` of the prober config.
+    #[arg(long, default_value = "10s", value_parser = stats::parse_duration)]
+    pub probe_interval: Duration,
+    /// `initialDelay` of the prober config.
+    #[arg(long, default_value = "2s", value_parser = stats::parse_duration)]
+    pub initial_delay: Duration,
+    /// `kcmNodeMonitorGraceDuration` of the prober config (leases expire 0.75 × this after
+    /// their last renewal).
+    #[arg(long, default_value = "40s", value_parser = stats::parse_duration)]
+    pub kcm_grace: Duration,
+    /// `backoffJitterFactor` of the prober config (0.2 as in the seeds; 0 makes probe
+    /// lateness pure scheduling delay).
+    #[arg(long, default_value_t = 0.2)]
+    pub jitter: f64,
+    /// `--kube-api-qps` passed to the watchdog.
+    #[arg(long, default_value_t = 20.0)]
+    pub kube_api_qps: f64,
+    /// `--kube-api-burst` passed to the watchdog.
+    #[arg(long, default_value_t = 100)]
+    pub kube_api_burst: u32,
+    /// Stop this shoot apiserver (0-based) for the measured window: its shoots can't be
+    /// probed; the others must not be delayed by it.
+    #[arg(long)]
+    pub stop_shoot_apiserver: Option<usize>,
+    /// Make this shoot apiserver (0-based) answer slowly for the measured window.
+    #[arg(long)]
+    pub slow_shoot_apiserver: Option<usize>,
+    /// Added latency of `--slow-shoot-apiserver`.
+    #[arg(long, default_value = "2s", value_parser = stats::parse_duration)]
+    pub slow_latency: Duration,
+    /// Binary to run (any that takes the reference's flags and config); default: the
+    /// `dependency-watchdog` next to this executable.
+    #[arg(long)]
+    pub watchdog_bin: Option<PathBuf>,
+    /// Label of this run in the output (default: the binary's file name).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Write the machine-readable result here.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+/// `--watchdog-bin`, or `dependency-watchdog` next to this executable (cargo puts both in
+/// the same target directory).
+fn watchdog_binary(cli: &Cli) -> Result<PathBuf> {
+    if let Some(bin) = &cli.watchdog_bin {
+        if !bin.is_file() {
+            bail!("--watchdog-bin {} is not a file", bin.display());
+        }
+        return Ok(bin.clone());
+    }
+    let exe = std::env::current_exe().context("locate the bench executable")?;
+    let dir = exe
+        .parent()
+        .context("the bench executable has no directory")?;
+    let bin = dir.join("dependency-watchdog");
+    if !bin.is_file() {
+        bail!(
+            "no dependency-watchdog next to {}; build it into the same target directory \
+             (cargo build --release -p dependency-watchdog --bin dependency-watchdog) or pass --watchdog-bin",
+            exe.display()
+        );
+    }
+    Ok(bin)
+}
+
+fn validate(cli: &Cli) -> Result<()> {
+    if cli.shoots == 0 || cli.nodes == 0 || cli.shoot_apiservers == 0 {
+        bail!("--shoots, --nodes and --shoot-apiservers must be at least 1");
+    }
+    if cli.scenario == Scenario::WeederStorm {
+        bail!("--scenario weeder-storm is not implemented yet (see crates/dwd-bench/README.md)");
+    }
+    for j in [cli.stop_shoot_apiserver, cli.slow_shoot_apiserver]
+        .into_iter()
+        .flatten()
+    {
+        if j >= cli.shoot_apiservers {
+            bail!(
+                "shoot apiserver {j} does not exist (--shoot-apiservers {})",
+                cli.shoot_apiservers
+            );
+        }
+    }
+    if cli.stop_shoot_apiserver.is_some() && cli.stop_shoot_apiserver == cli.slow_shoot_apiserver {
+        bail!("--stop-shoot-apiserver and --slow-shoot-apiserver must name different apiservers");
+    }
+    if cli.probe_interval.is_zero() {
+        bail!("--probe-interval must be positive");
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    validate(&cli)?;
+    let bin = watchdog_binary(&cli)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    let interrupted = runtime.block_on(async {
+        // Ctrl-C ends the run early; dropping the run drops the watchdog process and the
+        // test environment (their guards kill and tear down), so nothing is left behind.
+        tokio::select! {
+            result = scenario::run(&cli, &bin) => result.map(|()| false),
+            _ = tokio::signal::ctrl_c() => Ok(true),
+        }
+    })?;
+    drop(runtime);
+    if interrupted {
+        eprintln!("interrupted: watchdog stopped, apiservers and etcd torn down");
+        // 128 + SIGINT, as shells report an interrupted command.
+        std::process::exit(130);
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! The summary table for people, rendered from the same JSON the machines get, so the two
+//! can never disagree.
+
+use serde_json::Value;
+
+/// `p50 / p99 / max` of a summary object, or `-`.
+fn cell(summary: &Value) -> String {
+    match (
+        summary["p50"].as_f64(),
+        summary["p99"].as_f64(),
+        summary["max"].as_f64(),
+    ) {
+        (Some(a), Some(b), Some(c)) => {
+            format!("{a:.3} / {b:.3} / {c:.3}  (n={})", summary["count"])
+        }
+        _ => "-".into(),
+    }
+}
+
+fn mib(v: &Value) -> String {
+    v.as_u64()
+        .map(|b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn counts(rows: &mut Vec<(String, String)>, prefix: &str, map: &Value) {
+    if let Some(map) = map.as_object() {
+        for (k, v) in map {
+            rows.push((format!("{prefix}{k}"), v.to_string()));
+        }
+    }
+}
+
+/// Two-column table of the headline numbers.
+pub fn table(r: &Value) -> String {
+    let mut rows: Vec<(String, String)> = vec![
+        (
+            "binary".into(),
+            r["label"].as_str().unwrap_or_default().to_string(),
+        ),
+        (
+            "scenario / N×M / K".into(),
+            format!(
+                "{} / {}×{} / {}",
+                r["scenario"].as_str().unwrap_or_default(),
+                r["shape"]["shoots"],
+                r["shape"]["nodes_per_shoot"],
+                r["shape"]["shoot_apiservers"]
+            ),
+        ),
+        (
+            "interval / qps / burst".into(),
+            format!(
+                "{}s / {} / {}",
+                r["config"]["probe_interval_s"],
+                r["config"]["kube_api_qps"],
+                r["config"]["kube_api_burst"]
+            ),
+        ),
+        (
+            "measured window".into(),
+            format!("{:.1}s", r["window"]["seconds"].as_f64().unwrap_or(0.0)),
+        ),
+        (
+            "peak RSS (VmHWM)".into(),
+            mib(&r["process"]["peak_rss_bytes"]),
+        ),
+        (
+            "steady RSS (median)".into(),
+            mib(&r["process"]["steady_rss_bytes"]),
+        ),
+        (
+            "CPU s/min (window)".into(),
+            format!(
+                "{:.2}",
+                r["process"]["cpu_seconds_per_minute"]
+                    .as_f64()
+                    .unwrap_or(0.0)
+            ),
+        ),
+        (
+            "seed requests (window)".into(),
+            r["seed_requests"]["total"].to_string(),
+        ),
+    ];
+    counts(&mut rows, "  seed/min ", &r["seed_requests"]["per_minute"]);
+    rows.push((
+        "seed requests during warm-up".into(),
+        r["seed_requests"]["warmup_total"].to_string(),
+    ));
+    counts(
+        &mut rows,
+        "  warm-up ",
+        &r["seed_requests"]["warmup_by_verb_resource"],
+    );
+    counts(
+        &mut rows,
+        "  seed failed HTTP ",
+        &r["seed_requests"]["failures_by_code"],
+    );
+    rows.push((
+        "shoot requests (window)".into(),
+        r["shoot_requests"]["total"].to_string(),
+    ));
+    rows.push((
+        "  probe runs (GET /version)".into(),
+        r["shoot_requests"]["probe_runs"].to_string(),
+    ));
+    rows.push((
+        "  shoot requests / probe run".into(),
+        format!(
+            "{:.2}",
+            r["shoot_requests"]["per_probe_run"].as_f64().unwrap_or(0.0)
+        ),
+    ));
+    counts(
+        &mut rows,
+        "  shoot/min ",
+        &r["shoot_requests"]["per_minute"],
+    );
+    counts(
+        &mut rows,
+        "  shoot failed HTTP ",
+        &r["shoot_requests"]["failures_by_code"],
+    );
+    rows.push((
+        "probe lateness s, all gaps (p50/p99/max)".into(),
+        cell(&r["probe_lateness_s"]["all_gaps"]),
+    ));
+    rows.push((
+        "probe lateness s, worst per shoot".into(),
+        cell(&r["probe_lateness_s"]["worst_per_shoot"]),
+    ));
+    rows.push((
+        "shoots never probed in window".into(),
+        r["probe_lateness_s"]["shoots_never_probed_in_window"].to_string(),
+    ));
+    if !r["config"]["slow_shoot_apiserver"].is_null() {
+        rows.push((
+            "probe lateness s, slow apiserver's shoots".into(),
+            cell(&r["probe_lateness_s"]["slow_apiserver_gaps"]),
+        ));
+    }
+    if !r["config"]["stopped_shoot_apiserver"].is_null() {
+        rows.push((
+            "shoots on stopped apiserver (not timed)".into(),
+            r["probe_lateness_s"]["shoots_on_stopped_apiserver"].to_string(),
+        ));
+    }
+    let o = &r["outage"];
+    if o.is_object() {
+        rows.push((
+            "outage: affected shoots".into(),
+            o["affected_shoots"].to_string(),
+        ));
+        rows.push((
+            "  crossing → target 0, s (p50/p99/max)".into(),
+            cell(&o["scale_down_s"]["all"]),
+        ));
+        if let Some(by) = o["scale_down_s"]["by_target"].as_object() {
+            for (k, v) in by {
+                rows.push((format!("    {k}"), cell(v)));
+            }
+        }
+        rows.push((
+            "  recovery → target restored, s".into(),
+            cell(&o["restore_s"]["all"]),
+        ));
+        if let Some(by) = o["restore_s"]["by_target"].as_object() {
+            for (k, v) in by {
+                rows.push((format!("    {k}"), cell(v)));
+            }
+        }
+        rows.push((
+            "  targets never down / never up".into(),
+            format!(
+                "{} / {}",
+                o["targets_missing_down"], o["targets_missing_up"]
+            ),
+        ));
+        // The bound is the mass-outage target; for one shoot it would only confuse.
+        if o["affected_shoots"].as_u64().unwrap_or(0) > 1 {
+            rows.push((
+                "  level 0 all at 0 after 1st crossing / bound".into(),
+                format!(
+                    "{} s / {:.1} s",
+                    o["level0_all_zero_after_first_crossing_s"]
+                        .as_f64()
+                        .map(|v| format!("{v:.3}"))
+                        .unwrap_or_else(|| "-".into()),
+                    o["level0_bound_s"].as_f64().unwrap_or(0.0)
+                ),
+            ));
+        }
+        rows.push((
+            "  seed requests in affected ns (outage)".into(),
+            o["seed_requests_in_affected_namespaces"]["total"].to_string(),
+        ));
+        counts(
+            &mut rows,
+            "    ",
+            &o["seed_requests_in_affected_namespaces"]["by_verb_resource"],
+        );
+    }
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in rows {
+        out.push_str(&format!("{k:<width$}  {v}\n"));
+    }
+    out
+}

@@ -1,0 +1,237 @@
+//! The benchmark's world: one seed and K shoot kube-apiservers (audit logs on), N simulated
+//! shoots spread over them, one Deployment status simulation for the whole seed, and a
+//! watch recording every replica change of every target.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use dwd_sim::{
+    AbortOnDrop, DeploymentStatusOptions, DeploymentStatusSim, SimShoot, SimShootOptions,
+};
+use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+
+/// User of the watchdog's seed kubeconfig: its seed requests are told apart by this name.
+pub const WATCHDOG_USER: &str = "dependency-watchdog";
+
+/// Lease writes in flight at once across all shoots: bounds the simulator's load so the
+/// watchdog, not the kubelets, is what the machine spends its cores on.
+const RENEW_PERMITS: usize = 32;
+
+/// Shoots created at once during setup (each one already keeps 16 writes in flight).
+const SETUP_CONCURRENCY: usize = 4;
+
+/// The world's shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// N: shoots.
+    pub shoots: usize,
+    /// M: nodes per shoot.
+    pub nodes: usize,
+    /// K: shoot apiservers.
+    pub apiservers: usize,
+    /// Kubelet lease renew interval.
+    pub renew_interval: Duration,
+}
+
+/// One shoot of the benchmark.
+pub struct BenchShoot {
+    /// Index i (user `shoot-<i>`).
+    pub index: usize,
+    /// The simulated shoot.
+    pub sim: SimShoot,
+}
+
+impl BenchShoot {
+    /// The client-certificate user its probe secret carries.
+    pub fn user(&self) -> String {
+        shoot_user(self.index)
+    }
+}
+
+/// User name of shoot `i`.
+pub fn shoot_user(i: usize) -> String {
+    format!("shoot-{i}")
+}
+
+/// Namespace (and Cluster name) of shoot `i`; `shoot--<project>--<name>` like Gardener's.
+pub fn shoot_namespace(i: usize) -> String {
+    format!("shoot--bench--s{i:04}")
+}
+
+/// `(namespace, deployment)` → every observed `spec.replicas` change, in order.
+pub type ReplicaLog = Arc<Mutex<HashMap<(String, String), Vec<(DateTime<Utc>, i32)>>>>;
+
+/// Locks a mutex, recovering the data after a panic elsewhere (the log is always valid).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Everything the benchmark runs against. Field order is drop order: background tasks
+/// (watch, status sim, kubelets) stop before the environment tears the apiservers down.
+pub struct World {
+    /// Replica changes seen by the bench's own watch.
+    pub replicas: ReplicaLog,
+    _replica_watch: AbortOnDrop,
+    _deployment_status: DeploymentStatusSim,
+    /// The shoots, by index.
+    pub shoots: Vec<BenchShoot>,
+    /// The seed apiserver.
+    pub seed: ApiServer,
+    /// The shoot apiservers.
+    pub shoot_apis: Vec<ApiServer>,
+    /// The watchdog's seed kubeconfig (user [`WATCHDOG_USER`]).
+    pub watchdog_kubeconfig: PathBuf,
+    /// Directory for the watchdog's config and log.
+    pub dir: PathBuf,
+    /// Last: stops etcd and every apiserver, removes its directory (held only to be dropped).
+    _env: TestEnv,
+}
+
+/// Builds the world, printing progress to stderr.
+pub async fn build(shape: Shape) -> Result<World> {
+    let started = Instant::now();
+    eprintln!(
+        "setup: starting etcd, a seed and {} shoot apiserver(s)…",
+        shape.apiservers
+    );
+    let env = TestEnv::start().await.context("start test environment")?;
+    let audit = |install_crds| ApiServerOptions {
+        install_crds,
+        audit_log: true,
+        extra_args: Vec::new(),
+    };
+    let seed = env
+        .start_apiserver_with("seed", audit(true))
+        .await
+        .context("start seed apiserver")?;
+    let mut shoot_apis = Vec::with_capacity(shape.apiservers);
+    for j in 0..shape.apiservers {
+        let api = env
+            .start_apiserver_with(&format!("shoot-api-{j}"), audit(false))
+            .await
+            .with_context(|| format!("start shoot apiserver {j}"))?;
+        shoot_apis.push(api);
+    }
+    eprintln!(
+        "setup: control plane up after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // Outside the environment's directory (removed at teardown): the watchdog's log and
+    // config stay for a look after the run.
+    let dir = std::env::temp_dir().join(format!("dwd-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let watchdog_kubeconfig = dir.join("watchdog-seed.kubeconfig");
+    // system:masters: the bench measures load and latency, not RBAC (the RBAC tests do that).
+    let kubeconfig = seed
+        .kubeconfig_for(WATCHDOG_USER, &["system:masters"])
+        .context("watchdog seed kubeconfig")?;
+    std::fs::write(&watchdog_kubeconfig, kubeconfig)
+        .with_context(|| format!("write {}", watchdog_kubeconfig.display()))?;
+
+    let seed_client = seed.client().await.context("seed client")?;
+    let mut shoot_clients = Vec::with_capacity(shoot_apis.len());
+    for api in &shoot_apis {
+        shoot_clients.push(api.client().await.context("shoot client")?);
+    }
+
+    // One status simulation and one replica watch for all namespaces: per-shoot watches
+    // would cost the seed more than the watchdog under test.
+    let deployment_status =
+        DeploymentStatusSim::start(seed_client.clone(), DeploymentStatusOptions::default());
+    let replicas: ReplicaLog = Arc::default();
+    let replica_watch = AbortOnDrop::spawn(watch_replicas(seed_client.clone(), replicas.clone()));
+
+    let limiter = Arc::new(tokio::sync::Semaphore::new(RENEW_PERMITS));
+    let mut created = 0usize;
+    let mut last_report = Instant::now();
+    let mut stream = futures::stream::iter(0..shape.shoots)
+        .map(|i| {
+            let j = i % shape.apiservers;
+            let seed_client = seed_client.clone();
+            let shoot_client = shoot_clients[j].clone();
+            let api = shoot_apis[j].clone();
+            let limiter = limiter.clone();
+            async move {
+                // Its own certificate: the shoot apiserver's audit log names the shoot.
+                let kubeconfig = api
+                    .kubeconfig_for(&shoot_user(i), &["system:masters"])
+                    .with_context(|| format!("kubeconfig of shoot {i}"))?;
+                let mut options = SimShootOptions::new(shoot_namespace(i))
+                    .with_nodes(shape.nodes)
+                    .with_renew_interval(shape.renew_interval);
+                options.node_prefix = format!("s{i}-node-");
+                options.renew_limiter = Some(limiter);
+                options.deployment_status_delay = None;
+                let sim = SimShoot::create(seed_client, shoot_client, &kubeconfig, options)
+                    .await
+                    .with_context(|| format!("create shoot {i}"))?;
+                anyhow::Ok(BenchShoot { index: i, sim })
+            }
+        })
+        .buffer_unordered(SETUP_CONCURRENCY);
+    let mut shoots = Vec::with_capacity(shape.shoots);
+    while let Some(shoot) = stream.try_next().await? {
+        shoots.push(shoot);
+        created += 1;
+        if last_report.elapsed() >= Duration::from_secs(2) || created == shape.shoots {
+            last_report = Instant::now();
+            eprint!(
+                "\rsetup: {created}/{} shoots ({} nodes each) after {:.1}s   ",
+                shape.shoots,
+                shape.nodes,
+                started.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    drop(stream);
+    eprintln!();
+    shoots.sort_by_key(|s| s.index);
+    Ok(World {
+        replicas,
+        _replica_watch: replica_watch,
+        _deployment_status: deployment_status,
+        shoots,
+        seed,
+        shoot_apis,
+        watchdog_kubeconfig,
+        dir,
+        _env: env,
+    })
+}
+
+/// Records every `spec.replicas` change of every Deployment in the seed, stamped on arrival.
+async fn watch_replicas(client: kube::Client, log: ReplicaLog) {
+    let api: Api<Deployment> = Api::all(client);
+    loop {
+        let mut stream = watcher(api.clone(), watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(item) = stream.next().await {
+            let Ok(d) = item else { continue };
+            let (Some(ns), Some(name)) = (d.metadata.namespace.clone(), d.metadata.name.clone())
+            else {
+                continue;
+            };
+            let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let mut log = lock(&log);
+            let changes = log.entry((ns, name)).or_default();
+            if changes.last().map(|(_, r)| *r) != Some(replicas) {
+                changes.push((Utc::now(), replicas));
+            }
+        }
+        // The stream only ends if the watcher gives up; start it again.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,116 @@
+//! Small numeric helpers: Go-style duration parsing (the reference's config syntax) and
+//! nearest-rank percentiles.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+/// Parses `500ms`, `10s`, `1m30s`, `2h`: the duration syntax of the watchdog's config, so one
+/// value can be passed to the bench and written into the prober config unchanged.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let s = s.trim();
+    if s.is_empty() {
+        bail!("empty duration");
+    }
+    let mut total = 0.0_f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            bail!("duration {s:?}: expected a number at {rest:?}");
+        }
+        let value: f64 = rest[..num_len]
+            .parse()
+            .map_err(|e| anyhow::anyhow!("duration {s:?}: {e}"))?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let factor = match &rest[..unit_len] {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            other => bail!("duration {s:?}: unknown unit {other:?} (use ms, s, m, h)"),
+        };
+        total += value * factor;
+        rest = &rest[unit_len..];
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Formats a duration the way the config expects it (`1500ms`), exact to the millisecond.
+pub fn go_duration(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+/// p50/p99/max (and count) of a sample, in the sample's unit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Summary {
+    /// Number of values.
+    pub count: usize,
+    /// Median (nearest rank).
+    pub p50: f64,
+    /// 99th percentile (nearest rank).
+    pub p99: f64,
+    /// Largest value.
+    pub max: f64,
+}
+
+impl Summary {
+    /// Summarises `values` (NaNs are dropped: they come from nothing we measured).
+    pub fn of(values: &[f64]) -> Summary {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+        if v.is_empty() {
+            return Summary::default();
+        }
+        v.sort_by(f64::total_cmp);
+        Summary {
+            count: v.len(),
+            p50: percentile(&v, 0.50),
+            p99: percentile(&v, 0.99),
+            max: v[v.len() - 1],
+        }
+    }
+
+    /// As JSON (`null` statistics when empty, so consumers don't mistake "none" for 0).
+    pub fn to_json(self) -> serde_json::Value {
+        if self.count == 0 {
+            return serde_json::json!({"count": 0, "p50": null, "p99": null, "max": null});
+        }
+        serde_json::json!({"count": self.count, "p50": self.p50, "p99": self.p99, "max": self.max})
+    }
+}
+
+/// Nearest-rank percentile of sorted, non-empty `v`.
+fn percentile(v: &[f64], q: f64) -> f64 {
+    let rank = (q * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").ok(), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1m30s").ok(), Some(Duration::from_secs(90)));
+        assert_eq!(
+            parse_duration("250ms").ok(),
+            Some(Duration::from_millis(250))
+        );
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let s = Summary::of(&v);
+        assert_eq!((s.p50, s.p99, s.max), (50.0, 99.0, 100.0));
+        assert_eq!(Summary::of(&[]).count, 0);
+    }
+}
