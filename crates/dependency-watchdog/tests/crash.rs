@@ -148,17 +148,22 @@ async fn sigkill_mid_flow_then_restart_finishes_and_restores_recorded_replicas()
         ],
     )
     .await;
-    for name in [
-        "kube-controller-manager",
-        "machine-controller-manager",
-        "cluster-autoscaler",
-    ] {
-        let (_, a) = replicas(&client, &ns, name).await;
-        assert!(
-            !a.contains_key(REPLICAS_ANNOTATION) && !a.contains_key(MELTDOWN_ANNOTATION),
-            "{name}: {a:?}"
-        );
-    }
+    // Scale-up sets the replicas first and removes the annotations after: wait for both.
+    eventually(DEADLINE, "annotations removed", || async {
+        for name in [
+            "kube-controller-manager",
+            "machine-controller-manager",
+            "cluster-autoscaler",
+        ] {
+            let (_, a) = replicas(&client, &ns, name).await;
+            if a.contains_key(REPLICAS_ANNOTATION) || a.contains_key(MELTDOWN_ANNOTATION) {
+                return Err(format!("{name}: {a:?}"));
+            }
+        }
+        Ok(Some(()))
+    })
+    .await
+    .expect("annotations removed");
     second.kill().expect("kill");
     second.wait().expect("reap");
     let _ = std::fs::remove_dir_all(dir);

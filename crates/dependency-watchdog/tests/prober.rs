@@ -126,13 +126,7 @@ async fn outage_scales_down_in_level_order_and_recovery_restores_recorded_replic
             "scale-up order must be CA (0) before KCM and MCM (1): {log:?}"
         );
     }
-    for name in [KCM, MCM, CA] {
-        let (_, a) = deployment_state(&seed, &ns, name).await;
-        assert!(
-            !a.contains_key(REPLICAS_ANNOTATION) && !a.contains_key(MELTDOWN_ANNOTATION),
-            "{name}: {a:?}"
-        );
-    }
+    wait_annotations_cleared(&seed, &ns, &[KCM, MCM, CA]).await;
     watch.abort();
 }
 

@@ -251,3 +251,25 @@ pub async fn wait_replicas(client: &kube::Client, ns: &str, expect: &[(&str, i32
     .await
     .expect("replicas");
 }
+
+/// Waits until none of the named Deployments carries the replicas or meltdown annotation.
+/// Scale-up sets replicas first and removes the annotations after, so a test that saw the
+/// replicas restored must still wait for the second write.
+pub async fn wait_annotations_cleared(client: &kube::Client, ns: &str, names: &[&str]) {
+    use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+    eventually(
+        DEADLINE,
+        &format!("{ns}: annotations removed from {names:?}"),
+        || async {
+            for name in names {
+                let (_, a) = deployment_state(client, ns, name).await;
+                if a.contains_key(REPLICAS_ANNOTATION) || a.contains_key(MELTDOWN_ANNOTATION) {
+                    return Err(format!("{name}: {a:?}"));
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await
+    .expect("annotations removed");
+}
