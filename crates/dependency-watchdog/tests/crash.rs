@@ -32,8 +32,24 @@ dependentResourceInfos:
     scaleDown: {level: 2}
 "#;
 
-fn start_prober(config: &std::path::Path, kubeconfig: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
+/// The watchdog process; SIGKILLed and reaped on drop, so a failing test leaks no process.
+struct Watchdog(Child);
+
+impl Watchdog {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn start_prober(config: &std::path::Path, kubeconfig: &std::path::Path) -> Watchdog {
+    let child = Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
         .args([
             "prober",
             "--metrics-bind-addr=127.0.0.1:0",
@@ -47,7 +63,8 @@ fn start_prober(config: &std::path::Path, kubeconfig: &std::path::Path) -> Child
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("start dependency-watchdog")
+        .expect("start dependency-watchdog");
+    Watchdog(child)
 }
 
 async fn replicas(
@@ -116,8 +133,7 @@ async fn sigkill_mid_flow_then_restart_finishes_and_restores_recorded_replicas()
     wait_for(&client, &ns, &[("kube-controller-manager", 0)]).await;
     let (mcm, _) = replicas(&client, &ns, "machine-controller-manager").await;
     assert_eq!(mcm, 2, "killed before level 1 started");
-    first.kill().expect("SIGKILL");
-    first.wait().expect("reap");
+    first.kill();
     let (_, kcm_annotations) = replicas(&client, &ns, "kube-controller-manager").await;
     assert_eq!(
         kcm_annotations.get(REPLICAS_ANNOTATION).map(String::as_str),
@@ -164,8 +180,7 @@ async fn sigkill_mid_flow_then_restart_finishes_and_restores_recorded_replicas()
     })
     .await
     .expect("annotations removed");
-    second.kill().expect("kill");
-    second.wait().expect("reap");
+    second.kill();
     let _ = std::fs::remove_dir_all(dir);
     drop(shoot);
     seed.stop().await.expect("stop seed");
