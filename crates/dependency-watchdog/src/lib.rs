@@ -52,13 +52,17 @@ pub fn init_logging(args: &CommonArgs) {
     };
 }
 
-/// Reads and validates the prober config; every bad field is named in the error.
-pub fn load_prober_config(path: &Path) -> Result<dwd_core::ProberConfig> {
+/// Reads a config file and parses it with `parse`; every bad field is named in the error and
+/// unknown fields are logged as warnings.
+fn load_config<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<dwd_core::Loaded<T>, dwd_core::ConfigError>,
+) -> Result<T> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::ReadConfig {
         path: path.into(),
         source,
     })?;
-    let loaded = dwd_core::ProberConfig::from_yaml(&text).map_err(|source| Error::Config {
+    let loaded = parse(&text).map_err(|source| Error::Config {
         path: path.into(),
         source,
     })?;
@@ -68,20 +72,42 @@ pub fn load_prober_config(path: &Path) -> Result<dwd_core::ProberConfig> {
     Ok(loaded.config)
 }
 
+/// Reads and validates the prober config; every bad field is named in the error.
+pub fn load_prober_config(path: &Path) -> Result<dwd_core::ProberConfig> {
+    load_config(path, dwd_core::ProberConfig::from_yaml)
+}
+
 /// Reads and validates the weeder config; every bad field is named in the error.
 pub fn load_weeder_config(path: &Path) -> Result<dwd_core::WeederConfig> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadConfig {
-        path: path.into(),
-        source,
-    })?;
-    let loaded = dwd_core::WeederConfig::from_yaml(&text).map_err(|source| Error::Config {
-        path: path.into(),
-        source,
-    })?;
-    for warning in &loaded.warnings {
-        warn!(file = %path.display(), "{warning}");
+    load_config(path, dwd_core::WeederConfig::from_yaml)
+}
+
+/// Waits until `shutdown` (→ `Ok`) or until one of the critical `tasks` ends (→ `TaskDied`,
+/// and `/healthz` fails): these tasks must run for the life of the process. `what` names the
+/// subcommand in the error.
+pub async fn supervise(
+    what: &'static str,
+    tasks: &mut tokio::task::JoinSet<&'static str>,
+    shutdown: &CancellationToken,
+    health: &Health,
+) -> Result<()> {
+    let result = tokio::select! {
+        // A task that ends *because* of the shutdown must not count as a crash.
+        biased;
+        _ = shutdown.cancelled() => Ok(()),
+        ended = tasks.join_next() => {
+            let task = match ended {
+                Some(Ok(name)) => name,
+                Some(Err(_)) => what,
+                None => "every task",
+            };
+            Err(Error::TaskDied(task, format!("a {what} task must run for the life of the process")))
+        }
+    };
+    if result.is_err() {
+        health.set_alive(false);
     }
-    Ok(loaded.config)
+    result
 }
 
 /// Cancels `token` on the first SIGTERM or SIGINT; a second one exits at once (code 130).

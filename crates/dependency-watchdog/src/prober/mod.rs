@@ -19,10 +19,10 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::Result;
 use crate::events::{Component, Events};
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::{Error, Result};
 use manager::ProbeManager;
 use seed_caches::SeedCaches;
 
@@ -117,23 +117,8 @@ pub async fn run(
         }
     });
 
-    let result = tokio::select! {
-        // A task that ends *because* of the shutdown must not count as a crash.
-        biased;
-        _ = shutdown.cancelled() => Ok(()),
-        ended = tasks.join_next() => {
-            let what = match ended {
-                Some(Ok(name)) => name,
-                Some(Err(_)) => "a prober task (panicked)",
-                None => "all prober tasks",
-            };
-            Err(Error::TaskDied(what, "it must run for the life of the process".into()))
-        }
-    };
+    let result = crate::supervise("prober", &mut tasks, &shutdown, &health).await;
     manager.stop_all();
     tasks.shutdown().await;
-    if result.is_err() {
-        health.set_alive(false);
-    }
     result
 }

@@ -25,10 +25,10 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::Result;
 use crate::events::{Component, Events};
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::{Error, Result};
 pub use pods::Weeder;
 pub use registry::{StartOutcome, Weeders};
 
@@ -97,23 +97,8 @@ pub async fn run_with(
         "weeder watching endpoint slices"
     );
 
-    let result = tokio::select! {
-        // A task that ends *because* of the shutdown must not count as a crash.
-        biased;
-        _ = shutdown.cancelled() => Ok(()),
-        ended = tasks.join_next() => {
-            let what = match ended {
-                Some(Ok(name)) => name,
-                Some(Err(_)) => "a weeder task (panicked)",
-                None => "all weeder tasks",
-            };
-            Err(Error::TaskDied(what, "it must run for the life of the process".into()))
-        }
-    };
+    let result = crate::supervise("weeder", &mut tasks, &shutdown, &health).await;
     weeders.stop_all();
     tasks.shutdown().await;
-    if result.is_err() {
-        health.set_alive(false);
-    }
     result
 }
