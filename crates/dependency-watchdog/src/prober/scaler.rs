@@ -73,17 +73,9 @@ pub struct FlowError {
     pub error: Error,
 }
 
-/// Whether the flow in `dir` has anything to do for shoot `namespace`, judged from the
-/// caches (no API call). Lets a healthy shoot's run end without touching the seed.
-pub fn flow_needed(ctx: &ProberContext, namespace: &str, dir: Direction) -> bool {
-    ctx.caches
-        .targets
-        .iter()
-        .any(|t| target_needs_flow(t, namespace, dir))
-}
-
-/// Names of the targets the flow in `dir` would act on, in the flow's level order (judged
-/// from the caches, like [`flow_needed`]): what the decision event on the Cluster lists.
+/// Names of the targets the flow in `dir` would act on, in the flow's level order, judged
+/// from the caches (no API call): empty lets a healthy shoot's run end without touching the
+/// seed; otherwise it is what the decision event on the Cluster lists.
 pub fn targets_to_scale(ctx: &ProberContext, namespace: &str, dir: Direction) -> Vec<String> {
     plan_levels(&ctx.config.dependent_resource_infos, dir)
         .iter()

@@ -178,15 +178,6 @@ impl SeedCaches {
         })
     }
 
-    /// Waits until every cache has completed its initial list.
-    pub async fn wait_ready(&self) {
-        self.secrets.wait_ready().await;
-        self.machines.wait_ready().await;
-        for t in &self.targets {
-            t.cache.wait_ready().await;
-        }
-    }
-
     /// Names of the caches whose initial list has not completed.
     pub fn pending(&self) -> Vec<String> {
         let mut pending = Vec::new();
