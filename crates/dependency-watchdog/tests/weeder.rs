@@ -80,6 +80,25 @@ impl Running {
         })
     }
 
+    /// Waits until `service`'s deletion counter reaches `n` (the pod disappears at the server
+    /// a moment before the weeder's delete call returns and counts it), then checks it is
+    /// exactly `n`: no pod deleted twice.
+    async fn expect_deleted(&self, service: &str, n: u64) -> Result<()> {
+        eventually(
+            DEADLINE,
+            &format!("{n} deletions counted for {service}"),
+            || async { Ok((self.deleted(service) >= n).then_some(())) },
+        )
+        .await
+        .map_err(anyhow::Error::msg)?;
+        ensure!(
+            self.deleted(service) == n,
+            "pods_deleted = {}, expected {n}",
+            self.deleted(service)
+        );
+        Ok(())
+    }
+
     fn deleted(&self, service: &str) -> u64 {
         self.metrics
             .pods_deleted
@@ -238,7 +257,7 @@ async fn only_crashlooping_dependants_in_the_ready_slices_namespace_are_deleted(
     assert_kept(&ns, "kapi-late", &late_uid).await?;
     assert_kept(&ns, "etcd-crash", &etcd_uid).await?;
     assert_kept(&other, "kapi-crash", &other_uid).await?;
-    ensure!(w.deleted(SVC) == 3, "pods_deleted = {}", w.deleted(SVC));
+    w.expect_deleted(SVC, 3).await?;
     w.stop().await
 }
 
@@ -376,7 +395,7 @@ async fn a_second_ready_transition_replaces_the_first_weeder() -> Result<()> {
         .await?;
     wait_gone(&ns, "kapi-crash").await?;
     wait_gone(&ns, "scheduler-crash").await?;
-    ensure!(w.deleted(SVC) == 2, "pods_deleted = {}", w.deleted(SVC));
+    w.expect_deleted(SVC, 2).await?;
     w.stop().await?;
     proxy.wait_open_watches(&pods_path, 0).await
 }
@@ -433,7 +452,7 @@ async fn deletions_continue_after_the_server_ends_the_watches() -> Result<()> {
     ensure!(proxy.watches_started(slices_path) >= 2);
     // Re-made slice watches resume where they were: no weeder restarts.
     ensure!(w.weeders.started_total() == 1);
-    ensure!(w.deleted(SVC) == 3);
+    w.expect_deleted(SVC, 3).await?;
     w.stop().await
 }
 
