@@ -380,7 +380,14 @@ async fn a_second_ready_transition_replaces_the_first_weeder() -> Result<()> {
     })
     .await
     .map_err(|e| anyhow!(e))?;
-    // The first weeder's watches are closed: two open, four opened in all.
+    // The first weeder's watches are closed: two open, four opened in all. Wait for the
+    // replacement's watches to start first: until then the old weeder's two also make "two open".
+    eventually(DEADLINE, "the replacement's pod watches", || {
+        let started = proxy.watches_started(&pods_path);
+        async move { Ok((started >= 4).then_some(())) }
+    })
+    .await
+    .map_err(|e| anyhow!(e))?;
     proxy.wait_open_watches(&pods_path, 2).await?;
     ensure!(
         proxy.watches_started(&pods_path) == 4,
