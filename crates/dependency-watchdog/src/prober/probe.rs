@@ -208,13 +208,7 @@ impl Probe {
         let client = match self.shoot_client().await {
             Ok(client) => client,
             Err(error) => {
-                self.ctx
-                    .metrics
-                    .api_server_probe_failures
-                    .get_or_create(&self.shoot_labels())
-                    .inc();
-                self.count_run(RunResult::ApiServerProbeFailed);
-                warn!(%error, "API server probe failed: no usable kubeconfig; no scaling this run");
+                self.api_server_probe_failed(&error, "no usable kubeconfig; no scaling this run");
                 return Err(());
             }
         };
@@ -226,13 +220,7 @@ impl Probe {
             if error.is_throttled() {
                 outcome.throttled_at = Some(Instant::now());
             }
-            self.ctx
-                .metrics
-                .api_server_probe_failures
-                .get_or_create(&self.shoot_labels())
-                .inc();
-            self.count_run(RunResult::ApiServerProbeFailed);
-            warn!(%error, "API server probe failed; no lease probe, no scaling this run");
+            self.api_server_probe_failed(&error, "no lease probe, no scaling this run");
             return Err(());
         }
         // 2. Lease probe. Lists are served from the apiserver's watch cache (resourceVersion=0):
@@ -279,6 +267,16 @@ impl Probe {
             debug!(node = %node.node, verdict = %node.verdict, "node verdict");
         }
         Ok(report)
+    }
+
+    fn api_server_probe_failed(&self, error: &Error, consequence: &str) {
+        self.ctx
+            .metrics
+            .api_server_probe_failures
+            .get_or_create(&self.shoot_labels())
+            .inc();
+        self.count_run(RunResult::ApiServerProbeFailed);
+        warn!(%error, "API server probe failed; {consequence}");
     }
 
     fn lease_probe_failed(&self, error: &str) {
