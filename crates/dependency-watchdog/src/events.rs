@@ -42,6 +42,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::metrics::{EventLabels, EventOutcome, Metrics};
+use crate::rate_limit::{Priority, with_priority};
 
 /// Events waiting to be written; beyond this they are dropped (and counted).
 pub const QUEUE_CAPACITY: usize = 1024;
@@ -166,7 +167,8 @@ impl Events {
             overflowing: events.overflowing.clone(),
         };
         // The worker ends when the last handle is dropped and the queue is drained.
-        tokio::spawn(worker.run(rx));
+        // Lowest priority on the seed budget: an event never delays a scaling write.
+        tokio::spawn(with_priority(Priority::EVENTS, worker.run(rx)));
         events
     }
 
@@ -191,18 +193,27 @@ impl Events {
 
     /// The prober decided to scale shoot `cluster` in `dir` and starts a flow for `targets`;
     /// `reason` is the lease probe's summary ("4/5 node leases expired (0.80 ≥ 0.60)").
-    pub fn scaling_decision(&self, cluster: &str, dir: Direction, reason: &str, targets: &[&str]) {
+    /// `cluster_uid`, when known, saves looking the Cluster up.
+    pub fn scaling_decision(
+        &self,
+        cluster: &str,
+        cluster_uid: Option<&str>,
+        dir: Direction,
+        reason: &str,
+        targets: &[&str],
+    ) {
         let note = format!("{reason}: {} {}", verb(dir), targets.join(", "));
         self.enqueue(Queued {
             regarding: ObjectReference {
                 api_version: Some(CLUSTER_API_VERSION.into()),
                 kind: Some("Cluster".into()),
                 name: Some(cluster.into()),
+                uid: cluster_uid.map(Into::into),
                 ..ObjectReference::default()
             },
-            resolve: Some(ApiResource::from_gvk(
-                &crate::prober::controller::cluster_gvk(),
-            )),
+            resolve: cluster_uid
+                .is_none()
+                .then(|| ApiResource::from_gvk(&crate::prober::controller::cluster_gvk())),
             type_: EventType::Normal,
             reason: match dir {
                 Direction::Down => REASON_SCALE_DOWN,
@@ -597,6 +608,7 @@ mod tests {
         let reason = "4/5 node leases expired (0.80 ≥ 0.60)";
         events.scaling_decision(
             "shoot--p--s",
+            None,
             Direction::Down,
             reason,
             &["kube-controller-manager", "machine-controller-manager"],

@@ -15,6 +15,7 @@ pub mod kube_client;
 pub mod leader;
 pub mod metrics;
 pub mod prober;
+pub mod rate_limit;
 pub mod server;
 pub mod weeder;
 

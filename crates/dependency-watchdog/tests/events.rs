@@ -254,9 +254,9 @@ async fn repeated_events_aggregate_and_new_messages_stay_separate() {
     let cluster = "shoot--ev--series";
     let first = "4/5 node leases expired (0.80 ≥ 0.60)";
     let second = "5/5 node leases expired (1.00 ≥ 0.60)";
-    events.scaling_decision(cluster, Direction::Down, first, &[KCM]);
-    events.scaling_decision(cluster, Direction::Down, first, &[KCM]);
-    events.scaling_decision(cluster, Direction::Down, second, &[KCM]);
+    events.scaling_decision(cluster, None, Direction::Down, first, &[KCM]);
+    events.scaling_decision(cluster, None, Direction::Down, first, &[KCM]);
+    events.scaling_decision(cluster, None, Direction::Down, second, &[KCM]);
     let published = |n: u64| {
         let m = metrics.clone();
         async move {

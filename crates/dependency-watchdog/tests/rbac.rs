@@ -1224,13 +1224,11 @@ fn shipped_manifests_are_consistent_and_run_the_binary_as_gardener_does() -> Res
                 names_of("secrets")
             );
             let target_names: Vec<String> = targets.iter().map(|(n, _, _)| n.clone()).collect();
-            for resource in ["deployments", "deployments/scale"] {
-                ensure!(
-                    names_of(resource) == BTreeSet::from([target_names.clone()]),
-                    "{resource} names {:?}",
-                    names_of(resource)
-                );
-            }
+            ensure!(
+                names_of("deployments") == BTreeSet::from([target_names.clone()]),
+                "deployments names {:?}",
+                names_of("deployments")
+            );
         } else {
             let loaded = dwd_core::WeederConfig::from_yaml(&config)
                 .map_err(|e| anyhow!("weeder ConfigMap: {e}"))?;
@@ -1325,20 +1323,14 @@ fn shipped_manifests_are_consistent_and_run_the_binary_as_gardener_does() -> Res
 enum ProberNeed {
     /// Cluster watch denied: no Cluster is ever reconciled, no probe runs.
     ClusterWatch,
-    /// Cluster `get` denied: decision events on the Cluster carry no UID.
-    ClusterUid,
     /// Secret watch denied: every API-server probe fails, nothing is scaled.
     SecretWatch,
     /// Machine watch denied: every lease probe fails, nothing is scaled.
     MachineWatch,
     /// Target watch denied: every flow fails at its first target.
     TargetWatch,
-    /// Target patch denied: scale-up leaves the replicas annotation behind, the target fails.
+    /// Target patch denied: replicas and annotations are one patch; nothing is restored.
     TargetPatch,
-    /// Scale subresource denied: no replicas change, the target fails.
-    Scale,
-    /// Target `get` denied: ScaleUpFailed warnings carry no UID.
-    TargetUid,
     /// Event create denied: no event is written (failed events counted).
     EventCreate,
     /// Event patch denied: a repetition is not written (failed events counted).
@@ -1352,13 +1344,10 @@ enum ProberNeed {
 fn prober_need(rule: &PolicyRule) -> Option<ProberNeed> {
     Some(match rule_key(rule).as_str() {
         "extensions.gardener.cloud/clusters:list,watch" => ProberNeed::ClusterWatch,
-        "extensions.gardener.cloud/clusters:get" => ProberNeed::ClusterUid,
         "/secrets:list,watch" => ProberNeed::SecretWatch,
         "machine.sapcloud.io/machines:list,watch" => ProberNeed::MachineWatch,
         "apps/deployments:list,watch" => ProberNeed::TargetWatch,
         "apps/deployments:patch" => ProberNeed::TargetPatch,
-        "apps/deployments/scale:patch" => ProberNeed::Scale,
-        "apps/deployments:get" => ProberNeed::TargetUid,
         "events.k8s.io/events:create" => ProberNeed::EventCreate,
         "events.k8s.io/events:patch" => ProberNeed::EventPatch,
         "coordination.k8s.io/leases:create" => ProberNeed::LeaseCreate,
@@ -1619,23 +1608,6 @@ async fn prober_without(w: &ProberWorld, run: &str, kind: ProberNeed) -> Result<
             );
             ensure!(w.kcm_replicas().await? == 0, "scaled without Clusters");
         }
-        ProberNeed::ClusterUid => {
-            wait_replicas(admin, RESTORE_NS, &[(KCM, 3)], true).await?;
-            let found = wait_events(
-                admin,
-                run,
-                "default",
-                "Cluster",
-                RESTORE_NS,
-                REASON_SCALE_UP,
-            )
-            .await?;
-            ensure!(
-                uids(&found) == BTreeSet::from([None]),
-                "UIDs {:?}",
-                uids(&found)
-            );
-        }
         ProberNeed::SecretWatch => {
             wd.wait_sample(
                 "dwd_prober_api_server_probe_failures_total",
@@ -1677,35 +1649,8 @@ async fn prober_without(w: &ProberWorld, run: &str, kind: ProberNeed) -> Result<
             let (replicas, annotations) =
                 replicas_and_annotations(&deployment(admin, RESTORE_NS, KCM).await?);
             ensure!(
-                replicas == 3 && annotations.contains_key(REPLICAS_ANNOTATION),
-                "KCM {replicas} {annotations:?}: scaled, but its record could not be removed"
-            );
-        }
-        ProberNeed::Scale => {
-            wd.wait_sample("dwd_prober_scale_operations_total", &failed_up(KCM), 1.0)
-                .await?;
-            wd.wait_log(r#"cannot patch resource "deployments/scale""#, 1)
-                .await?;
-            ensure!(
-                w.kcm_replicas().await? == 0,
-                "scaled without the scale subresource"
-            );
-        }
-        ProberNeed::TargetUid => {
-            wait_replicas(admin, RESTORE_NS, &[(KCM, 3)], true).await?;
-            let found = wait_events(
-                admin,
-                run,
-                RESTORE_NS,
-                "Deployment",
-                MCM,
-                REASON_SCALE_UP_FAILED,
-            )
-            .await?;
-            ensure!(
-                uids(&found) == BTreeSet::from([None]),
-                "UIDs {:?}",
-                uids(&found)
+                replicas == 0 && annotations.contains_key(REPLICAS_ANNOTATION),
+                "KCM {replicas} {annotations:?}: changed without the patch permission"
             );
         }
         ProberNeed::EventCreate | ProberNeed::EventPatch => {
@@ -1758,6 +1703,9 @@ fn prober_forbidden() -> Vec<Perm> {
         Perm::new("apps", "deployments", "list", None),
         Perm::new("apps", "deployments/scale", "patch", ns).named("etcd-main"),
         Perm::new("apps", "deployments/scale", "update", ns).named(KCM),
+        Perm::new("apps", "deployments/scale", "patch", ns).named(KCM),
+        Perm::new("apps", "deployments", "get", ns).named(KCM),
+        Perm::new("extensions.gardener.cloud", "clusters", "get", None).named(RESTORE_NS),
         Perm::new("apps", "statefulsets/scale", "patch", ns).named("etcd-main"),
         Perm::new("", "secrets", "get", ns).named("shoot-access-dependency-watchdog-probe"),
         Perm::new("", "secrets", "list", None),

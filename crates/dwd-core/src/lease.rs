@@ -303,13 +303,7 @@ pub fn evaluate_leases(
                     let renew = renew_time(lease);
                     let expires_at =
                         renew.and_then(|r| lease_expiry(r, settings.node_monitor_grace));
-                    // No renew time means no heartbeat: expired. An expiry out of range never
-                    // arrives.
-                    let is_expired = match (renew, expires_at) {
-                        (None, _) => true,
-                        (Some(_), Some(at)) => now >= at,
-                        (Some(_), None) => false,
-                    };
+                    let is_expired = expired_at(renew, expires_at, now);
                     candidates += 1;
                     if is_expired {
                         expired += 1;
@@ -346,6 +340,44 @@ pub fn evaluate_leases(
         threshold: failure_fraction,
         decision,
     }
+}
+
+/// No renew time means no heartbeat: expired. An expiry out of range never arrives.
+fn expired_at(
+    renew: Option<DateTime<Utc>>,
+    expires_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> bool {
+    match (renew, expires_at) {
+        (None, _) => true,
+        (Some(_), Some(at)) => now >= at,
+        (Some(_), None) => false,
+    }
+}
+
+/// Whether the lease probe can decide from the leases alone that nothing needs to change,
+/// so the (much larger) node list need not be fetched.
+///
+/// When no lease at all is expired, no set of candidates drawn from them can reach a positive
+/// `failure_fraction`: the decision is scale up (0 or ≥ 2 candidates) or no scaling (1), never
+/// scale down. If no target is waiting to be scaled up either, every possible decision leaves
+/// the shoot as it is, whatever the nodes and machines would say. This is the steady state of
+/// almost every shoot, and it halves the shoot requests of a probe run.
+pub fn leases_alone_suffice(
+    leases: &[Lease],
+    grace: std::time::Duration,
+    failure_fraction: f64,
+    now: DateTime<Utc>,
+    scale_up_pending: bool,
+) -> bool {
+    // A fraction of 0 would scale down on 0 expired leases: only the full evaluation knows.
+    if failure_fraction <= 0.0 || scale_up_pending {
+        return false;
+    }
+    leases.iter().all(|lease| {
+        let renew = renew_time(lease);
+        !expired_at(renew, renew.and_then(|r| lease_expiry(r, grace)), now)
+    })
 }
 
 fn decide(candidates: usize, fraction: Option<f64>, threshold: f64) -> LeaseDecision {
@@ -731,5 +763,58 @@ mod tests {
         let r = evaluate_leases(&nodes, &[], &[], &settings(), 0.6, t(0));
         let names: Vec<_> = r.nodes.iter().map(|v| v.node.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn leases_alone_suffice_only_when_none_is_expired_and_nothing_waits_to_scale_up() {
+        let now = t(100);
+        let fresh = |n: &str| lease(n, Some(t(90)));
+        let all_fresh = [fresh("a"), fresh("b"), fresh("c")];
+        assert!(leases_alone_suffice(&all_fresh, GRACE, 0.6, now, false));
+        // No leases: 0 candidates whatever the nodes → scale up, a no-op when nothing is down.
+        assert!(leases_alone_suffice(&[], GRACE, 0.6, now, false));
+        // Something is scaled down: the nodes decide whether (and how) to restore it.
+        assert!(!leases_alone_suffice(&all_fresh, GRACE, 0.6, now, true));
+        // One expired lease could be the majority of the candidates: nodes needed.
+        let one_expired = [fresh("a"), fresh("b"), lease("c", Some(t(0)))];
+        assert!(!leases_alone_suffice(&one_expired, GRACE, 0.6, now, false));
+        // A lease without a renew time counts as expired.
+        let no_renew = [fresh("a"), lease("b", None)];
+        assert!(!leases_alone_suffice(&no_renew, GRACE, 0.6, now, false));
+        // Exactly at 0.75 × grace the lease is expired (30 s after t(70) is t(100)).
+        assert!(!leases_alone_suffice(
+            &[lease("a", Some(t(70)))],
+            GRACE,
+            0.6,
+            now,
+            false
+        ));
+        assert!(leases_alone_suffice(
+            &[lease("a", Some(t(71)))],
+            GRACE,
+            0.6,
+            now,
+            false
+        ));
+        // A zero fraction scales down on nothing: never short-cut.
+        assert!(!leases_alone_suffice(&all_fresh, GRACE, 0.0, now, false));
+    }
+
+    #[test]
+    fn when_leases_alone_suffice_the_full_evaluation_never_scales_down() {
+        // Whichever nodes turn out to be candidates, all-fresh leases never scale down.
+        let now = t(0);
+        for n in 0..6 {
+            let (nodes, machines, leases) = cluster(n, 0);
+            assert!(leases_alone_suffice(&leases, GRACE, 0.6, now, false));
+            for keep in 0..=nodes.len() {
+                let r = evaluate_leases(&nodes[..keep], &machines, &leases, &settings(), 0.6, now);
+                assert_ne!(
+                    r.decision,
+                    LeaseDecision::ScaleDown,
+                    "{n} nodes, {keep} kept"
+                );
+            }
+        }
     }
 }

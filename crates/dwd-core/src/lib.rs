@@ -23,7 +23,7 @@ pub use duration::{DurationError, format_go_duration, parse_go_duration};
 pub use hysteresis::{Direction, Hysteresis};
 pub use lease::{
     ExclusionReason, LeaseDecision, LeaseReport, MachineView, NoScalingReason, NodeVerdict,
-    UpReason, Verdict, evaluate_leases,
+    UpReason, Verdict, evaluate_leases, leases_alone_suffice,
 };
 pub use scaling::{ScalingError, TargetAction, TargetSnapshot};
 pub use selector::{PodSelector, SelectorError};

@@ -167,6 +167,37 @@ pub fn clear_meltdown_patch() -> Value {
     json!({ "metadata": { "annotations": { MELTDOWN_ANNOTATION: null } } })
 }
 
+/// Whether `spec.replicas` of `apiVersion`/`kind` is what its scale subresource sets, so that
+/// one merge patch of the object can change replicas and annotations together. True for the
+/// apps/v1 workloads; any other kind goes through its scale subresource.
+pub fn replicas_in_spec(api_version: &str, kind: &str) -> bool {
+    api_version == "apps/v1" && matches!(kind, "Deployment" | "StatefulSet" | "ReplicaSet")
+}
+
+/// One merge patch for a scale-down: record the replicas, mark meltdown protection and set
+/// replicas to 0 *atomically* (so nothing is lost by a crash, and it costs one write instead
+/// of two), only if the object is still at `resource_version` (the version the decision was
+/// made from; a conflict makes the step retry with fresh state).
+pub fn scale_down_patch(record: i32, resource_version: Option<&str>) -> Value {
+    let mut patch = scale_down_annotation_patch(record);
+    patch["spec"] = json!({ "replicas": 0 });
+    if let Some(rv) = resource_version {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    patch
+}
+
+/// One merge patch for a scale-up: set `replicas` and remove both watchdog annotations
+/// atomically, only if the object is still at `resource_version`.
+pub fn scale_up_patch(replicas: i32, resource_version: Option<&str>) -> Value {
+    let mut patch = clear_annotations_patch();
+    patch["spec"] = json!({ "replicas": replicas });
+    if let Some(rv) = resource_version {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    patch
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,5 +414,36 @@ mod tests {
                 "dependency-watchdog.gardener.cloud/meltdown-protection-active": null
             }}})
         );
+    }
+
+    #[test]
+    fn single_patches_change_replicas_and_annotations_together_under_a_precondition() {
+        assert_eq!(
+            scale_down_patch(3, Some("42")),
+            json!({"metadata": {"annotations": {REPLICAS_ANNOTATION: "3", MELTDOWN_ANNOTATION: ""},
+                                "resourceVersion": "42"},
+                   "spec": {"replicas": 0}})
+        );
+        assert_eq!(
+            scale_up_patch(3, Some("43")),
+            json!({"metadata": {"annotations": {REPLICAS_ANNOTATION: null, MELTDOWN_ANNOTATION: null},
+                                "resourceVersion": "43"},
+                   "spec": {"replicas": 3}})
+        );
+        assert_eq!(
+            scale_up_patch(1, None),
+            json!({"metadata": {"annotations": {REPLICAS_ANNOTATION: null, MELTDOWN_ANNOTATION: null}},
+                   "spec": {"replicas": 1}})
+        );
+    }
+
+    #[test]
+    fn only_apps_workloads_are_scaled_through_spec_replicas() {
+        for kind in ["Deployment", "StatefulSet", "ReplicaSet"] {
+            assert!(replicas_in_spec("apps/v1", kind), "{kind}");
+        }
+        assert!(!replicas_in_spec("apps/v1beta1", "Deployment"));
+        assert!(!replicas_in_spec("example.com/v1", "Deployment"));
+        assert!(!replicas_in_spec("apps/v1", "DaemonSet"));
     }
 }

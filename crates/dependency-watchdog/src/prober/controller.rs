@@ -123,10 +123,11 @@ async fn reconcile(cluster: Arc<DynamicObject>, data: Arc<ReconcileData>) -> Res
         }
         ProbeLifecycle::Run(settings) => {
             let grace = settings.node_monitor_grace;
-            match data.manager.ensure(&name, settings) {
+            let uid = cluster.metadata.uid.clone();
+            match data.manager.ensure(&name, settings, uid) {
                 EnsureOutcome::Started => info!(shoot = %name, ?grace, "probe started"),
                 EnsureOutcome::Restarted => {
-                    info!(shoot = %name, ?grace, "probe restarted: its settings changed")
+                    info!(shoot = %name, ?grace, "probe restarted: its settings or Cluster changed")
                 }
                 EnsureOutcome::Unchanged => {}
             }

@@ -16,6 +16,7 @@ use super::probe::Probe;
 
 struct RunningProbe {
     settings: EffectiveProbeSettings,
+    cluster_uid: Option<String>,
     cancel: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -25,7 +26,7 @@ struct RunningProbe {
 pub enum EnsureOutcome {
     /// A probe was started.
     Started,
-    /// The probe's settings changed (or it had died) and it was restarted.
+    /// The probe's settings or Cluster changed (or it had died) and it was restarted.
     Restarted,
     /// The running probe already has these settings.
     Unchanged,
@@ -54,11 +55,21 @@ impl ProbeManager {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Makes sure `namespace` has a probe with `settings`.
-    pub fn ensure(&self, namespace: &str, settings: EffectiveProbeSettings) -> EnsureOutcome {
+    /// Makes sure `namespace` has a probe with `settings`, for the Cluster with `cluster_uid`
+    /// (its events name the Cluster by UID; a re-created Cluster gets a new probe).
+    pub fn ensure(
+        &self,
+        namespace: &str,
+        settings: EffectiveProbeSettings,
+        cluster_uid: Option<String>,
+    ) -> EnsureOutcome {
         let mut probes = self.probes();
         let outcome = match probes.get(namespace) {
-            Some(p) if p.settings == settings && !p.task.is_finished() => {
+            Some(p)
+                if p.settings == settings
+                    && p.cluster_uid == cluster_uid
+                    && !p.task.is_finished() =>
+            {
                 return EnsureOutcome::Unchanged;
             }
             Some(p) => {
@@ -71,6 +82,7 @@ impl ProbeManager {
         let probe = Probe {
             namespace: namespace.to_string(),
             settings: settings.clone(),
+            cluster_uid: cluster_uid.clone(),
             ctx: self.ctx.clone(),
             cancel: cancel.clone(),
         };
@@ -79,6 +91,7 @@ impl ProbeManager {
             namespace.to_string(),
             RunningProbe {
                 settings,
+                cluster_uid,
                 cancel,
                 task,
             },

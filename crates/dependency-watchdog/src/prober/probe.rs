@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use chrono::Utc;
 use dwd_core::lease::LeaseReport;
-use dwd_core::{EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases};
+use dwd_core::{
+    Direction, EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases,
+    leases_alone_suffice,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
@@ -36,12 +39,27 @@ pub struct RunOutcome {
     pub throttled_at: Option<Instant>,
 }
 
+/// What a successful lease probe found.
+enum Finding {
+    /// The full verdict over nodes, machines and leases.
+    Report(LeaseReport),
+    /// Every lease was fresh and no target waited to be restored: nothing can change, so
+    /// the nodes were not listed.
+    AllLeasesFresh {
+        /// Leases seen.
+        leases: usize,
+    },
+}
+
 /// One shoot's probe.
 pub struct Probe {
     /// Shoot namespace in the seed (= Cluster name).
     pub namespace: String,
     /// Effective settings (grace period, pool conditions).
     pub settings: EffectiveProbeSettings,
+    /// UID of the shoot's Cluster, which the decision events are about (known from the
+    /// controller's watch, so publishing them costs no lookup).
+    pub cluster_uid: Option<String>,
     /// Shared prober context.
     pub ctx: Arc<ProberContext>,
     /// Cancelled when the probe is removed or the process shuts down.
@@ -137,8 +155,25 @@ impl Probe {
     /// One probe run: API-server probe, lease probe, decision, maybe a scaling flow.
     pub async fn run_once(&self, hysteresis: &mut Hysteresis) -> RunOutcome {
         let mut outcome = RunOutcome::default();
-        let report = match self.probe_shoot(&mut outcome).await {
-            Ok(report) => report,
+        // Nodes can only change the outcome when a scale-down is building up or a target waits
+        // to be restored (see `leases_alone_suffice`).
+        let nodes_may_matter = hysteresis.streaks().1 > 0
+            || !scaler::targets_to_scale(&self.ctx, &self.namespace, Direction::Up).is_empty();
+        let report = match self.probe_shoot(&mut outcome, nodes_may_matter).await {
+            Ok(Finding::Report(report)) => report,
+            Ok(Finding::AllLeasesFresh { leases }) => {
+                self.ctx
+                    .metrics
+                    .expired_lease_fraction
+                    .get_or_create(&self.shoot_labels())
+                    .set(0.0);
+                self.count_run(RunResult::ScaleUp);
+                debug!(
+                    leases,
+                    "all {leases} node leases fresh and nothing to restore: nodes not listed, no scaling"
+                );
+                return outcome;
+            }
             Err(()) => return outcome,
         };
         let threshold = report.threshold;
@@ -176,9 +211,13 @@ impl Probe {
             .inc();
         let reason = decision_reason(&report);
         let names: Vec<&str> = targets.iter().map(String::as_str).collect();
-        self.ctx
-            .events
-            .scaling_decision(&self.namespace, dir, &reason, &names);
+        self.ctx.events.scaling_decision(
+            &self.namespace,
+            self.cluster_uid.as_deref(),
+            dir,
+            &reason,
+            &names,
+        );
         match scaler::run_flow(&self.ctx, &self.namespace, dir, &reason).await {
             Ok(flow) => {
                 if flow.throttled {
@@ -203,7 +242,12 @@ impl Probe {
     }
 
     /// API-server probe, then lease probe. `Err(())` means: failed, reported, no scaling.
-    async fn probe_shoot(&self, outcome: &mut RunOutcome) -> Result<LeaseReport, ()> {
+    /// Unless `nodes_may_matter`, a run whose leases are all fresh ends without listing nodes.
+    async fn probe_shoot(
+        &self,
+        outcome: &mut RunOutcome,
+        nodes_may_matter: bool,
+    ) -> Result<Finding, ()> {
         let cfg = &self.ctx.config;
         let client = match self.shoot_client().await {
             Ok(client) => client,
@@ -224,22 +268,40 @@ impl Probe {
             return Err(());
         }
         // 2. Lease probe. Lists are served from the apiserver's watch cache (resourceVersion=0):
-        //    cheap for the shoot, and at most milliseconds behind.
+        //    cheap for the shoot, and at most milliseconds behind. Leases first: when all are
+        //    fresh and nothing waits to be restored, no node can change the outcome.
         let lp = ListParams::default().match_any();
-        let nodes_api: Api<Node> = Api::all(client.clone());
         let leases_api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
-        let listed = tokio::try_join!(
-            self.shoot_call("listing nodes", nodes_api.list(&lp)),
-            self.shoot_call("listing node leases", leases_api.list(&lp)),
-        );
-        drop(client);
-        let (nodes, leases) = match listed {
-            Ok(lists) => lists,
+        let leases = match self
+            .shoot_call("listing node leases", leases_api.list(&lp))
+            .await
+        {
+            Ok(leases) => leases,
             Err(error) => {
-                if error.is_throttled() {
-                    outcome.throttled_at = Some(Instant::now());
-                }
-                self.lease_probe_failed(&error.to_string());
+                self.lease_list_failed(&error, outcome);
+                return Err(());
+            }
+        };
+        if !nodes_may_matter
+            && leases_alone_suffice(
+                &leases.items,
+                self.settings.node_monitor_grace,
+                cfg.node_lease_failure_fraction,
+                Utc::now(),
+                false,
+            )
+        {
+            return Ok(Finding::AllLeasesFresh {
+                leases: leases.items.len(),
+            });
+        }
+        let nodes_api: Api<Node> = Api::all(client.clone());
+        let nodes = self.shoot_call("listing nodes", nodes_api.list(&lp)).await;
+        drop(client);
+        let nodes = match nodes {
+            Ok(nodes) => nodes,
+            Err(error) => {
+                self.lease_list_failed(&error, outcome);
                 return Err(());
             }
         };
@@ -266,7 +328,15 @@ impl Probe {
         for node in &report.nodes {
             debug!(node = %node.node, verdict = %node.verdict, "node verdict");
         }
-        Ok(report)
+        Ok(Finding::Report(report))
+    }
+
+    /// A failed list of the lease probe: noted (429s space the next run out) and reported.
+    fn lease_list_failed(&self, error: &Error, outcome: &mut RunOutcome) {
+        if error.is_throttled() {
+            outcome.throttled_at = Some(Instant::now());
+        }
+        self.lease_probe_failed(&error.to_string());
     }
 
     fn api_server_probe_failed(&self, error: &Error, consequence: &str) {

@@ -1,14 +1,22 @@
 //! Executes scaling flows (SPEC §2.3): levels in ascending order, the targets of one level
 //! concurrently, a level only after every earlier level succeeded; each target tried up to
 //! three times, 100 ms apart. What to do with a target is decided by `dwd_core::scaling`
-//! from the watch cache; this module only performs the writes, in the crash-safe order, and
-//! waits (by watching the cache) until the target reaches its goal.
+//! from the watch cache; this module only performs the writes and waits (by watching the
+//! cache) until the target reaches its goal.
+//!
+//! For apps/v1 workloads (Deployment, StatefulSet, ReplicaSet) each step is one merge patch
+//! that changes annotations and `spec.replicas` together, with the cached resourceVersion as
+//! precondition: atomic, so a crash can't split it, and half the writes of the reference's
+//! annotate-then-scale (which matters when a thousand shoots share the seed's QPS budget).
+//! Other kinds keep the two writes, in the crash-safe order (annotations first on the way
+//! down, replicas first on the way up). Each flow's writes are ranked by level on the seed
+//! client's budget ([`crate::rate_limit`]).
 
 use std::time::Duration;
 
 use dwd_core::scaling::{
     clear_annotations_patch, clear_meltdown_patch, decide_target_action, plan_levels,
-    scale_down_annotation_patch,
+    replicas_in_spec, scale_down_annotation_patch, scale_down_patch, scale_up_patch,
 };
 use dwd_core::{Direction, TargetAction, TargetSnapshot};
 use kube::Api;
@@ -19,6 +27,7 @@ use super::ProberContext;
 use super::seed_caches::TargetCache;
 use crate::events::TargetRef;
 use crate::metrics::{ApiLabel, ApiLabels, Outcome, ScaleOpLabels};
+use crate::rate_limit::{Priority, with_priority};
 use crate::{Error, Result};
 
 /// Attempts per target.
@@ -129,9 +138,15 @@ pub async fn run_flow(
             let name = info.target.name.clone();
             async move {
                 let result = match target {
-                    Some(t) => scale_target(ctx, namespace, t, dir, reason)
-                        .instrument(info_span!("scale", target = %name, direction = %dir, level = level.level))
-                        .await,
+                    // Every shoot's level 0 gets the seed budget before anyone's later levels.
+                    Some(t) => with_priority(
+                        Priority::scaling_level(level.level),
+                        scale_target(ctx, namespace, t, dir, reason),
+                    )
+                    .instrument(
+                        info_span!("scale", target = %name, direction = %dir, level = level.level),
+                    )
+                    .await,
                     None => Err(Error::Scaling(format!("target {name} has no cache"))),
                 };
                 (name, result)
@@ -202,8 +217,12 @@ async fn scale_target(
                 tokio::time::sleep(ATTEMPT_INTERVAL).await;
             }
             Err(error) => {
+                let uid = target
+                    .cache
+                    .get(namespace, &target.info.target.name)
+                    .and_then(|s| s.uid.clone());
                 ctx.events.target_failed(
-                    target_ref(namespace, target, None),
+                    target_ref(namespace, target, uid.as_deref()),
                     &target.resource,
                     dir,
                     attempt,
@@ -297,6 +316,8 @@ async fn attempt_once(
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.seed.clone(), namespace, &target.resource);
     let pp = PatchParams::default();
+    // apps/v1 workloads: one write per step; other kinds: annotations and scale subresource.
+    let one_patch = replicas_in_spec(&r.api_version, &r.kind);
     match action {
         TargetAction::Ignored { clear_marker } => {
             if clear_marker {
@@ -327,26 +348,39 @@ async fn attempt_once(
             )))
         }
         TargetAction::ScaleDown { record_replicas } => {
-            // Record first, then scale: a crash in between leaves the recorded count behind.
-            let patch = scale_down_annotation_patch(record_replicas);
-            let recorded = call(
-                ctx,
-                format!("recording replicas of {what}"),
-                api.patch(&r.name, &pp, &Patch::Merge(&patch)),
-            )
-            .await?;
-            let scale = serde_json::json!({"spec": {"replicas": 0}});
-            call(
-                ctx,
-                format!("scaling {what} to 0"),
-                api.patch_scale(&r.name, &pp, &Patch::Merge(&scale)),
-            )
-            .await?;
+            let uid = if one_patch {
+                // Annotations and replicas in one atomic write.
+                let patch = scale_down_patch(record_replicas, state.resource_version.as_deref());
+                let patched = call(
+                    ctx,
+                    format!("scaling {what} to 0 (recording {record_replicas} replicas)"),
+                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                )
+                .await?;
+                patched.metadata.uid
+            } else {
+                // Record first, then scale: a crash in between leaves the recorded count behind.
+                let patch = scale_down_annotation_patch(record_replicas);
+                let recorded = call(
+                    ctx,
+                    format!("recording replicas of {what}"),
+                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                )
+                .await?;
+                let scale = serde_json::json!({"spec": {"replicas": 0}});
+                call(
+                    ctx,
+                    format!("scaling {what} to 0"),
+                    api.patch_scale(&r.name, &pp, &Patch::Merge(&scale)),
+                )
+                .await?;
+                recorded.metadata.uid
+            };
             info!(from = record_replicas, to = 0, "scaled down");
             // Reported when the replicas changed, not when the goal is reached: a retry after
             // a slow goal finds the target already scaled and would report nothing.
             ctx.events.target_scaled(
-                target_ref(namespace, target, recorded.metadata.uid.as_deref()),
+                target_ref(namespace, target, uid.as_deref()),
                 dir,
                 record_replicas,
                 0,
@@ -362,28 +396,40 @@ async fn attempt_once(
             })
         }
         TargetAction::ScaleUp { replicas } => {
-            let scale = serde_json::json!({"spec": {"replicas": replicas}});
-            let scaled = call(
-                ctx,
-                format!("scaling {what} to {replicas}"),
-                api.patch_scale(&r.name, &pp, &Patch::Merge(&scale)),
-            )
-            .await?;
-            // The Scale subresource carries its parent's UID.
+            let uid = if one_patch {
+                let patch = scale_up_patch(replicas, state.resource_version.as_deref());
+                let patched = call(
+                    ctx,
+                    format!("scaling {what} to {replicas}"),
+                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                )
+                .await?;
+                patched.metadata.uid
+            } else {
+                let scale = serde_json::json!({"spec": {"replicas": replicas}});
+                let scaled = call(
+                    ctx,
+                    format!("scaling {what} to {replicas}"),
+                    api.patch_scale(&r.name, &pp, &Patch::Merge(&scale)),
+                )
+                .await?;
+                let patch = clear_annotations_patch();
+                call(
+                    ctx,
+                    format!("removing annotations of {what}"),
+                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                )
+                .await?;
+                // The Scale subresource carries its parent's UID.
+                scaled.metadata.uid
+            };
             ctx.events.target_scaled(
-                target_ref(namespace, target, scaled.metadata.uid.as_deref()),
+                target_ref(namespace, target, uid.as_deref()),
                 dir,
                 state.spec_replicas,
                 replicas,
                 reason,
             );
-            let patch = clear_annotations_patch();
-            call(
-                ctx,
-                format!("removing annotations of {what}"),
-                api.patch(&r.name, &pp, &Patch::Merge(&patch)),
-            )
-            .await?;
             info!(from = 0, to = replicas, "scaled up");
             wait_for_goal(target, namespace, &what, timeout, |s| {
                 s.spec_replicas == replicas && s.ready_replicas >= 1

@@ -28,6 +28,10 @@ pub struct TargetState {
     pub spec_replicas: i32,
     /// `status.readyReplicas` (absent means 0).
     pub ready_replicas: i32,
+    /// `metadata.resourceVersion`: the precondition of the one-patch scaling writes.
+    pub resource_version: Option<String>,
+    /// `metadata.uid`: events about the target name it without a lookup.
+    pub uid: Option<String>,
 }
 
 /// One configured target and its cache.
@@ -95,6 +99,8 @@ pub fn project_target(obj: &DynamicObject) -> Option<TargetState> {
         spec_replicas: int("/spec/replicas").map_or(1, |v| i32::try_from(v).unwrap_or(i32::MAX)),
         ready_replicas: int("/status/readyReplicas")
             .map_or(0, |v| i32::try_from(v).unwrap_or(i32::MAX)),
+        resource_version: obj.metadata.resource_version.clone(),
+        uid: obj.metadata.uid.clone(),
     })
 }
 

@@ -1,0 +1,495 @@
+//! Client-side rate limiting of the seed client (`--kube-api-qps`, `--kube-api-burst`) with
+//! priorities.
+//!
+//! Like client-go's limiter, a token bucket holds `burst` tokens, refilled at `qps` per second,
+//! and every request takes one token when it is sent. Unlike client-go's, waiting requests are
+//! not served first come, first served: each carries a [`Priority`] (taken from the task that
+//! sends it, see [`with_priority`]) and the most urgent waiter gets the next token. During a
+//! region-wide outage a thousand shoots want their kube-controller-manager scaled down at
+//! once; with priorities every shoot's level 0 is written before anyone's later levels, and
+//! Kubernetes Events (nice to have) never delay a scaling write (the point of the watchdog).
+//! Within one priority, requests go in arrival order.
+//!
+//! A watch takes one token when it starts; its events are not requests and are never delayed.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tower::ServiceExt;
+use tower::buffer::Buffer;
+
+/// client-go's default QPS, used when `--kube-api-qps` is 0 (or not a positive number).
+pub const DEFAULT_QPS: f32 = 5.0;
+/// client-go's default burst, used when `--kube-api-burst` is 0.
+pub const DEFAULT_BURST: u32 = 10;
+
+/// How urgent a request is: lower values get tokens first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Priority(u16);
+
+impl Priority {
+    /// Writes of a scaling flow at `level` (level 0 first: it protects the control plane).
+    pub fn scaling_level(level: u32) -> Priority {
+        Priority(u16::try_from(level).unwrap_or(u16::MAX).min(999))
+    }
+
+    /// Everything not marked otherwise: initial lists, watches, lookups.
+    pub const DEFAULT: Priority = Priority(1000);
+
+    /// Kubernetes Events: useful to people, never worth delaying a scaling write for.
+    pub const EVENTS: Priority = Priority(2000);
+}
+
+tokio::task_local! {
+    static PRIORITY: Priority;
+}
+
+/// Runs `fut` with every seed request it sends ranked at `priority`.
+pub async fn with_priority<F: Future>(priority: Priority, fut: F) -> F::Output {
+    PRIORITY.scope(priority, fut).await
+}
+
+/// The priority of the request being sent from the current task.
+fn current_priority() -> Priority {
+    PRIORITY.try_with(|p| *p).unwrap_or(Priority::DEFAULT)
+}
+
+/// A token bucket whose waiters are served by priority, then in arrival order.
+#[derive(Debug)]
+pub struct PriorityBucket {
+    qps: f64,
+    burst: f64,
+    state: Mutex<BucketState>,
+}
+
+#[derive(Debug)]
+struct BucketState {
+    tokens: f64,
+    updated: Instant,
+    next_seq: u64,
+    /// Waiting requests, most urgent first; each is woken through its own `Notify` when it
+    /// becomes the head of the queue.
+    waiters: BTreeMap<(Priority, u64), Arc<Notify>>,
+}
+
+impl BucketState {
+    fn refill(&mut self, now: Instant, qps: f64, burst: f64) {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * qps).min(burst);
+        self.updated = self.updated.max(now);
+    }
+
+    fn wake_head(&self) {
+        if let Some(notify) = self.waiters.values().next() {
+            notify.notify_one();
+        }
+    }
+}
+
+/// Removes a waiter that gave up (its request was dropped) and hands the head on.
+struct Ticket<'a> {
+    bucket: &'a PriorityBucket,
+    key: (Priority, u64),
+    done: bool,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut state = self.bucket.lock();
+            state.waiters.remove(&self.key);
+            state.wake_head();
+        }
+    }
+}
+
+impl PriorityBucket {
+    /// A full bucket; a `qps` that is not a positive number or a `burst` of 0 mean the defaults.
+    pub fn new(qps: f32, burst: u32) -> Self {
+        let qps = if qps.is_finite() && qps > 0.0 {
+            f64::from(qps)
+        } else {
+            f64::from(DEFAULT_QPS)
+        };
+        let burst = f64::from(if burst == 0 { DEFAULT_BURST } else { burst });
+        PriorityBucket {
+            qps,
+            burst,
+            state: Mutex::new(BucketState {
+                tokens: burst,
+                updated: Instant::now(),
+                next_seq: 0,
+                waiters: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// `(qps, burst)` in effect.
+    pub fn limits(&self) -> (f64, f64) {
+        (self.qps, self.burst)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BucketState> {
+        // Nothing panics while the lock is held; if something did, the numbers are whole.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits for a token at `priority`.
+    pub async fn acquire(&self, priority: Priority) {
+        let notify = Arc::new(Notify::new());
+        let mut ticket = {
+            let mut state = self.lock();
+            let key = (priority, state.next_seq);
+            state.next_seq += 1;
+            state.waiters.insert(key, notify.clone());
+            Ticket {
+                bucket: self,
+                key,
+                done: false,
+            }
+        };
+        loop {
+            let wait = {
+                let mut state = self.lock();
+                let now = Instant::now();
+                state.refill(now, self.qps, self.burst);
+                let is_head = state.waiters.keys().next() == Some(&ticket.key);
+                if is_head && state.tokens >= 1.0 {
+                    state.tokens -= 1.0;
+                    state.waiters.remove(&ticket.key);
+                    ticket.done = true;
+                    // The next waiter may find a token too (a burst), or starts its own timer.
+                    state.wake_head();
+                    return;
+                }
+                // Only the head sleeps until the next token; the others wait to become head.
+                is_head.then(|| Duration::from_secs_f64((1.0 - state.tokens) / self.qps))
+            };
+            match wait {
+                Some(wait) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        // A more urgent request arrived, or a waiter left: look again.
+                        _ = notify.notified() => {}
+                    }
+                }
+                None => notify.notified().await,
+            }
+        }
+    }
+}
+
+/// A tower layer putting a [`PriorityBucket`] in front of a service taking `Req`s.
+#[derive(Debug)]
+pub struct RateLimitLayer<Req> {
+    bucket: Arc<PriorityBucket>,
+    _requests: std::marker::PhantomData<fn(Req)>,
+}
+
+impl<Req> Clone for RateLimitLayer<Req> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            bucket: self.bucket.clone(),
+            _requests: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<Req> RateLimitLayer<Req> {
+    /// A layer with a new full bucket (see [`PriorityBucket::new`] for the defaults).
+    pub fn new(qps: f32, burst: u32) -> Self {
+        RateLimitLayer {
+            bucket: Arc::new(PriorityBucket::new(qps, burst)),
+            _requests: std::marker::PhantomData,
+        }
+    }
+}
+
+/// Requests waiting in the inner buffer at most (they already hold a token).
+const BUFFER: usize = 1024;
+
+impl<S, Req> tower::Layer<S> for RateLimitLayer<Req>
+where
+    S: tower::Service<Req> + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<tower::BoxError> + Send + Sync,
+    Req: Send + 'static,
+{
+    type Service = RateLimited<S, Req>;
+
+    fn layer(&self, inner: S) -> RateLimited<S, Req> {
+        RateLimited {
+            // kube's client hands its stack to one buffer worker, which would serve waiters
+            // in arrival order; the wait happens in the caller's task instead (where its
+            // priority is known), and the request then goes through this buffer.
+            inner: Buffer::new(inner, BUFFER),
+            bucket: self.bucket.clone(),
+        }
+    }
+}
+
+/// A service that waits for a token of the shared bucket, at the sending task's priority,
+/// before passing each request on.
+pub struct RateLimited<S, Req>
+where
+    S: tower::Service<Req>,
+{
+    inner: Buffer<Req, S::Future>,
+    bucket: Arc<PriorityBucket>,
+}
+
+impl<S, Req> tower::Service<Req> for RateLimited<S, Req>
+where
+    S: tower::Service<Req> + Send + 'static,
+    S::Future: Send,
+    S::Response: Send + 'static,
+    S::Error: Into<tower::BoxError> + Send + Sync,
+    Req: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = tower::BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, tower::BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Readiness is decided per request, in `call`'s future.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let inner = self.inner.clone();
+        let bucket = self.bucket.clone();
+        Box::pin(async move {
+            // Read when first polled: that happens in the sending task, inside its scope.
+            let priority = current_priority();
+            bucket.acquire(priority).await;
+            inner.oneshot(req).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+    use tower::{Layer, Service};
+
+    /// A service that answers at once with the (paused-clock) time it was called.
+    #[derive(Clone)]
+    struct Clock;
+
+    impl Service<u32> for Clock {
+        type Response = (u32, Instant);
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<(u32, Instant), Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, id: u32) -> Self::Future {
+            std::future::ready(Ok((id, Instant::now())))
+        }
+    }
+
+    type Limited = RateLimited<Clock, u32>;
+
+    /// Sends request `id` through the limiter; returns when it reached the inner service.
+    async fn send(svc: &Limited, id: u32) -> Instant {
+        match svc.clone_service().oneshot(id).await {
+            Ok((_, at)) => at,
+            Err(e) => panic!("request {id}: {e}"),
+        }
+    }
+
+    impl Limited {
+        fn clone_service(&self) -> Limited {
+            RateLimited {
+                inner: self.inner.clone(),
+                bucket: self.bucket.clone(),
+            }
+        }
+    }
+
+    fn ms(d: Duration) -> u64 {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn close(got: Duration, want_ms: u64) -> bool {
+        got.abs_diff(Duration::from_millis(want_ms)) < Duration::from_millis(3)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn burst_goes_at_once_then_requests_are_spaced_by_one_over_qps() {
+        let svc = RateLimitLayer::<u32>::new(5.0, 10).layer(Clock);
+        let start = Instant::now();
+        let mut sent = Vec::new();
+        for i in 0..30 {
+            sent.push(send(&svc, i).await - start);
+        }
+        // The first `burst` requests don't wait.
+        assert!(sent[..10].iter().all(|d| ms(*d) < 3), "{sent:?}");
+        // Request k (0-based, k ≥ burst) goes at (k + 1 − burst) / qps.
+        for (k, at) in sent.iter().enumerate().skip(10) {
+            let want = 200 * (k as u64 + 1 - 10);
+            assert!(close(*at, want), "request {k} at {at:?}, want {want} ms");
+        }
+        // 30 requests with burst 10 at 5 qps: (30 − 10) / 5 = 4 s.
+        assert!(close(sent[29], 4000), "{:?}", sent[29]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_time_refills_at_most_burst_tokens() {
+        let svc = RateLimitLayer::<u32>::new(2.0, 3).layer(Clock);
+        for i in 0..3 {
+            send(&svc, i).await;
+        }
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let start = Instant::now();
+        let mut sent = Vec::new();
+        for i in 0..5 {
+            sent.push(send(&svc, i).await - start);
+        }
+        // 60 s idle refill only 3 tokens: the 4th and 5th wait 0.5 s and 1 s.
+        assert!(sent[..3].iter().all(|d| ms(*d) < 3), "{sent:?}");
+        assert!(close(sent[3], 500), "{sent:?}");
+        assert!(close(sent[4], 1000), "{sent:?}");
+    }
+
+    /// Starts `n` requests at once from separate tasks, request `i` at `priority(i)`;
+    /// returns `(id, sent after)` in the order they reached the service.
+    async fn concurrent(
+        svc: &Limited,
+        n: u32,
+        priority: impl Fn(u32) -> Priority,
+    ) -> Vec<(u32, Duration)> {
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let svc = svc.clone_service();
+                let p = priority(i);
+                tokio::spawn(with_priority(p, async move { (i, send(&svc, i).await) }))
+            })
+            .collect();
+        let mut sent = Vec::new();
+        for t in tasks {
+            match t.await {
+                Ok((i, at)) => sent.push((i, at - start)),
+                Err(e) => panic!("task: {e}"),
+            }
+        }
+        sent.sort_by_key(|(i, at)| (*at, *i));
+        sent
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_callers_of_one_priority_share_one_bucket_in_order() {
+        // Clones share the bucket, as every clone of a kube Client does.
+        let svc = RateLimitLayer::<u32>::new(10.0, 2).layer(Clock);
+        let sent = concurrent(&svc, 6, |_| Priority::DEFAULT).await;
+        let times: Vec<u64> = sent.iter().map(|(_, d)| ms(*d)).collect();
+        for (got, want) in times.iter().zip([0, 0, 100, 200, 300, 400]) {
+            assert!(got.abs_diff(want) < 3, "{times:?}");
+        }
+        let order: Vec<u32> = sent.iter().map(|(i, _)| *i).collect();
+        assert_eq!(
+            order,
+            vec![0, 1, 2, 3, 4, 5],
+            "arrival order within a priority"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn urgent_requests_overtake_waiting_ones() {
+        // Burst 1: request 0 goes at once, everything else waits; the even requests are
+        // level 0 of a scale-down, the odd ones events.
+        let svc = RateLimitLayer::<u32>::new(10.0, 1).layer(Clock);
+        let sent = concurrent(&svc, 7, |i| {
+            if i % 2 == 0 {
+                Priority::scaling_level(0)
+            } else {
+                Priority::EVENTS
+            }
+        })
+        .await;
+        let order: Vec<u32> = sent.iter().map(|(i, _)| *i).collect();
+        // 0 took the only token; then every level-0 request before any event.
+        assert_eq!(order, vec![0, 2, 4, 6, 1, 3, 5], "{sent:?}");
+        // Still one token per 100 ms: priorities reorder, they don't add capacity.
+        assert!(close(sent[6].1, 600), "{sent:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_urgent_request_goes_before_earlier_less_urgent_ones() {
+        let svc = RateLimitLayer::<u32>::new(10.0, 1).layer(Clock);
+        send(&svc, 0).await; // empties the bucket
+        let start = Instant::now();
+        let low: Vec<_> = (1..=3)
+            .map(|i| {
+                let svc = svc.clone_service();
+                tokio::spawn(with_priority(Priority::EVENTS, async move {
+                    send(&svc, i).await - start
+                }))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(150)).await; // request 1 went at 100 ms
+        let urgent = {
+            let svc = svc.clone_service();
+            tokio::spawn(with_priority(Priority::scaling_level(0), async move {
+                send(&svc, 9).await - start
+            }))
+        };
+        let urgent_at = urgent.await.unwrap_or_default();
+        let mut low_at = Vec::new();
+        for t in low {
+            low_at.push(t.await.unwrap_or_default());
+        }
+        assert!(close(low_at[0], 100), "{low_at:?}");
+        // The urgent one takes the 200 ms token; requests 2 and 3 follow at 300 and 400 ms.
+        assert!(close(urgent_at, 200), "{urgent_at:?}");
+        assert!(close(low_at[1], 300) && close(low_at[2], 400), "{low_at:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_waiter_passes_its_turn_on() {
+        let svc = RateLimitLayer::<u32>::new(10.0, 1).layer(Clock);
+        send(&svc, 0).await;
+        let start = Instant::now();
+        let first = {
+            let svc = svc.clone_service();
+            tokio::spawn(async move { send(&svc, 1).await })
+        };
+        tokio::task::yield_now().await;
+        let second = {
+            let svc = svc.clone_service();
+            tokio::spawn(async move { send(&svc, 2).await - start })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        first.abort();
+        // Without the hand-over the second would wait for a wake-up that never comes.
+        let at = second.await.unwrap_or_default();
+        assert!(close(at, 100), "{at:?}");
+    }
+
+    #[test]
+    fn zero_or_invalid_flags_mean_client_go_defaults() {
+        for (qps, burst) in [(0.0, 0), (-1.0, 0), (f32::NAN, 0)] {
+            assert_eq!(PriorityBucket::new(qps, burst).limits(), (5.0, 10.0));
+        }
+        assert_eq!(PriorityBucket::new(50.0, 100).limits(), (50.0, 100.0));
+    }
+
+    #[test]
+    fn priorities_rank_scaling_levels_before_everything_else() {
+        assert!(Priority::scaling_level(0) < Priority::scaling_level(1));
+        assert!(Priority::scaling_level(u32::MAX) < Priority::DEFAULT);
+        assert!(Priority::DEFAULT < Priority::EVENTS);
+    }
+}
