@@ -4,13 +4,19 @@
 //! for how fast targets are scaled. See `crates/dwd-bench/README.md`.
 
 mod audit;
+mod chart;
+mod compare;
+mod metrics;
 mod procstat;
 mod report;
+mod reset;
+mod runner;
 mod scenario;
 mod setup;
 mod stats;
+mod weeder;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -25,7 +31,9 @@ pub enum Scenario {
     Outage,
     /// Every kubelet of every shoot goes silent, then comes back.
     MassOutage,
-    /// Crash-looping pods across namespaces, released by EndpointSlices (not implemented).
+    /// `--shoots` namespaces, each with a crash-looping kube-apiserver pod held back by a
+    /// not-ready `etcd-main-client` EndpointSlice; all slices turn ready at once and the
+    /// weeder must delete every crash-looping pod (and keep the healthy ones).
     WeederStorm,
 }
 
@@ -36,7 +44,7 @@ pub enum Scenario {
     about = "Benchmark a dependency-watchdog binary against N simulated shoots"
 )]
 pub struct Cli {
-    /// N: simulated shoots.
+    /// N: simulated shoots (weeder-storm: namespaces).
     #[arg(long, default_value_t = 20)]
     pub shoots: usize,
     /// M: nodes per shoot.
@@ -61,6 +69,10 @@ pub struct Cli {
     /// their last renewal).
     #[arg(long, default_value = "40s", value_parser = stats::parse_duration)]
     pub kcm_grace: Duration,
+    /// How often the simulated kubelets renew their node leases (the kubelet's 10 s). Large
+    /// N×M needs a longer interval (and a `--kcm-grace` with 0.75 × grace well above it).
+    #[arg(long, default_value = "10s", value_parser = stats::parse_duration)]
+    pub renew_interval: Duration,
     /// `backoffJitterFactor` of the prober config (0.2 as in the seeds; 0 makes probe
     /// lateness pure scheduling delay).
     #[arg(long, default_value_t = 0.2)]
@@ -88,9 +100,33 @@ pub struct Cli {
     /// Label of this run in the output (default: the binary's file name).
     #[arg(long)]
     pub label: Option<String>,
+    /// Compare mode: binary B, run alternately with `--watchdog-bin` (A) on the same world,
+    /// A B A B …; ratios are A ÷ B.
+    #[arg(long)]
+    pub compare_bin: Option<PathBuf>,
+    /// Label of `--compare-bin` (default: its file name, or its directory's name when both
+    /// binaries have the same file name).
+    #[arg(long)]
+    pub compare_label: Option<String>,
+    /// Compare mode: how many A B pairs to run.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Write the machine-readable result here.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Write an SVG chart of the latency distributions here (default: next to `--output`,
+    /// same stem, `.svg`; none without either).
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
+}
+
+/// One binary under test and its name in the output.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    /// Name in tables, JSON and the chart.
+    pub label: String,
+    /// The executable.
+    pub bin: PathBuf,
 }
 
 /// `--watchdog-bin`, or `dependency-watchdog` next to this executable (cargo puts both in
@@ -117,12 +153,92 @@ fn watchdog_binary(cli: &Cli) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// File name of `p`, or `""`.
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Name of the directory holding `p`, or `""`.
+fn parent_name(p: &Path) -> String {
+    p.parent().map(file_name).unwrap_or_default()
+}
+
+/// The binaries to run: A alone, or A and B with labels that tell them apart. Both
+/// binaries are usually called `dependency-watchdog`, so default labels fall back to their
+/// directories' names, then to `A`/`B`.
+fn subjects(cli: &Cli, a: PathBuf) -> Result<Vec<Subject>> {
+    let Some(b) = cli.compare_bin.clone() else {
+        let label = cli.label.clone().unwrap_or_else(|| file_name(&a));
+        return Ok(vec![Subject { label, bin: a }]);
+    };
+    if !b.is_file() {
+        bail!("--compare-bin {} is not a file", b.display());
+    }
+    let (la, lb) = match (cli.label.clone(), cli.compare_label.clone()) {
+        (Some(la), Some(lb)) => (la, lb),
+        (la, lb) => {
+            let mut pair = (
+                la.clone().unwrap_or_else(|| file_name(&a)),
+                lb.clone().unwrap_or_else(|| file_name(&b)),
+            );
+            if pair.0 == pair.1 {
+                pair = (
+                    la.clone().unwrap_or_else(|| parent_name(&a)),
+                    lb.clone().unwrap_or_else(|| parent_name(&b)),
+                );
+            }
+            if pair.0 == pair.1 || pair.0.is_empty() || pair.1.is_empty() {
+                pair = (
+                    la.unwrap_or_else(|| "A".into()),
+                    lb.unwrap_or_else(|| "B".into()),
+                );
+            }
+            pair
+        }
+    };
+    if la == lb {
+        bail!("--label and --compare-label must differ (both are {la:?})");
+    }
+    Ok(vec![
+        Subject { label: la, bin: a },
+        Subject { label: lb, bin: b },
+    ])
+}
+
 fn validate(cli: &Cli) -> Result<()> {
     if cli.shoots == 0 || cli.nodes == 0 || cli.shoot_apiservers == 0 {
         bail!("--shoots, --nodes and --shoot-apiservers must be at least 1");
     }
-    if cli.scenario == Scenario::WeederStorm {
-        bail!("--scenario weeder-storm is not implemented yet (see crates/dwd-bench/README.md)");
+    if cli.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    if cli.rounds > 1 && cli.compare_bin.is_none() {
+        bail!("--rounds needs --compare-bin (rounds alternate two binaries)");
+    }
+    if matches!(cli.scenario, Scenario::Outage | Scenario::MassOutage) && cli.nodes < 2 {
+        bail!("outage scenarios need --nodes >= 2 (a single-node shoot is never scaled)");
+    }
+    if cli.scenario == Scenario::WeederStorm
+        && (cli.stop_shoot_apiserver.is_some() || cli.slow_shoot_apiserver.is_some())
+    {
+        bail!("--scenario weeder-storm has no shoot apiservers to stop or slow down");
+    }
+    if cli.scenario != Scenario::WeederStorm {
+        // A lease is valid 0.75 × grace after its renewal; the next renewal comes one
+        // interval later, later still when the apiservers are busy. Without margin healthy
+        // nodes would look expired and the "steady" world would trigger scale-downs.
+        let validity = cli.kcm_grace.mul_f64(0.75);
+        if cli.renew_interval.is_zero() || validity < cli.renew_interval.mul_f64(1.5) {
+            bail!(
+                "--kcm-grace {:?} keeps leases valid for 0.75 × grace = {validity:?}, which must be at \
+                 least 1.5 × --renew-interval {:?} (= {:?}); raise --kcm-grace or lower --renew-interval",
+                cli.kcm_grace,
+                cli.renew_interval,
+                cli.renew_interval.mul_f64(1.5)
+            );
+        }
     }
     for j in [cli.stop_shoot_apiserver, cli.slow_shoot_apiserver]
         .into_iter()
@@ -147,7 +263,7 @@ fn validate(cli: &Cli) -> Result<()> {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     validate(&cli)?;
-    let bin = watchdog_binary(&cli)?;
+    let subjects = subjects(&cli, watchdog_binary(&cli)?)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -156,7 +272,7 @@ fn main() -> Result<()> {
         // Ctrl-C ends the run early; dropping the run drops the watchdog process and the
         // test environment (their guards kill and tear down), so nothing is left behind.
         tokio::select! {
-            result = scenario::run(&cli, &bin) => result.map(|()| false),
+            result = runner::run(&cli, &subjects) => result.map(|()| false),
             _ = tokio::signal::ctrl_c() => Ok(true),
         }
     })?;

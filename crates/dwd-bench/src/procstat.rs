@@ -101,6 +101,17 @@ pub struct Usage {
     pub samples: usize,
 }
 
+impl Usage {
+    /// The `process` object of a run's result.
+    pub fn to_json(self) -> serde_json::Value {
+        serde_json::json!({
+            "peak_rss_bytes": self.peak_rss, "steady_rss_bytes": self.steady_rss,
+            "cpu_seconds_per_minute": self.cpu_per_minute, "cpu_seconds_total": self.cpu_total,
+            "samples": self.samples,
+        })
+    }
+}
+
 /// Summarises `samples` for the window `[from, to]`.
 pub fn usage(samples: &[Sample], from: DateTime<Utc>, to: DateTime<Utc>) -> Usage {
     let peak_rss = samples.iter().map(|s| s.hwm.max(s.rss)).max().unwrap_or(0);

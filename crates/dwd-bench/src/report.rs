@@ -38,24 +38,22 @@ pub fn table(r: &Value) -> String {
             "binary".into(),
             r["label"].as_str().unwrap_or_default().to_string(),
         ),
-        (
-            "scenario / N×M / K".into(),
-            format!(
-                "{} / {}×{} / {}",
-                r["scenario"].as_str().unwrap_or_default(),
-                r["shape"]["shoots"],
-                r["shape"]["nodes_per_shoot"],
-                r["shape"]["shoot_apiservers"]
-            ),
-        ),
+        ("scenario / shape".into(), shape(r)),
         (
             "interval / qps / burst".into(),
             format!(
-                "{}s / {} / {}",
-                r["config"]["probe_interval_s"],
+                "{} / {} / {}",
+                r["config"]["probe_interval_s"]
+                    .as_f64()
+                    .map(|s| format!("{s}s"))
+                    .unwrap_or_else(|| "-".into()),
                 r["config"]["kube_api_qps"],
                 r["config"]["kube_api_burst"]
             ),
+        ),
+        (
+            "setup (world, once)".into(),
+            format!("{:.1}s", r["setup_s"].as_f64().unwrap_or(0.0)),
         ),
         (
             "measured window".into(),
@@ -99,6 +97,51 @@ pub fn table(r: &Value) -> String {
         &r["seed_requests"]["failures_by_code"],
     );
     rows.push((
+        "seed response bytes (window, GET/LIST)".into(),
+        bytes(&r["response_bytes"]["seed"]["watchdog_total_bytes"]),
+    ));
+    if r["shoot_requests"].is_object() {
+        shoot_rows(&mut rows, r);
+    }
+    outage_rows(&mut rows, &r["outage"]);
+    weeder_rows(&mut rows, &r["weeder"]);
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in rows {
+        out.push_str(&format!("{k:<width$}  {v}\n"));
+    }
+    out
+}
+
+/// `scenario / N×M / K`, or `WeederStorm / n namespaces`.
+pub fn shape(r: &Value) -> String {
+    let scenario = r["scenario"].as_str().unwrap_or_default();
+    if let Some(n) = r["shape"]["namespaces"].as_u64() {
+        return format!("{scenario} / {n} namespaces");
+    }
+    format!(
+        "{scenario} / N={} M={} K={}",
+        r["shape"]["shoots"], r["shape"]["nodes_per_shoot"], r["shape"]["shoot_apiservers"]
+    )
+}
+
+/// Bytes as a count with a unit that reads (`12.3 KiB`), or `-`.
+fn bytes(v: &Value) -> String {
+    match v.as_f64() {
+        Some(b) if b >= 1024.0 * 1024.0 => format!("{:.2} MiB", b / (1024.0 * 1024.0)),
+        Some(b) if b >= 1024.0 => format!("{:.1} KiB", b / 1024.0),
+        Some(b) => format!("{b:.0} B"),
+        None => "-".into(),
+    }
+}
+
+/// The shoot-side rows of a prober run.
+fn shoot_rows(rows: &mut Vec<(String, String)>, r: &Value) {
+    rows.push((
         "shoot requests (window)".into(),
         r["shoot_requests"]["total"].to_string(),
     ));
@@ -113,16 +156,29 @@ pub fn table(r: &Value) -> String {
             r["shoot_requests"]["per_probe_run"].as_f64().unwrap_or(0.0)
         ),
     ));
+    counts(rows, "  shoot/min ", &r["shoot_requests"]["per_minute"]);
     counts(
-        &mut rows,
-        "  shoot/min ",
-        &r["shoot_requests"]["per_minute"],
-    );
-    counts(
-        &mut rows,
+        rows,
         "  shoot failed HTTP ",
         &r["shoot_requests"]["failures_by_code"],
     );
+    let shoot_bytes = &r["response_bytes"]["shoot"];
+    rows.push((
+        "  shoot response bytes / probe run".into(),
+        bytes(&shoot_bytes["watchdog_per_probe_run"]),
+    ));
+    if let Some(by) = shoot_bytes["watchdog_by_verb_resource"].as_object() {
+        for (k, v) in by {
+            rows.push((
+                format!("    bytes {k}"),
+                format!(
+                    "{} ({})",
+                    bytes(&v["bytes"]),
+                    v["source"].as_str().unwrap_or_default()
+                ),
+            ));
+        }
+    }
     rows.push((
         "probe lateness s, all gaps (p50/p99/max)".into(),
         cell(&r["probe_lateness_s"]["all_gaps"]),
@@ -147,7 +203,10 @@ pub fn table(r: &Value) -> String {
             r["probe_lateness_s"]["shoots_on_stopped_apiserver"].to_string(),
         ));
     }
-    let o = &r["outage"];
+}
+
+/// The outage rows (nothing when the run had no outage).
+fn outage_rows(rows: &mut Vec<(String, String)>, o: &Value) {
     if o.is_object() {
         rows.push((
             "outage: affected shoots".into(),
@@ -197,19 +256,49 @@ pub fn table(r: &Value) -> String {
             o["seed_requests_in_affected_namespaces"]["total"].to_string(),
         ));
         counts(
-            &mut rows,
+            rows,
             "    ",
             &o["seed_requests_in_affected_namespaces"]["by_verb_resource"],
         );
     }
-    let width = rows
-        .iter()
-        .map(|(k, _)| k.chars().count())
-        .max()
-        .unwrap_or(0);
-    let mut out = String::new();
-    for (k, v) in rows {
-        out.push_str(&format!("{k:<width$}  {v}\n"));
+}
+
+/// The weeder storm rows (nothing for prober runs).
+fn weeder_rows(rows: &mut Vec<(String, String)>, w: &Value) {
+    if !w.is_object() {
+        return;
     }
-    out
+    rows.push((
+        "weeder: namespaces / watching before flip".into(),
+        format!("{} / {}", w["namespaces"], w["watching_before_flip"]),
+    ));
+    rows.push((
+        "  all slices ready within, s".into(),
+        w["flip_s"]
+            .as_f64()
+            .map(|v| format!("{v:.3}"))
+            .unwrap_or_else(|| "-".into()),
+    ));
+    rows.push((
+        "  slice ready → pod deleted, s (p50/p99/max)".into(),
+        cell(&w["deletion_latency_s"]),
+    ));
+    rows.push((
+        "  deleted / within 5 s / all deleted".into(),
+        format!(
+            "{} / {} / {}",
+            w["crashlooping_deleted"], w["deleted_within_5s"], w["all_deleted"]
+        ),
+    ));
+    rows.push((
+        "  last deletion after first slice ready, s".into(),
+        w["last_deletion_after_first_ready_s"]
+            .as_f64()
+            .map(|v| format!("{v:.3}"))
+            .unwrap_or_else(|| "-".into()),
+    ));
+    rows.push((
+        "  healthy pods deleted / kept".into(),
+        format!("{} / {}", w["healthy_deleted"], w["healthy_kept"]),
+    ));
 }

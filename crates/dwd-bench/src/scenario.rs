@@ -1,5 +1,6 @@
-//! One benchmark run: build the world, start the watchdog, play the scenario, then read
-//! the measurements back from `/proc` samples, audit logs and the replica watch.
+//! One prober run on a built world: start the watchdog, play the scenario, then read the
+//! measurements back from `/proc` samples, audit logs, the apiservers' metrics and the
+//! replica watch. Also the pieces the weeder run shares (the subprocess, seed requests).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -11,15 +12,13 @@ use chrono::{DateTime, Utc};
 use dwd_testenv::process::ManagedProcess;
 use serde_json::{Value, json};
 
-use crate::setup::{self, Shape, WATCHDOG_USER, World, lock};
+use crate::chart::{self, Dists};
+use crate::setup::{self, WATCHDOG_USER, World, lock};
 use crate::stats::{Summary, go_duration};
-use crate::{Cli, Scenario, audit, procstat, report};
+use crate::{Cli, Scenario, Subject, audit, metrics, procstat};
 
 /// `nodeLeaseFailureFraction` of the prober config (the reference default).
 const THRESHOLD: f64 = 0.6;
-
-/// Kubelet lease renew interval (the kubelet's).
-const RENEW_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The scalable targets with their (scale-down, scale-up) levels: the seeds' example
 /// ("Configure Dependency Watchdog Components": KCM 0/1, MCM 1/1, CA 2/0).
@@ -54,20 +53,27 @@ fn prober_config(cli: &Cli) -> String {
 }
 
 /// The watchdog subprocess; killed when dropped (and by the kernel if the bench dies).
-struct Watchdog {
-    process: ManagedProcess,
+pub struct Watchdog {
+    /// The process.
+    pub process: ManagedProcess,
     log: std::path::PathBuf,
 }
 
 impl Watchdog {
-    fn start(cli: &Cli, bin: &Path, world: &World) -> Result<Watchdog> {
+    /// Starts `bin args…`, its output appended to `log`.
+    pub fn spawn(bin: &Path, args: &[String], log: std::path::PathBuf) -> Result<Watchdog> {
+        let process = ManagedProcess::spawn("watchdog", bin, args, &log)
+            .with_context(|| format!("start {}", bin.display()))?;
+        Ok(Watchdog { process, log })
+    }
+
+    /// Starts the prober with exactly the reference's flags, so any drop-in binary runs
+    /// unchanged.
+    fn start_prober(cli: &Cli, subject: &Subject, world: &World, run: usize) -> Result<Watchdog> {
         let config = world.dir.join("dep-config.yaml");
         std::fs::write(&config, prober_config(cli))
             .with_context(|| format!("write {}", config.display()))?;
-        let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, dwd_testenv::free_port()?));
-        let health = SocketAddr::from((Ipv4Addr::LOCALHOST, dwd_testenv::free_port()?));
-        let log = world.dir.join("watchdog.log");
-        // Exactly the reference's flags, so any drop-in binary runs unchanged.
+        let (metrics, health) = bind_addrs()?;
         let args = vec![
             "prober".to_string(),
             format!("--config-file={}", config.display()),
@@ -77,19 +83,18 @@ impl Watchdog {
             format!("--metrics-bind-addr={metrics}"),
             format!("--health-bind-addr={health}"),
         ];
-        let process = ManagedProcess::spawn("watchdog", bin, &args, &log)
-            .with_context(|| format!("start {}", bin.display()))?;
-        Ok(Watchdog { process, log })
+        Watchdog::spawn(&subject.bin, &args, log_path(world, subject, run))
     }
 
-    fn pid(&self) -> Result<u32> {
+    /// Pid of the running process.
+    pub fn pid(&self) -> Result<u32> {
         self.process
             .pid()
             .context("watchdog process has no pid (already stopped)")
     }
 
     /// Fails with the log's tail when the process has exited.
-    fn check_alive(&mut self) -> Result<()> {
+    pub fn check_alive(&mut self) -> Result<()> {
         if self.process.has_exited() {
             bail!(
                 "the watchdog exited; log {}:\n{}",
@@ -101,8 +106,32 @@ impl Watchdog {
     }
 }
 
+/// Free loopback addresses for the watchdog's metrics and health endpoints.
+pub fn bind_addrs() -> Result<(SocketAddr, SocketAddr)> {
+    Ok((
+        SocketAddr::from((Ipv4Addr::LOCALHOST, dwd_testenv::free_port()?)),
+        SocketAddr::from((Ipv4Addr::LOCALHOST, dwd_testenv::free_port()?)),
+    ))
+}
+
+/// `watchdog-<run>-<label>.log` in the run directory: one log per run, kept for a look.
+pub fn log_path(world: &World, subject: &Subject, run: usize) -> std::path::PathBuf {
+    let safe: String = subject
+        .label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    world.dir.join(format!("watchdog-{run}-{safe}.log"))
+}
+
 /// Sleeps `d`, checking every few seconds that the watchdog is still alive.
-async fn sleep_watching(watchdog: &mut Watchdog, d: Duration) -> Result<()> {
+pub async fn sleep_watching(watchdog: &mut Watchdog, d: Duration) -> Result<()> {
     let end = tokio::time::Instant::now() + d;
     while tokio::time::Instant::now() < end {
         watchdog.check_alive()?;
@@ -196,33 +225,39 @@ struct OutageRecord {
     all_up: bool,
 }
 
-/// Runs the benchmark and prints/writes the results.
-pub async fn run(cli: &Cli, bin: &Path) -> Result<()> {
-    let shape = Shape {
-        shoots: cli.shoots,
-        nodes: cli.nodes,
-        apiservers: cli.shoot_apiservers,
-        renew_interval: RENEW_INTERVAL,
-    };
-    if cli.scenario != Scenario::Steady && cli.nodes < 2 {
-        bail!("outage scenarios need --nodes >= 2 (a single-node shoot is never scaled)");
-    }
-    let world = setup::build(shape).await?;
+/// What one run produced: the JSON result and the raw latency samples for the chart.
+pub struct RunOutput {
+    /// The run's result (what `--output` holds in single-binary mode).
+    pub json: Value,
+    /// Raw latency samples by metric, for the chart.
+    pub dists: Dists,
+}
+
+/// Runs one prober binary on `world`: start it, warm up, play the scenario, stop it, and
+/// read the measurements back. Leaves the world as the scenario left it (see
+/// [`crate::reset`] for getting back to steady state).
+pub async fn run_once(
+    cli: &Cli,
+    subject: &Subject,
+    world: &World,
+    run: usize,
+) -> Result<RunOutput> {
     eprintln!(
-        "run: starting {} (files in {})",
-        bin.display(),
+        "run {run}: starting {} ({}; files in {})",
+        subject.label,
+        subject.bin.display(),
         world.dir.display()
     );
     let started = Utc::now();
-    let mut watchdog = Watchdog::start(cli, bin, &world)?;
+    let mut watchdog = Watchdog::start_prober(cli, subject, world, run)?;
     let sampler = procstat::Sampler::start(watchdog.pid()?);
 
     // Warm-up: start-up, cache sync and the first two probe rounds are not steady state.
     let warmup = cli.initial_delay + cli.probe_interval * 2;
-    eprintln!("run: warm-up {warmup:?}");
+    eprintln!("run {run}: warm-up {warmup:?}");
     sleep_watching(&mut watchdog, warmup).await?;
     if let Some(j) = cli.stop_shoot_apiserver {
-        eprintln!("run: stopping shoot apiserver {j}");
+        eprintln!("run {run}: stopping shoot apiserver {j}");
         world.shoot_apis[j]
             .stop()
             .await
@@ -230,55 +265,187 @@ pub async fn run(cli: &Cli, bin: &Path) -> Result<()> {
     }
     if let Some(j) = cli.slow_shoot_apiserver {
         eprintln!(
-            "run: shoot apiserver {j} answers {:?} late",
+            "run {run}: shoot apiserver {j} answers {:?} late",
             cli.slow_latency
         );
         world.shoot_apis[j].set_latency(cli.slow_latency);
     }
     let window_from = Utc::now();
+    let sizes_from = WindowSizes::scrape(world).await;
 
     let outage = match cli.scenario {
         Scenario::Steady => {
-            eprintln!("run: steady for {:?}", cli.duration);
+            eprintln!("run {run}: steady for {:?}", cli.duration);
             sleep_watching(&mut watchdog, cli.duration).await?;
             None
         }
-        Scenario::Outage | Scenario::MassOutage | Scenario::WeederStorm => {
+        Scenario::Outage | Scenario::MassOutage => {
             let affected: Vec<usize> = if cli.scenario == Scenario::Outage {
                 vec![0]
             } else {
                 (0..cli.shoots).collect()
             };
-            Some(run_outage(cli, &world, &mut watchdog, &affected, window_from).await?)
+            Some(run_outage(cli, world, &mut watchdog, &affected, window_from).await?)
         }
+        Scenario::WeederStorm => bail!("the weeder storm is not a prober scenario"),
     };
     let window_to = Utc::now();
-    eprintln!("run: stopping the watchdog");
+    let sizes_to = WindowSizes::scrape(world).await;
+    eprintln!("run {run}: stopping the watchdog");
     let samples = sampler.samples();
     watchdog.process.stop(Duration::from_secs(3));
     // The audit logs are written in batches of at most 1 s.
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    let result = analyse(
-        cli,
-        bin,
-        &world,
+    let measured = Measured {
         started,
         window_from,
         window_to,
-        &samples,
-        outage.as_ref(),
-    )?;
-    println!("{}", report::table(&result));
-    if let Some(path) = &cli.output {
-        let text = serde_json::to_string_pretty(&result).context("serialize result")?;
-        std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        samples: &samples,
+        sizes: sizes_from.delta(&sizes_to),
+    };
+    analyse(cli, subject, world, &measured, outage.as_ref()).await
+}
+
+/// Response-size counters of the seed and every reachable shoot apiserver at one moment.
+pub struct WindowSizes {
+    seed: Option<metrics::Snapshot>,
+    shoots: Vec<Option<metrics::Snapshot>>,
+}
+
+impl WindowSizes {
+    /// Reads every apiserver's `/metrics`; a stopped apiserver reads as `None`.
+    pub async fn scrape(world: &World) -> WindowSizes {
+        let seed = metrics::scrape(&world.seed_client).await.ok();
+        let mut shoots = Vec::with_capacity(world.shoot_clients.len());
+        for (j, client) in world.shoot_clients.iter().enumerate() {
+            shoots.push(if world.shoot_apis[j].is_running() {
+                metrics::scrape(client).await.ok()
+            } else {
+                None
+            });
+        }
+        WindowSizes { seed, shoots }
     }
-    drop(watchdog);
-    eprintln!("teardown…");
-    drop(world);
-    Ok(())
+
+    /// The window's deltas: the seed's, the shoot apiservers' summed, and which shoot
+    /// apiservers could not be read at both ends.
+    pub fn delta(&self, to: &WindowSizes) -> SizeDeltas {
+        let seed = match (&self.seed, &to.seed) {
+            (Some(a), Some(b)) => Some(metrics::delta(a, b)),
+            _ => None,
+        };
+        let mut shoot = metrics::Snapshot::new();
+        let mut unread = Vec::new();
+        for (j, (a, b)) in self.shoots.iter().zip(&to.shoots).enumerate() {
+            match (a, b) {
+                (Some(a), Some(b)) => metrics::add(&mut shoot, &metrics::delta(a, b)),
+                _ => unread.push(j),
+            }
+        }
+        SizeDeltas {
+            seed,
+            shoot,
+            shoot_unread: unread,
+        }
+    }
+}
+
+/// Response-size deltas over the measured window.
+pub struct SizeDeltas {
+    /// The seed's (`None`: not readable).
+    pub seed: Option<metrics::Snapshot>,
+    /// All readable shoot apiservers', summed.
+    pub shoot: metrics::Snapshot,
+    /// Shoot apiservers not readable at both ends (stopped).
+    pub shoot_unread: Vec<usize>,
+}
+
+/// What a run measured, handed to the analysis in one piece.
+pub struct Measured<'a> {
+    /// When the watchdog was started.
+    pub started: DateTime<Utc>,
+    /// Start of the measured window (after warm-up).
+    pub window_from: DateTime<Utc>,
+    /// End of the measured window.
+    pub window_to: DateTime<Utc>,
+    /// `/proc` samples of the watchdog.
+    pub samples: &'a [procstat::Sample],
+    /// Response-size deltas over the window.
+    pub sizes: SizeDeltas,
+}
+
+/// Sizes of the bench's own GET of each non-resource path (`/version`, …) on `client`.
+async fn non_resource_sizes(client: &kube::Client, paths: &[String]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for p in paths {
+        if let Ok(n) = metrics::get_size(client, p).await {
+            out.insert(p.clone(), n);
+        }
+    }
+    out
+}
+
+/// The watchdog's seed requests: everything from its start to the end of the run
+/// (`ResponseComplete` events; long watches are logged when they end, stamped with their
+/// start). Shared by the prober and the weeder analysis.
+pub fn seed_requests(world: &World, started: DateTime<Utc>) -> Result<Vec<audit::Request>> {
+    audit::read(&world.seed.audit_log_path(), started, |u| {
+        u == WATCHDOG_USER
+    })
+}
+
+/// `{key: count per minute}` over a window of `window_secs`.
+pub fn per_minute(counts: BTreeMap<String, u64>, window_secs: f64) -> Value {
+    counts
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k,
+                json!((v as f64 / window_secs * 60.0 * 10.0).round() / 10.0),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// The `seed_requests` object and the seed part of `response_bytes`, shared by both kinds of
+/// run. Requests at or after `window_to` belong to the next run and are left out.
+pub async fn seed_json(world: &World, m: &Measured<'_>) -> Result<(Value, Value)> {
+    let window_secs = secs(m.window_from, m.window_to).max(1e-3);
+    let requests = seed_requests(world, m.started)?;
+    let window: Vec<&audit::Request> = requests
+        .iter()
+        .filter(|r| r.received >= m.window_from && r.received <= m.window_to)
+        .collect();
+    // Start-up (initial lists, watches) is reported apart: a cache-based binary pays here
+    // once what a GET-based one pays every run.
+    let startup: Vec<&audit::Request> = requests
+        .iter()
+        .filter(|r| r.received < m.window_from)
+        .collect();
+    let counts = audit::by_key(window.iter().copied());
+    let seed_requests = json!({
+        "total": window.len(),
+        "per_minute": per_minute(counts.clone(), window_secs),
+        "failures_by_code": audit::failures_by_code(window.iter().copied()),
+        "warmup_total": startup.len(),
+        "warmup_by_verb_resource": audit::by_key(startup.iter().copied()),
+    });
+    let bytes = match &m.sizes.seed {
+        Some(delta) => {
+            let paths = metrics::non_resource_paths(window.iter().copied());
+            let sizes = non_resource_sizes(&world.seed_client, &paths).await;
+            let (rows, total) = metrics::attribute(delta, &counts, &sizes);
+            json!({
+                "watchdog_total_bytes": total.round(),
+                "watchdog_by_verb_resource": rows,
+                "all_clients_by_verb_resource": metrics::to_json(delta),
+            })
+        }
+        None => Value::Null,
+    };
+    Ok((seed_requests, bytes))
 }
 
 async fn run_outage(
@@ -299,7 +466,7 @@ async fn run_outage(
     let slack = cli.probe_interval * 3
         + Duration::from_secs(60)
         + Duration::from_secs_f64(writes / cli.kube_api_qps.max(0.1) * 2.0);
-    let down_timeout = cli.kcm_grace.mul_f64(0.75) + RENEW_INTERVAL + slack;
+    let down_timeout = cli.kcm_grace.mul_f64(0.75) + cli.renew_interval + slack;
     let all_down = wait_all(
         world,
         watchdog,
@@ -322,7 +489,7 @@ async fn run_outage(
     }
     eprintln!("run: kubelets of {} shoot(s) renew again", affected.len());
     // The kubelets keep only each node's latest renewal; recovery is decided by the first
-    // one after resumption, so catch it while polling (well within the 10 s renew interval).
+    // one after resumption, so catch it while polling (well within the renew interval).
     let mut after: Vec<(usize, HashMap<String, DateTime<Utc>>)> =
         affected.iter().map(|&i| (i, HashMap::new())).collect();
     let mut record_first_renewals = || {
@@ -340,7 +507,7 @@ async fn run_outage(
         affected,
         resumed_at,
         |r| r > 0,
-        RENEW_INTERVAL + slack,
+        cli.renew_interval + slack,
         "restored",
         &mut record_first_renewals,
     )
@@ -366,61 +533,62 @@ async fn run_outage(
 }
 
 /// Seconds from `a` to `b` (negative when `b` is earlier).
-fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
+pub fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
     (b - a).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6
 }
 
-// The run's inputs and measurements, passed once to one pure function.
-#[allow(clippy::too_many_arguments)]
-fn analyse(
+/// Reads the audit logs and samples back into the run's result.
+async fn analyse(
     cli: &Cli,
-    bin: &Path,
+    subject: &Subject,
     world: &World,
-    started: DateTime<Utc>,
-    window_from: DateTime<Utc>,
-    window_to: DateTime<Utc>,
-    samples: &[procstat::Sample],
+    m: &Measured<'_>,
     outage: Option<&OutageRecord>,
-) -> Result<Value> {
+) -> Result<RunOutput> {
+    let (window_from, window_to) = (m.window_from, m.window_to);
     let window_secs = secs(window_from, window_to).max(1e-3);
-    let usage = procstat::usage(samples, window_from, window_to);
+    let usage = procstat::usage(m.samples, window_from, window_to);
 
     // Seed: the watchdog's own user only (the simulator and the bench use `admin`).
-    let seed_requests = audit::read(&world.seed.audit_log_path(), started, |u| {
-        u == WATCHDOG_USER
-    })?;
+    let (seed_json, seed_bytes) = seed_json(world, m).await?;
     let mut shoot_requests = Vec::new();
     for api in &world.shoot_apis {
-        shoot_requests.extend(audit::read(&api.audit_log_path(), started, |u| {
+        shoot_requests.extend(audit::read(&api.audit_log_path(), m.started, |u| {
             u.starts_with("shoot-")
         })?);
     }
     let in_window = |r: &&audit::Request| r.received >= window_from && r.received <= window_to;
-    let seed_window: Vec<&audit::Request> = seed_requests.iter().filter(in_window).collect();
-    // Start-up (initial lists, watches, first probes) is reported apart: a cache-based
-    // binary pays here once what a GET-based one pays every run.
-    let seed_startup: Vec<&audit::Request> = seed_requests
-        .iter()
-        .filter(|r| r.received < window_from)
-        .collect();
     let shoot_window: Vec<&audit::Request> = shoot_requests.iter().filter(in_window).collect();
     let probes = audit::version_probes(&shoot_requests);
     let probe_runs = shoot_window
         .iter()
         .filter(|r| r.verb == "get" && r.what == "/version")
         .count();
-    let per_minute = |counts: BTreeMap<String, u64>| -> Value {
-        counts
-            .into_iter()
-            .map(|(k, v)| {
-                (
-                    k,
-                    json!((v as f64 / window_secs * 60.0 * 10.0).round() / 10.0),
-                )
-            })
-            .collect::<serde_json::Map<_, _>>()
-            .into()
+
+    // Shoot response bytes: the watchdog's reads times the window's mean response size.
+    let shoot_counts = audit::by_key(shoot_window.iter().copied());
+    let paths = metrics::non_resource_paths(shoot_window.iter().copied());
+    // Sized on a healthy shoot apiserver (a slow one would only be slower, a stopped one mute).
+    let healthy = (0..world.shoot_clients.len())
+        .find(|j| cli.stop_shoot_apiserver != Some(*j) && cli.slow_shoot_apiserver != Some(*j));
+    let sizes = match healthy {
+        Some(j) => non_resource_sizes(&world.shoot_clients[j], &paths).await,
+        None => BTreeMap::new(),
     };
+    let (shoot_rows, shoot_total) = metrics::attribute(&m.sizes.shoot, &shoot_counts, &sizes);
+    let response_bytes = json!({
+        "method": "per verb and resource: the watchdog's request count (audit log) × the mean \
+                   response size of all clients in the window (apiserver_response_sizes Δsum ÷ Δcount; \
+                   GET and LIST only); non-resource GETs sized by the bench's own GET",
+        "shoot": {
+            "watchdog_total_bytes": shoot_total.round(),
+            "watchdog_per_probe_run": if probe_runs > 0 { (shoot_total / probe_runs as f64).round() } else { 0.0 },
+            "watchdog_by_verb_resource": shoot_rows,
+            "all_clients_by_verb_resource": metrics::to_json(&m.sizes.shoot),
+            "apiservers_not_read": m.sizes.shoot_unread,
+        },
+        "seed": seed_bytes,
+    });
 
     // Probe lateness: gaps between consecutive `GET /version` of one shoot, both in the
     // window, minus the configured interval.
@@ -468,38 +636,41 @@ fn analyse(
         gaps.extend(lateness);
     }
 
-    let outage_json = outage.map(|o| outage_results(cli, world, o, &seed_requests));
+    let mut dists = Dists::default();
+    dists.insert(chart::PROBE_LATENESS.into(), gaps.clone());
+    let outage_json = outage.map(|o| {
+        let (json, down, up) = outage_results(cli, world, o, m.started);
+        dists.insert(chart::SCALE_DOWN.into(), down);
+        dists.insert(chart::RESTORE.into(), up);
+        json
+    });
+    let outage_json = match outage_json {
+        Some(r) => r?,
+        None => Value::Null,
+    };
 
-    Ok(json!({
-        "label": cli.label.clone().unwrap_or_else(|| bin.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()),
-        "binary": bin.display().to_string(),
+    let json = json!({
+        "label": subject.label,
+        "binary": subject.bin.display().to_string(),
         "scenario": format!("{:?}", cli.scenario),
         "shape": {"shoots": cli.shoots, "nodes_per_shoot": cli.nodes, "shoot_apiservers": cli.shoot_apiservers},
         "config": {
             "probe_interval_s": interval, "initial_delay_s": cli.initial_delay.as_secs_f64(),
             "kcm_grace_s": cli.kcm_grace.as_secs_f64(), "jitter": cli.jitter, "threshold": THRESHOLD,
+            "renew_interval_s": cli.renew_interval.as_secs_f64(),
             "kube_api_qps": cli.kube_api_qps, "kube_api_burst": cli.kube_api_burst,
             "stopped_shoot_apiserver": cli.stop_shoot_apiserver,
             "slow_shoot_apiserver": cli.slow_shoot_apiserver.map(|j| json!({"index": j, "latency_s": cli.slow_latency.as_secs_f64()})),
         },
+        "setup_s": world.setup_seconds,
         "window": {"from": window_from.to_rfc3339(), "to": window_to.to_rfc3339(), "seconds": window_secs},
-        "process": {
-            "peak_rss_bytes": usage.peak_rss, "steady_rss_bytes": usage.steady_rss,
-            "cpu_seconds_per_minute": usage.cpu_per_minute, "cpu_seconds_total": usage.cpu_total,
-            "samples": usage.samples,
-        },
-        "seed_requests": {
-            "total": seed_window.len(),
-            "per_minute": per_minute(audit::by_key(seed_window.iter().copied())),
-            "failures_by_code": audit::failures_by_code(seed_window.iter().copied()),
-            "warmup_total": seed_startup.len(),
-            "warmup_by_verb_resource": audit::by_key(seed_startup.iter().copied()),
-        },
+        "process": usage.to_json(),
+        "seed_requests": seed_json,
         "shoot_requests": {
             "total": shoot_window.len(),
             "probe_runs": probe_runs,
             "per_probe_run": if probe_runs > 0 { shoot_window.len() as f64 / probe_runs as f64 } else { 0.0 },
-            "per_minute": per_minute(audit::by_key(shoot_window.iter().copied())),
+            "per_minute": per_minute(shoot_counts, window_secs),
             "failures_by_code": audit::failures_by_code(shoot_window.iter().copied()),
         },
         "probe_lateness_s": {
@@ -510,16 +681,22 @@ fn analyse(
             "shoots_on_stopped_apiserver": cli.stop_shoot_apiserver.map(|j| world.shoots.iter().filter(|s| s.index % cli.shoot_apiservers == j).count()),
         },
         "outage": outage_json,
-        "response_bytes": null,
-    }))
+        "response_bytes": response_bytes,
+    });
+    Ok(RunOutput { json, dists })
 }
 
+/// The outage part of the result, and the raw crossing → 0 and recovery → restored samples.
 fn outage_results(
     cli: &Cli,
     world: &World,
     o: &OutageRecord,
-    seed_requests: &[audit::Request],
-) -> Value {
+    started: DateTime<Utc>,
+) -> (Result<Value>, Vec<f64>, Vec<f64>) {
+    let seed_requests = match seed_requests(world, started) {
+        Ok(r) => r,
+        Err(e) => return (Err(e), Vec::new(), Vec::new()),
+    };
     let grace = chrono::Duration::from_std(cli.kcm_grace.mul_f64(0.75)).unwrap_or_default();
     let k = expired_needed(cli.nodes);
     let mut down: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
@@ -586,7 +763,7 @@ fn outage_results(
     let all_down: Vec<f64> = down.values().flatten().copied().collect();
     let all_up: Vec<f64> = up.values().flatten().copied().collect();
     let bound = 1.2 * (o.before.len() as f64 * WRITES_PER_TARGET / cli.kube_api_qps.max(0.1));
-    json!({
+    let json = json!({
         "affected_shoots": o.before.len(),
         "expired_leases_needed": k,
         "all_scaled_down": o.all_down,
@@ -601,5 +778,6 @@ fn outage_results(
             "total": outage_seed.len(),
             "by_verb_resource": audit::by_key(outage_seed.iter().copied()),
         },
-    })
+    });
+    (Ok(json), all_down, all_up)
 }

@@ -1,6 +1,10 @@
 //! The benchmark's world: one seed and K shoot kube-apiservers (audit logs on), N simulated
 //! shoots spread over them, one Deployment status simulation for the whole seed, and a
-//! watch recording every replica change of every target.
+//! watch recording every replica change of every target. The weeder storm needs only the
+//! seed: its namespaces, slices and pods come from [`crate::weeder::populate`].
+//!
+//! The world is built once per `bench` invocation and shared by every run of a comparison
+//! (building it is what takes minutes at N=1000).
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -27,7 +31,7 @@ pub const WATCHDOG_USER: &str = "dependency-watchdog";
 const RENEW_PERMITS: usize = 32;
 
 /// Shoots created at once during setup (each one already keeps 16 writes in flight).
-const SETUP_CONCURRENCY: usize = 4;
+pub const SETUP_CONCURRENCY: usize = 4;
 
 /// The world's shape.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +44,8 @@ pub struct Shape {
     pub apiservers: usize,
     /// Kubelet lease renew interval.
     pub renew_interval: Duration,
+    /// Whether to create shoots (prober scenarios) or leave the seed empty (weeder storm).
+    pub with_shoots: bool,
 }
 
 /// One shoot of the benchmark.
@@ -82,6 +88,8 @@ pub struct World {
     pub replicas: ReplicaLog,
     _replica_watch: AbortOnDrop,
     _deployment_status: DeploymentStatusSim,
+    /// The weeder storm's namespaces and pod deletion watch (weeder-storm only).
+    pub storm: Option<crate::weeder::Storm>,
     /// The shoots, by index.
     pub shoots: Vec<BenchShoot>,
     /// The seed apiserver.
@@ -92,6 +100,12 @@ pub struct World {
     pub watchdog_kubeconfig: PathBuf,
     /// Directory for the watchdog's config and log.
     pub dir: PathBuf,
+    /// Admin client of the seed (the bench's own reads and repairs; not the watchdog's user).
+    pub seed_client: kube::Client,
+    /// Admin clients of the shoot apiservers, by index.
+    pub shoot_clients: Vec<kube::Client>,
+    /// How long building the world took.
+    pub setup_seconds: f64,
     /// Last: stops etcd and every apiserver, removes its directory (held only to be dropped).
     _env: TestEnv,
 }
@@ -152,9 +166,10 @@ pub async fn build(shape: Shape) -> Result<World> {
     let replica_watch = AbortOnDrop::spawn(watch_replicas(seed_client.clone(), replicas.clone()));
 
     let limiter = Arc::new(tokio::sync::Semaphore::new(RENEW_PERMITS));
+    let shoot_count = if shape.with_shoots { shape.shoots } else { 0 };
     let mut created = 0usize;
     let mut last_report = Instant::now();
-    let mut stream = futures::stream::iter(0..shape.shoots)
+    let mut stream = futures::stream::iter(0..shoot_count)
         .map(|i| {
             let j = i % shape.apiservers;
             let seed_client = seed_client.clone();
@@ -179,11 +194,11 @@ pub async fn build(shape: Shape) -> Result<World> {
             }
         })
         .buffer_unordered(SETUP_CONCURRENCY);
-    let mut shoots = Vec::with_capacity(shape.shoots);
+    let mut shoots = Vec::with_capacity(shoot_count);
     while let Some(shoot) = stream.try_next().await? {
         shoots.push(shoot);
         created += 1;
-        if last_report.elapsed() >= Duration::from_secs(2) || created == shape.shoots {
+        if last_report.elapsed() >= Duration::from_secs(2) || created == shoot_count {
             last_report = Instant::now();
             eprint!(
                 "\rsetup: {created}/{} shoots ({} nodes each) after {:.1}s   ",
@@ -195,12 +210,18 @@ pub async fn build(shape: Shape) -> Result<World> {
         }
     }
     drop(stream);
-    eprintln!();
+    if shoot_count > 0 {
+        eprintln!();
+    }
     shoots.sort_by_key(|s| s.index);
     Ok(World {
+        seed_client,
+        shoot_clients,
+        setup_seconds: started.elapsed().as_secs_f64(),
         replicas,
         _replica_watch: replica_watch,
         _deployment_status: deployment_status,
+        storm: None,
         shoots,
         seed,
         shoot_apis,

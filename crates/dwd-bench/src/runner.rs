@@ -1,0 +1,123 @@
+//! The whole invocation: build the world once, run the binary (or A B A B … in compare
+//! mode) on it, resetting it to steady state between runs, then print the table and write
+//! the JSON and the chart.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use crate::scenario::RunOutput;
+use crate::setup::{self, Shape};
+use crate::{Cli, Scenario, Subject, chart, compare, report, reset, scenario, weeder};
+
+/// Runs the benchmark and prints/writes the results.
+pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
+    let storm = cli.scenario == Scenario::WeederStorm;
+    let shape = Shape {
+        shoots: cli.shoots,
+        nodes: cli.nodes,
+        // The weeder works on the seed alone.
+        apiservers: if storm { 0 } else { cli.shoot_apiservers },
+        renew_interval: cli.renew_interval,
+        with_shoots: !storm,
+    };
+    let mut world = setup::build(shape).await?;
+    if storm {
+        weeder::populate(&mut world, cli.shoots).await?;
+    }
+    eprintln!("setup: world ready after {:.1}s", world.setup_seconds);
+
+    let compare_mode = subjects.len() > 1;
+    // A B A B …: drift of the shared machine (other load, disk, page cache) hits both.
+    let plan: Vec<&Subject> = if compare_mode {
+        (0..cli.rounds).flat_map(|_| subjects.iter()).collect()
+    } else {
+        subjects.iter().take(1).collect()
+    };
+    let mut outputs: Vec<RunOutput> = Vec::with_capacity(plan.len());
+    for (k, subject) in plan.iter().enumerate() {
+        let run = k + 1;
+        let reset = if k == 0 {
+            None
+        } else if storm {
+            Some(weeder::reset(&world).await?)
+        } else {
+            Some(reset::prober_world(cli, &world).await?)
+        };
+        if compare_mode {
+            eprintln!("=== run {run}/{}: {} ===", plan.len(), subject.label);
+        }
+        let mut out = if storm {
+            weeder::run_once(cli, subject, &world, run).await?
+        } else {
+            scenario::run_once(cli, subject, &world, run).await?
+        };
+        if compare_mode {
+            out.json["run"] = json!(run);
+            out.json["reset_before_run"] = reset.unwrap_or(Value::Null);
+            // Each run's own table as it finishes; the side-by-side one comes at the end.
+            eprintln!("{}", report::table(&out.json));
+        }
+        outputs.push(out);
+    }
+
+    let runs: Vec<Value> = outputs.iter().map(|o| o.json.clone()).collect();
+    let result = if compare_mode {
+        let summary = compare::summarise(subjects, &runs);
+        println!("{}", compare::table(&summary, &runs));
+        json!({
+            "runs": runs,
+            "labels": summary["labels"],
+            "ratio": summary["ratio"],
+            "means": summary["means"],
+            "ratios": summary["ratios"],
+        })
+    } else {
+        let only = runs.into_iter().next().unwrap_or(Value::Null);
+        println!("{}", report::table(&only));
+        only
+    };
+    if let Some(path) = &cli.output {
+        let text = serde_json::to_string_pretty(&result).context("serialize result")?;
+        std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = chart_path(cli) {
+        let title = format!(
+            "dwd-bench {:?}: {}",
+            cli.scenario,
+            subjects
+                .iter()
+                .map(|s| s.label.as_str())
+                .collect::<Vec<_>>()
+                .join(" vs ")
+        );
+        let series: Vec<(String, &chart::Dists)> = outputs
+            .iter()
+            .map(|o| {
+                (
+                    o.json["label"].as_str().unwrap_or_default().to_string(),
+                    &o.dists,
+                )
+            })
+            .collect();
+        match chart::render(&title, &series) {
+            Some(svg) => {
+                std::fs::write(&path, svg).with_context(|| format!("write {}", path.display()))?;
+                eprintln!("wrote {}", path.display());
+            }
+            None => eprintln!("no latency samples: no chart written"),
+        }
+    }
+    eprintln!("teardown…");
+    drop(world);
+    Ok(())
+}
+
+/// `--chart`, else `--output` with extension `.svg`, else none.
+fn chart_path(cli: &Cli) -> Option<PathBuf> {
+    cli.chart
+        .clone()
+        .or_else(|| cli.output.as_ref().map(|o| o.with_extension("svg")))
+}
