@@ -203,6 +203,25 @@ fn shoot_rows(rows: &mut Vec<(String, String)>, r: &Value) {
             r["probe_lateness_s"]["shoots_on_stopped_apiserver"].to_string(),
         ));
     }
+    let k = &r["kubelets"];
+    if k.is_object() {
+        rows.push((
+            "kubelets: lease age at end p50/max / renew / valid".into(),
+            format!(
+                "{} / {} / {}s / {}s",
+                k["lease_age_at_end_s"]["p50"]
+                    .as_f64()
+                    .map(|v| format!("{v:.1}s"))
+                    .unwrap_or_else(|| "-".into()),
+                k["lease_age_at_end_s"]["max"]
+                    .as_f64()
+                    .map(|v| format!("{v:.1}s"))
+                    .unwrap_or_else(|| "-".into()),
+                k["renew_interval_s"],
+                k["lease_validity_s"]
+            ),
+        ));
+    }
 }
 
 /// The outage rows (nothing when the run had no outage).

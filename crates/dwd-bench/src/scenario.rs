@@ -636,6 +636,33 @@ async fn analyse(
         gaps.extend(lateness);
     }
 
+    // Whether the simulated kubelets kept up: at N × M in the tens of thousands a short
+    // renew interval is more than the shoot apiservers can take on a small machine, and
+    // leases then age towards expiry on their own.
+    let now = Utc::now();
+    let mut ages: Vec<f64> = Vec::new();
+    let mut renew_failures = 0u64;
+    for shoot in &world.shoots {
+        let kubelets = shoot.sim.kubelets();
+        renew_failures += kubelets.failures();
+        let silenced: HashSet<String> = kubelets.silenced().into_iter().collect();
+        let renewals = kubelets.renewals();
+        ages.extend(
+            kubelets
+                .nodes()
+                .iter()
+                .filter(|n| !silenced.contains(*n))
+                .filter_map(|n| renewals.get(n))
+                .map(|t| secs(*t, now)),
+        );
+    }
+    let kubelets_json = json!({
+        "renew_interval_s": cli.renew_interval.as_secs_f64(),
+        "lease_age_at_end_s": Summary::of(&ages).to_json(),
+        "lease_validity_s": cli.kcm_grace.as_secs_f64() * 0.75,
+        "renew_failures_since_setup": renew_failures,
+    });
+
     let mut dists = Dists::default();
     dists.insert(chart::PROBE_LATENESS.into(), gaps.clone());
     let outage_json = outage.map(|o| {
@@ -682,6 +709,7 @@ async fn analyse(
         },
         "outage": outage_json,
         "response_bytes": response_bytes,
+        "kubelets": kubelets_json,
     });
     Ok(RunOutput { json, dists })
 }
