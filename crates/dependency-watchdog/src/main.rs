@@ -4,8 +4,35 @@ use clap::Parser;
 
 use dependency_watchdog::cli::{Cli, Command, normalize_go_flags};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    limit_malloc_arenas();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("Error: starting the tokio runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async_main())
+}
+
+/// One glibc malloc arena for the whole process (glibc's default is up to 8 per core, each
+/// growing and fragmenting on its own). Probe runs allocate small, short-lived objects on
+/// whichever worker thread they land on; one arena keeps the freed memory reusable by all of
+/// them. Measured with `bench` at 100 shoots: steady RSS 24.8 → 20.4 MiB, CPU unchanged
+/// (crates/dwd-bench/README.md). Must run before any thread starts.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a tunable; it is called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+async fn async_main() -> std::process::ExitCode {
     let cli = Cli::parse_from(normalize_go_flags(std::env::args_os()));
     match &cli.command {
         Command::Prober(args) | Command::Weeder(args) => dependency_watchdog::init_logging(args),

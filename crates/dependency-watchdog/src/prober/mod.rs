@@ -11,6 +11,7 @@ pub mod manager;
 pub mod probe;
 pub mod scaler;
 pub mod seed_caches;
+pub mod slim;
 
 use std::sync::Arc;
 

@@ -24,6 +24,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
 use super::scaler;
+use super::slim::NodeLease;
 use crate::Error;
 use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootLabels,
@@ -271,12 +272,16 @@ impl Probe {
         //    cheap for the shoot, and at most milliseconds behind. Leases first: when all are
         //    fresh and nothing waits to be restored, no node can change the outcome.
         let lp = ListParams::default().match_any();
-        let leases_api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+        let leases_api: Api<NodeLease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
         let leases = match self
             .shoot_call("listing node leases", leases_api.list(&lp))
             .await
         {
-            Ok(leases) => leases,
+            Ok(list) => list
+                .items
+                .into_iter()
+                .map(NodeLease::into_lease)
+                .collect::<Vec<Lease>>(),
             Err(error) => {
                 self.lease_list_failed(&error, outcome);
                 return Err(());
@@ -284,7 +289,7 @@ impl Probe {
         };
         if !nodes_may_matter
             && leases_alone_suffice(
-                &leases.items,
+                &leases,
                 self.settings.node_monitor_grace,
                 cfg.node_lease_failure_fraction,
                 Utc::now(),
@@ -292,7 +297,7 @@ impl Probe {
             )
         {
             return Ok(Finding::AllLeasesFresh {
-                leases: leases.items.len(),
+                leases: leases.len(),
             });
         }
         let nodes_api: Api<Node> = Api::all(client.clone());
@@ -320,7 +325,7 @@ impl Probe {
         let report = evaluate_leases(
             &nodes.items,
             &machines,
-            &leases.items,
+            &leases,
             &self.settings,
             cfg.node_lease_failure_fraction,
             Utc::now(),
