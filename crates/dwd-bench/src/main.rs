@@ -13,6 +13,7 @@ mod reset;
 mod runner;
 mod scenario;
 mod setup;
+mod shoot_proxy;
 mod stats;
 mod weeder;
 
@@ -93,6 +94,11 @@ pub struct Cli {
     /// Added latency of `--slow-shoot-apiserver`.
     #[arg(long, default_value = "2s", value_parser = stats::parse_duration)]
     pub slow_latency: Duration,
+    /// Point the probe kubeconfigs straight at the shared shoot apiservers, without the
+    /// per-shoot fronts: every probe run then lists the nodes and leases of all N/K shoots on
+    /// its apiserver, not just its own M.
+    #[arg(long)]
+    pub shared_shoot_lists: bool,
     /// Binary to run (any that takes the reference's flags and config); default: the
     /// `dependency-watchdog` next to this executable.
     #[arg(long)]

@@ -21,6 +21,7 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
         apiservers: if storm { 0 } else { cli.shoot_apiservers },
         renew_interval: cli.renew_interval,
         with_shoots: !storm,
+        shoot_fronts: !cli.shared_shoot_lists,
     };
     let mut world = setup::build(shape).await?;
     if storm {

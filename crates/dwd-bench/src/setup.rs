@@ -6,7 +6,7 @@
 //! The world is built once per `bench` invocation and shared by every run of a comparison
 //! (building it is what takes minutes at N=1000).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -14,10 +14,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
+use dwd_sim::shoot::DEFAULT_POOL;
 use dwd_sim::{
     AbortOnDrop, DeploymentStatusOptions, DeploymentStatusSim, SimShoot, SimShootOptions,
+    node_specs_with_prefix,
 };
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
+
+use crate::shoot_proxy::{self, ShootProxy};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
@@ -46,6 +50,9 @@ pub struct Shape {
     pub renew_interval: Duration,
     /// Whether to create shoots (prober scenarios) or leave the seed empty (weeder storm).
     pub with_shoots: bool,
+    /// Whether each shoot's probe kubeconfig goes through its own front
+    /// ([`crate::shoot_proxy`]), so that it sees only its own nodes and leases.
+    pub shoot_fronts: bool,
 }
 
 /// One shoot of the benchmark.
@@ -54,6 +61,8 @@ pub struct BenchShoot {
     pub index: usize,
     /// The simulated shoot.
     pub sim: SimShoot,
+    /// Its front, if the probe kubeconfig goes through one (stops when dropped).
+    _front: Option<ShootProxy>,
 }
 
 impl BenchShoot {
@@ -166,6 +175,11 @@ pub async fn build(shape: Shape) -> Result<World> {
     let replica_watch = AbortOnDrop::spawn(watch_replicas(seed_client.clone(), replicas.clone()));
 
     let limiter = Arc::new(tokio::sync::Semaphore::new(RENEW_PERMITS));
+    let front_tls = if shape.shoot_fronts && shape.with_shoots {
+        Some(shoot_proxy::server_tls(env.dir())?)
+    } else {
+        None
+    };
     let shoot_count = if shape.with_shoots { shape.shoots } else { 0 };
     let mut created = 0usize;
     let mut last_report = Instant::now();
@@ -176,21 +190,45 @@ pub async fn build(shape: Shape) -> Result<World> {
             let shoot_client = shoot_clients[j].clone();
             let api = shoot_apis[j].clone();
             let limiter = limiter.clone();
+            let front_tls = front_tls.clone();
             async move {
                 // Its own certificate: the shoot apiserver's audit log names the shoot.
-                let kubeconfig = api
+                let direct = api
                     .kubeconfig_for(&shoot_user(i), &["system:masters"])
                     .with_context(|| format!("kubeconfig of shoot {i}"))?;
+                let (kubeconfig, front) = match front_tls {
+                    Some(tls) => {
+                        let front = ShootProxy::start(i, api.addr(), &direct, tls).await?;
+                        let via_front = direct.replace(
+                            &format!("https://{}", api.addr()),
+                            &format!("https://{}", front.addr),
+                        );
+                        (via_front, Some(front))
+                    }
+                    None => (direct, None),
+                };
+                // Labelled with the shoot's index, so its front can select them.
+                let label = (shoot_proxy::SHOOT_LABEL, i.to_string());
                 let mut options = SimShootOptions::new(shoot_namespace(i))
                     .with_nodes(shape.nodes)
                     .with_renew_interval(shape.renew_interval);
-                options.node_prefix = format!("s{i}-node-");
+                options.node_specs = Some(
+                    node_specs_with_prefix(&format!("s{i}-node-"), shape.nodes, &[DEFAULT_POOL])
+                        .into_iter()
+                        .map(|n| n.with_label(label.0, &label.1))
+                        .collect(),
+                );
+                options.lease_labels = BTreeMap::from([(label.0.to_string(), label.1.clone())]);
                 options.renew_limiter = Some(limiter);
                 options.deployment_status_delay = None;
                 let sim = SimShoot::create(seed_client, shoot_client, &kubeconfig, options)
                     .await
                     .with_context(|| format!("create shoot {i}"))?;
-                anyhow::Ok(BenchShoot { index: i, sim })
+                anyhow::Ok(BenchShoot {
+                    index: i,
+                    sim,
+                    _front: front,
+                })
             }
         })
         .buffer_unordered(SETUP_CONCURRENCY);

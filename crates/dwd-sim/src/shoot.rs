@@ -138,12 +138,23 @@ fn to_chrono(t: &k8s_openapi::jiff::Timestamp) -> Option<DateTime<Utc>> {
 #[derive(Clone)]
 pub struct ShootDataPlane {
     client: kube::Client,
+    lease_labels: BTreeMap<String, String>,
 }
 
 impl ShootDataPlane {
     /// Works against the shoot apiserver behind `client`.
     pub fn new(client: kube::Client) -> Self {
-        ShootDataPlane { client }
+        ShootDataPlane {
+            client,
+            lease_labels: BTreeMap::new(),
+        }
+    }
+
+    /// Labels every lease this data plane creates from now on (none by default). Shoots that
+    /// share one apiserver can then be told apart by a label selector on lease lists.
+    pub fn with_lease_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.lease_labels = labels;
+        self
     }
 
     /// The shoot apiserver client.
@@ -227,9 +238,12 @@ impl ShootDataPlane {
         if let Some(t) = renew {
             spec["renewTime"] = json!(micro_time(t));
         }
-        let lease: Lease =
-            serde_json::from_value(json!({"metadata": {"name": node}, "spec": spec}))
-                .map_err(json_err(&action))?;
+        let mut metadata = json!({"name": node});
+        if !self.lease_labels.is_empty() {
+            metadata["labels"] = json!(self.lease_labels);
+        }
+        let lease: Lease = serde_json::from_value(json!({"metadata": metadata, "spec": spec}))
+            .map_err(json_err(&action))?;
         self.leases()
             .create(&PostParams::default(), &lease)
             .await

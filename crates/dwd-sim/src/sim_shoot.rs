@@ -33,6 +33,8 @@ pub struct SimShootOptions {
     pub kubelet_concurrency: usize,
     /// Optional limit on lease renewals shared with other shoots.
     pub renew_limiter: Option<Arc<Semaphore>>,
+    /// Labels of every node Lease (default none; node labels go in `node_specs`).
+    pub lease_labels: std::collections::BTreeMap<String, String>,
     /// Name of the probe Secret (default `shoot-access-dependency-watchdog-probe`).
     pub secret_name: String,
     /// Deployments `(name, replicas)` (default KCM 2, MCM 1, CA 1).
@@ -58,6 +60,7 @@ impl SimShootOptions {
             renew_interval: DEFAULT_RENEW_INTERVAL,
             kubelet_concurrency: CREATE_CONCURRENCY,
             renew_limiter: None,
+            lease_labels: std::collections::BTreeMap::new(),
             secret_name: DEFAULT_PROBE_SECRET.into(),
             deployments: DEFAULT_DEPLOYMENTS
                 .iter()
@@ -129,7 +132,8 @@ impl SimShoot {
         options: SimShootOptions,
     ) -> Result<SimShoot> {
         let seed = SeedControlPlane::new(seed_client.clone(), &options.namespace);
-        let shoot = ShootDataPlane::new(shoot_client);
+        let shoot =
+            ShootDataPlane::new(shoot_client).with_lease_labels(options.lease_labels.clone());
         let nodes = options.resolved_nodes();
         let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
 
