@@ -39,6 +39,9 @@ impl Priority {
         Priority(u16::try_from(level).unwrap_or(u16::MAX).min(999))
     }
 
+    /// The weeder's pod deletions: what it exists for, before starting more watches.
+    pub const WEEDER_DELETE: Priority = Priority(999);
+
     /// Everything not marked otherwise: initial lists, watches, lookups.
     pub const DEFAULT: Priority = Priority(1000);
 

@@ -2065,7 +2065,9 @@ async fn weeder_without(w: &WeederWorld, run: &str, kind: WeederNeed) -> Result<
                 .await?;
             match kind {
                 WeederNeed::PodWatch => {
-                    wd.wait_log(r#"cannot list resource "pods""#, 1).await?;
+                    // A streaming list is a watch request (list + watch only where the seed
+                    // lacks WatchList).
+                    wd.wait_log(r#"cannot watch resource "pods""#, 1).await?;
                     kept().await?;
                 }
                 WeederNeed::PodDelete => {

@@ -1,13 +1,15 @@
 //! One weeder: for `watchDuration` after its service came back, delete the service's
 //! crash-looping dependants in the slice's namespace.
 //!
-//! Each pod selector gets its own watch (kube-runtime's `watcher`): it lists the pods that
-//! already exist, then watches, re-creating the watch when the server ends it and re-listing
-//! with back-off after errors. A pod is deleted when [`deletion_target`] says so. Deletes carry
+//! Each pod selector gets its own watch (kube-runtime's `watcher`): one streaming list (a watch
+//! that first sends the pods that already exist; list + watch on seeds without WatchList),
+//! re-created when the server ends it, with back-off after errors. Deletions go ahead of
+//! other seed requests in the client's budget. A pod is deleted when [`deletion_target`] says so. Deletes carry
 //! the pod's UID as a precondition, so a pod that was re-created under the same name (a
 //! StatefulSet's `etcd-main-0`) is never deleted on the strength of its predecessor's status.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +26,7 @@ use tracing::{debug, info, warn};
 
 use crate::events::Events;
 use crate::metrics::{Metrics, ServiceLabels};
+use crate::rate_limit::{Priority, with_priority};
 
 /// Attempts per pod deletion before waiting for the pod's next event.
 const DELETE_ATTEMPTS: u32 = 3;
@@ -126,12 +129,34 @@ impl Weeder {
         handled: &Mutex<HashSet<String>>,
     ) {
         let query = selector.to_query();
-        let config = watcher::Config::default().labels(&query);
-        let mut events = watch_pods(api.clone(), config).default_backoff().boxed();
+        let config = |streaming: bool| {
+            let config = watcher::Config::default().labels(&query);
+            // A streaming list (one watch request with `sendInitialEvents`) instead of a list
+            // and then a watch: in a storm every weeder starts at once and the seed budget is
+            // shared. Seeds whose apiserver lacks WatchList get list + watch.
+            if streaming {
+                config.streaming_lists()
+            } else {
+                config
+            }
+        };
+        let mut streaming = !STREAMING_LISTS_REJECTED.load(Ordering::Relaxed);
+        let mut events = watch_pods(api.clone(), config(streaming))
+            .default_backoff()
+            .boxed();
         loop {
             let event = match events.try_next().await {
                 Ok(Some(event)) => event,
                 Ok(None) => return,
+                Err(e) if streaming && rejects_streaming_lists(&e) => {
+                    warn!(selector = %query, error = %e, "the seed rejects streaming lists (WatchList); using list + watch");
+                    STREAMING_LISTS_REJECTED.store(true, Ordering::Relaxed);
+                    streaming = false;
+                    events = watch_pods(api.clone(), config(false))
+                        .default_backoff()
+                        .boxed();
+                    continue;
+                }
                 Err(e) => {
                     // default_backoff() already delays the retry; just report it.
                     warn!(selector = %query, error = %e, "pod watch failed, retrying");
@@ -207,7 +232,8 @@ impl Weeder {
         };
         let mut attempt = 1;
         loop {
-            match api.delete(&target.name, &params).await {
+            // Deleting is what the weeder is for: ahead of other seed requests in the budget.
+            match with_priority(Priority::WEEDER_DELETE, api.delete(&target.name, &params)).await {
                 Ok(_) => return Ok(Deleted::Now),
                 // 404: gone; 409: the UID precondition failed, so the pod we saw is gone and
                 // a new one took its name.
@@ -223,6 +249,22 @@ impl Weeder {
             }
         }
     }
+}
+
+/// Set once the seed answered a streaming list with "bad request"/"invalid" (an apiserver
+/// without the WatchList feature): every later pod watch of the process lists, then watches.
+static STREAMING_LISTS_REJECTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `e` is the seed refusing a streaming list (400 or 422), not a passing failure.
+fn rejects_streaming_lists(e: &watcher::Error) -> bool {
+    let code = match e {
+        watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code,
+        watcher::Error::WatchError(s) => s.code,
+        _ => return false,
+    };
+    matches!(code, 400 | 422)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -328,5 +370,29 @@ mod tests {
         let mut p = pod("shoot--a", "apiserver", "CrashLoopBackOff");
         p.metadata.uid = None;
         assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
+    }
+
+    #[test]
+    fn only_a_refused_streaming_list_switches_to_list_and_watch() {
+        let status = |code: u16| {
+            Box::new(kube::core::Status {
+                code,
+                ..kube::core::Status::default()
+            })
+        };
+        assert!(rejects_streaming_lists(&watcher::Error::WatchError(
+            status(400)
+        )));
+        assert!(rejects_streaming_lists(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(status(422))
+        )));
+        // Forbidden, gone, server trouble: retried as they are.
+        for code in [403, 410, 500, 503] {
+            assert!(
+                !rejects_streaming_lists(&watcher::Error::WatchError(status(code))),
+                "{code}"
+            );
+        }
+        assert!(!rejects_streaming_lists(&watcher::Error::NoResourceVersion));
     }
 }
