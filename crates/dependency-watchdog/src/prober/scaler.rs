@@ -267,6 +267,22 @@ async fn call<T>(
     }
 }
 
+/// One merge patch of the target object, through [`call`].
+async fn merge_patch(
+    ctx: &ProberContext,
+    api: &Api<DynamicObject>,
+    name: &str,
+    action: String,
+    patch: &serde_json::Value,
+) -> Result<DynamicObject> {
+    call(
+        ctx,
+        action,
+        api.patch(name, &PatchParams::default(), &Patch::Merge(patch)),
+    )
+    .await
+}
+
 /// `target` in `namespace` as its events name it.
 fn target_ref<'a>(
     namespace: &'a str,
@@ -322,10 +338,12 @@ async fn attempt_once(
         TargetAction::Ignored { clear_marker } => {
             if clear_marker {
                 let patch = clear_meltdown_patch();
-                call(
+                merge_patch(
                     ctx,
+                    &api,
+                    &r.name,
                     format!("removing meltdown annotation of {what}"),
-                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                    &patch,
                 )
                 .await?;
             }
@@ -335,10 +353,12 @@ async fn attempt_once(
         TargetAction::AlreadyDone { clear_marker } => {
             if clear_marker {
                 let patch = clear_annotations_patch();
-                call(
+                merge_patch(
                     ctx,
+                    &api,
+                    &r.name,
                     format!("removing annotations of {what}"),
-                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                    &patch,
                 )
                 .await?;
             }
@@ -351,20 +371,24 @@ async fn attempt_once(
             let uid = if one_patch {
                 // Annotations and replicas in one atomic write.
                 let patch = scale_down_patch(record_replicas, state.resource_version.as_deref());
-                let patched = call(
+                let patched = merge_patch(
                     ctx,
+                    &api,
+                    &r.name,
                     format!("scaling {what} to 0 (recording {record_replicas} replicas)"),
-                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                    &patch,
                 )
                 .await?;
                 patched.metadata.uid
             } else {
                 // Record first, then scale: a crash in between leaves the recorded count behind.
                 let patch = scale_down_annotation_patch(record_replicas);
-                let recorded = call(
+                let recorded = merge_patch(
                     ctx,
+                    &api,
+                    &r.name,
                     format!("recording replicas of {what}"),
-                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                    &patch,
                 )
                 .await?;
                 let scale = serde_json::json!({"spec": {"replicas": 0}});
@@ -398,10 +422,12 @@ async fn attempt_once(
         TargetAction::ScaleUp { replicas } => {
             let uid = if one_patch {
                 let patch = scale_up_patch(replicas, state.resource_version.as_deref());
-                let patched = call(
+                let patched = merge_patch(
                     ctx,
+                    &api,
+                    &r.name,
                     format!("scaling {what} to {replicas}"),
-                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                    &patch,
                 )
                 .await?;
                 patched.metadata.uid
@@ -414,10 +440,12 @@ async fn attempt_once(
                 )
                 .await?;
                 let patch = clear_annotations_patch();
-                call(
+                merge_patch(
                     ctx,
+                    &api,
+                    &r.name,
                     format!("removing annotations of {what}"),
-                    api.patch(&r.name, &pp, &Patch::Merge(&patch)),
+                    &patch,
                 )
                 .await?;
                 // The Scale subresource carries its parent's UID.
