@@ -738,3 +738,94 @@ async fn explain_agrees_with_what_the_prober_did() {
     // Nothing changed by explain.
     assert_eq!(deployment_state(&seed, &ns, KCM).await.0, 0);
 }
+
+/// Requests of `user` in `api`'s audit log, as `(verb, resource or path)`.
+fn audited_requests(api: &dwd_testenv::ApiServer, user: &str) -> Vec<(String, String)> {
+    let Ok(text) = std::fs::read_to_string(api.audit_log_path()) else {
+        return Vec::new(); // no request logged yet: the file is created lazily
+    };
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e["user"]["username"] == user)
+        .map(|e| {
+            let what = e["objectRef"]["resource"]
+                .as_str()
+                .or_else(|| e["requestURI"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            (e["verb"].as_str().unwrap_or_default().to_string(), what)
+        })
+        .collect()
+}
+
+fn count(requests: &[(String, String)], verb: &str, what: &str) -> usize {
+    requests
+        .iter()
+        .filter(|(v, w)| v == verb && w == what)
+        .count()
+}
+
+/// Healthy runs list only the leases (all fresh, nothing to restore: no node can change the
+/// outcome); once leases expire the nodes are listed and the shoot is scaled down. Counted
+/// from the shoot apiserver's audit log, under a user only the probe secret carries.
+#[tokio::test]
+async fn healthy_runs_skip_the_node_list_until_leases_expire() {
+    const PROBE_USER: &str = "dwd-probe";
+    let h = harness().await;
+    let api = h
+        .env
+        .start_apiserver_with(
+            "audited-shoot",
+            dwd_testenv::ApiServerOptions {
+                install_crds: false,
+                audit_log: true,
+                extra_args: Vec::new(),
+            },
+        )
+        .await
+        .expect("audited shoot apiserver");
+    let mut options = dwd_sim::SimShootOptions::new("shoot--it--audited")
+        .with_nodes(5)
+        .with_renew_interval(RENEW);
+    options.node_prefix = "audited-".into();
+    options.deployments = vec![(KCM.into(), 3), (MCM.into(), 2), (CA.into(), 2)];
+    let probe_kubeconfig = api
+        .kubeconfig_for(PROBE_USER, &["system:masters"])
+        .expect("probe kubeconfig");
+    let shoot = dwd_sim::SimShoot::create(
+        h.seed_client().await,
+        api.client().await.expect("shoot client"),
+        &probe_kubeconfig,
+        options,
+    )
+    .await
+    .expect("simulated shoot");
+    let ns = shoot.namespace().to_string();
+
+    let requests = eventually(DEADLINE, "8 lease lists by the probe", || {
+        let r = audited_requests(&api, PROBE_USER);
+        async move { Ok((count(&r, "list", "leases") >= 8).then_some(r)) }
+    })
+    .await
+    .expect("lease lists");
+    let (leases, nodes) = (
+        count(&requests, "list", "leases"),
+        count(&requests, "list", "nodes"),
+    );
+    // Every run lists the leases; a kubelet delayed past expiry on a loaded machine may make
+    // a run list the nodes too, but never most runs.
+    assert!(
+        nodes * 4 <= leases,
+        "{nodes} node lists for {leases} lease lists: {requests:?}"
+    );
+    assert!(count(&requests, "get", "/version") >= leases);
+
+    shoot.kubelets().silence_count(4);
+    wait_replicas(&h.seed_client().await, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
+    eventually(DEADLINE, "nodes listed once leases expired", || {
+        let r = audited_requests(&api, PROBE_USER);
+        async move { Ok((count(&r, "list", "nodes") > nodes).then_some(())) }
+    })
+    .await
+    .expect("node lists after expiry");
+}
