@@ -463,6 +463,33 @@ async fn deletions_continue_after_the_server_ends_the_watches() -> Result<()> {
     w.stop().await
 }
 
+/// A seed without WatchList refuses the streaming list the pod watches start with; the
+/// weeder falls back to list + watch and still deletes.
+#[tokio::test]
+async fn a_seed_without_watch_list_gets_list_and_watch() -> Result<()> {
+    const SVC: &str = "etcd-no-watchlist";
+    let env = TestEnv::shared().await?;
+    let server: ApiServer = env
+        .start_apiserver_with(
+            "weeder-no-watchlist",
+            ApiServerOptions {
+                extra_args: vec!["--feature-gates=WatchList=false".into()],
+                ..Default::default()
+            },
+        )
+        .await?;
+    let client = server.client().await?;
+    let ns = namespace(&client, "wd-no-watchlist").await?;
+    ns.create_crashlooping_pod("kapi-crash", &[("role", "apiserver")])
+        .await?;
+    let w = Running::start(client.clone(), config("60s", &[(SVC, &["apiserver"])])).await?;
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
+        .await?;
+    wait_gone(&ns, "kapi-crash").await?;
+    w.expect_deleted(SVC, 1).await?;
+    w.stop().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashlooping_apiservers_of_200_shoots_are_deleted_when_etcd_comes_back() -> Result<()> {
     const SHOOTS: usize = 200;
