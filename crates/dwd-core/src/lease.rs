@@ -362,16 +362,17 @@ fn expired_at(
 /// `failure_fraction`: the decision is scale up (0 or ≥ 2 candidates) or no scaling (1), never
 /// scale down. If no target is waiting to be scaled up either, every possible decision leaves
 /// the shoot as it is, whatever the nodes and machines would say. This is the steady state of
-/// almost every shoot, and it halves the shoot requests of a probe run.
+/// almost every shoot, and it halves the shoot requests of a probe run. `nodes_may_matter`:
+/// a target waits to be restored (or a scale-down streak is building): decide in full.
 pub fn leases_alone_suffice(
     leases: &[Lease],
     grace: std::time::Duration,
     failure_fraction: f64,
     now: DateTime<Utc>,
-    scale_up_pending: bool,
+    nodes_may_matter: bool,
 ) -> bool {
     // A fraction of 0 would scale down on 0 expired leases: only the full evaluation knows.
-    if failure_fraction <= 0.0 || scale_up_pending {
+    if failure_fraction <= 0.0 || nodes_may_matter {
         return false;
     }
     leases.iter().all(|lease| {

@@ -287,15 +287,13 @@ impl Probe {
                 return Err(());
             }
         };
-        if !nodes_may_matter
-            && leases_alone_suffice(
-                &leases,
-                self.settings.node_monitor_grace,
-                cfg.node_lease_failure_fraction,
-                Utc::now(),
-                false,
-            )
-        {
+        if leases_alone_suffice(
+            &leases,
+            self.settings.node_monitor_grace,
+            cfg.node_lease_failure_fraction,
+            Utc::now(),
+            nodes_may_matter,
+        ) {
             return Ok(Finding::AllLeasesFresh {
                 leases: leases.len(),
             });
