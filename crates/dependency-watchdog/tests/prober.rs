@@ -813,9 +813,9 @@ async fn healthy_runs_skip_the_node_list_until_leases_expire() {
         count(&requests, "list", "nodes"),
     );
     // Every run lists the leases; a kubelet delayed past expiry on a loaded machine may make
-    // a run list the nodes too, but never most runs.
+    // a run list the nodes too, but not half of them (without the short cut: every run).
     assert!(
-        nodes * 4 <= leases,
+        nodes * 2 <= leases,
         "{nodes} node lists for {leases} lease lists: {requests:?}"
     );
     assert!(count(&requests, "get", "/version") >= leases);
