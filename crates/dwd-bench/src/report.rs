@@ -249,6 +249,19 @@ fn outage_rows(rows: &mut Vec<(String, String)>, o: &Value) {
                 rows.push((format!("    {k}"), cell(v)));
             }
         }
+        let opt = |v: &Value| {
+            v.as_f64()
+                .map(|v| format!("{v:.1}"))
+                .unwrap_or_else(|| "-".into())
+        };
+        rows.push((
+            "  last renewals written / crossing spread, s".into(),
+            format!(
+                "{} / {}",
+                opt(&o["last_renewals_written_after_silence_s"]),
+                opt(&o["crossing_spread_s"])
+            ),
+        ));
         rows.push((
             "  targets never down / never up".into(),
             format!(

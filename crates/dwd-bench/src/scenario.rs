@@ -215,6 +215,8 @@ fn expired_needed(m: usize) -> usize {
 /// What an outage scenario observed, per affected shoot.
 struct OutageRecord {
     silenced_at: DateTime<Utc>,
+    /// When every silenced kubelet's last renewal (stamped `silenced_at`) had been written.
+    last_words_written: Option<DateTime<Utc>>,
     resumed_at: DateTime<Utc>,
     restored_by: DateTime<Utc>,
     /// Shoot index → renew times at the moment of resumption (the silenced nodes' last).
@@ -455,13 +457,37 @@ async fn run_outage(
     affected: &[usize],
     window_from: DateTime<Utc>,
 ) -> Result<OutageRecord> {
-    let silenced_at = Utc::now();
+    // Every silenced kubelet's last renewal is stamped `silenced_at` (written at once, in
+    // the background): all leases of all affected shoots expire at the same instant, the
+    // hardest case, and the crossing is exact instead of spread over a renew interval.
+    let silenced_at = dwd_sim::now_micros();
     for &i in affected {
-        world.shoots[i].sim.kubelets().silence_count(cli.nodes);
+        world.shoots[i]
+            .sim
+            .kubelets()
+            .silence_count_stamped(cli.nodes, silenced_at);
     }
-    eprintln!("run: silenced every kubelet of {} shoot(s)", affected.len());
-    // Leases expire 0.75 × grace after their last renewal (≤ one renew interval before
-    // silencing); then a probe run, then the flow. Mass outages add the QPS-bound writes.
+    eprintln!(
+        "run: silencing every kubelet of {} shoot(s) after a last renewal stamped {silenced_at}",
+        affected.len()
+    );
+    let mut last_words_written: Option<DateTime<Utc>> = None;
+    let mut note_last_words = || {
+        if last_words_written.is_none()
+            && affected
+                .iter()
+                .all(|&i| world.shoots[i].sim.kubelets().last_words_pending() == 0)
+        {
+            let now = Utc::now();
+            eprintln!(
+                "run: last renewals written after {:.1}s",
+                secs(silenced_at, now)
+            );
+            last_words_written = Some(now);
+        }
+    };
+    // Leases expire 0.75 × grace after the stamp; then a probe run, then the flow. Mass
+    // outages add the QPS-bound writes.
     let writes = affected.len() as f64 * TARGETS.len() as f64 * WRITES_PER_TARGET;
     let slack = cli.probe_interval * 3
         + Duration::from_secs(60)
@@ -475,9 +501,10 @@ async fn run_outage(
         |r| r == 0,
         down_timeout,
         "scaled down",
-        || {},
+        &mut note_last_words,
     )
     .await?;
+    note_last_words();
 
     let before = affected
         .iter()
@@ -523,6 +550,7 @@ async fn run_outage(
     }
     Ok(OutageRecord {
         silenced_at,
+        last_words_written,
         resumed_at,
         restored_by,
         before,
@@ -731,6 +759,7 @@ fn outage_results(
     let mut up: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut level0_latest: Option<DateTime<Utc>> = None;
     let mut first_crossing: Option<DateTime<Utc>> = None;
+    let mut last_crossing: Option<DateTime<Utc>> = None;
     let mut missing_down = 0usize;
     let mut missing_up = 0usize;
     for ((i, before), (_, after)) in o.before.iter().zip(&o.after) {
@@ -749,6 +778,7 @@ fn outage_results(
         let recovered = renewed.get(cli.nodes - k).copied();
         if let Some(c) = crossed {
             first_crossing = Some(first_crossing.map_or(c, |f: DateTime<Utc>| f.min(c)));
+            last_crossing = Some(last_crossing.map_or(c, |l: DateTime<Utc>| l.max(c)));
         }
         for (target, down_level, _) in TARGETS {
             match (
@@ -800,6 +830,8 @@ fn outage_results(
         "restore_s": {"all": Summary::of(&all_up).to_json(), "by_target": summarise(&up)},
         "targets_missing_down": missing_down,
         "targets_missing_up": missing_up,
+        "last_renewals_written_after_silence_s": o.last_words_written.map(|t| secs(o.silenced_at, t)),
+        "crossing_spread_s": match (first_crossing, last_crossing) { (Some(f), Some(l)) => json!(secs(f, l)), _ => Value::Null },
         "level0_all_zero_after_first_crossing_s": match (first_crossing, level0_latest) { (Some(c), Some(l)) => json!(secs(c, l)), _ => Value::Null },
         "level0_bound_s": bound,
         "seed_requests_in_affected_namespaces": {

@@ -76,6 +76,10 @@ pub fn server_tls(env_dir: &Path) -> Result<Arc<rustls::ServerConfig>> {
         .context("serving certificate")?;
     // Offer both: client-go negotiates HTTP/2, kube-rs speaks HTTP/1.1.
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // Stateless session tickets, as a real kube-apiserver (Go's crypto/tls) issues by
+    // default: a client that keeps them may resume on its next connection. (rustls' default,
+    // a 256-entry server-side cache, would forget most of 1000 shoots between two runs.)
+    config.ticketer = rustls::crypto::ring::Ticketer::new().context("TLS session ticketer")?;
     Ok(Arc::new(config))
 }
 

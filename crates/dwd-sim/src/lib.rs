@@ -120,7 +120,7 @@ impl Drop for AbortOnDrop {
 
 /// Now, truncated to microseconds: what a `MicroTime` stores, so a time we record equals the
 /// time the apiserver hands back.
-pub(crate) fn now_micros() -> chrono::DateTime<chrono::Utc> {
+pub fn now_micros() -> chrono::DateTime<chrono::Utc> {
     let now = chrono::Utc::now();
     chrono::DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
 }

@@ -404,6 +404,10 @@ impl Default for KubeletOptions {
 struct KubeletState {
     nodes: Vec<String>,
     silenced: Mutex<HashSet<String>>,
+    /// Nodes to renew once more, stamped with the given time, and then silence.
+    last_words: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// Starts a round at once (for last words).
+    wake: tokio::sync::Notify,
     renewals: Mutex<HashMap<String, DateTime<Utc>>>,
     rounds: AtomicU64,
     failures: AtomicU64,
@@ -440,6 +444,8 @@ impl Kubelets {
         let state = Arc::new(KubeletState {
             nodes,
             silenced: Mutex::new(HashSet::new()),
+            last_words: Mutex::new(HashMap::new()),
+            wake: tokio::sync::Notify::new(),
             renewals: Mutex::new(initial_renewals),
             rounds: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -466,6 +472,26 @@ impl Kubelets {
         names
     }
 
+    /// Silences the first `n` nodes after one last renewal each, stamped `renew_time` (which
+    /// may lie in the past): an outage that struck right after every one of them renewed at
+    /// `renew_time`, so their leases all expire at the same instant — the hardest case for a
+    /// watchdog, and one whose crossing time is exact. The last renewals are written by the
+    /// renewing task itself in a round that starts at once (so no ordinary renewal can land
+    /// after one), and recorded in [`Kubelets::renewals`] as they succeed; a failed one is
+    /// retried next round. [`Kubelets::last_words_pending`] counts those not yet written.
+    /// Returns the nodes' names.
+    pub fn silence_count_stamped(&self, n: usize, renew_time: DateTime<Utc>) -> Vec<String> {
+        let names: Vec<String> = self.state.nodes.iter().take(n).cloned().collect();
+        lock(&self.state.last_words).extend(names.iter().map(|name| (name.clone(), renew_time)));
+        self.state.wake.notify_one();
+        names
+    }
+
+    /// Last renewals requested by [`Kubelets::silence_count_stamped`] not written yet.
+    pub fn last_words_pending(&self) -> usize {
+        lock(&self.state.last_words).len()
+    }
+
     /// Renews these nodes' leases again from the next round on.
     pub fn resume(&self, nodes: &[&str]) {
         let mut silenced = lock(&self.state.silenced);
@@ -474,8 +500,9 @@ impl Kubelets {
         }
     }
 
-    /// Renews every node's lease again.
+    /// Renews every node's lease again (last words not yet written are dropped).
     pub fn resume_all(&self) {
+        lock(&self.state.last_words).clear();
         lock(&self.state.silenced).clear();
     }
 
@@ -518,14 +545,18 @@ async fn run_kubelets(client: kube::Client, state: Arc<KubeletState>, options: K
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let concurrency = options.concurrency.max(1);
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = state.wake.notified() => {}
+        }
         futures::stream::iter(state.nodes.iter())
             .for_each_concurrent(concurrency, |node| {
                 let (api, state, limiter) = (&api, &state, options.limiter.clone());
                 async move {
                     // Checked per node, right before sending, to keep the window between
                     // `silence` and the last renewal small.
-                    if lock(&state.silenced).contains(node) {
+                    let last_word = lock(&state.last_words).get(node).copied();
+                    if last_word.is_none() && lock(&state.silenced).contains(node) {
                         return;
                     }
                     let _permit = match limiter {
@@ -535,8 +566,14 @@ async fn run_kubelets(client: kube::Client, state: Arc<KubeletState>, options: K
                         },
                         None => None,
                     };
-                    let t = now_micros();
+                    let t = last_word.unwrap_or_else(now_micros);
                     match renew_lease(api, node, t).await {
+                        Ok(()) if last_word.is_some() => {
+                            // What the apiserver now holds, even if earlier than before.
+                            lock(&state.renewals).insert(node.clone(), t);
+                            lock(&state.silenced).insert(node.clone());
+                            lock(&state.last_words).remove(node);
+                        }
                         Ok(()) => {
                             let mut renewals = lock(&state.renewals);
                             let last = renewals.entry(node.clone()).or_insert(t);

@@ -134,6 +134,53 @@ async fn kubelets_renew_leases_and_silenced_nodes_stop_until_resumed() -> Result
 }
 
 #[tokio::test]
+async fn stamped_silence_writes_one_last_renewal_at_the_given_time_at_once() -> Result<()> {
+    let shoot = shared_shoot().await?;
+    // Rounds an hour apart: the last words must not wait for the next tick.
+    let mut options =
+        SimShootOptions::new("shoot--sim--stamped").with_renew_interval(Duration::from_secs(3600));
+    options.nodes = 3;
+    options.node_prefix = "st-".into();
+    let sim = SimShoot::create(
+        seed_client().await?,
+        shoot.client().await?,
+        shoot.kubeconfig(),
+        options,
+    )
+    .await?;
+    let (k, data) = (sim.kubelets(), sim.shoot());
+    let stamp = chrono::Utc::now() - chrono::Duration::seconds(30);
+    let stamp =
+        stamp - chrono::Duration::nanoseconds(i64::from(stamp.timestamp_subsec_nanos() % 1000));
+    assert_eq!(k.silence_count_stamped(2, stamp), vec!["st-0", "st-1"]);
+    ev(eventually(WAIT, "last words written", || async {
+        Ok((k.last_words_pending() == 0).then_some(()))
+    })
+    .await)?;
+    assert_eq!(k.silenced(), vec!["st-0", "st-1"]);
+    for node in ["st-0", "st-1"] {
+        assert_eq!(
+            data.lease_renew_time(node).await?,
+            Some(stamp),
+            "{node} in the apiserver"
+        );
+        assert_eq!(k.renewals().get(node), Some(&stamp), "{node} as recorded");
+    }
+    // The unsilenced node was renewed by the same round, at its own time.
+    assert!(k.renewals()["st-2"] > stamp);
+    // Later rounds leave the stamped leases alone.
+    let r0 = k.rounds();
+    k.silence_count_stamped(0, stamp); // wakes a round without new last words
+    ev(eventually(WAIT, "another round", || async {
+        Ok((k.rounds() > r0).then_some(()))
+    })
+    .await)?;
+    assert_eq!(data.lease_renew_time("st-0").await?, Some(stamp));
+    assert_eq!(k.failures(), 0);
+    Ok(())
+}
+
+#[tokio::test]
 async fn kubelets_survive_a_stopped_apiserver_and_stop_when_dropped() -> Result<()> {
     let env = TestEnv::shared().await?;
     let shoot = env.start_apiserver("sim-shoot-stop").await?;
