@@ -768,6 +768,11 @@ fn count(requests: &[(String, String)], verb: &str, what: &str) -> usize {
 /// Healthy runs list only the leases (all fresh, nothing to restore: no node can change the
 /// outcome); once leases expire the nodes are listed and the shoot is scaled down. Counted
 /// from the shoot apiserver's audit log, under a user only the probe secret carries.
+///
+/// Also: every run connects anew (SPEC 2.2.1) although the kubeconfig is parsed and its TLS
+/// configuration built only once, and runs that may resume the previous run's TLS session
+/// are still authenticated as the probe user (else the lists would fail and nothing would be
+/// scaled down).
 #[tokio::test]
 async fn healthy_runs_skip_the_node_list_until_leases_expire() {
     const PROBE_USER: &str = "dwd-probe";
@@ -801,6 +806,8 @@ async fn healthy_runs_skip_the_node_list_until_leases_expire() {
     .await
     .expect("simulated shoot");
     let ns = shoot.namespace().to_string();
+    let connections_before = api.connections();
+    let versions_before = count(&audited_requests(&api, PROBE_USER), "get", "/version");
 
     let requests = eventually(DEADLINE, "8 lease lists by the probe", || {
         let r = audited_requests(&api, PROBE_USER);
@@ -819,6 +826,14 @@ async fn healthy_runs_skip_the_node_list_until_leases_expire() {
         "{nodes} node lists for {leases} lease lists: {requests:?}"
     );
     assert!(count(&requests, "get", "/version") >= leases);
+    // The simulator's own clients connect through the same front door, so this is a lower
+    // bound; a probe holding its connection would open about one for all these runs.
+    let runs = count(&requests, "get", "/version") - versions_before;
+    let connections = api.connections() - connections_before;
+    assert!(
+        connections >= runs as u64,
+        "{connections} connections for {runs} probe runs"
+    );
 
     shoot.kubelets().silence_count(4);
     wait_replicas(&h.seed_client().await, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;

@@ -32,6 +32,7 @@ pub struct FrontDoorState {
     throttled: AtomicBool,
     latency_ms: AtomicU64,
     throttled_responses: AtomicU64,
+    connections: AtomicU64,
 }
 
 impl FrontDoorState {
@@ -49,6 +50,10 @@ impl FrontDoorState {
     /// How many 429 responses this front door has sent.
     pub fn throttled_responses(&self) -> u64 {
         self.throttled_responses.load(Ordering::SeqCst)
+    }
+    /// How many connections this front door has accepted.
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::SeqCst)
     }
 }
 
@@ -88,6 +93,7 @@ impl FrontDoor {
                     _ = stopped.changed() => break,
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
+                        state.connections.fetch_add(1, Ordering::SeqCst);
                         tokio::spawn(serve(stream, backend, state.clone(), acceptor.clone()));
                     }
                 }

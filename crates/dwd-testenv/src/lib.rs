@@ -741,6 +741,11 @@ impl ApiServer {
         self.inner.state.throttled_responses()
     }
 
+    /// How many connections the front door has accepted (from every client).
+    pub fn connections(&self) -> u64 {
+        self.inner.state.connections()
+    }
+
     /// Installs the Cluster and Machine CRDs and waits until they are established.
     pub async fn install_crds(&self) -> Result<(), TestEnvError> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

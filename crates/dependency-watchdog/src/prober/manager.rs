@@ -85,6 +85,7 @@ impl ProbeManager {
             cluster_uid: cluster_uid.clone(),
             ctx: self.ctx.clone(),
             cancel: cancel.clone(),
+            shoot_config: Default::default(),
         };
         let task = tokio::spawn(probe.run());
         probes.insert(

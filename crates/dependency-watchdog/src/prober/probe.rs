@@ -24,8 +24,9 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
 use super::scaler;
-use super::slim::NodeLease;
+use super::slim::{NodeLease, ProbedNode};
 use crate::Error;
+use crate::kube_client::PreparedShootConfig;
 use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootLabels,
 };
@@ -65,6 +66,9 @@ pub struct Probe {
     pub ctx: Arc<ProberContext>,
     /// Cancelled when the probe is removed or the process shuts down.
     pub cancel: CancellationToken,
+    /// The probe secret's kubeconfig as last prepared (parsed, TLS configured): reused while
+    /// the secret holds the same text, prepared anew when it changes.
+    pub shoot_config: std::sync::Mutex<Option<Arc<PreparedShootConfig>>>,
 }
 
 /// The report's summary without its trailing decision ("4/5 node leases expired (0.80 ≥
@@ -298,7 +302,7 @@ impl Probe {
                 leases: leases.len(),
             });
         }
-        let nodes_api: Api<Node> = Api::all(client.clone());
+        let nodes_api: Api<ProbedNode> = Api::all(client.clone());
         let nodes = self.shoot_call("listing nodes", nodes_api.list(&lp)).await;
         drop(client);
         let nodes = match nodes {
@@ -320,8 +324,9 @@ impl Probe {
             .iter()
             .map(|m| (**m).clone())
             .collect();
+        let nodes: Vec<Node> = nodes.items.into_iter().map(ProbedNode::into_node).collect();
         let report = evaluate_leases(
-            &nodes.items,
+            &nodes,
             &machines,
             &leases,
             &self.settings,
@@ -379,10 +384,30 @@ impl Probe {
             .secrets
             .get(&self.namespace, secret)
             .ok_or_else(|| err("not found".into()))?;
-        let text = entry.0.clone().map_err(err)?;
-        crate::kube_client::shoot_client(&text, self.ctx.config.probe_timeout)
-            .await
-            .map_err(|e| err(e.to_string()))
+        let text = entry.0.as_ref().map_err(|reason| err(reason.clone()))?;
+        let kept = self
+            .lock_shoot_config()
+            .clone()
+            .filter(|prepared| prepared.matches(text));
+        let prepared = match kept {
+            Some(prepared) => prepared,
+            None => {
+                let prepared = PreparedShootConfig::prepare(text, self.ctx.config.probe_timeout)
+                    .await
+                    .map_err(|e| err(e.to_string()))?;
+                let prepared = Arc::new(prepared);
+                *self.lock_shoot_config() = Some(prepared.clone());
+                prepared
+            }
+        };
+        prepared.client().map_err(|e| err(e.to_string()))
+    }
+
+    fn lock_shoot_config(&self) -> std::sync::MutexGuard<'_, Option<Arc<PreparedShootConfig>>> {
+        // Only ever replaced whole: a panic elsewhere can't leave it half-written.
+        self.shoot_config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// One shoot API call with `probeTimeout`, counted in the metrics.
