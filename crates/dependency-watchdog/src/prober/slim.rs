@@ -72,35 +72,6 @@ impl NodeLease {
     }
 }
 
-impl kube::Resource for NodeLease {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Lease")
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("coordination.k8s.io")
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("leases")
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 /// A `v1` Node reduced to what decides candidacy: name, worker pool label, the
 /// not-managed-by-MCM annotation, and each condition's type, status and reason.
 #[derive(Debug, Clone, Deserialize)]
@@ -185,34 +156,44 @@ impl ProbedNode {
     }
 }
 
-impl kube::Resource for ProbedNode {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
+/// `kube::Resource` for a slim type: the API coordinates of the full type it is read from.
+macro_rules! slim_resource {
+    ($slim:ty, $scope:ty, kind: $kind:literal, group: $group:literal, plural: $plural:literal) => {
+        impl kube::Resource for $slim {
+            type DynamicType = ();
+            type Scope = $scope;
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Node")
-    }
+            fn kind(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($kind)
+            }
 
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
+            fn group(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($group)
+            }
 
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
+            fn version(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed("v1")
+            }
 
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("nodes")
-    }
+            fn plural(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($plural)
+            }
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+
+slim_resource!(NodeLease, k8s_openapi::NamespaceResourceScope,
+    kind: "Lease", group: "coordination.k8s.io", plural: "leases");
+slim_resource!(ProbedNode, k8s_openapi::ClusterResourceScope,
+    kind: "Node", group: "", plural: "nodes");
 
 #[cfg(test)]
 mod tests {
