@@ -20,6 +20,17 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use crate::rate_limit::{Priority, with_priority};
+
+/// Why [`Cache::wait_until`] returned without its condition holding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// The limit passed first.
+    TimedOut,
+    /// The cache was dropped.
+    Closed,
+}
+
 type Shelf<T> = HashMap<String, HashMap<String, Arc<T>>>;
 
 /// A namespace-indexed cache of projections `T` of some Kubernetes kind.
@@ -103,6 +114,31 @@ impl<T: Send + Sync + 'static> Cache<T> {
         self.version.subscribe()
     }
 
+    /// Waits, watching the cache (no polling), at most `limit` until `holds` is true of the
+    /// cached `namespace/name` (`None` while absent).
+    pub async fn wait_until(
+        &self,
+        namespace: &str,
+        name: &str,
+        limit: std::time::Duration,
+        holds: impl Fn(Option<&T>) -> bool,
+    ) -> Result<(), WaitEnd> {
+        // Subscribed before the first look: a change in between is not missed.
+        let mut changes = self.version.subscribe();
+        let waited = tokio::time::timeout(limit, async {
+            loop {
+                if holds(self.get(namespace, name).as_deref()) {
+                    return Ok(());
+                }
+                if changes.changed().await.is_err() {
+                    return Err(WaitEnd::Closed);
+                }
+            }
+        })
+        .await;
+        waited.unwrap_or(Err(WaitEnd::TimedOut))
+    }
+
     fn bump(&self) {
         self.version.send_modify(|v| *v = v.wrapping_add(1));
     }
@@ -162,6 +198,20 @@ pub async fn run_cache<K, T, F>(
     T: Send + Sync + 'static,
     F: Fn(&K) -> Option<T> + Send + 'static,
 {
+    // Ahead of every write in the seed budget (see `Priority::WATCH_CACHES`).
+    with_priority(
+        Priority::WATCH_CACHES,
+        feed_cache(api, config, cache, project),
+    )
+    .await;
+}
+
+async fn feed_cache<K, T, F>(api: Api<K>, config: watcher::Config, cache: Arc<Cache<T>>, project: F)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    T: Send + Sync + 'static,
+    F: Fn(&K) -> Option<T> + Send + 'static,
+{
     let what = cache.what();
     let mut fresh: Option<Shelf<T>> = None;
     let mut events = watcher::watcher(api, config).default_backoff().boxed();
@@ -210,4 +260,42 @@ pub async fn run_cache<K, T, F>(
 fn key_of<K: Resource>(obj: &K) -> Option<(String, String)> {
     let name = obj.meta().name.clone()?;
     Some((obj.meta().namespace.clone().unwrap_or_default(), name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_until_sees_a_change_made_while_waiting_and_gives_up_at_its_limit() {
+        let cache: Arc<Cache<u32>> = Cache::new("numbers");
+        cache.apply("ns".into(), "a".into(), 1);
+        // Already true: no wait.
+        assert_eq!(
+            cache
+                .wait_until("ns", "a", Duration::ZERO, |v| v == Some(&1))
+                .await,
+            Ok(())
+        );
+        // Becomes true after 3 s of (paused) time.
+        let writer = cache.clone();
+        let started = tokio::time::Instant::now();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            writer.apply("ns".into(), "a".into(), 2);
+        });
+        let newer = cache
+            .wait_until("ns", "a", Duration::from_secs(30), |v| v != Some(&1))
+            .await;
+        assert_eq!(newer, Ok(()));
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        // Never true: times out after exactly the limit.
+        let started = tokio::time::Instant::now();
+        let never = cache
+            .wait_until("ns", "b", Duration::from_secs(30), |v| v.is_some())
+            .await;
+        assert_eq!(never, Err(WaitEnd::TimedOut));
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
 }

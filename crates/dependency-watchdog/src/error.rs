@@ -84,6 +84,11 @@ impl Error {
     pub fn is_throttled(&self) -> bool {
         matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 429)
     }
+
+    /// Whether the apiserver answered 409 Conflict (a precondition on an older version).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 409)
+    }
 }
 
 /// Result with the library's error.

@@ -34,9 +34,20 @@ pub const DEFAULT_BURST: u32 = 10;
 pub struct Priority(u16);
 
 impl Priority {
+    /// The lists and watches that feed the watch caches every decision reads from. They are
+    /// few (a re-watch every few minutes per cache) and must never wait behind writes: the
+    /// writes carry the cached `resourceVersion` as precondition, so with a cache starved of
+    /// its re-watch every write would conflict, be retried, and starve it further.
+    pub const WATCH_CACHES: Priority = Priority(0);
+
     /// Writes of a scaling flow at `level` (level 0 first: it protects the control plane).
     pub fn scaling_level(level: u32) -> Priority {
-        Priority(u16::try_from(level).unwrap_or(u16::MAX).min(999))
+        Priority(
+            u16::try_from(level)
+                .unwrap_or(u16::MAX)
+                .saturating_add(1)
+                .min(998),
+        )
     }
 
     /// The weeder's pod deletions: what it exists for, before starting more watches.
@@ -490,9 +501,11 @@ mod tests {
     }
 
     #[test]
-    fn priorities_rank_scaling_levels_before_everything_else() {
+    fn priorities_rank_cache_feeds_then_scaling_levels_before_everything_else() {
+        assert!(Priority::WATCH_CACHES < Priority::scaling_level(0));
         assert!(Priority::scaling_level(0) < Priority::scaling_level(1));
-        assert!(Priority::scaling_level(u32::MAX) < Priority::DEFAULT);
+        assert!(Priority::scaling_level(u32::MAX) < Priority::WEEDER_DELETE);
+        assert!(Priority::WEEDER_DELETE < Priority::DEFAULT);
         assert!(Priority::DEFAULT < Priority::EVENTS);
     }
 }

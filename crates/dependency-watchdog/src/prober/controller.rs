@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 use super::ProberContext;
 use super::manager::{EnsureOutcome, ProbeManager};
 use crate::Error;
+use crate::rate_limit::{Priority, with_priority};
 
 /// GroupVersionKind of Gardener's extensions Cluster.
 pub fn cluster_gvk() -> GroupVersionKind {
@@ -184,7 +185,7 @@ pub async fn run(
         ctx,
         manager: manager.clone(),
     });
-    Controller::for_stream_with(stream, reader, resource)
+    let controller = Controller::for_stream_with(stream, reader, resource)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, data)
@@ -195,8 +196,9 @@ pub async fn run(
                 info!(shoot = %obj.name, reason = "the Cluster no longer exists", "probe removed");
             }
             futures::future::ready(())
-        })
-        .await;
+        });
+    // The Cluster watch feeds a cache like the others (reconciling sends no requests).
+    with_priority(Priority::WATCH_CACHES, controller).await;
     sweeper.abort();
 }
 

@@ -25,6 +25,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
 use super::seed_caches::TargetCache;
+use crate::cache::WaitEnd;
 use crate::events::TargetRef;
 use crate::metrics::{ApiLabel, ApiLabels, Outcome, ScaleOpLabels};
 use crate::rate_limit::{Priority, with_priority};
@@ -209,12 +210,18 @@ async fn scale_target(
     }
     let mut attempt = 1;
     loop {
+        let seen = cached_version(target, namespace);
         match attempt_once(ctx, namespace, target, dir, scale_info.timeout, reason).await {
             Ok(outcome) => return Ok(outcome),
             Err(error) if attempt < ATTEMPTS => {
                 warn!(attempt, %error, "scaling attempt failed, retrying");
                 attempt += 1;
                 tokio::time::sleep(ATTEMPT_INTERVAL).await;
+                if error.is_conflict() {
+                    // The write was based on an older version than the apiserver's; retrying
+                    // before the watch has brought the newer one would only conflict again.
+                    wait_for_newer(target, namespace, &seen, CALL_TIMEOUT).await;
+                }
             }
             Err(error) => {
                 let uid = target
@@ -232,6 +239,35 @@ async fn scale_target(
                 return Err(error);
             }
         }
+    }
+}
+
+/// The `resourceVersion` of the cached target (`None` when not cached).
+fn cached_version(target: &TargetCache, namespace: &str) -> Option<Option<String>> {
+    target
+        .cache
+        .get(namespace, &target.info.target.name)
+        .map(|s| s.resource_version.clone())
+}
+
+/// Waits (at most `limit`) until the cached target differs from version `seen`.
+async fn wait_for_newer(
+    target: &TargetCache,
+    namespace: &str,
+    seen: &Option<Option<String>>,
+    limit: Duration,
+) {
+    let newer = target
+        .cache
+        .wait_until(namespace, &target.info.target.name, limit, |s| {
+            s.map(|s| s.resource_version.clone()) != *seen
+        })
+        .await;
+    if newer.is_err() {
+        debug!(
+            ?limit,
+            "cache still at the conflicting version; retrying anyway"
+        );
     }
 }
 
@@ -479,25 +515,17 @@ async fn wait_for_goal(
     timeout: Duration,
     goal: impl Fn(&super::seed_caches::TargetState) -> bool,
 ) -> Result<()> {
-    let mut changes = target.cache.subscribe();
     let name = &target.info.target.name;
-    let reached = tokio::time::timeout(timeout, async {
-        loop {
-            if target.cache.get(namespace, name).is_some_and(|s| goal(&s)) {
-                return true;
-            }
-            if changes.changed().await.is_err() {
-                return false;
-            }
-        }
-    })
-    .await;
+    let reached = target
+        .cache
+        .wait_until(namespace, name, timeout, |s| s.is_some_and(&goal))
+        .await;
     match reached {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Error::Scaling(format!(
+        Ok(()) => Ok(()),
+        Err(WaitEnd::Closed) => Err(Error::Scaling(format!(
             "{what}: target cache closed while waiting"
         ))),
-        Err(_) => Err(Error::Timeout {
+        Err(WaitEnd::TimedOut) => Err(Error::Timeout {
             action: format!("waiting for {what} to reach its replicas"),
             timeout,
         }),

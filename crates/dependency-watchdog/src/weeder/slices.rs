@@ -94,6 +94,17 @@ fn key_of(slice: &EndpointSlice) -> Option<(String, String)> {
 /// Watches the configured services' slices forever (re-listing with back-off after errors),
 /// starting weeders; marks `health` ready once the first list is through.
 pub async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<Health>) {
+    // Ahead of the deletions in the seed budget: a re-watch starved by a storm of deletions
+    // would miss the next service to turn ready. (Weeders are spawned: their own requests
+    // don't inherit this.)
+    crate::rate_limit::with_priority(
+        crate::rate_limit::Priority::WATCH_CACHES,
+        watch_slices_forever(ctx, weeders, health),
+    )
+    .await;
+}
+
+async fn watch_slices_forever(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<Health>) {
     let api: Api<EndpointSlice> = Api::all(ctx.seed.clone());
     let config = watcher::Config::default().labels(&slice_selector(ctx.selectors.keys()));
     let mut events = watch_slices(api, config).default_backoff().boxed();
