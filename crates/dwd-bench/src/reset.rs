@@ -94,9 +94,10 @@ fn stale_nodes(world: &World, max_age: Duration) -> usize {
         .sum()
 }
 
-/// Brings the prober world back to steady state after a run, waiting (with a deadline) for
-/// what the watchdog and the kubelets do themselves and only then repairing targets
-/// directly. Returns what had to be repaired (JSON, for the next run's result).
+/// Brings the prober world back to steady state after a run (whose watchdog has been
+/// stopped): waits (with a deadline) for the kubelets to renew every lease, then repairs
+/// the targets the watchdog left scaled down (nobody else would restore them). Returns what
+/// had to be repaired (JSON, for the next run's result).
 pub async fn prober_world(cli: &Cli, world: &World) -> Result<Value> {
     let started = Instant::now();
     for (j, api) in world.shoot_apis.iter().enumerate() {
@@ -142,15 +143,9 @@ pub async fn prober_world(cli: &Cli, world: &World) -> Result<Value> {
                              "seconds": started.elapsed().as_secs_f64()}),
             );
         }
-        if started.elapsed() >= deadline {
-            if stale > 0 {
-                bail!(
-                    "world not steady after {deadline:?}: {stale} node leases older than {max_age:?} \
-                     (kubelets can't keep up: raise --renew-interval and --kcm-grace, see the README)"
-                );
-            }
+        if stale == 0 {
             eprintln!(
-                "reset: {busy} target(s) not restored by the watchdog within {deadline:?}; repairing them"
+                "reset: {busy} target(s) left scaled down by the stopped watchdog; repairing them"
             );
             repair(world, &off).await?;
             return Ok(json!({"repaired_targets": busy,
@@ -158,10 +153,16 @@ pub async fn prober_world(cli: &Cli, world: &World) -> Result<Value> {
                                  .map(|o| format!("{}/{}", o.namespace, o.name)).collect::<Vec<_>>(),
                              "seconds": started.elapsed().as_secs_f64()}));
         }
+        if started.elapsed() >= deadline {
+            bail!(
+                "world not steady after {deadline:?}: {stale} node leases older than {max_age:?} \
+                 (kubelets can't keep up: raise --renew-interval and --kcm-grace, see the README)"
+            );
+        }
         if last_print.elapsed() >= Duration::from_secs(10) {
             last_print = Instant::now();
             eprintln!(
-                "reset: waiting: {busy} target(s) not restored, {stale} stale lease(s) after {:.0}s",
+                "reset: waiting: {stale} stale lease(s) after {:.0}s ({busy} target(s) to repair)",
                 started.elapsed().as_secs_f64()
             );
         }
