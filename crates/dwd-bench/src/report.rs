@@ -278,7 +278,10 @@ fn outage_rows(rows: &mut Vec<(String, String)>, o: &Value) {
                     o["level0_all_zero_after_first_crossing_s"]
                         .as_f64()
                         .map(|v| format!("{v:.3}"))
-                        .unwrap_or_else(|| "-".into()),
+                        .unwrap_or_else(|| match o["level0_targets_never_down"].as_u64() {
+                            Some(n) if n > 0 => format!("never ({n} level-0 targets not at 0)"),
+                            _ => "-".into(),
+                        }),
                     o["level0_bound_s"].as_f64().unwrap_or(0.0)
                 ),
             ));
