@@ -56,8 +56,22 @@ impl Priority {
     /// Everything not marked otherwise: initial lists, watches, lookups.
     pub const DEFAULT: Priority = Priority(1000);
 
+    /// The weeder's pod watches, on a budget of their own (see [`Priority::own_budget`]).
+    pub const WEEDER_POD_WATCHES: Priority = Priority(1500);
+
     /// Kubernetes Events: useful to people, never worth delaying a scaling write for.
     pub const EVENTS: Priority = Priority(2000);
+}
+
+impl Priority {
+    /// Whether requests of this priority draw from a second bucket of the same `qps` and
+    /// `burst` instead of the main one. Only the weeder's pod watches do: the reference
+    /// starts them through a clientset of its own (rate limited separately from the
+    /// controller-runtime client that deletes the pods), so a storm of weeders gets two
+    /// budgets there, and one here would make every deletion wait for every watch.
+    pub fn own_budget(self) -> bool {
+        self == Priority::WEEDER_POD_WATCHES
+    }
 }
 
 tokio::task_local! {
@@ -204,24 +218,44 @@ impl PriorityBucket {
 /// A tower layer putting a [`PriorityBucket`] in front of a service taking `Req`s.
 #[derive(Debug)]
 pub struct RateLimitLayer<Req> {
-    bucket: Arc<PriorityBucket>,
+    buckets: Buckets,
     _requests: std::marker::PhantomData<fn(Req)>,
+}
+
+/// The main bucket and the one for priorities with [`Priority::own_budget`].
+#[derive(Debug, Clone)]
+struct Buckets {
+    main: Arc<PriorityBucket>,
+    own: Arc<PriorityBucket>,
+}
+
+impl Buckets {
+    fn for_priority(&self, priority: Priority) -> &Arc<PriorityBucket> {
+        if priority.own_budget() {
+            &self.own
+        } else {
+            &self.main
+        }
+    }
 }
 
 impl<Req> Clone for RateLimitLayer<Req> {
     fn clone(&self) -> Self {
         RateLimitLayer {
-            bucket: self.bucket.clone(),
+            buckets: self.buckets.clone(),
             _requests: std::marker::PhantomData,
         }
     }
 }
 
 impl<Req> RateLimitLayer<Req> {
-    /// A layer with a new full bucket (see [`PriorityBucket::new`] for the defaults).
+    /// A layer with new full buckets (see [`PriorityBucket::new`] for the defaults).
     pub fn new(qps: f32, burst: u32) -> Self {
         RateLimitLayer {
-            bucket: Arc::new(PriorityBucket::new(qps, burst)),
+            buckets: Buckets {
+                main: Arc::new(PriorityBucket::new(qps, burst)),
+                own: Arc::new(PriorityBucket::new(qps, burst)),
+            },
             _requests: std::marker::PhantomData,
         }
     }
@@ -245,7 +279,7 @@ where
             // in arrival order; the wait happens in the caller's task instead (where its
             // priority is known), and the request then goes through this buffer.
             inner: Buffer::new(inner, BUFFER),
-            bucket: self.bucket.clone(),
+            buckets: self.buckets.clone(),
         }
     }
 }
@@ -257,7 +291,7 @@ where
     S: tower::Service<Req>,
 {
     inner: Buffer<Req, S::Future>,
-    bucket: Arc<PriorityBucket>,
+    buckets: Buckets,
 }
 
 impl<S, Req> tower::Service<Req> for RateLimited<S, Req>
@@ -279,11 +313,11 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let inner = self.inner.clone();
-        let bucket = self.bucket.clone();
+        let buckets = self.buckets.clone();
         Box::pin(async move {
             // Read when first polled: that happens in the sending task, inside its scope.
             let priority = current_priority();
-            bucket.acquire(priority).await;
+            buckets.for_priority(priority).acquire(priority).await;
             inner.oneshot(req).await
         })
     }
@@ -327,7 +361,7 @@ mod tests {
         fn clone_service(&self) -> Limited {
             RateLimited {
                 inner: self.inner.clone(),
-                bucket: self.bucket.clone(),
+                buckets: self.buckets.clone(),
             }
         }
     }
@@ -357,6 +391,30 @@ mod tests {
         }
         // 30 requests with burst 10 at 5 qps: (30 − 10) / 5 = 4 s.
         assert!(close(sent[29], 4000), "{:?}", sent[29]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pod_watches_draw_from_a_budget_of_their_own() {
+        let svc = RateLimitLayer::<u32>::new(1.0, 2).layer(Clock);
+        let start = Instant::now();
+        // The main bucket's burst is used up...
+        for i in 0..2 {
+            send(&svc, i).await;
+        }
+        // ...yet two pod watches go at once (their own burst), the third waits for its refill,
+        let watches = with_priority(Priority::WEEDER_POD_WATCHES, async {
+            let mut at = Vec::new();
+            for i in 10..13 {
+                at.push(send(&svc, i).await - start);
+            }
+            at
+        })
+        .await;
+        assert!(ms(watches[0]) < 3 && ms(watches[1]) < 3, "{watches:?}");
+        assert!(close(watches[2], 1000), "{watches:?}");
+        // ...and the main bucket refilled on its own meanwhile: one token after 1 s.
+        let main = send(&svc, 3).await - start;
+        assert!(close(main, 1000), "{main:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -506,6 +564,8 @@ mod tests {
         assert!(Priority::scaling_level(0) < Priority::scaling_level(1));
         assert!(Priority::scaling_level(u32::MAX) < Priority::WEEDER_DELETE);
         assert!(Priority::WEEDER_DELETE < Priority::DEFAULT);
+        assert!(Priority::WEEDER_POD_WATCHES.own_budget());
+        assert!(!Priority::DEFAULT.own_budget() && !Priority::WATCH_CACHES.own_budget());
         assert!(Priority::DEFAULT < Priority::EVENTS);
     }
 }

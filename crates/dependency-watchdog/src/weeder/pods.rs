@@ -145,7 +145,9 @@ impl Weeder {
             .default_backoff()
             .boxed();
         loop {
-            let event = match events.try_next().await {
+            // The watch's requests (its start, re-watches) go on the pod watches' own budget.
+            let next = with_priority(Priority::WEEDER_POD_WATCHES, events.try_next()).await;
+            let event = match next {
                 Ok(Some(event)) => event,
                 Ok(None) => return,
                 Err(e) if streaming && rejects_streaming_lists(&e) => {
