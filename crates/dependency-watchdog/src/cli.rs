@@ -1,13 +1,19 @@
 //! The command line: the reference's subcommands and flags (SPEC §4), plus ours.
 //!
-//! Go's flag package accepts `-flag` as well as `--flag`, and Gardener's manifests may use
-//! either; [`normalize_go_flags`] rewrites single-dash long flags we know before clap parses.
+//! The reference parses its flags with Go's flag package, so ours take the same syntax:
+//! `-flag value`, `-flag=value`, `--flag value`, `--flag=value` ([`normalize_go_flags`]
+//! rewrites single-dash long flags before clap parses); booleans as `--flag` or
+//! `--flag=<Go bool>` ([`parse_go_bool`]); a repeated flag's last value wins
+//! (`args_override_self`). The `--zap-*` flags take the values controller-runtime's
+//! `zap.Options.BindFlags` takes, checked the same way (see [`crate::logging`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::logging::{TimeEncoding, ZapEncoder, ZapLevel, parse_stacktrace_level};
 
 /// Gardener's dependency watchdog: meltdown protection (prober) and crash-loop recovery (weeder).
 #[derive(Debug, Parser)]
@@ -24,9 +30,11 @@ pub enum Command {
     /// Probe every shoot's API server and node leases; scale kube-controller-manager,
     /// machine-controller-manager and cluster-autoscaler down when kubelets lose their control
     /// plane, and back up when they recover.
+    #[command(args_override_self = true)]
     Prober(CommonArgs),
     /// Delete dependants stuck in CrashLoopBackOff as soon as the service they depend on
     /// (etcd, kube-apiserver, …) becomes ready again.
+    #[command(args_override_self = true)]
     Weeder(CommonArgs),
     /// Evaluate one shoot now with the prober's rules and print every step: whether a probe
     /// runs, the API server probe, each node's verdict, the fraction against the threshold, the
@@ -64,16 +72,27 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     dwd_core::parse_go_duration(s).map_err(|e| e.to_string())
 }
 
-/// Log output format.
+/// Log output format (ours).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
-    /// Human-readable lines.
+    /// Human-readable lines (tracing's layout).
     Text,
-    /// One JSON object per line.
+    /// zap's JSON lines, as without the flag.
     Json,
 }
 
-/// Flags shared by both subcommands (the reference's, with its defaults).
+/// Go's `strconv.ParseBool`, which the reference's boolean flags use.
+pub fn parse_go_bool(value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!(
+            "invalid boolean value {value:?}: one of true, false, 1, 0, t, f"
+        )),
+    }
+}
+
+/// Flags shared by both subcommands (the reference's, with its defaults and value syntax).
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
     /// Path of the config file (prober: probe configuration; weeder: services and dependants).
@@ -97,8 +116,13 @@ pub struct CommonArgs {
     /// Address of the health endpoints (/healthz, /readyz).
     #[arg(long, default_value = ":9644")]
     pub health_bind_addr: String,
+    /// Accepted for compatibility; nothing listens there. The reference serves Go's pprof
+    /// profiler on this address; this binary has no Go runtime to profile. Profile it with
+    /// `perf` instead, and watch it with the process_* metrics on --metrics-bind-addr.
+    #[arg(long, default_value = ":8081", value_name = "ADDR")]
+    pub pprof_bind_addr: String,
     /// Elect a leader among replicas; only the leader acts.
-    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool, action = clap::ArgAction::Set)]
     pub enable_leader_election: bool,
     /// Namespace of the leader-election Lease.
     #[arg(long, default_value = "garden")]
@@ -112,36 +136,31 @@ pub struct CommonArgs {
     /// Interval between attempts to acquire or renew leadership.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub leader_elect_retry_period: Duration,
-    /// Log level as Gardener passes it (debug, info, error, or a zap integer level).
-    #[arg(long, default_value = "info")]
-    pub zap_log_level: String,
-    /// Accepted for compatibility (zap development mode).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-    pub zap_devel: Option<bool>,
-    /// zap encoder (json or console); `json` selects JSON logs.
-    #[arg(long)]
-    pub zap_encoder: Option<String>,
-    /// Accepted for compatibility.
-    #[arg(long)]
+    /// Log level: debug, info, warn, error, panic, or an integer > 0 for debug verbosity
+    /// (zap semantics; 1 is debug). The default is debug, as in the reference.
+    #[arg(long, default_value = "debug", value_name = "LEVEL", value_parser = ZapLevel::parse)]
+    pub zap_log_level: ZapLevel,
+    /// Development mode: zap's console layout instead of JSON (an explicit --zap-encoder
+    /// wins).
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool, action = clap::ArgAction::Set)]
+    pub zap_devel: bool,
+    /// Log encoding: json (zap's production JSON lines, the default) or console.
+    #[arg(long, value_name = "ENCODER", value_parser = ZapEncoder::parse)]
+    pub zap_encoder: Option<ZapEncoder>,
+    /// Accepted for compatibility (info, error or panic): the reference adds Go stack traces
+    /// to lines at this level; this binary writes none.
+    #[arg(long, value_name = "LEVEL", value_parser = parse_stacktrace_level)]
     pub zap_stacktrace_level: Option<String>,
-    /// Accepted for compatibility.
-    #[arg(long)]
-    pub zap_time_encoding: Option<String>,
-    /// Log format (ours); overrides --zap-encoder.
+    /// How the ts key is written: epoch, millis, nanos, iso8601, rfc3339 or rfc3339nano.
+    #[arg(long, default_value = "rfc3339", value_name = "ENCODING", value_parser = TimeEncoding::parse)]
+    pub zap_time_encoding: TimeEncoding,
+    /// Log format (ours): text for people; json is the default. Wins over --zap-encoder
+    /// and --zap-devel.
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
 }
 
 impl CommonArgs {
-    /// The effective log format.
-    pub fn log_format(&self) -> LogFormat {
-        match (self.log_format, self.zap_encoder.as_deref()) {
-            (Some(f), _) => f,
-            (None, Some("json")) => LogFormat::Json,
-            _ => LogFormat::Text,
-        }
-    }
-
     /// Seed QPS, with 0 meaning the default.
     pub fn qps(&self) -> f32 {
         if self.kube_api_qps <= 0.0 {
@@ -187,30 +206,12 @@ pub fn normalize_go_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsStr
             let Some(s) = arg.to_str() else { return arg };
             if s.starts_with('-') && !s.starts_with("--") && s.len() > 2 {
                 let name = s[1..].split('=').next().unwrap_or_default();
-                if known.iter().any(|k| k == name) {
+                // `-help` too: Go's flag package prints the usage for it.
+                if name == "help" || known.iter().any(|k| k == name) {
                     return OsString::from(format!("-{s}"));
                 }
             }
             arg
         })
         .collect()
-}
-
-/// Maps zap's level names/numbers onto a tracing filter directive.
-pub fn zap_level_to_filter(level: &str) -> &'static str {
-    match level.trim().to_ascii_lowercase().as_str() {
-        "debug" => "debug",
-        "info" => "info",
-        "warn" | "warning" => "warn",
-        "error" | "dpanic" | "panic" | "fatal" => "error",
-        other => match other.parse::<i32>() {
-            // zap: -1 debug, 0 info, 1 warn, 2 error; more negative = more verbose.
-            Ok(n) if n < -1 => "trace",
-            Ok(-1) => "debug",
-            Ok(0) => "info",
-            Ok(1) => "warn",
-            Ok(_) => "error",
-            Err(_) => "info",
-        },
-    }
 }

@@ -13,6 +13,7 @@ pub mod explain;
 pub mod health;
 pub mod kube_client;
 pub mod leader;
+pub mod logging;
 pub mod metrics;
 pub mod prober;
 pub mod rate_limit;
@@ -30,28 +31,10 @@ use tracing::{info, warn};
 
 pub use error::{Error, Result};
 
-use cli::{Cli, Command, CommonArgs, LogFormat};
+use cli::{Cli, Command, CommonArgs};
 use health::Health;
 use leader::Lost;
 use metrics::Metrics;
-
-/// Installs the tracing subscriber: `--zap-log-level` (or `RUST_LOG`) and the log format.
-pub fn init_logging(args: &CommonArgs) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!(
-            "{},kube=warn,hyper=warn",
-            cli::zap_level_to_filter(&args.zap_log_level)
-        ))
-    });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
-    let _ = match args.log_format() {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
-}
 
 /// Reads a config file and parses it with `parse`; every bad field is named in the error and
 /// unknown fields are logged as warnings.

@@ -35,7 +35,7 @@ fn limit_malloc_arenas() {
 async fn async_main() -> std::process::ExitCode {
     let cli = Cli::parse_from(normalize_go_flags(std::env::args_os()));
     match &cli.command {
-        Command::Prober(args) | Command::Weeder(args) => dependency_watchdog::init_logging(args),
+        Command::Prober(args) | Command::Weeder(args) => dependency_watchdog::logging::init(args),
         Command::Explain(_) => {
             // explain prints its findings on stdout; keep the log to warnings on stderr.
             let _ = tracing_subscriber::fmt()
@@ -47,13 +47,20 @@ async fn async_main() -> std::process::ExitCode {
                 .try_init();
         }
     }
+    let explain = matches!(cli.command, Command::Explain(_));
     match dependency_watchdog::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            // The library's errors carry their whole context in Display; print it once.
+            // The library's errors carry their whole context in Display; print it once. A
+            // log pipeline reading the prober's or weeder's stderr gets it as a log line, and
+            // only as one (the reference logs it and exits); without such a line (a level
+            // above error) and for explain, a person reads it as plain text.
             let error = anyhow::Error::from(error);
-            tracing::error!("{error}");
-            eprintln!("Error: {error}");
+            if !explain && tracing::enabled!(tracing::Level::ERROR) {
+                tracing::error!("{error}");
+            } else {
+                eprintln!("Error: {error}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

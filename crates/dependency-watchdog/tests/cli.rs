@@ -3,7 +3,9 @@
 
 use std::process::Command;
 
-use dependency_watchdog::cli::{Cli, long_flag_names};
+use clap::Parser;
+use dependency_watchdog::cli::{Cli, CommonArgs, long_flag_names, normalize_go_flags};
+use dependency_watchdog::logging::{LogSettings, Output, TimeEncoding, ZapEncoder, ZapLevel};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
@@ -24,6 +26,7 @@ const CONTRACT_FLAGS: &[&str] = &[
     "leader-election-namespace",
     "log-format",
     "metrics-bind-addr",
+    "pprof-bind-addr",
     "zap-devel",
     "zap-encoder",
     "zap-log-level",
@@ -40,7 +43,6 @@ fn flag_set_matches_the_contract() {
 
 #[test]
 fn defaults_match_the_reference() {
-    use clap::Parser;
     let cli = Cli::try_parse_from(["dependency-watchdog", "prober", "--config-file", "x.yaml"])
         .expect("parse");
     let dependency_watchdog::cli::Command::Prober(a) = cli.command else {
@@ -56,12 +58,21 @@ fn defaults_match_the_reference() {
     assert_eq!(a.leader_elect_lease_duration.as_secs(), 15);
     assert_eq!(a.leader_elect_renew_deadline.as_secs(), 10);
     assert_eq!(a.leader_elect_retry_period.as_secs(), 2);
-    assert_eq!(a.zap_log_level, "info");
+    assert_eq!(a.pprof_bind_addr, ":8081");
+    // dwd.go sets Level: debug and the RFC 3339 time encoder before binding the zap flags.
+    assert_eq!(a.zap_log_level, ZapLevel::DEBUG);
+    assert_eq!(a.zap_time_encoding, TimeEncoding::Rfc3339);
+    assert!(!a.zap_devel);
+    assert_eq!(a.zap_encoder, None);
+    assert_eq!(
+        LogSettings::from_args(&a).output,
+        Output::Json,
+        "JSON lines by default"
+    );
 }
 
 #[test]
 fn gardener_style_arguments_parse() {
-    use clap::Parser;
     let args = dependency_watchdog::cli::normalize_go_flags(
         [
             "dependency-watchdog",
@@ -154,6 +165,331 @@ fn missing_config_file_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/dep-config.yaml"), "{err}");
+}
+
+/// Parses `prober <args>` as the binary does (Go-style flags normalized first).
+fn parse(args: &[&str]) -> Result<CommonArgs, clap::Error> {
+    let mut all = vec!["dependency-watchdog", "prober"];
+    all.extend_from_slice(args);
+    let cli = Cli::try_parse_from(normalize_go_flags(all.into_iter().map(Into::into)))?;
+    match cli.command {
+        dependency_watchdog::cli::Command::Prober(a) => Ok(a),
+        other => panic!("parsed as {other:?}"),
+    }
+}
+
+/// Every flag of the reference's command line (its `SetSharedOpts`, controller-runtime's
+/// `--kubeconfig` and `zap.Options.BindFlags`) with a non-default value, in each of the four
+/// spellings Go's flag package accepts.
+#[test]
+fn every_reference_flag_parses_in_every_go_spelling() {
+    let flags: &[(&str, &str)] = &[
+        (
+            "config-file",
+            "/etc/dependency-watchdog/config/dep-config.yaml",
+        ),
+        ("kubeconfig", "/tmp/seed.kubeconfig"),
+        ("concurrent-reconciles", "4"),
+        ("kube-api-qps", "20.0"),
+        ("kube-api-burst", "100"),
+        ("metrics-bind-addr", ":19643"),
+        ("health-bind-addr", "127.0.0.1:19644"),
+        ("pprof-bind-addr", ":18081"),
+        ("enable-leader-election", "true"),
+        ("leader-election-namespace", "dwd"),
+        ("leader-elect-lease-duration", "1m30s"),
+        ("leader-elect-renew-deadline", "20s"),
+        ("leader-elect-retry-period", "500ms"),
+        ("zap-devel", "true"),
+        ("zap-encoder", "json"),
+        ("zap-log-level", "INFO"),
+        ("zap-stacktrace-level", "panic"),
+        ("zap-time-encoding", "iso8601"),
+    ];
+    // Go's separate-value spellings don't apply to booleans: `-flag` alone sets them.
+    let is_bool = |f: &str| matches!(f, "enable-leader-election" | "zap-devel");
+    let spellings: [fn(&str, &str, bool) -> Vec<String>; 4] = [
+        |f, v, b| {
+            if b {
+                vec![format!("-{f}")]
+            } else {
+                vec![format!("-{f}"), v.to_string()]
+            }
+        },
+        |f, v, _| vec![format!("-{f}={v}")],
+        |f, v, b| {
+            if b {
+                vec![format!("--{f}")]
+            } else {
+                vec![format!("--{f}"), v.to_string()]
+            }
+        },
+        |f, v, _| vec![format!("--{f}={v}")],
+    ];
+    for spell in spellings {
+        let args: Vec<String> = flags
+            .iter()
+            .flat_map(|(f, v)| spell(f, v, is_bool(f)))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let a = parse(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert_eq!(
+            a.config_file.to_str(),
+            Some("/etc/dependency-watchdog/config/dep-config.yaml")
+        );
+        assert_eq!(
+            a.kubeconfig.as_deref().and_then(|p| p.to_str()),
+            Some("/tmp/seed.kubeconfig")
+        );
+        assert_eq!(a.concurrent_reconciles, 4);
+        assert_eq!(a.kube_api_qps, 20.0);
+        assert_eq!(a.kube_api_burst, 100);
+        assert_eq!(a.metrics_bind_addr, ":19643");
+        assert_eq!(a.health_bind_addr, "127.0.0.1:19644");
+        assert_eq!(a.pprof_bind_addr, ":18081");
+        assert!(a.enable_leader_election);
+        assert_eq!(a.leader_election_namespace, "dwd");
+        assert_eq!(a.leader_elect_lease_duration.as_secs(), 90);
+        assert_eq!(a.leader_elect_renew_deadline.as_secs(), 20);
+        assert_eq!(a.leader_elect_retry_period.as_millis(), 500);
+        assert!(a.zap_devel);
+        assert_eq!(a.zap_encoder, Some(ZapEncoder::Json));
+        assert_eq!(a.zap_log_level, ZapLevel::INFO);
+        assert_eq!(a.zap_stacktrace_level.as_deref(), Some("panic"));
+        assert_eq!(a.zap_time_encoding, TimeEncoding::Iso8601);
+        // An explicit encoder wins over development mode, as in controller-runtime.
+        assert_eq!(LogSettings::from_args(&a).output, Output::Json);
+    }
+}
+
+#[test]
+fn booleans_take_gos_syntax_and_the_last_of_a_repeated_flag_wins() {
+    let base = ["--config-file=x.yaml"];
+    let with = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        parse(&args).unwrap_or_else(|e| panic!("{extra:?}: {e}"))
+    };
+    for on in [
+        "--enable-leader-election",
+        "-enable-leader-election",
+        "--enable-leader-election=1",
+        "--enable-leader-election=t",
+        "--enable-leader-election=TRUE",
+        "--enable-leader-election=True",
+    ] {
+        assert!(with(&[on]).enable_leader_election, "{on}");
+    }
+    for off in [
+        "--enable-leader-election=false",
+        "--enable-leader-election=0",
+        "--enable-leader-election=F",
+        "--enable-leader-election=FALSE",
+    ] {
+        assert!(!with(&[off]).enable_leader_election, "{off}");
+    }
+    assert!(parse(&["--config-file=x.yaml", "--enable-leader-election=yes"]).is_err());
+    assert!(with(&["--zap-devel"]).zap_devel);
+    assert_eq!(
+        LogSettings::from_args(&with(&["--zap-devel"])).output,
+        Output::Console
+    );
+    assert_eq!(
+        LogSettings::from_args(&with(&["--zap-encoder=CONSOLE"])).output,
+        Output::Console
+    );
+    assert_eq!(
+        LogSettings::from_args(&with(&["--zap-devel", "--log-format", "text"])).output,
+        Output::Text
+    );
+    // Go's flag package keeps the last value of a repeated flag.
+    let a = with(&[
+        "--kube-api-qps=1",
+        "--kube-api-qps=2",
+        "--zap-log-level=error",
+        "--zap-log-level=3",
+    ]);
+    assert_eq!(a.kube_api_qps, 2.0);
+    assert_eq!(a.zap_log_level, ZapLevel(-3));
+    assert_eq!(
+        with(&["-config-file", "y.yaml"]).config_file.to_str(),
+        Some("y.yaml")
+    );
+}
+
+#[test]
+fn invalid_zap_values_are_rejected_like_the_reference_with_the_flag_named() {
+    for (flag, value) in [
+        ("--zap-log-level", "0"),
+        ("--zap-log-level", "verbose"),
+        ("--zap-encoder", "text"),
+        ("--zap-time-encoding", "nano"),
+        ("--zap-stacktrace-level", "debug"),
+        ("--zap-devel", "maybe"),
+    ] {
+        let out = bin()
+            .args(["prober", "--config-file=x.yaml", &format!("{flag}={value}")])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{flag}={value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(flag) && err.contains(value),
+            "{flag}={value}: {err}"
+        );
+    }
+}
+
+#[test]
+fn help_says_pprof_is_accepted_without_a_profiler() {
+    let out = bin().args(["prober", "--help"]).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout).replace('\n', " ");
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("--pprof-bind-addr"), "{text}");
+    assert!(text.contains("nothing listens there"), "{text}");
+    let out = bin().args(["prober", "-help"]).output().expect("run");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("--pprof-bind-addr")
+    );
+}
+
+/// A valid prober config with a field the watchdog does not know (logged as a warning).
+const CONFIG_WITH_UNKNOWN_FIELD: &str = "kubeConfigSecretName: s\nsurpriseField: 1\ndependentResourceInfos:\n- ref: {kind: Deployment, name: kcm, apiVersion: apps/v1}\n  scaleUp: {level: 0}\n  scaleDown: {level: 0}\n";
+
+/// Runs the prober with that config and a kubeconfig that does not exist: it logs the
+/// warning, then fails on the kubeconfig. Returns stdout and stderr.
+fn run_until_the_kubeconfig_fails(extra: &[&str]) -> (String, String) {
+    let dir = tempfile_dir();
+    let config = dir.join("dep-config.yaml");
+    std::fs::write(&config, CONFIG_WITH_UNKNOWN_FIELD).expect("write");
+    let out = bin()
+        .arg("prober")
+        .arg(format!("--config-file={}", config.display()))
+        .arg(format!(
+            "--kubeconfig={}",
+            dir.join("missing.kubeconfig").display()
+        ))
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run");
+    let _ = std::fs::remove_dir_all(dir);
+    assert_eq!(out.status.code(), Some(1));
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_binary_logs_zap_json_lines_on_stderr_by_default() {
+    let (stdout, stderr) = run_until_the_kubeconfig_fails(&[]);
+    assert_eq!(stdout, "", "logs go to stderr, as zap's");
+    // Every line is JSON, the fatal error included (a pipeline parses each one).
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let warning = lines
+        .iter()
+        .find(|l| l["level"] == "warn")
+        .unwrap_or_else(|| panic!("no warning in\n{stderr}"));
+    let error = lines
+        .iter()
+        .find(|l| l["level"] == "error")
+        .unwrap_or_else(|| panic!("no error in\n{stderr}"));
+    for line in [warning, error] {
+        let keys: Vec<&str> = line
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert!(keys.len() >= 4, "{line}");
+        let ts = line["ts"].as_str().expect("ts");
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(ts).is_ok()
+                && ts.ends_with('Z')
+                && !ts.contains('.'),
+            "ts {ts} is not zap's RFC 3339"
+        );
+        assert!(
+            line["logger"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("dwd")),
+            "{line}"
+        );
+    }
+    // Key order as zap writes it: level, ts, logger, msg, then fields.
+    let first = stderr
+        .lines()
+        .find(|l| l.contains("surpriseField"))
+        .expect("warning line");
+    assert!(first.starts_with(r#"{"level":"warn","ts":""#), "{first}");
+    let at = |key: &str| {
+        first
+            .find(&format!("\"{key}\":"))
+            .unwrap_or_else(|| panic!("{key} in {first}"))
+    };
+    assert!(
+        at("ts") < at("logger") && at("logger") < at("msg") && at("msg") < at("file"),
+        "{first}"
+    );
+    assert!(
+        warning["file"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("dep-config.yaml"))
+    );
+    assert!(
+        error["msg"]
+            .as_str()
+            .is_some_and(|m| m.contains("missing.kubeconfig")),
+        "{error}"
+    );
+}
+
+#[test]
+fn zap_flags_choose_level_and_layout() {
+    // --zap-log-level=error: the warning is gone, the error stays.
+    let (_, stderr) = run_until_the_kubeconfig_fails(&["--zap-log-level=error"]);
+    assert!(!stderr.contains("surpriseField"), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with(r#"{"level":"error""#)),
+        "{stderr}"
+    );
+    // --zap-log-level=panic: no log line at all; the error still reaches a person.
+    let (_, stderr) = run_until_the_kubeconfig_fails(&["--zap-log-level=panic"]);
+    assert!(
+        stderr.starts_with("Error: ")
+            && stderr.contains("missing.kubeconfig")
+            && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    // --zap-devel: zap's console layout, tab-separated, fields as JSON at the end.
+    let (_, stderr) = run_until_the_kubeconfig_fails(&["--zap-devel", "--zap-time-encoding=epoch"]);
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("surpriseField"))
+        .expect("warning");
+    let parts: Vec<&str> = warning.split('\t').collect();
+    assert_eq!(parts.len(), 5, "{warning}");
+    assert!(
+        parts[0].parse::<f64>().is_ok_and(|t| t > 1.7e9),
+        "epoch seconds: {warning}"
+    );
+    assert_eq!(parts[1], "WARN");
+    assert!(parts[2].starts_with("dwd"));
+    assert!(parts[4].starts_with(r#"{"file": ""#), "{warning}");
+    // --log-format text: tracing's layout for people, not JSON.
+    let (_, stderr) = run_until_the_kubeconfig_fails(&["--log-format", "text"]);
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("surpriseField"))
+        .expect("warning");
+    assert!(
+        !warning.starts_with('{') && warning.contains("WARN"),
+        "{warning}"
+    );
 }
 
 fn tempfile_dir() -> std::path::PathBuf {

@@ -209,7 +209,7 @@ impl Watchdog {
         let text = std::fs::read_to_string(&self.log).ok()?;
         text.lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find(|v| v["message"] == "leader election: candidate")
+            .find(|v| v["msg"] == "leader election: candidate")
             .and_then(|v| v["identity"].as_str().map(str::to_string))
     }
 

@@ -682,7 +682,7 @@ async fn the_weeder_command_with_the_seeds_config_weeds_a_shoot() -> Result<()> 
     );
     eventually(DEADLINE, "weeder binary ready", || {
         let ready = log_lines(&log_path).iter().any(|l| {
-            l["message"]
+            l["msg"]
                 .as_str()
                 .is_some_and(|m| m.contains("weeder ready"))
         });
@@ -719,7 +719,7 @@ async fn the_weeder_command_with_the_seeds_config_weeds_a_shoot() -> Result<()> 
     let deletions: Vec<serde_json::Value> = log_lines(&log_path)
         .into_iter()
         .filter(|l| {
-            l["message"]
+            l["msg"]
                 .as_str()
                 .is_some_and(|m| m.starts_with("deleted crash-looping pod"))
         })

@@ -1,0 +1,817 @@
+//! Logs as the reference writes them, so a log pipeline that parses its lines keeps working.
+//!
+//! The reference builds controller-runtime's zap logger with `Development: false`,
+//! `Level: debug` and the RFC 3339 time encoder, then binds the `--zap-*` flags (`dwd.go`).
+//! Its lines are therefore zap's production JSON on stderr, one object per line, keys in this
+//! order: `level` (lowercase), `ts`, `logger`, `msg`, then the structured fields;
+//! errors are a field `error` holding the message. `--zap-devel` or `--zap-encoder=console`
+//! switch to zap's console layout (tab-separated, fields as a JSON object at the end).
+//!
+//! Here a [`ZapFormat`] (a tracing-subscriber [`FormatEvent`]) writes those layouts from
+//! tracing events: `logger` is the event's target with the crate name shortened to `dwd` and
+//! `::` turned into `.` (`dwd.prober.probe`), the fields of the enclosing spans (outermost
+//! first, like a zap logger's `WithValues`) come before the event's own. `--log-format text`
+//! keeps tracing-subscriber's own layout for people.
+//!
+//! Levels follow zap: `--zap-log-level` takes `debug`, `info`, `error`, `panic` or an integer
+//! verbosity `n > 0` (zap level `-n`: 1 is debug, 2 and more also enable trace events, which
+//! zap would print as `Level(-2)`). `warn` is accepted too (ours: tracing has a warn level and
+//! we use it). The default is debug, as in the reference. `RUST_LOG`, when set, overrides the
+//! level with a tracing filter.
+//!
+//! Not reproduced: zap's stack traces on error lines (`stacktrace`, a Go goroutine dump; there
+//! is no equivalent worth printing, so `--zap-stacktrace-level` is validated and has no
+//! effect), and zap's sampling (after 100 identical messages in a second, one in 100): our
+//! periodic lines are debug-level and bounded by the number of shoots, so nothing is dropped.
+
+use std::fmt::{self, Write as _};
+
+use chrono::{DateTime, Utc};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::cli::{CommonArgs, LogFormat};
+
+/// A zap level (`--zap-log-level`): -1 debug, 0 info, 1 warn, 2 error, 4 panic; `-n` for an
+/// integer verbosity `n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ZapLevel(pub i8);
+
+impl ZapLevel {
+    /// zap's debug level, the reference's default.
+    pub const DEBUG: ZapLevel = ZapLevel(-1);
+    /// zap's info level.
+    pub const INFO: ZapLevel = ZapLevel(0);
+    /// zap's warn level.
+    pub const WARN: ZapLevel = ZapLevel(1);
+    /// zap's error level.
+    pub const ERROR: ZapLevel = ZapLevel(2);
+    /// zap's panic level: nothing of ours is that severe, so nothing is logged.
+    pub const PANIC: ZapLevel = ZapLevel(4);
+
+    /// Parses a flag value as controller-runtime does (`levelFlag.Set`): a name, case
+    /// insensitive, or an integer > 0; anything else is an error. `warn` is ours.
+    pub fn parse(value: &str) -> Result<ZapLevel, String> {
+        match value.to_ascii_lowercase().as_str() {
+            "debug" => Ok(Self::DEBUG),
+            "info" => Ok(Self::INFO),
+            "warn" => Ok(Self::WARN),
+            "error" => Ok(Self::ERROR),
+            "panic" => Ok(Self::PANIC),
+            _ => match value.parse::<i64>() {
+                // zap levels are int8: a verbosity beyond 128 means "everything" anyway.
+                Ok(n) if n > 0 => Ok(ZapLevel(i8::try_from(-n).unwrap_or(i8::MIN))),
+                _ => Err(format!(
+                    "invalid log level {value:?}: one of debug, info, warn, error, panic, or an integer > 0"
+                )),
+            },
+        }
+    }
+
+    /// The tracing filter level of this zap level (`off` for panic and above).
+    pub fn directive(self) -> &'static str {
+        match self.0 {
+            i8::MIN..=-2 => "trace",
+            -1 => "debug",
+            0 => "info",
+            1 => "warn",
+            2 => "error",
+            _ => "off",
+        }
+    }
+}
+
+/// The filter for `level` when `RUST_LOG` is not set: our crates at `level`; dependencies at
+/// info at most (their debug output is about their internals, not the watchdog's work), and
+/// the Kubernetes client and HTTP stack at warn at most (they report each request otherwise).
+pub fn filter_directives(level: ZapLevel) -> String {
+    let ours = level.directive();
+    let others = level.max(ZapLevel::INFO).directive();
+    let quiet = level.max(ZapLevel::WARN).directive();
+    format!("{others},dependency_watchdog={ours},dwd_core={ours},kube={quiet},hyper={quiet}")
+}
+
+/// `--zap-encoder`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZapEncoder {
+    /// zap's production JSON.
+    Json,
+    /// zap's development console layout.
+    Console,
+}
+
+impl ZapEncoder {
+    /// Parses a flag value as controller-runtime does (`json` or `console`, any case).
+    pub fn parse(value: &str) -> Result<ZapEncoder, String> {
+        match value.to_ascii_lowercase().as_str() {
+            "json" => Ok(ZapEncoder::Json),
+            "console" => Ok(ZapEncoder::Console),
+            _ => Err(format!(
+                "invalid encoder value {value:?}: one of json, console"
+            )),
+        }
+    }
+}
+
+/// `--zap-time-encoding`: how `ts` is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeEncoding {
+    /// Seconds since the Unix epoch, a float.
+    Epoch,
+    /// Milliseconds since the Unix epoch, a float.
+    Millis,
+    /// Nanoseconds since the Unix epoch, an integer.
+    Nanos,
+    /// `2006-01-02T15:04:05.000Z0700`.
+    Iso8601,
+    /// `2006-01-02T15:04:05Z07:00`: the reference's choice.
+    Rfc3339,
+    /// `2006-01-02T15:04:05.999999999Z07:00` (trailing zeros dropped).
+    Rfc3339Nano,
+}
+
+impl TimeEncoding {
+    /// Parses a flag value as controller-runtime does (any case).
+    pub fn parse(value: &str) -> Result<TimeEncoding, String> {
+        match value.to_ascii_lowercase().as_str() {
+            "epoch" => Ok(TimeEncoding::Epoch),
+            "millis" => Ok(TimeEncoding::Millis),
+            "nanos" => Ok(TimeEncoding::Nanos),
+            "iso8601" => Ok(TimeEncoding::Iso8601),
+            "rfc3339" => Ok(TimeEncoding::Rfc3339),
+            "rfc3339nano" => Ok(TimeEncoding::Rfc3339Nano),
+            _ => Err(format!(
+                "invalid time-encoding value {value:?}: one of epoch, millis, nanos, iso8601, rfc3339, rfc3339nano"
+            )),
+        }
+    }
+
+    /// Writes `t`; textual encodings are JSON strings when `quoted`.
+    fn write(self, out: &mut String, t: DateTime<Utc>, quoted: bool) {
+        // Nanoseconds fit an i64 until 2262; the fallback only keeps this total.
+        let nanos = t
+            .timestamp_nanos_opt()
+            .unwrap_or_else(|| t.timestamp().saturating_mul(1_000_000_000));
+        let text = match self {
+            // Go divides the int64 nanoseconds as float64 and prints the shortest form that
+            // reads back the same, without exponent: Rust's Display of f64 does the same.
+            TimeEncoding::Epoch => {
+                let _ = write!(out, "{}", nanos as f64 / 1e9);
+                return;
+            }
+            TimeEncoding::Millis => {
+                let _ = write!(out, "{}", nanos as f64 / 1e6);
+                return;
+            }
+            TimeEncoding::Nanos => {
+                let _ = write!(out, "{nanos}");
+                return;
+            }
+            TimeEncoding::Iso8601 => t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+            TimeEncoding::Rfc3339 => t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            TimeEncoding::Rfc3339Nano => {
+                let mut text = t.format("%Y-%m-%dT%H:%M:%S").to_string();
+                let frac = format!("{:09}", t.timestamp_subsec_nanos());
+                let frac = frac.trim_end_matches('0');
+                if !frac.is_empty() {
+                    text.push('.');
+                    text.push_str(frac);
+                }
+                text.push('Z');
+                text
+            }
+        };
+        if quoted {
+            write_json_str(out, &text);
+        } else {
+            out.push_str(&text);
+        }
+    }
+}
+
+/// `--zap-stacktrace-level`: validated like the reference's (info, error, panic), no effect.
+pub fn parse_stacktrace_level(value: &str) -> Result<String, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "info" | "error" | "panic" => Ok(value.to_ascii_lowercase()),
+        _ => Err(format!(
+            "invalid stacktrace level {value:?}: one of info, error, panic"
+        )),
+    }
+}
+
+/// Which layout the lines have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// zap's production JSON (the default).
+    Json,
+    /// zap's console layout (`--zap-devel`, `--zap-encoder=console`).
+    Console,
+    /// tracing-subscriber's layout (`--log-format text`).
+    Text,
+}
+
+/// The effective logging settings of the flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogSettings {
+    /// Layout.
+    pub output: Output,
+    /// Level.
+    pub level: ZapLevel,
+    /// How `ts` is written.
+    pub time: TimeEncoding,
+}
+
+impl LogSettings {
+    /// `--log-format` (ours) wins, then `--zap-encoder`, then `--zap-devel` (console, as in
+    /// controller-runtime, where an explicit encoder also wins over development mode).
+    pub fn from_args(args: &CommonArgs) -> LogSettings {
+        let output = match (args.log_format, args.zap_encoder, args.zap_devel) {
+            (Some(LogFormat::Text), _, _) => Output::Text,
+            (Some(LogFormat::Json), _, _) => Output::Json,
+            (None, Some(ZapEncoder::Json), _) => Output::Json,
+            (None, Some(ZapEncoder::Console), _) | (None, None, true) => Output::Console,
+            (None, None, false) => Output::Json,
+        };
+        LogSettings {
+            output,
+            level: args.zap_log_level,
+            time: args.zap_time_encoding,
+        }
+    }
+}
+
+/// Installs the process's subscriber for `prober` and `weeder`: lines on stderr, as zap writes
+/// them. Does nothing when a subscriber is already installed (tests).
+pub fn init(args: &CommonArgs) {
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let settings = LogSettings::from_args(args);
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(filter_directives(settings.level)));
+    match settings.output {
+        Output::Json | Output::Console => {
+            let console = settings.output == Output::Console;
+            let layer = tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .fmt_fields(ZapFields { spaced: console })
+                .event_format(ZapFormat::new(console, settings.time));
+            let _ = tracing_subscriber::registry()
+                .with(filter)
+                .with(layer)
+                .try_init();
+        }
+        Output::Text => {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_target(false)
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
+    }
+}
+
+/// Formats events as zap's JSON or console encoder would.
+#[derive(Debug, Clone)]
+pub struct ZapFormat {
+    console: bool,
+    time: TimeEncoding,
+    now: fn() -> DateTime<Utc>,
+}
+
+impl ZapFormat {
+    /// JSON lines, or the console layout when `console`; `ts` written as `time` says.
+    pub fn new(console: bool, time: TimeEncoding) -> ZapFormat {
+        ZapFormat {
+            console,
+            time,
+            now: Utc::now,
+        }
+    }
+
+    /// The same with a clock of the caller's (tests).
+    pub fn with_clock(mut self, now: fn() -> DateTime<Utc>) -> ZapFormat {
+        self.now = now;
+        self
+    }
+}
+
+/// zap's level names: lowercase in JSON, capitals in the console layout; levels zap has no
+/// name for print as `Level(-2)` / `LEVEL(-2)`, which is what a verbosity of 2 looks like.
+fn level_name(level: &Level, console: bool) -> &'static str {
+    match (*level, console) {
+        (Level::TRACE, false) => "Level(-2)",
+        (Level::TRACE, true) => "LEVEL(-2)",
+        (Level::DEBUG, false) => "debug",
+        (Level::DEBUG, true) => "DEBUG",
+        (Level::INFO, false) => "info",
+        (Level::INFO, true) => "INFO",
+        (Level::WARN, false) => "warn",
+        (Level::WARN, true) => "WARN",
+        (Level::ERROR, false) => "error",
+        (Level::ERROR, true) => "ERROR",
+    }
+}
+
+/// `dependency_watchdog::prober::probe` → `dwd.prober.probe`; `dwd_core::x` → `dwd.core.x`;
+/// other crates keep their name, with `.` between modules as zap's named loggers have.
+pub fn logger_name(target: &str) -> String {
+    let (krate, rest) = match target.split_once("::") {
+        Some((krate, rest)) => (krate, Some(rest)),
+        None => (target, None),
+    };
+    let mut name = match krate {
+        "dependency_watchdog" => "dwd".to_string(),
+        "dwd_core" => "dwd.core".to_string(),
+        other => other.to_string(),
+    };
+    if let Some(rest) = rest {
+        name.push('.');
+        name.push_str(&rest.replace("::", "."));
+    }
+    name
+}
+
+impl<S> FormatEvent<S, ZapFields> for ZapFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, ZapFields>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut fields = String::new();
+        let mut visitor = FieldWriter::new(&mut fields, self.console, true);
+        event.record(&mut visitor);
+        let message = visitor.message.take().unwrap_or_default();
+        let target = visitor
+            .log_target
+            .take()
+            .unwrap_or_else(|| event.metadata().target().to_string());
+        // Fields of the enclosing spans first (outermost first), then the event's own.
+        let separator = if self.console { ", " } else { "," };
+        let mut all = String::new();
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                let extensions = span.extensions();
+                if let Some(own) = extensions.get::<FormattedFields<ZapFields>>()
+                    && !own.fields.is_empty()
+                {
+                    if !all.is_empty() {
+                        all.push_str(separator);
+                    }
+                    all.push_str(&own.fields);
+                }
+            }
+        }
+        if !fields.is_empty() {
+            if !all.is_empty() {
+                all.push_str(separator);
+            }
+            all.push_str(&fields);
+        }
+
+        let level = level_name(event.metadata().level(), self.console);
+        let logger = logger_name(&target);
+        let now = (self.now)();
+        let mut line = String::with_capacity(128 + all.len() + message.len());
+        if self.console {
+            self.time.write(&mut line, now, false);
+            line.push('\t');
+            line.push_str(level);
+            line.push('\t');
+            line.push_str(&logger);
+            line.push('\t');
+            line.push_str(&message);
+            if !all.is_empty() {
+                line.push_str("\t{");
+                line.push_str(&all);
+                line.push('}');
+            }
+        } else {
+            line.push_str("{\"level\":\"");
+            line.push_str(level);
+            line.push_str("\",\"ts\":");
+            self.time.write(&mut line, now, true);
+            line.push_str(",\"logger\":");
+            write_json_str(&mut line, &logger);
+            line.push_str(",\"msg\":");
+            write_json_str(&mut line, &message);
+            if !all.is_empty() {
+                line.push(',');
+                line.push_str(&all);
+            }
+            line.push('}');
+        }
+        line.push('\n');
+        writer.write_str(&line)
+    }
+}
+
+/// Formats span fields as JSON members (`"k":v,"k2":v2`; spaced for the console layout) for
+/// [`ZapFormat`] to splice into each line.
+#[derive(Debug, Clone, Copy)]
+pub struct ZapFields {
+    spaced: bool,
+}
+
+impl ZapFields {
+    /// Compact members for JSON lines, or spaced (`"k": v, "k2": v2`) like zap's console.
+    pub fn new(spaced: bool) -> ZapFields {
+        ZapFields { spaced }
+    }
+}
+
+impl<'writer> FormatFields<'writer> for ZapFields {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
+        let mut out = String::new();
+        fields.record(&mut FieldWriter::new(&mut out, self.spaced, false));
+        writer.write_str(&out)
+    }
+
+    fn add_fields(
+        &self,
+        current: &'writer mut FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> fmt::Result {
+        let mut out = String::new();
+        fields.record(&mut FieldWriter::new(&mut out, self.spaced, false));
+        if out.is_empty() {
+            return Ok(());
+        }
+        if !current.fields.is_empty() {
+            current
+                .fields
+                .push_str(if self.spaced { ", " } else { "," });
+        }
+        current.fields.push_str(&out);
+        Ok(())
+    }
+}
+
+/// Writes each field as a JSON member; takes an event's `message` (and a `log` record's
+/// target) aside instead.
+struct FieldWriter<'a> {
+    out: &'a mut String,
+    spaced: bool,
+    is_event: bool,
+    message: Option<String>,
+    log_target: Option<String>,
+}
+
+impl<'a> FieldWriter<'a> {
+    fn new(out: &'a mut String, spaced: bool, is_event: bool) -> Self {
+        FieldWriter {
+            out,
+            spaced,
+            is_event,
+            message: None,
+            log_target: None,
+        }
+    }
+
+    /// Starts a member named `name`; false when the field is not written as a member.
+    fn key(&mut self, name: &str) -> bool {
+        // Events bridged from the `log` crate carry their origin as `log.*` fields; the
+        // target becomes the logger name, the rest (file, line, module) is noise.
+        if name.starts_with("log.") {
+            return false;
+        }
+        if !self.out.is_empty() {
+            self.out.push_str(if self.spaced { ", " } else { "," });
+        }
+        write_json_str(self.out, name);
+        self.out.push_str(if self.spaced { ": " } else { ":" });
+        true
+    }
+
+    fn text(&mut self, field: &Field, value: String) {
+        match field.name() {
+            "message" if self.is_event => self.message = Some(value),
+            "log.target" if self.is_event => self.log_target = Some(value),
+            name => {
+                if self.key(name) {
+                    write_json_str(self.out, &value);
+                }
+            }
+        }
+    }
+
+    fn raw(&mut self, field: &Field, value: fmt::Arguments<'_>) {
+        if field.name() == "message" && self.is_event {
+            self.message = Some(value.to_string());
+        } else if self.key(field.name()) {
+            let _ = self.out.write_fmt(value);
+        }
+    }
+}
+
+impl Visit for FieldWriter<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.text(field, format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.text(field, value.to_string());
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.raw(field, format_args!("{value}"));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.raw(field, format_args!("{value}"));
+    }
+
+    fn record_i128(&mut self, field: &Field, value: i128) {
+        self.raw(field, format_args!("{value}"));
+    }
+
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        self.raw(field, format_args!("{value}"));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.raw(field, format_args!("{value}"));
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        // JSON has no NaN or infinities; zap writes them as these strings.
+        if value.is_nan() {
+            self.text(field, "NaN".into());
+        } else if value.is_infinite() {
+            self.text(field, if value > 0.0 { "+Inf" } else { "-Inf" }.into());
+        } else {
+            self.raw(field, format_args!("{value}"));
+        }
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.text(field, value.to_string());
+    }
+}
+
+/// Writes `s` as a JSON string, escaped as zap escapes: `"`, `\` and control characters.
+fn write_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tracing::{debug, error, info, info_span, trace, warn};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    /// Where the test subscriber writes.
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("buffer").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn fixed_now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_714_557_600, 123_450_000).expect("valid instant")
+    }
+
+    /// The lines `emit` logs through a [`ZapFormat`] at `level`.
+    fn capture(console: bool, time: TimeEncoding, level: ZapLevel, emit: impl FnOnce()) -> String {
+        let buffer = Buffer::default();
+        let sink = buffer.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .fmt_fields(ZapFields::new(console))
+            .event_format(ZapFormat::new(console, time).with_clock(fixed_now));
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::EnvFilter::new(filter_directives(level)))
+            .with(layer);
+        tracing::subscriber::with_default(subscriber, emit);
+        let bytes = buffer.0.lock().expect("buffer").clone();
+        String::from_utf8(bytes).expect("utf-8")
+    }
+
+    fn json_lines(text: &str) -> Vec<serde_json::Value> {
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+
+    #[test]
+    fn json_lines_have_zaps_keys_in_zaps_order_then_the_fields() {
+        let text = capture(false, TimeEncoding::Rfc3339, ZapLevel::DEBUG, || {
+            let error = std::io::Error::other("boom \"quoted\"\nsecond line");
+            info!(shoot = "shoot--p--s", count = 3u64, delta = -2i64, ok = true, fraction = 0.5,
+                error = %error, wait = ?std::time::Duration::from_millis(1500), "probe started");
+        });
+        assert_eq!(
+            text,
+            concat!(
+                r#"{"level":"info","ts":"2024-05-01T10:00:00Z","logger":"dwd.logging.tests","msg":"probe started","#,
+                r#""shoot":"shoot--p--s","count":3,"delta":-2,"ok":true,"fraction":0.5,"#,
+                r#""error":"boom \"quoted\"\nsecond line","wait":"1.5s"}"#,
+                "\n"
+            )
+        );
+        let line = &json_lines(&text)[0];
+        assert_eq!(line["error"], "boom \"quoted\"\nsecond line");
+    }
+
+    #[test]
+    fn span_fields_come_first_outermost_first_and_recorded_ones_are_added() {
+        let text = capture(false, TimeEncoding::Rfc3339, ZapLevel::DEBUG, || {
+            let probe = info_span!("probe", shoot = "shoot--a", attempt = tracing::field::Empty);
+            let _p = probe.enter();
+            probe.record("attempt", 2u64);
+            let scale = info_span!("scale", target = "kube-controller-manager", level = 1u64);
+            let _s = scale.enter();
+            warn!(replicas = 0u64, "scaled");
+        });
+        assert_eq!(
+            text,
+            concat!(
+                r#"{"level":"warn","ts":"2024-05-01T10:00:00Z","logger":"dwd.logging.tests","msg":"scaled","#,
+                r#""shoot":"shoot--a","attempt":2,"target":"kube-controller-manager","level":1,"replicas":0}"#,
+                "\n"
+            )
+        );
+    }
+
+    #[test]
+    fn levels_are_zaps_names_and_the_filter_follows_zap_levels() {
+        let text = capture(false, TimeEncoding::Rfc3339, ZapLevel(-2), || {
+            trace!("t");
+            debug!("d");
+            info!("i");
+            warn!("w");
+            error!("e");
+        });
+        let levels: Vec<String> = json_lines(&text)
+            .iter()
+            .map(|l| l["level"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(levels, ["Level(-2)", "debug", "info", "warn", "error"]);
+
+        let text = capture(false, TimeEncoding::Rfc3339, ZapLevel::INFO, || {
+            debug!("d");
+            info!("i");
+        });
+        assert_eq!(json_lines(&text).len(), 1, "{text}");
+        let text = capture(false, TimeEncoding::Rfc3339, ZapLevel::ERROR, || {
+            warn!("w");
+            error!("e");
+        });
+        assert_eq!(json_lines(&text)[0]["msg"], "e");
+        assert_eq!(json_lines(&text).len(), 1);
+        let text = capture(false, TimeEncoding::Rfc3339, ZapLevel::PANIC, || {
+            error!("e")
+        });
+        assert_eq!(text, "");
+    }
+
+    #[test]
+    fn console_layout_is_zaps_development_layout() {
+        let text = capture(true, TimeEncoding::Rfc3339, ZapLevel::DEBUG, || {
+            let span = info_span!("probe", shoot = "shoot--a");
+            let _s = span.enter();
+            info!(count = 3u64, "probe started");
+            debug!("no fields");
+        });
+        let span_less = capture(true, TimeEncoding::Rfc3339, ZapLevel::DEBUG, || {
+            debug!("no fields");
+        });
+        assert_eq!(
+            text,
+            "2024-05-01T10:00:00Z\tINFO\tdwd.logging.tests\tprobe started\t{\"shoot\": \"shoot--a\", \"count\": 3}\n\
+             2024-05-01T10:00:00Z\tDEBUG\tdwd.logging.tests\tno fields\t{\"shoot\": \"shoot--a\"}\n"
+        );
+        assert_eq!(
+            span_less,
+            "2024-05-01T10:00:00Z\tDEBUG\tdwd.logging.tests\tno fields\n"
+        );
+    }
+
+    #[test]
+    fn every_time_encoding_writes_ts_as_zap_does() {
+        let ts = |time| {
+            let text = capture(false, time, ZapLevel::INFO, || info!("x"));
+            json_lines(&text)[0]["ts"].clone()
+        };
+        assert_eq!(ts(TimeEncoding::Rfc3339), "2024-05-01T10:00:00Z");
+        assert_eq!(ts(TimeEncoding::Rfc3339Nano), "2024-05-01T10:00:00.12345Z");
+        assert_eq!(ts(TimeEncoding::Iso8601), "2024-05-01T10:00:00.123Z");
+        assert_eq!(
+            ts(TimeEncoding::Epoch),
+            serde_json::json!(1_714_557_600.123_45)
+        );
+        // Like zap: float64(UnixNano) / 1e6, printed in the shortest form that reads back.
+        assert_eq!(
+            ts(TimeEncoding::Millis),
+            serde_json::json!(1_714_557_600_123.450_2)
+        );
+        assert_eq!(
+            ts(TimeEncoding::Nanos),
+            serde_json::json!(1_714_557_600_123_450_000u64)
+        );
+        let text = capture(true, TimeEncoding::Epoch, ZapLevel::INFO, || info!("x"));
+        assert!(text.starts_with("1714557600.12345\tINFO\t"), "{text}");
+        let mut whole = String::new();
+        TimeEncoding::Rfc3339Nano.write(
+            &mut whole,
+            DateTime::from_timestamp(1_714_557_600, 0).expect("instant"),
+            false,
+        );
+        assert_eq!(whole, "2024-05-01T10:00:00Z");
+    }
+
+    #[test]
+    fn odd_values_stay_valid_json() {
+        let text = capture(false, TimeEncoding::Rfc3339, ZapLevel::INFO, || {
+            info!(
+                nan = f64::NAN,
+                inf = f64::INFINITY,
+                ctl = "a\u{1}b",
+                "tab\there"
+            );
+        });
+        let line = &json_lines(&text)[0];
+        assert_eq!(line["nan"], "NaN");
+        assert_eq!(line["inf"], "+Inf");
+        assert_eq!(line["ctl"], "a\u{1}b");
+        assert_eq!(line["msg"], "tab\there");
+        assert!(text.contains(r#""ctl":"a\u0001b""#), "{text}");
+    }
+
+    #[test]
+    fn zap_log_level_takes_zaps_values() {
+        assert_eq!(ZapLevel::parse("INFO"), Ok(ZapLevel::INFO));
+        assert_eq!(ZapLevel::parse("debug"), Ok(ZapLevel::DEBUG));
+        assert_eq!(ZapLevel::parse("Error"), Ok(ZapLevel::ERROR));
+        assert_eq!(ZapLevel::parse("panic"), Ok(ZapLevel::PANIC));
+        assert_eq!(ZapLevel::parse("warn"), Ok(ZapLevel::WARN));
+        assert_eq!(ZapLevel::parse("1"), Ok(ZapLevel::DEBUG));
+        assert_eq!(ZapLevel::parse("3"), Ok(ZapLevel(-3)));
+        assert_eq!(ZapLevel::parse("1000"), Ok(ZapLevel(i8::MIN)));
+        for bad in ["0", "-1", "verbose", "", "dpanic", "fatal"] {
+            assert!(ZapLevel::parse(bad).is_err(), "{bad:?} must be rejected");
+        }
+        assert_eq!(ZapLevel(-3).directive(), "trace");
+        assert_eq!(ZapLevel::PANIC.directive(), "off");
+        assert_eq!(
+            filter_directives(ZapLevel::DEBUG),
+            "info,dependency_watchdog=debug,dwd_core=debug,kube=warn,hyper=warn"
+        );
+        assert_eq!(
+            filter_directives(ZapLevel::ERROR),
+            "error,dependency_watchdog=error,dwd_core=error,kube=error,hyper=error"
+        );
+        assert!(ZapEncoder::parse("CONSOLE").is_ok() && ZapEncoder::parse("text").is_err());
+        assert!(TimeEncoding::parse("RFC3339Nano").is_ok() && TimeEncoding::parse("nano").is_err());
+        assert!(
+            parse_stacktrace_level("Error").is_ok() && parse_stacktrace_level("debug").is_err()
+        );
+    }
+
+    #[test]
+    fn logger_names_are_dotted_with_the_crate_shortened() {
+        assert_eq!(logger_name("dependency_watchdog"), "dwd");
+        assert_eq!(
+            logger_name("dependency_watchdog::prober::probe"),
+            "dwd.prober.probe"
+        );
+        assert_eq!(logger_name("dwd_core::lease"), "dwd.core.lease");
+        assert_eq!(logger_name("kube_runtime::watcher"), "kube_runtime.watcher");
+    }
+}
