@@ -22,6 +22,7 @@ use kube::{Client, Config};
 
 use crate::{Error, Result};
 
+use crate::metrics::CountRequestsLayer;
 use crate::rate_limit::RateLimitLayer;
 pub use crate::rate_limit::{DEFAULT_BURST, DEFAULT_QPS};
 
@@ -57,9 +58,14 @@ pub async fn seed_client(kubeconfig: Option<&Path>, qps: f32, burst: u32) -> Res
 /// Each call makes a new bucket: two clients built from the same config don't share a budget
 /// (the leader-election client has its own, so busy probes can't delay lease renewals).
 pub fn rate_limited_client(config: Config, qps: f32, burst: u32) -> Result<Client> {
+    let count = CountRequestsLayer::new(CountRequestsLayer::host_of(&config.cluster_url));
     let builder = ClientBuilder::try_from(config)
         .map_err(|e| Error::SeedClient(format!("building the client: {e}")))?;
-    Ok(builder.with_layer(&RateLimitLayer::new(qps, burst)).build())
+    // Counted inside the limiter: only requests that were sent count (client-go's metric).
+    Ok(builder
+        .with_layer(&count)
+        .with_layer(&RateLimitLayer::new(qps, burst))
+        .build())
 }
 
 /// Why a shoot kubeconfig could not become a client (never contains secret material).
@@ -170,8 +176,12 @@ impl PreparedShootConfig {
         let building = |e: kube::Error| {
             ShootClientError(format!("building client: {}", redact(&e.to_string())))
         };
+        let count = CountRequestsLayer::new(CountRequestsLayer::host_of(&config.cluster_url));
         let Some(tls) = &self.tls else {
-            return Client::try_from(config.clone()).map_err(building);
+            return Ok(ClientBuilder::try_from(config.clone())
+                .map_err(building)?
+                .with_layer(&count)
+                .build());
         };
         let mut http = HttpConnector::new();
         http.enforce_http(false);
@@ -192,6 +202,7 @@ impl PreparedShootConfig {
         let http_client = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
             .build::<_, kube::client::Body>(connector);
         let service = tower::ServiceBuilder::new()
+            .layer(count)
             .layer(config.base_uri_layer())
             .option_layer(config.auth_layer().map_err(building)?)
             .layer(config.extra_headers_layer().map_err(building)?)

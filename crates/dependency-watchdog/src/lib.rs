@@ -229,6 +229,8 @@ where
         timings,
     );
     info!(lease = %elector.lease(), identity = %elector.identity(), "leader election: candidate");
+    // client-go's gauge: 0 while a candidate follows, 1 while it leads.
+    rt.metrics.set_leading(lease_name, false);
     let health = rt.health.clone();
     let last_renewed = tokio::select! {
         _ = rt.shutdown.cancelled() => {
@@ -245,6 +247,7 @@ where
     // (the work sets ready again), so readiness keeps meaning "caches synced".
     rt.health.set_ready(false);
     rt.metrics.leader.set(1);
+    rt.metrics.set_leading(lease_name, true);
 
     let work_token = rt.shutdown.child_token();
     let work = work(work_token.clone());
@@ -252,6 +255,7 @@ where
     let lost = tokio::select! {
         result = &mut work => {
             // Shutdown (or a critical task died): hand the Lease over before exiting.
+            rt.metrics.set_leading(lease_name, false);
             match tokio::time::timeout(RELEASE_TIMEOUT, elector.release()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => warn!(lease = %elector.lease(), error = %e, "cannot release the leader-election lease; a follower takes over when it expires"),
@@ -264,6 +268,7 @@ where
     // Another replica may act from now on: stop acting at once.
     work_token.cancel();
     rt.metrics.leader.set(0);
+    rt.metrics.set_leading(lease_name, false);
     tracing::error!(reason = %lost.0, "leadership lost: stopped all work; exiting");
     if tokio::time::timeout(LOST_UNWIND_TIMEOUT, &mut work)
         .await

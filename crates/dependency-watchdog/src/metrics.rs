@@ -1,8 +1,18 @@
-//! Prometheus metrics (prometheus-client), registered under the `dwd` prefix.
+//! Prometheus metrics (prometheus-client): ours under the `dwd` prefix, and the standard
+//! families every controller-runtime controller (so the reference) exports, which operators'
+//! dashboards and alerts already use.
 //!
-//! The redesign document promised these and the reference never shipped them. Per-shoot
-//! series carry a `shoot` label and are removed when the shoot's probe is removed, so the
-//! label cardinality stays bounded by the shoots this seed hosts.
+//! The `dwd_*` families are those the redesign document promised and the reference never
+//! shipped. Per-shoot series carry a `shoot` label and are removed when the shoot's probe is
+//! removed, so the label cardinality stays bounded by the shoots this seed hosts.
+//!
+//! The standard ones, with client_golang's and client-go's names, labels and help texts:
+//! `process_*` (read from `/proc/self` at each scrape by [`ProcessCollector`]),
+//! `leader_election_master_status{name}` (1 while this replica holds the Lease `name`, 0 while
+//! it is a candidate that follows; no series without leader election, as in client-go) and
+//! `rest_client_requests_total{code,method,host}` (every request of every Kubernetes client
+//! of the process, counted by [`CountRequestsLayer`]; `host` is the apiserver's host:port, so
+//! there is one value per shoot, as with client-go, and like client-go's its series stay).
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -10,7 +20,15 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
+use std::task::{Context, Poll};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 
 /// Label set `{shoot}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -124,6 +142,40 @@ pub struct EventLabels {
     pub outcome: EventOutcome,
 }
 
+/// Label set `{name}` of `leader_election_master_status`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    /// Name of the leader-election Lease (client-go: the lock's name).
+    pub name: String,
+}
+
+/// Label set `{code, method, host}` of `rest_client_requests_total`, as client-go's.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// HTTP status code, or `<error>` when no response came (connection failed, timed out,
+    /// or the caller gave up waiting).
+    pub code: String,
+    /// HTTP method (`GET`, `PATCH`, …).
+    pub method: String,
+    /// The apiserver's host:port as the kubeconfig names it (client-go: the URL's host).
+    pub host: String,
+}
+
+/// `rest_client_requests_total`: one family for the whole process, like client-go's global
+/// metrics adapter. Clients are built where no [`Metrics`] is at hand (the shoot
+/// configurations the probes keep, `explain`), and every [`Metrics`] of a process shows the
+/// same requests, so [`Default`] hands out the one process-wide family.
+#[derive(Debug, Clone)]
+pub struct RestClientRequests(pub Family<RequestLabels, Counter>);
+
+impl Default for RestClientRequests {
+    fn default() -> Self {
+        static REQUESTS: std::sync::OnceLock<Family<RequestLabels, Counter>> =
+            std::sync::OnceLock::new();
+        RestClientRequests(REQUESTS.get_or_init(Family::default).clone())
+    }
+}
+
 /// All metrics of the process.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -161,6 +213,10 @@ pub struct Metrics {
     pub reconcile_errors: Counter,
     /// Kubernetes Events by outcome (published, dropped, failed).
     pub events: Family<EventLabels, Counter>,
+    /// client-go's `leader_election_master_status{name}`.
+    pub leader_election_master_status: Family<LeaseLabels, Gauge>,
+    /// client-go's `rest_client_requests_total{code,method,host}`.
+    pub rest_client_requests: RestClientRequests,
 }
 
 /// A histogram of seconds with buckets from 5 ms to ~40 s (probe runs span both).
@@ -274,6 +330,27 @@ impl Metrics {
             "Kubernetes Events by outcome: published, dropped (queue full) or failed",
             self.events.clone(),
         );
+        // The standard families, without prefix and with client-go's help texts.
+        registry.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            self.leader_election_master_status.clone(),
+        );
+        registry.register(
+            "rest_client_requests",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            self.rest_client_requests.0.clone(),
+        );
+        registry.register_collector(Box::new(ProcessCollector));
+    }
+
+    /// Records whether this replica holds the leader-election Lease `lease`.
+    pub fn set_leading(&self, lease: &str, leading: bool) {
+        self.leader_election_master_status
+            .get_or_create(&LeaseLabels {
+                name: lease.to_string(),
+            })
+            .set(i64::from(leading));
     }
 
     /// Drops every per-shoot series of `shoot` (its probe was removed).
@@ -291,6 +368,294 @@ impl Metrics {
                 direction,
             });
         }
+    }
+}
+
+/// The process metrics client_golang's process collector exports on Linux (which the
+/// reference's controller-runtime registers), read from `/proc` at each scrape.
+///
+/// Ours because the maintained collector for prometheus-client (`kubert-prometheus-process`)
+/// is built on prometheus-client 0.23, whose `Collector` trait is not 0.25's, and pulls in
+/// `procfs`; the six values are a few lines of `/proc` parsing. A value that can't be read
+/// (not Linux, `/proc` not mounted) is left out of the scrape rather than reported as 0.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessCollector;
+
+/// One reading of `/proc/self`.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct ProcessStats {
+    /// User + system CPU seconds.
+    pub cpu_seconds: Option<f64>,
+    /// Resident set size in bytes.
+    pub resident_memory_bytes: Option<i64>,
+    /// Virtual memory size in bytes.
+    pub virtual_memory_bytes: Option<i64>,
+    /// Open file descriptors.
+    pub open_fds: Option<i64>,
+    /// The soft limit on open file descriptors.
+    pub max_fds: Option<i64>,
+    /// Start time, seconds since the Unix epoch.
+    pub start_time_seconds: Option<f64>,
+}
+
+impl ProcessStats {
+    /// Reads this process's statistics.
+    pub fn read() -> ProcessStats {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok();
+        let mut stats = stat
+            .as_deref()
+            .map(|s| Self::from_stat(s, clock_ticks(), page_size(), boot_time()))
+            .unwrap_or_default();
+        stats.open_fds = std::fs::read_dir("/proc/self/fd")
+            .ok()
+            .and_then(|dir| i64::try_from(dir.count()).ok());
+        stats.max_fds = std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|limits| max_open_files(&limits));
+        stats
+    }
+
+    /// Parses `/proc/<pid>/stat` (proc(5)): `utime` and `stime` (fields 14 and 15, in clock
+    /// ticks), `starttime` (22, ticks after boot), `vsize` (23, bytes), `rss` (24, pages).
+    pub fn from_stat(
+        stat: &str,
+        ticks: Option<f64>,
+        page: Option<i64>,
+        boot: Option<f64>,
+    ) -> ProcessStats {
+        // The command name (field 2) is in parentheses and may contain anything, spaces and
+        // parentheses included: the fields that follow start after the last ')'.
+        let Some(rest) = stat.rfind(')').map(|at| &stat[at + 1..]) else {
+            return ProcessStats::default();
+        };
+        // `rest` starts with field 3 (state): field n is at index n - 3.
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+        let seconds = |t: u64| ticks.map(|hz| t as f64 / hz);
+        ProcessStats {
+            cpu_seconds: field(14)
+                .zip(field(15))
+                .and_then(|(u, s)| seconds(u.saturating_add(s))),
+            start_time_seconds: field(22)
+                .and_then(seconds)
+                .zip(boot)
+                .map(|(since_boot, boot)| boot + since_boot),
+            virtual_memory_bytes: field(23).and_then(|v| i64::try_from(v).ok()),
+            resident_memory_bytes: field(24)
+                .and_then(|p| i64::try_from(p).ok())
+                .zip(page)
+                .map(|(p, size)| p.saturating_mul(size)),
+            open_fds: None,
+            max_fds: None,
+        }
+    }
+}
+
+/// The soft "Max open files" of `/proc/<pid>/limits`; "unlimited" is `i64::MAX`.
+pub fn max_open_files(limits: &str) -> Option<i64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let soft = line
+        .trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?;
+    if soft == "unlimited" {
+        return Some(i64::MAX);
+    }
+    soft.parse().ok()
+}
+
+/// `btime` of `/proc/stat`: boot time, seconds since the Unix epoch (read once).
+fn boot_time() -> Option<f64> {
+    static BOOT: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
+    *BOOT.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        stat.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    })
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of `/proc` CPU times.
+fn clock_ticks() -> Option<f64> {
+    // SAFETY: sysconf only reads a system constant; it has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then_some(hz as f64)
+}
+
+/// Page size in bytes (`sysconf(_SC_PAGESIZE)`), the unit of `/proc`'s `rss`.
+fn page_size() -> Option<i64> {
+    // SAFETY: as in `clock_ticks`.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    // `c_long` is i64 on the 64-bit targets we build for; `as` also covers 32-bit ones.
+    #[allow(clippy::unnecessary_cast)]
+    let size = size as i64;
+    (size > 0).then_some(size)
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stats = ProcessStats::read();
+        if let Some(cpu) = stats.cpu_seconds {
+            // A counter: the text encoding adds `_total`.
+            let counter = ConstCounter::new(cpu);
+            counter.encode(encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        let gauges: [(&str, &str, Option<f64>); 5] = [
+            (
+                "process_open_fds",
+                "Number of open file descriptors.",
+                stats.open_fds.map(|v| v as f64),
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                stats.max_fds.map(|v| v as f64),
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+                stats.virtual_memory_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                stats.resident_memory_bytes.map(|v| v as f64),
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                stats.start_time_seconds,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            if let Some(value) = value {
+                let gauge = ConstGauge::new(value);
+                gauge.encode(encoder.encode_descriptor(
+                    name,
+                    help,
+                    None,
+                    gauge.metric_type(),
+                )?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A tower layer counting every request of a Kubernetes client into
+/// `rest_client_requests_total`, under the apiserver's `host`.
+///
+/// Requests are counted when they end: by the response's status code, or `<error>` when the
+/// service failed or the caller dropped the request before an answer (a probe timeout), as
+/// client-go counts a request whose context expired. Placed inside any rate limiter, so only
+/// requests that were sent count.
+#[derive(Debug, Clone)]
+pub struct CountRequestsLayer {
+    host: String,
+    requests: RestClientRequests,
+}
+
+impl CountRequestsLayer {
+    /// Counts into the process-wide family under `host`.
+    pub fn new(host: String) -> Self {
+        CountRequestsLayer {
+            host,
+            requests: RestClientRequests::default(),
+        }
+    }
+
+    /// client-go's `host` label for a cluster URL: host and port as written (no port when
+    /// the URL has none, like Go's `URL.Host`).
+    pub fn host_of(url: &http::Uri) -> String {
+        match (url.host(), url.port_u16()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            (None, _) => String::new(),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for CountRequestsLayer {
+    type Service = CountRequests<S>;
+
+    fn layer(&self, inner: S) -> CountRequests<S> {
+        CountRequests {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service of [`CountRequestsLayer`].
+#[derive(Debug, Clone)]
+pub struct CountRequests<S> {
+    inner: S,
+    layer: CountRequestsLayer,
+}
+
+/// Counts one request exactly once: with the code it ended with, or `<error>` if it ended
+/// without one (including being dropped while in flight).
+struct CountOnDrop {
+    requests: RestClientRequests,
+    method: String,
+    host: String,
+    code: Option<String>,
+}
+
+impl CountOnDrop {
+    /// The request got a response with `status`.
+    fn answered(&mut self, status: http::StatusCode) {
+        self.code = Some(status.as_u16().to_string());
+    }
+}
+
+impl Drop for CountOnDrop {
+    fn drop(&mut self) {
+        let code = self.code.take().unwrap_or_else(|| "<error>".to_string());
+        self.requests
+            .0
+            .get_or_create(&RequestLabels {
+                code,
+                method: std::mem::take(&mut self.method),
+                host: std::mem::take(&mut self.host),
+            })
+            .inc();
+    }
+}
+
+impl<S, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for CountRequests<S>
+where
+    S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let mut count = CountOnDrop {
+            requests: self.layer.requests.clone(),
+            method: request.method().as_str().to_string(),
+            host: self.layer.host.clone(),
+            code: None,
+        };
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let result = response.await;
+            if let Ok(response) = &result {
+                count.answered(response.status());
+            }
+            result
+        })
     }
 }
 
@@ -379,5 +744,174 @@ mod tests {
             !text.contains("shoot--p--s"),
             "per-shoot series left behind:\n{text}"
         );
+    }
+
+    /// The value of the sample line starting with `prefix` (name and labels).
+    fn sample(text: &str, prefix: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn process_metrics_are_read_from_proc_at_each_scrape() {
+        let m = Metrics::default();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        let value = |name: &str| {
+            sample(&text, &format!("{name} ")).unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        };
+        assert!(
+            text.contains("# TYPE process_cpu_seconds counter"),
+            "{text}"
+        );
+        // A test process may not have used a whole clock tick yet.
+        assert!(value("process_cpu_seconds_total") >= 0.0);
+        assert!(value("process_resident_memory_bytes") > 1e6);
+        assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
+        assert!(value("process_open_fds") >= 3.0);
+        assert!(value("process_max_fds") >= value("process_open_fds"));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64();
+        let started = value("process_start_time_seconds");
+        assert!(
+            started > now - 3600.0 && started <= now + 1.0,
+            "{started} vs {now}"
+        );
+    }
+
+    #[test]
+    fn proc_stat_and_limits_parse_like_client_golang() {
+        // A command name with spaces and parentheses; utime 250 + stime 150 ticks, started
+        // 1000 ticks after boot, 200 MiB virtual, 5000 pages resident.
+        let stat = "4242 (dwd (x) y) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 150 0 0 20 0 9 0 1000 209715200 5000 18446744073709551615";
+        let stats = ProcessStats::from_stat(stat, Some(100.0), Some(4096), Some(1_700_000_000.0));
+        assert_eq!(stats.cpu_seconds, Some(4.0));
+        assert_eq!(stats.start_time_seconds, Some(1_700_000_010.0));
+        assert_eq!(stats.virtual_memory_bytes, Some(209_715_200));
+        assert_eq!(stats.resident_memory_bytes, Some(5000 * 4096));
+        assert_eq!(
+            ProcessStats::from_stat("garbage", Some(100.0), None, None),
+            ProcessStats::default()
+        );
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            1024                 524288               files\n";
+        assert_eq!(max_open_files(limits), Some(1024));
+        assert_eq!(
+            max_open_files(
+                "Max open files            unlimited            unlimited            files"
+            ),
+            Some(i64::MAX)
+        );
+        assert_eq!(max_open_files("nothing"), None);
+    }
+
+    #[tokio::test]
+    async fn requests_are_counted_by_code_method_and_host_once_each() {
+        use tower::{Layer, Service, ServiceExt};
+        let m = Metrics::default();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        m.set_leading("dwd-prober-leader-election", true);
+        m.set_leading("other-lease", false);
+
+        // A host of this test only: the family is process-wide.
+        let host =
+            CountRequestsLayer::host_of(&"https://count-test.invalid:6443".parse().expect("uri"));
+        assert_eq!(host, "count-test.invalid:6443");
+        assert_eq!(
+            CountRequestsLayer::host_of(&"https://10.0.0.1".parse().expect("uri")),
+            "10.0.0.1"
+        );
+        let layer = CountRequestsLayer::new(host);
+        let mut svc = layer.layer(tower::service_fn(|req: http::Request<()>| async move {
+            match req.uri().path() {
+                "/fail" => Err("connection refused"),
+                "/hang" => std::future::pending().await,
+                _ => Ok::<_, &str>(
+                    http::Response::builder()
+                        .status(if req.method() == http::Method::PATCH {
+                            429
+                        } else {
+                            200
+                        })
+                        .body(())
+                        .expect("response"),
+                ),
+            }
+        }));
+        let request = |method: http::Method, path: &str| {
+            http::Request::builder()
+                .method(method)
+                .uri(path)
+                .body(())
+                .expect("request")
+        };
+        for _ in 0..2 {
+            svc.ready()
+                .await
+                .expect("ready")
+                .call(request(http::Method::GET, "/version"))
+                .await
+                .expect("ok");
+        }
+        svc.ready()
+            .await
+            .expect("ready")
+            .call(request(http::Method::PATCH, "/x"))
+            .await
+            .expect("ok");
+        assert!(
+            svc.ready()
+                .await
+                .expect("ready")
+                .call(request(http::Method::GET, "/fail"))
+                .await
+                .is_err()
+        );
+        // Dropped in flight (a probe timeout): counted as an error too.
+        let hang = svc
+            .ready()
+            .await
+            .expect("ready")
+            .call(request(http::Method::DELETE, "/hang"));
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(1), hang)
+                .await
+                .is_err()
+        );
+
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        for (line, want) in [
+            (
+                r#"rest_client_requests_total{code="200",method="GET",host="count-test.invalid:6443"}"#,
+                2.0,
+            ),
+            (
+                r#"rest_client_requests_total{code="429",method="PATCH",host="count-test.invalid:6443"}"#,
+                1.0,
+            ),
+            (
+                r#"rest_client_requests_total{code="<error>",method="GET",host="count-test.invalid:6443"}"#,
+                1.0,
+            ),
+            (
+                r#"rest_client_requests_total{code="<error>",method="DELETE",host="count-test.invalid:6443"}"#,
+                1.0,
+            ),
+            (
+                r#"leader_election_master_status{name="dwd-prober-leader-election"}"#,
+                1.0,
+            ),
+            (r#"leader_election_master_status{name="other-lease"}"#, 0.0),
+        ] {
+            assert_eq!(sample(&text, line), Some(want), "{line} in\n{text}");
+        }
     }
 }

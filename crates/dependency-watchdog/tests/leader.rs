@@ -391,6 +391,70 @@ fn logs(dogs: &[Watchdog]) -> String {
         .join("\n")
 }
 
+/// The value of the sample `series` (name and labels exactly as exported) in `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The standard families of every controller-runtime controller, which operators' dashboards
+/// and alerts read, as a leader and a follower export them after a few probe runs: client-go's
+/// leader gauge and request counter (seed and shoot API servers by host:port),
+/// client_golang's process metrics.
+async fn assert_standard_metrics(
+    leader: &Watchdog,
+    follower: &Watchdog,
+    seed: &ApiServer,
+    shoots: &ApiServer,
+) -> Result<()> {
+    let text = leader.metrics().await?;
+    let lease = format!("leader_election_master_status{{name=\"{PROBER_LEASE}\"}}");
+    ensure!(
+        sample(&text, &lease) == Some(1.0),
+        "leader: {lease} 1\n{text}"
+    );
+    let idle = follower.metrics().await?;
+    ensure!(
+        sample(&idle, &lease) == Some(0.0),
+        "follower: {lease} 0\n{idle}"
+    );
+    // Cache lists and the probes' reads on the seed, /version and lease lists on the shoot,
+    // lease renewals (PUT) on the seed.
+    for (host, method) in [
+        (seed.addr(), "GET"),
+        (shoots.addr(), "GET"),
+        (seed.addr(), "PUT"),
+    ] {
+        let series = format!(
+            "rest_client_requests_total{{code=\"200\",method=\"{method}\",host=\"{host}\"}}"
+        );
+        ensure!(
+            sample(&text, &series).is_some_and(|n| n >= 1.0),
+            "leader: {series} counted\n{text}"
+        );
+    }
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        ensure!(
+            sample(&text, name).is_some_and(|v| v > 0.0),
+            "leader: {name} > 0\n{text}"
+        );
+    }
+    let rss = sample(&text, "process_resident_memory_bytes").unwrap_or_default();
+    ensure!(
+        rss > 1e6 && rss < 1e9,
+        "resident memory {rss} bytes is implausible"
+    );
+    Ok(())
+}
+
 /// `(deployment, spec.replicas, replicas annotation)` each time one of them changed.
 type ChangeLog = Arc<Mutex<Vec<(String, i32, Option<String>)>>>;
 
@@ -632,6 +696,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     ];
     let leader = wait_for_leader(&admin, &dogs).await?;
     wait_probe_runs(&dogs[leader], &ns, 2).await?;
+    assert_standard_metrics(&dogs[leader], &dogs[(leader + 1) % 3], &seed, &shoots).await?;
     let transitions = lease_transitions(&admin).await?;
 
     // A follower shuts down at once and leaves the Lease alone.
@@ -689,6 +754,11 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     // Without leader election too: SIGTERM while probing → exit 0, promptly.
     let mut alone = Watchdog::spawn("term-alone", &dir, &seed, None)?;
     wait_probe_runs(&alone, &ns, 2).await?;
+    let text = alone.metrics().await?;
+    ensure!(
+        !text.contains("leader_election_master_status{"),
+        "no leader-election series without leader election (client-go has none):\n{text}"
+    );
     let stopped = Instant::now();
     alone.signal(libc::SIGTERM)?;
     let status = alone.wait_exit(Duration::from_secs(5)).await?;

@@ -44,8 +44,9 @@ use dependency_watchdog::events::{
 };
 use dependency_watchdog::leader::{PROBER_LEASE, WEEDER_LEASE};
 use dependency_watchdog::metrics::{
-    ApiLabel, ApiLabels, DirectionLabel, EventLabels, EventOutcome, Metrics, Outcome, RunLabels,
-    RunResult, ScaleOpLabels, ServiceLabels, ShootDirectionLabels, ShootLabels,
+    ApiLabel, ApiLabels, DirectionLabel, EventLabels, EventOutcome, Metrics, Outcome,
+    RequestLabels, RunLabels, RunResult, ScaleOpLabels, ServiceLabels, ShootDirectionLabels,
+    ShootLabels,
 };
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
@@ -989,6 +990,15 @@ fn exported_sample_names() -> BTreeSet<String> {
             outcome: EventOutcome::Published,
         })
         .inc();
+    m.set_leading(PROBER_LEASE, true);
+    m.rest_client_requests
+        .0
+        .get_or_create(&RequestLabels {
+            code: "200".into(),
+            method: "GET".into(),
+            host: "seed:443".into(),
+        })
+        .inc();
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode metrics");
     text.lines()
@@ -998,17 +1008,24 @@ fn exported_sample_names() -> BTreeSet<String> {
         .collect()
 }
 
-/// Every `dwd_…` name in a string.
+/// Prefixes of the metric families the binary exports: ours, and the standard ones of every
+/// controller-runtime controller (process, leader election, client requests).
+const METRIC_PREFIXES: &[&str] = &["dwd_", "process_", "leader_election_", "rest_client_"];
+
+/// Every metric name in a string: a word starting with one of [`METRIC_PREFIXES`].
 fn metric_names_in(text: &str) -> BTreeSet<String> {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut names = BTreeSet::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("dwd_") {
-        let tail = &rest[at..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(tail.len());
-        names.insert(tail[..end].to_string());
-        rest = &tail[end..];
+    for prefix in METRIC_PREFIXES {
+        let mut from = 0;
+        while let Some(at) = text[from..].find(prefix).map(|i| from + i) {
+            let tail = &text[at..];
+            let end = tail.find(|c: char| !is_word(c)).unwrap_or(tail.len());
+            if !text[..at].ends_with(is_word) {
+                names.insert(tail[..end].to_string());
+            }
+            from = at + end;
+        }
     }
     names
 }
