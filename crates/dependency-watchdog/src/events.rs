@@ -23,19 +23,32 @@
 //! worker looks up UIDs the caller does not know (best effort: a failed lookup only means an
 //! event without UID, still listed by `kubectl get events`).
 //!
-//! RBAC: `create` and `patch` on `events.k8s.io` `events` (patch for the series), `get` on
-//! `extensions.gardener.cloud` `clusters` and on the targets' resources (UID lookups only; a
-//! missing `get` leaves the UID out, nothing else).
+//! Every event is written twice: as an `events.k8s.io/v1` Event about the object it concerns
+//! (Cluster, target, pod), and as a core/v1 Event about the watchdog's own pod in its own
+//! namespace ([`PodRef`]), whose message names the object. Gardener's RBAC allows only the
+//! second (core/v1 events in `garden`), so in a Gardener seed `kubectl -n garden get events`
+//! tells the whole story; with RBAC that allows both, `kubectl describe` on the Cluster or the
+//! target shows it too. A write refused by authorization (403) is counted
+//! (`dwd_events_total{outcome="Refused"}`), logged once per kind of event, and that kind is not
+//! tried again for [`REFUSAL_PAUSE`]: a refusal is a matter of RBAC, which a retry loop cannot
+//! change, and each refused write would cost a request of the seed budget.
+//!
+//! RBAC: `create` and `patch` on `events.k8s.io` `events` (patch for the series), `create` and
+//! `patch` on core `events` in the watchdog's namespace, `get` on `extensions.gardener.cloud`
+//! `clusters` and on the targets' resources (UID lookups only; a missing `get` leaves the UID
+//! out, nothing else).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dwd_core::Direction;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -53,6 +66,8 @@ pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
 const RECORDER_TTL: Duration = Duration::from_secs(6 * 60);
 /// How often expired `Recorder`s are swept out.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a kind of event whose write was refused (403) is not tried again.
+pub const REFUSAL_PAUSE: Duration = Duration::from_secs(10 * 60);
 /// `events.k8s.io/v1` limits: `note` ≤ 1 kB, `reportingInstance` ≤ 128 characters.
 const NOTE_LIMIT: usize = 1024;
 const INSTANCE_LIMIT: usize = 128;
@@ -94,6 +109,67 @@ impl Component {
     }
 }
 
+/// The watchdog's own pod, which its core/v1 Events are about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// The pod's namespace (Gardener: `garden`).
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+}
+
+/// Where the in-cluster ServiceAccount volume says which namespace the pod runs in.
+const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+impl PodRef {
+    /// This process's pod: the name from `POD_NAME`, else `HOSTNAME`, else the kernel's host
+    /// name (a pod's host name is its name); the namespace from `POD_NAMESPACE`, else the
+    /// ServiceAccount volume's `namespace` file, else `fallback_namespace` (the
+    /// leader-election namespace, `garden` by default). Gardener's Deployment sets neither
+    /// variable, so in a seed the name is the host name and the namespace comes from the file.
+    pub fn discover(fallback_namespace: &str) -> PodRef {
+        let from_env = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let from_file = |path: &str| {
+            std::fs::read_to_string(path)
+                .ok()
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let name = from_env("POD_NAME")
+            .or_else(|| from_env("HOSTNAME"))
+            .or_else(|| from_file("/proc/sys/kernel/hostname"))
+            .unwrap_or_else(|| "dependency-watchdog".to_string());
+        let namespace = from_env("POD_NAMESPACE")
+            .or_else(|| from_file(SERVICE_ACCOUNT_NAMESPACE_FILE))
+            .unwrap_or_else(|| fallback_namespace.to_string());
+        PodRef { namespace, name }
+    }
+}
+
+/// The two kinds of event write, each refused or allowed by RBAC as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Sink {
+    /// `events.k8s.io/v1` about the object concerned.
+    Object,
+    /// core/v1 about the watchdog's own pod.
+    OwnPod,
+}
+
+impl Sink {
+    fn describe(self) -> &'static str {
+        match self {
+            Sink::Object => "events.k8s.io/v1 Events about Clusters, targets and pods",
+            Sink::OwnPod => "core/v1 Events about the watchdog's own pod",
+        }
+    }
+}
+
 /// Why an event could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum EventError {
@@ -102,6 +178,18 @@ pub enum EventError {
     Publish {
         /// The event's reason.
         reason: &'static str,
+        /// `Kind namespace/name` of the object the event is about.
+        object: String,
+        /// The client error.
+        source: kube::Error,
+    },
+    /// The apiserver rejected the core/v1 event about the watchdog's pod.
+    #[error("writing {reason} event about pod {pod} ({object}): {source}")]
+    PublishOnPod {
+        /// The event's reason.
+        reason: &'static str,
+        /// `namespace/name` of the watchdog's pod.
+        pod: String,
         /// `Kind namespace/name` of the object the event is about.
         object: String,
         /// The client error.
@@ -117,6 +205,18 @@ pub enum EventError {
         /// The limit.
         timeout: Duration,
     },
+}
+
+impl EventError {
+    /// Whether authorization refused the write (403): RBAC, not a passing failure.
+    fn refused(&self) -> bool {
+        match self {
+            EventError::Publish { source, .. } | EventError::PublishOnPod { source, .. } => {
+                matches!(source, kube::Error::Api(s) if s.code == 403)
+            }
+            EventError::Timeout { .. } => false,
+        }
+    }
 }
 
 /// A scaling target as the event should name it.
@@ -154,14 +254,28 @@ pub struct Events {
 }
 
 impl Events {
-    /// Starts the worker writing `component`'s events through `client`. Needs a tokio runtime.
-    pub fn start(client: Client, component: Component, metrics: Arc<Metrics>) -> Self {
+    /// Starts the worker writing `component`'s events through `client`, each also as a core/v1
+    /// Event about `own_pod`. Needs a tokio runtime.
+    pub fn start(
+        client: Client,
+        component: Component,
+        own_pod: PodRef,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let (events, rx) = Self::with_queue(QUEUE_CAPACITY, metrics.clone());
+        let mut reporter = reporter(component);
+        if reporter.instance.is_none() {
+            reporter.instance = Some(truncate(&own_pod.name, INSTANCE_LIMIT).into_owned());
+        }
         let worker = Worker {
             client,
-            reporter: reporter(component),
+            reporter,
             metrics,
             recorders: HashMap::new(),
+            own_pod,
+            pod_series: HashMap::new(),
+            paused: HashMap::new(),
+            refusal_logged: HashSet::new(),
             last_sweep: Instant::now(),
             failing: false,
             overflowing: events.overflowing.clone(),
@@ -413,6 +527,15 @@ struct Worker {
     metrics: Arc<Metrics>,
     /// One `Recorder` per distinct event, with when it was last used.
     recorders: HashMap<SeriesKey, (Recorder, Instant)>,
+    /// The pod the core/v1 copies of the events are about.
+    own_pod: PodRef,
+    /// core/v1 events written recently, for aggregating repetitions the way client-go does
+    /// (a repetition raises `count` and `lastTimestamp` of the first): name, count, last use.
+    pod_series: HashMap<SeriesKey, (String, i32, Instant)>,
+    /// Kinds of event refused by RBAC, with when to try them again.
+    paused: HashMap<Sink, Instant>,
+    /// Kinds of event whose refusal was logged (once per process).
+    refusal_logged: HashSet<Sink>,
     last_sweep: Instant,
     /// Whether the last write failed, so a failing apiserver is reported once at warn level.
     failing: bool,
@@ -422,35 +545,163 @@ struct Worker {
 impl Worker {
     async fn run(mut self, mut rx: mpsc::Receiver<Queued>) {
         while let Some(event) = rx.recv().await {
+            self.sweep();
             let (reason, object) = (event.reason, describe(&event.regarding));
-            let written = tokio::time::timeout(PUBLISH_TIMEOUT, self.publish(event)).await;
-            let result = match written {
-                Ok(result) => result,
-                Err(_) => Err(EventError::Timeout {
-                    reason,
-                    object,
-                    timeout: PUBLISH_TIMEOUT,
-                }),
+            let timed_out = || EventError::Timeout {
+                reason,
+                object: object.clone(),
+                timeout: PUBLISH_TIMEOUT,
             };
-            match result {
-                Ok(()) => {
-                    self.count(EventOutcome::Published);
-                    self.failing = false;
-                }
-                Err(error) => {
-                    self.count(EventOutcome::Failed);
-                    if self.failing {
-                        debug!(%error, "event not written");
-                    } else {
-                        warn!(%error, "event not written (further failures are logged at debug level until one succeeds)");
-                    }
-                    self.failing = true;
-                }
+            // First the copy Gardener's RBAC allows, so that it is never held back by the other.
+            if self.may_write(Sink::OwnPod) {
+                let written = tokio::time::timeout(PUBLISH_TIMEOUT, self.publish_on_pod(&event))
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out()));
+                self.settle(Sink::OwnPod, written);
+            } else {
+                self.count(EventOutcome::Refused);
+            }
+            if self.may_write(Sink::Object) {
+                let written = tokio::time::timeout(PUBLISH_TIMEOUT, self.publish(event))
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out()));
+                self.settle(Sink::Object, written);
+            } else {
+                self.count(EventOutcome::Refused);
             }
             if rx.is_empty() {
                 self.overflowing.store(false, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Whether `sink` may be written now: not within [`REFUSAL_PAUSE`] of a refusal.
+    fn may_write(&mut self, sink: Sink) -> bool {
+        match self.paused.get(&sink) {
+            Some(until) if Instant::now() < *until => false,
+            Some(_) => {
+                self.paused.remove(&sink);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Counts and logs the outcome of one write to `sink`.
+    fn settle(&mut self, sink: Sink, written: Result<(), EventError>) {
+        match written {
+            Ok(()) => {
+                self.count(EventOutcome::Published);
+                self.failing = false;
+            }
+            Err(error) if error.refused() => {
+                self.count(EventOutcome::Refused);
+                self.paused.insert(sink, Instant::now() + REFUSAL_PAUSE);
+                if self.refusal_logged.insert(sink) {
+                    warn!(%error, pause = ?REFUSAL_PAUSE,
+                        "{} are not allowed by this ServiceAccount's RBAC; not writing them for a while \
+                         (refusals are counted in dwd_events_total{{outcome=\"Refused\"}}, logged once)",
+                        sink.describe());
+                } else {
+                    debug!(%error, "event refused");
+                }
+            }
+            Err(error) => {
+                self.count(EventOutcome::Failed);
+                if self.failing {
+                    debug!(%error, "event not written");
+                } else {
+                    warn!(%error, "event not written (further failures are logged at debug level until one succeeds)");
+                }
+                self.failing = true;
+            }
+        }
+    }
+
+    /// Writes `queued` as a core/v1 Event about the watchdog's own pod, its message naming the
+    /// object; a repetition within [`RECORDER_TTL`] raises the first one's `count` instead.
+    async fn publish_on_pod(&mut self, queued: &Queued) -> Result<(), EventError> {
+        let object = describe(&queued.regarding);
+        let message = truncate(&format!("{object}: {}", queued.note), NOTE_LIMIT).into_owned();
+        let key = SeriesKey {
+            api_version: queued.regarding.api_version.clone(),
+            kind: queued.regarding.kind.clone(),
+            namespace: queued.regarding.namespace.clone(),
+            name: queued.regarding.name.clone(),
+            uid: None,
+            warning: queued.type_ == EventType::Warning,
+            reason: queued.reason,
+            note: message.clone(),
+        };
+        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), &self.own_pod.namespace);
+        let failed = |source: kube::Error| EventError::PublishOnPod {
+            reason: queued.reason,
+            pod: format!("{}/{}", self.own_pod.namespace, self.own_pod.name),
+            object: object.clone(),
+            source,
+        };
+        let now = Timestamp::now();
+        if let Some((name, count, used)) = self
+            .pod_series
+            .get_mut(&key)
+            .filter(|(_, _, used)| used.elapsed() < RECORDER_TTL)
+        {
+            let patch = serde_json::json!({ "count": *count + 1, "lastTimestamp": Time(now) });
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    *count += 1;
+                    *used = Instant::now();
+                    return Ok(());
+                }
+                // Gone (expired, or the namespace was re-created): start a new one below.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(error) => return Err(failed(error)),
+            }
+        }
+        // client-go names events `<object>.<unix nanoseconds in hex>`.
+        let name = format!("{}.{:x}", self.own_pod.name, now.as_nanosecond());
+        let event = CoreEvent {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(self.own_pod.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(self.own_pod.namespace.clone()),
+                name: Some(self.own_pod.name.clone()),
+                ..ObjectReference::default()
+            },
+            reason: Some(queued.reason.into()),
+            message: Some(message),
+            type_: Some(
+                match queued.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .into(),
+            ),
+            action: Some(action_of(queued.reason).into()),
+            count: Some(1),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            source: Some(EventSource {
+                component: Some(self.reporter.controller.clone()),
+                host: None,
+            }),
+            reporting_component: Some(self.reporter.controller.clone()),
+            reporting_instance: self.reporter.instance.clone(),
+            ..CoreEvent::default()
+        };
+        api.create(&PostParams::default(), &event)
+            .await
+            .map_err(failed)?;
+        self.pod_series.insert(key, (name, 1, Instant::now()));
+        Ok(())
     }
 
     fn count(&self, outcome: EventOutcome) {
@@ -489,7 +740,6 @@ impl Worker {
             action: action_of(reason).into(),
             secondary: None,
         };
-        self.sweep();
         let now = Instant::now();
         let (recorder, repeated) = match self.recorders.get_mut(&key) {
             Some((recorder, used)) => {
@@ -553,6 +803,8 @@ impl Worker {
         self.last_sweep = Instant::now();
         self.recorders
             .retain(|_, (_, used)| used.elapsed() < RECORDER_TTL);
+        self.pod_series
+            .retain(|_, (_, _, used)| used.elapsed() < RECORDER_TTL);
     }
 }
 

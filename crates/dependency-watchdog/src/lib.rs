@@ -304,6 +304,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                     metrics,
                     health,
                     args.concurrent_reconciles,
+                    events::PodRef::discover(&args.leader_election_namespace),
                     token,
                 )
             })
@@ -321,7 +322,8 @@ pub async fn run(cli: Cli) -> Result<()> {
             info!(services = config.services_and_dependant_selectors.len(), watch_duration = ?config.watch_duration, "weeder starting");
             let (metrics, health) = (rt.metrics.clone(), rt.health.clone());
             run_elected(&args, &seed_config, leader::WEEDER_LEASE, &rt, |token| {
-                weeder::run(config, seed, metrics, health, token)
+                let own_pod = events::PodRef::discover(&args.leader_election_namespace);
+                weeder::run(config, seed, metrics, health, own_pod, token)
             })
             .await
         }

@@ -133,6 +133,11 @@ pub enum EventOutcome {
     Dropped,
     /// Queued, but the write failed or timed out.
     Failed,
+    /// Refused by the apiserver's authorization (403): the RBAC does not allow events there.
+    /// Gardener grants core/v1 events in `garden` only, so every events.k8s.io event on a
+    /// Cluster or target is refused in a Gardener seed; the core/v1 event on the watchdog's own
+    /// pod carries the same story.
+    Refused,
 }
 
 /// Label set `{outcome}`.

@@ -249,7 +249,15 @@ async fn repeated_events_aggregate_and_new_messages_stay_separate() {
         .await
         .expect("seed client");
     let metrics = Arc::new(Metrics::default());
-    let events = Events::start(client.clone(), Component::Prober, metrics.clone());
+    let events = Events::start(
+        client.clone(),
+        Component::Prober,
+        dependency_watchdog::events::PodRef {
+            namespace: "default".into(),
+            name: "dwd-events-series-test".into(),
+        },
+        metrics.clone(),
+    );
     // No such Cluster: the UID lookup finds nothing and the event is written without one.
     let cluster = "shoot--ev--series";
     let first = "4/5 node leases expired (0.80 ≥ 0.60)";
@@ -338,6 +346,10 @@ async fn a_pod_the_weeder_deletes_gets_an_event_naming_container_and_service() {
         client.clone(),
         weeders,
         health.clone(),
+        dependency_watchdog::events::PodRef {
+            namespace: "default".into(),
+            name: "dwd-events-test".into(),
+        },
         shutdown.clone(),
     ));
     eventually(DEADLINE, "weeder ready", || {

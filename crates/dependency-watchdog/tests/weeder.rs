@@ -64,6 +64,10 @@ impl Running {
             client,
             weeders.clone(),
             health.clone(),
+            dependency_watchdog::events::PodRef {
+                namespace: "default".into(),
+                name: "dwd-weeder-test".into(),
+            },
             shutdown.clone(),
         ));
         eventually(DEADLINE, "weeder ready", || {

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::Result;
-use crate::events::{Component, Events};
+use crate::events::{Component, Events, PodRef};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use manager::ProbeManager;
@@ -48,6 +48,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     concurrent_reconciles: u16,
+    own_pod: PodRef,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
@@ -58,7 +59,7 @@ pub async fn run(
         &mut tasks,
     )
     .await?;
-    let events = Events::start(seed.clone(), Component::Prober, metrics.clone());
+    let events = Events::start(seed.clone(), Component::Prober, own_pod, metrics.clone());
     let ctx = Arc::new(ProberContext {
         config,
         seed,

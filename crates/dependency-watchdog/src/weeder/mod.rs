@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::Result;
-use crate::events::{Component, Events};
+use crate::events::{Component, Events, PodRef};
 use crate::health::Health;
 use crate::metrics::Metrics;
 pub use pods::Weeder;
@@ -67,10 +67,11 @@ pub async fn run(
     seed: Client,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    own_pod: PodRef,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let weeders = Weeders::new(metrics, shutdown.child_token());
-    run_with(config, seed, weeders, health, shutdown).await
+    run_with(config, seed, weeders, health, own_pod, shutdown).await
 }
 
 /// [`run`] with a registry the caller keeps, so it can see which weeders run (tests, tools).
@@ -79,9 +80,15 @@ pub async fn run_with(
     seed: Client,
     weeders: Arc<Weeders>,
     health: Arc<Health>,
+    own_pod: PodRef,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let events = Events::start(seed.clone(), Component::Weeder, weeders.metrics().clone());
+    let events = Events::start(
+        seed.clone(),
+        Component::Weeder,
+        own_pod,
+        weeders.metrics().clone(),
+    );
     let ctx = Arc::new(WeederContext::new(config, seed, events));
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn({

@@ -106,6 +106,10 @@ pub async fn harness() -> &'static Harness {
                         m,
                         h,
                         4,
+                        dependency_watchdog::events::PodRef {
+                            namespace: "default".into(),
+                            name: "dwd-prober-test".into(),
+                        },
                         CancellationToken::new(),
                     )
                     .await;
