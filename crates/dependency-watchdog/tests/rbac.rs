@@ -1348,10 +1348,14 @@ enum ProberNeed {
     TargetWatch,
     /// Target patch denied: replicas and annotations are one patch; nothing is restored.
     TargetPatch,
-    /// Event create denied: no event is written (failed events counted).
+    /// Event create denied: no event is written (refused events counted).
     EventCreate,
-    /// Event patch denied: a repetition is not written (failed events counted).
+    /// Event patch denied: a repetition is not written (refused events counted).
     EventPatch,
+    /// core/v1 event create in its namespace denied: the copy about its own pod is refused.
+    PodEventCreate,
+    /// core/v1 event patch denied: a repetition of the copy about its own pod is refused.
+    PodEventPatch,
     /// Lease create denied: never leads, never reconciles.
     LeaseCreate,
     /// Lease get/update denied: never leads, never reconciles.
@@ -1367,6 +1371,8 @@ fn prober_need(rule: &PolicyRule) -> Option<ProberNeed> {
         "apps/deployments:patch" => ProberNeed::TargetPatch,
         "events.k8s.io/events:create" => ProberNeed::EventCreate,
         "events.k8s.io/events:patch" => ProberNeed::EventPatch,
+        "/events:create" => ProberNeed::PodEventCreate,
+        "/events:patch" => ProberNeed::PodEventPatch,
         "coordination.k8s.io/leases:create" => ProberNeed::LeaseCreate,
         "coordination.k8s.io/leases:get,update" => ProberNeed::LeaseGetUpdate,
         _ => return None,
@@ -1670,16 +1676,23 @@ async fn prober_without(w: &ProberWorld, run: &str, kind: ProberNeed) -> Result<
                 "KCM {replicas} {annotations:?}: changed without the patch permission"
             );
         }
-        ProberNeed::EventCreate | ProberNeed::EventPatch => {
-            let verb = if matches!(kind, ProberNeed::EventCreate) {
-                "create"
-            } else {
-                "patch"
+        ProberNeed::EventCreate
+        | ProberNeed::EventPatch
+        | ProberNeed::PodEventCreate
+        | ProberNeed::PodEventPatch => {
+            let (verb, group) = match kind {
+                ProberNeed::EventCreate => ("create", "events.k8s.io"),
+                ProberNeed::EventPatch => ("patch", "events.k8s.io"),
+                ProberNeed::PodEventCreate => ("create", ""),
+                _ => ("patch", ""),
             };
-            wd.wait_sample("dwd_events_total", &[("outcome", "Failed")], 1.0)
+            wd.wait_sample("dwd_events_total", &[("outcome", "Refused")], 1.0)
                 .await?;
-            wd.wait_log(&format!(r#"cannot {verb} resource "events""#), 1)
-                .await?;
+            wd.wait_log(
+                &format!(r#"cannot {verb} resource "events" in API group "{group}""#),
+                1,
+            )
+            .await?;
             // Events are a side channel: scaling goes on.
             wait_replicas(admin, RESTORE_NS, &[(KCM, 3)], true).await?;
         }
@@ -1888,6 +1901,8 @@ enum WeederNeed {
     PodDelete,
     /// Event create denied: the deletion's event is not written.
     EventCreate,
+    /// core/v1 event create in its namespace denied: the copy about its own pod is refused.
+    PodEventCreate,
     /// Lease create denied: never leads.
     LeaseCreate,
     /// Lease get/update denied: never leads.
@@ -1900,6 +1915,7 @@ fn weeder_need(rule: &PolicyRule) -> Option<WeederNeed> {
         "/pods:list,watch" => WeederNeed::PodWatch,
         "/pods:delete" => WeederNeed::PodDelete,
         "events.k8s.io/events:create" => WeederNeed::EventCreate,
+        "/events:create" => WeederNeed::PodEventCreate,
         "coordination.k8s.io/leases:create" => WeederNeed::LeaseCreate,
         "coordination.k8s.io/leases:get,update" => WeederNeed::LeaseGetUpdate,
         _ => return None,
@@ -2075,7 +2091,10 @@ async fn weeder_without(w: &WeederWorld, run: &str, kind: WeederNeed) -> Result<
             );
             kept().await?;
         }
-        WeederNeed::PodWatch | WeederNeed::PodDelete | WeederNeed::EventCreate => {
+        WeederNeed::PodWatch
+        | WeederNeed::PodDelete
+        | WeederNeed::EventCreate
+        | WeederNeed::PodEventCreate => {
             wd.wait_log(LEADING, 1).await?;
             w.plane
                 .set_endpoint_slice(ETCD_SERVICE, 1, EndpointsState::AllReady)
@@ -2092,10 +2111,19 @@ async fn weeder_without(w: &WeederWorld, run: &str, kind: WeederNeed) -> Result<
                     kept().await?;
                 }
                 _ => {
+                    let group = if matches!(kind, WeederNeed::EventCreate) {
+                        "events.k8s.io"
+                    } else {
+                        ""
+                    };
                     w.wait_pod_gone().await?;
-                    wd.wait_sample("dwd_events_total", &[("outcome", "Failed")], 1.0)
+                    wd.wait_sample("dwd_events_total", &[("outcome", "Refused")], 1.0)
                         .await?;
-                    wd.wait_log(r#"cannot create resource "events""#, 1).await?;
+                    wd.wait_log(
+                        &format!(r#"cannot create resource "events" in API group "{group}""#),
+                        1,
+                    )
+                    .await?;
                 }
             }
             ensure!(weeders().await? == 1.0, "the service's weeder runs");
