@@ -208,7 +208,9 @@ fn every_reference_flag_parses_in_every_go_spelling() {
     ];
     // Go's separate-value spellings don't apply to booleans: `-flag` alone sets them.
     let is_bool = |f: &str| matches!(f, "enable-leader-election" | "zap-devel");
-    let spellings: [fn(&str, &str, bool) -> Vec<String>; 4] = [
+    // (flag, value, is boolean) → arguments.
+    type Spelling = fn(&str, &str, bool) -> Vec<String>;
+    let spellings: [Spelling; 4] = [
         |f, v, b| {
             if b {
                 vec![format!("-{f}")]
