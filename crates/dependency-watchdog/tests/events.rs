@@ -286,7 +286,8 @@ async fn repeated_events_aggregate_and_new_messages_stay_separate() {
             Ok((got >= n).then_some(()))
         }
     };
-    eventually(DEADLINE, "3 events written", || published(3))
+    // Each event is written twice: events.k8s.io about the Cluster, core/v1 about the pod.
+    eventually(DEADLINE, "3 events written twice", || published(6))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let found = events_about(&client, "default", "Cluster", cluster, REASON_SCALE_DOWN).await;
@@ -299,6 +300,33 @@ async fn repeated_events_aggregate_and_new_messages_stay_separate() {
         [
             (format!("{first}: scaling down {KCM}").as_str(), Some(2)),
             (format!("{second}: scaling down {KCM}").as_str(), None),
+        ],
+    );
+
+    // The core/v1 copies about the watchdog's own pod aggregate the same way, client-go
+    // style: one event per message, its `count` raised by each repetition.
+    let mut copies: Vec<(String, i32)> = Api::<CoreEvent>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("list core events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Pod")
+                && e.involved_object.name.as_deref() == Some("dwd-events-series-test")
+                && e.reason.as_deref() == Some(REASON_SCALE_DOWN)
+        })
+        .map(|e| (e.message.unwrap_or_default(), e.count.unwrap_or(0)))
+        .collect();
+    copies.sort();
+    assert_eq!(
+        copies,
+        [
+            (format!("Cluster {cluster}: {first}: scaling down {KCM}"), 2),
+            (
+                format!("Cluster {cluster}: {second}: scaling down {KCM}"),
+                1
+            ),
         ],
     );
 }
