@@ -184,14 +184,13 @@ pub enum EventError {
         source: kube::Error,
     },
     /// The apiserver rejected the core/v1 event about the watchdog's pod.
-    #[error("writing {reason} event about pod {pod} ({object}): {source}")]
+    #[error("writing {reason} event about pod {about}: {source}")]
     PublishOnPod {
         /// The event's reason.
         reason: &'static str,
-        /// `namespace/name` of the watchdog's pod.
-        pod: String,
-        /// `Kind namespace/name` of the object the event is about.
-        object: String,
+        /// `namespace/name` of the watchdog's pod and, in parentheses, `Kind namespace/name`
+        /// of the object the event is about.
+        about: String,
         /// The client error.
         source: kube::Error,
     },
@@ -636,8 +635,10 @@ impl Worker {
         let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), &self.own_pod.namespace);
         let failed = |source: kube::Error| EventError::PublishOnPod {
             reason: queued.reason,
-            pod: format!("{}/{}", self.own_pod.namespace, self.own_pod.name),
-            object: object.clone(),
+            about: format!(
+                "{}/{} ({object})",
+                self.own_pod.namespace, self.own_pod.name
+            ),
             source,
         };
         let now = Timestamp::now();

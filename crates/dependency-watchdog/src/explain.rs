@@ -23,10 +23,11 @@ use kube::{Api, Client};
 use serde::Serialize;
 
 use crate::prober::controller::cluster_gvk;
-use crate::prober::probe::NODE_LEASE_NAMESPACE;
+use crate::prober::probe::{NODE_LEASE_NAMESPACE, bounded};
 use crate::prober::seed_caches::{
     KUBECONFIG_KEY, machine_gvk, project_machine, project_target, split_api_version,
 };
+use crate::prober::shoot_reads::{LEASE_PAGE, NODE_PAGE, list_all};
 use crate::{Error, Result};
 
 /// Everything `explain` found, in the order the prober evaluates it.
@@ -192,15 +193,18 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
         }
     }
 
-    let lp = ListParams::default().match_any();
+    // Read as the probe reads: consistent, paginated, bounded.
     let nodes = list_with_timeout(
-        Api::<Node>::all(shoot.clone()).list(&lp),
+        list_all(&Api::<Node>::all(shoot.clone()), NODE_PAGE),
         config.probe_timeout,
         "listing nodes",
     )
     .await?;
     let leases = list_with_timeout(
-        Api::<Lease>::namespaced(shoot.clone(), NODE_LEASE_NAMESPACE).list(&lp),
+        list_all(
+            &Api::<Lease>::namespaced(shoot.clone(), NODE_LEASE_NAMESPACE),
+            LEASE_PAGE,
+        ),
         config.probe_timeout,
         "listing node leases",
     )
@@ -239,14 +243,14 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
     Ok(out)
 }
 
-async fn list_with_timeout<T: Clone>(
-    fut: impl std::future::Future<Output = kube::Result<kube::api::ObjectList<T>>>,
+async fn list_with_timeout<T>(
+    fut: impl std::future::Future<Output = kube::Result<Vec<T>>>,
     timeout: Duration,
     what: &str,
 ) -> Result<Vec<T>> {
     match tokio::time::timeout(timeout, fut).await {
-        Ok(Ok(list)) => Ok(list.items),
-        Ok(Err(e)) => Err(Error::kube(format!("shoot: {what}"), e)),
+        Ok(Ok(items)) => Ok(items),
+        Ok(Err(e)) => Err(Error::kube(format!("shoot: {what}"), bounded(e))),
         Err(_) => Err(Error::Timeout {
             action: format!("shoot: {what}"),
             timeout,

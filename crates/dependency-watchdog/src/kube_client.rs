@@ -80,7 +80,7 @@ pub async fn shoot_client(
 ) -> Result<Client, ShootClientError> {
     PreparedShootConfig::prepare(kubeconfig_yaml, timeout)
         .await?
-        .client()
+        .client(ResponseLimits::DEFAULT)
 }
 
 /// Resumable TLS sessions kept per shoot: a run needs one, the rest is slack.
@@ -100,16 +100,14 @@ pub struct PreparedShootConfig {
     fingerprint: u64,
     /// The parsed kubeconfig (client certificate and key removed once in `tls`).
     config: Config,
-    /// The TLS configuration with its session store; `None` where kube must build the
-    /// client itself each run (exec plugins, which may hand out new certificates; proxies).
-    tls: Option<Arc<rustls::ClientConfig>>,
+    /// The TLS configuration with its session store.
+    tls: Arc<rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for PreparedShootConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PreparedShootConfig")
             .field("cluster_url", &self.config.cluster_url)
-            .field("cached_tls", &self.tls.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -133,6 +131,8 @@ impl PreparedShootConfig {
         // The parser's messages may quote input; keep only the kind of problem, never the text.
         let kc = Kubeconfig::from_yaml(kubeconfig_yaml)
             .map_err(|_| ShootClientError("kubeconfig is not valid kubeconfig YAML".into()))?;
+        // Before kube sees it: kube would read the files and run the commands it names.
+        check_inline_only(&kc)?;
         let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .map_err(|e| {
@@ -142,21 +142,14 @@ impl PreparedShootConfig {
         config.connect_timeout = Some(timeout);
         config.read_timeout = Some(timeout);
         config.write_timeout = Some(timeout);
-        let builds_itself = config.proxy_url.is_some()
-            || config.auth_info.exec.is_some()
-            || config.cluster_url.scheme_str() != Some("https");
-        let tls = if builds_itself {
-            None
-        } else {
-            let mut tls = config.rustls_client_config().map_err(|e| {
-                ShootClientError(format!("building client: {}", redact(&e.to_string())))
-            })?;
-            tls.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS_PER_SHOOT);
-            // Now held (parsed) by the TLS configuration; one copy of a key is enough.
-            config.auth_info.client_certificate_data = None;
-            config.auth_info.client_key_data = None;
-            Some(Arc::new(tls))
-        };
+        let mut tls = config.rustls_client_config().map_err(|e| {
+            ShootClientError(format!("building client: {}", redact(&e.to_string())))
+        })?;
+        tls.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS_PER_SHOOT);
+        // Now held (parsed) by the TLS configuration; one copy of a key is enough.
+        config.auth_info.client_certificate_data = None;
+        config.auth_info.client_key_data = None;
+        let tls = Arc::new(tls);
         Ok(PreparedShootConfig {
             fingerprint: fingerprint(kubeconfig_yaml),
             config,
@@ -171,18 +164,13 @@ impl PreparedShootConfig {
 
     /// A client for one probe run: its own connection, dropped with it. The same layers as
     /// kube's own client (base URI, auth, extra headers, timeouts) without its retries.
-    pub fn client(&self) -> Result<Client, ShootClientError> {
+    pub fn client(&self, limits: ResponseLimits) -> Result<Client, ShootClientError> {
         let config = &self.config;
         let building = |e: kube::Error| {
             ShootClientError(format!("building client: {}", redact(&e.to_string())))
         };
         let count = CountRequestsLayer::new(CountRequestsLayer::host_of(&config.cluster_url));
-        let Some(tls) = &self.tls else {
-            return Ok(ClientBuilder::try_from(config.clone())
-                .map_err(building)?
-                .with_layer(&count)
-                .build());
-        };
+        let tls = &self.tls;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         let mut https = hyper_rustls::HttpsConnectorBuilder::new()
@@ -203,6 +191,7 @@ impl PreparedShootConfig {
             .build::<_, kube::client::Body>(connector);
         let service = tower::ServiceBuilder::new()
             .layer(count)
+            .layer(ResponseBudgetLayer::new(limits))
             .layer(config.base_uri_layer())
             .option_layer(config.auth_layer().map_err(building)?)
             .layer(config.extra_headers_layer().map_err(building)?)
@@ -218,5 +207,383 @@ fn redact(message: &str) -> String {
         "details withheld (may contain credentials)".to_string()
     } else {
         message.to_string()
+    }
+}
+
+/// Refuses every kubeconfig field that is not inline material.
+///
+/// The probe kubeconfig comes from a secret in the shoot namespace and is used against the
+/// tenant's apiserver. Gardener writes only inline material (server, CA data, a token); kube
+/// would honour much more: `tokenFile`/`client-key`/`certificate-authority` read files of ours
+/// (`tokenFile: /var/run/secrets/.../token` would send the seed credential to the shoot's
+/// `server`; `certificate-authority: /dev/zero` reads forever), `exec` and `auth-provider` run
+/// commands on every run, `proxy-url` routes our credentials through a host of the author's
+/// choice, `as`/`as-groups` ask for impersonation, `insecure-skip-tls-verify` and plain
+/// `http://` servers expose the token to anyone in between. Each is an error naming the
+/// entry and the field; nothing is read and nothing is run.
+pub fn check_inline_only(kc: &Kubeconfig) -> Result<(), ShootClientError> {
+    let refuse = |what: &str, name: &str, field: &str| {
+        Err(ShootClientError(format!(
+            "kubeconfig {what} {name:?}: field {field} is not supported (only inline material is: \
+             server, certificate-authority-data, tls-server-name, token, \
+             client-certificate-data, client-key-data)"
+        )))
+    };
+    for named in &kc.clusters {
+        let Some(c) = &named.cluster else { continue };
+        let name = named.name.as_str();
+        if c.certificate_authority.is_some() {
+            return refuse("cluster", name, "certificate-authority");
+        }
+        if c.proxy_url.is_some() {
+            return refuse("cluster", name, "proxy-url");
+        }
+        if c.insecure_skip_tls_verify == Some(true) {
+            return refuse("cluster", name, "insecure-skip-tls-verify");
+        }
+        if let Some(server) = &c.server
+            && !server.starts_with("https://")
+        {
+            return Err(ShootClientError(format!(
+                "kubeconfig cluster {name:?}: server must be an https:// URL"
+            )));
+        }
+    }
+    for named in &kc.auth_infos {
+        let Some(u) = &named.auth_info else { continue };
+        let name = named.name.as_str();
+        let fields = [
+            ("tokenFile", u.token_file.is_some()),
+            ("client-certificate", u.client_certificate.is_some()),
+            ("client-key", u.client_key.is_some()),
+            ("exec", u.exec.is_some()),
+            ("auth-provider", u.auth_provider.is_some()),
+            ("username", u.username.is_some()),
+            ("password", u.password.is_some()),
+            ("as", u.impersonate.is_some()),
+            ("as-groups", u.impersonate_groups.is_some()),
+        ];
+        if let Some((field, _)) = fields.iter().find(|(_, set)| *set) {
+            return refuse("user", name, field);
+        }
+    }
+    Ok(())
+}
+
+/// How many response bytes one probe run may receive from a shoot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseLimits {
+    /// Bytes of one response body.
+    pub per_response: u64,
+    /// Bytes of all response bodies of one client (one client serves one probe run).
+    pub per_run: u64,
+}
+
+impl ResponseLimits {
+    /// Room for a real shoot's pages of leases and nodes (a page of 100 Nodes with their
+    /// images is a few MiB), not for a tenant who fattens every lease with 256 KiB of
+    /// annotations: a page of those fails at the per-response limit, a shoot with too many at
+    /// the per-run one.
+    pub const DEFAULT: ResponseLimits = ResponseLimits {
+        per_response: 16 << 20,
+        per_run: 64 << 20,
+    };
+}
+
+/// The error a response body fails with once a limit is passed.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "shoot response too large: more than {limit} bytes {what}; a tenant's objects must not make the watchdog hold unbounded memory"
+)]
+pub struct ResponseTooLarge {
+    /// The limit passed.
+    pub limit: u64,
+    /// `in one response` or `in this probe run`.
+    pub what: &'static str,
+}
+
+/// Whether `error` (or anything in its source chain) is a [`ResponseTooLarge`].
+pub fn is_response_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<ResponseTooLarge>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// Wraps every response body so that it fails once it passes [`ResponseLimits`]: the bytes
+/// are counted as they arrive, before anything buffers them.
+#[derive(Clone)]
+struct ResponseBudgetLayer {
+    limits: ResponseLimits,
+    /// Bytes received by this client so far (every response of one probe run).
+    received: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl ResponseBudgetLayer {
+    fn new(limits: ResponseLimits) -> Self {
+        ResponseBudgetLayer {
+            limits,
+            received: Arc::default(),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for ResponseBudgetLayer {
+    type Service = ResponseBudget<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        ResponseBudget {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct ResponseBudget<S> {
+    inner: S,
+    layer: ResponseBudgetLayer,
+}
+
+impl<S, Req, B> tower::Service<Req> for ResponseBudget<S>
+where
+    S: tower::Service<Req, Response = http::Response<B>>,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<tower::BoxError>,
+{
+    type Response = http::Response<BudgetedBody<B>>;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let layer = self.layer.clone();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let response = fut.await?;
+            Ok(response.map(|body| BudgetedBody {
+                inner: body,
+                in_response: 0,
+                layer,
+            }))
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that fails past its [`ResponseLimits`].
+    pub struct BudgetedBody<B> {
+        #[pin]
+        inner: B,
+        in_response: u64,
+        layer: ResponseBudgetLayer,
+    }
+}
+
+impl<B> http_body::Body for BudgetedBody<B>
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: Into<tower::BoxError>,
+{
+    type Data = bytes::Bytes;
+    type Error = tower::BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::sync::atomic::Ordering;
+        use std::task::Poll;
+        let this = self.project();
+        let frame = match this.inner.poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        };
+        if let Some(data) = frame.data_ref() {
+            let n = data.len() as u64;
+            *this.in_response += n;
+            let limits = this.layer.limits;
+            if *this.in_response > limits.per_response {
+                return Poll::Ready(Some(Err(Box::new(ResponseTooLarge {
+                    limit: limits.per_response,
+                    what: "in one response",
+                }))));
+            }
+            let total = this.layer.received.fetch_add(n, Ordering::Relaxed) + n;
+            if total > limits.per_run {
+                return Poll::Ready(Some(Err(Box::new(ResponseTooLarge {
+                    limit: limits.per_run,
+                    what: "in this probe run",
+                }))));
+            }
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tower::{Service, ServiceExt};
+
+    /// Gardener's probe kubeconfig: server, CA data, token.
+    const GARDENER: &str = r#"
+apiVersion: v1
+kind: Config
+clusters:
+- name: shoot
+  cluster:
+    server: https://kube-apiserver
+    certificate-authority-data: Q0E=
+    tls-server-name: kube-apiserver
+contexts:
+- name: shoot
+  context: {cluster: shoot, user: shoot}
+current-context: shoot
+users:
+- name: shoot
+  user:
+    token: abc
+"#;
+
+    fn kubeconfig(cluster_extra: &str, user: &str) -> Kubeconfig {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://x\n{cluster_extra}contexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user:\n{user}"
+        );
+        Kubeconfig::from_yaml(&text).expect("test kubeconfig")
+    }
+
+    #[test]
+    fn gardeners_inline_kubeconfig_is_accepted() {
+        let kc = Kubeconfig::from_yaml(GARDENER).expect("kubeconfig");
+        assert!(check_inline_only(&kc).is_ok());
+        let kc = kubeconfig(
+            "",
+            "    client-certificate-data: Q0VSVA==\n    client-key-data: S0VZ\n",
+        );
+        assert!(check_inline_only(&kc).is_ok());
+    }
+
+    #[test]
+    fn anything_that_reads_files_runs_commands_or_leaks_is_refused_naming_the_field() {
+        let cases = [
+            (
+                "    certificate-authority: /dev/zero\n",
+                "    token: t\n",
+                "certificate-authority",
+            ),
+            (
+                "    proxy-url: socks5://user:pass@evil:1080\n",
+                "    token: t\n",
+                "proxy-url",
+            ),
+            (
+                "    insecure-skip-tls-verify: true\n",
+                "    token: t\n",
+                "insecure-skip-tls-verify",
+            ),
+            (
+                "",
+                "    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n",
+                "tokenFile",
+            ),
+            (
+                "",
+                "    client-certificate: /etc/passwd\n",
+                "client-certificate",
+            ),
+            ("", "    client-key: /etc/shadow\n", "client-key"),
+            (
+                "",
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: touch\n      args: [/tmp/pwned]\n      env: [{name: SECRET, value: s3cr3t}]\n",
+                "exec",
+            ),
+            (
+                "",
+                "    auth-provider:\n      name: oidc\n      config: {}\n",
+                "auth-provider",
+            ),
+            (
+                "",
+                "    username: admin\n    password: hunter2\n",
+                "username",
+            ),
+            ("", "    token: t\n    as: system:admin\n", "as"),
+        ];
+        for (cluster, user, field) in cases {
+            let error = check_inline_only(&kubeconfig(cluster, user))
+                .expect_err(field)
+                .to_string();
+            assert!(
+                error.contains(&format!("field {field} ")),
+                "{field}: {error}"
+            );
+            for secret in ["s3cr3t", "hunter2", "user:pass", "/tmp/pwned"] {
+                assert!(!error.contains(secret), "{field}: {error}");
+            }
+        }
+        let plain = Kubeconfig::from_yaml(&GARDENER.replace("https://", "http://")).expect("kc");
+        let error = check_inline_only(&plain).expect_err("http").to_string();
+        assert!(error.contains("https://"), "{error}");
+    }
+
+    type Answer = http::Response<http_body_util::Full<bytes::Bytes>>;
+
+    /// Reads one response of `bytes` bytes through `layer`.
+    async fn read(layer: &ResponseBudgetLayer, bytes: usize) -> Result<usize, tower::BoxError> {
+        let inner = tower::service_fn(move |_req: http::Request<()>| {
+            let body = http_body_util::Full::new(bytes::Bytes::from(vec![b'x'; bytes]));
+            futures::future::ready(Ok::<Answer, std::convert::Infallible>(http::Response::new(
+                body,
+            )))
+        });
+        let mut svc = tower::Layer::layer(layer, inner);
+        let response = svc.ready().await?.call(http::Request::new(())).await?;
+        Ok(response.into_body().collect().await?.to_bytes().len())
+    }
+
+    #[tokio::test]
+    async fn a_response_past_its_limit_fails_and_so_does_a_run_past_its_budget() {
+        let limits = ResponseLimits {
+            per_response: 10_000,
+            per_run: 25_000,
+        };
+        // One client (one run): three responses of 8 KB fit, the fourth passes the budget.
+        let run = ResponseBudgetLayer::new(limits);
+        for _ in 0..3 {
+            assert_eq!(read(&run, 8000).await.expect("within limits"), 8000);
+        }
+        let error = read(&run, 8000).await.expect_err("past the run budget");
+        assert!(is_response_too_large(error.as_ref()), "{error}");
+        assert!(error.to_string().contains("in this probe run"), "{error}");
+
+        // The next run starts a new budget; one response of 12 KB is too large on its own.
+        let next = ResponseBudgetLayer::new(limits);
+        let error = read(&next, 12_000)
+            .await
+            .expect_err("past the response limit");
+        assert!(error.to_string().contains("in one response"), "{error}");
+        assert_eq!(read(&next, 9_000).await.expect("within limits"), 9_000);
     }
 }

@@ -200,6 +200,9 @@ pub struct Metrics {
     pub api_server_probe_failures: Family<ShootLabels, Counter>,
     /// Per shoot: lease probe failures.
     pub lease_probe_failures: Family<ShootLabels, Counter>,
+    /// Per shoot: shoot responses cut off because they passed the response limits (a shoot
+    /// whose objects are too large to read safely; each also fails its probe run).
+    pub oversized_responses: Family<ShootLabels, Counter>,
     /// Per shoot: last expired-lease fraction.
     pub expired_lease_fraction: Family<ShootLabels, Gauge<f64, AtomicU64>>,
     /// Per shoot: scaling flows started, by direction.
@@ -280,6 +283,11 @@ impl Metrics {
             "lease_probe_failures",
             "Lease probe failures per shoot",
             self.lease_probe_failures.clone(),
+        );
+        p.register(
+            "oversized_responses",
+            "Shoot responses cut off past the response size limits, per shoot",
+            self.oversized_responses.clone(),
         );
         p.register(
             "expired_lease_fraction",
@@ -366,6 +374,7 @@ impl Metrics {
         self.shoot_probe_runs.remove(&labels);
         self.api_server_probe_failures.remove(&labels);
         self.lease_probe_failures.remove(&labels);
+        self.oversized_responses.remove(&labels);
         self.expired_lease_fraction.remove(&labels);
         for direction in [DirectionLabel::Up, DirectionLabel::Down] {
             self.scaling_attempts.remove(&ShootDirectionLabels {
@@ -679,6 +688,7 @@ mod tests {
         m.shoot_probe_runs.get_or_create(&shoot).inc();
         m.api_server_probe_failures.get_or_create(&shoot).inc();
         m.lease_probe_failures.get_or_create(&shoot).inc();
+        m.oversized_responses.get_or_create(&shoot).inc();
         m.expired_lease_fraction.get_or_create(&shoot).set(0.5);
         m.scaling_attempts
             .get_or_create(&ShootDirectionLabels {
@@ -731,6 +741,7 @@ mod tests {
             "dwd_prober_shoot_probe_runs_total{shoot=\"shoot--p--s\"} 1",
             "dwd_prober_api_server_probe_failures_total{shoot=\"shoot--p--s\"} 1",
             "dwd_prober_lease_probe_failures_total{shoot=\"shoot--p--s\"} 1",
+            "dwd_prober_oversized_responses_total{shoot=\"shoot--p--s\"} 1",
             "dwd_prober_expired_lease_fraction{shoot=\"shoot--p--s\"} 0.5",
             "dwd_prober_scaling_attempts_total{shoot=\"shoot--p--s\",direction=\"Down\"} 1",
             "dwd_prober_cluster_reconciles",

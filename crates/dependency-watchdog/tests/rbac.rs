@@ -968,6 +968,7 @@ fn exported_sample_names() -> BTreeSet<String> {
     m.shoot_probe_runs.get_or_create(&shoot).inc();
     m.api_server_probe_failures.get_or_create(&shoot).inc();
     m.lease_probe_failures.get_or_create(&shoot).inc();
+    m.oversized_responses.get_or_create(&shoot).inc();
     m.expired_lease_fraction.get_or_create(&shoot).set(0.5);
     m.scaling_attempts
         .get_or_create(&ShootDirectionLabels {

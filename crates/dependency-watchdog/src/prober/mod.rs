@@ -4,13 +4,15 @@
 //! - [`controller`]: the Cluster controller deciding which shoots get a probe;
 //! - [`manager`]: the registry of running probe tasks;
 //! - [`probe`]: one shoot's probe loop (API-server probe, lease probe, decision);
-//! - [`scaler`]: executes scaling flows.
+//! - [`scaler`]: executes scaling flows;
+//! - [`shoot_reads`]: consistent, paginated, bounded lists of a shoot's objects.
 
 pub mod controller;
 pub mod manager;
 pub mod probe;
 pub mod scaler;
 pub mod seed_caches;
+pub mod shoot_reads;
 pub mod slim;
 
 use std::sync::Arc;

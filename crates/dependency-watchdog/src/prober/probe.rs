@@ -16,7 +16,6 @@ use dwd_core::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::ListParams;
 use kube::{Api, Client};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -24,9 +23,10 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
 use super::scaler;
+use super::shoot_reads::{LEASE_PAGE, NODE_PAGE, list_all};
 use super::slim::{NodeLease, ProbedNode};
 use crate::Error;
-use crate::kube_client::PreparedShootConfig;
+use crate::kube_client::{PreparedShootConfig, ResponseLimits, is_response_too_large};
 use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootLabels,
 };
@@ -272,17 +272,18 @@ impl Probe {
             self.api_server_probe_failed(&error, "no lease probe, no scaling this run");
             return Err(());
         }
-        // 2. Lease probe. Lists are served from the apiserver's watch cache (resourceVersion=0):
-        //    cheap for the shoot, and at most milliseconds behind. Leases first: when all are
-        //    fresh and nothing waits to be restored, no node can change the outcome.
-        let lp = ListParams::default().match_any();
+        // 2. Lease probe: consistent, paginated, bounded lists (`shoot_reads`). Leases first:
+        //    when all are fresh and nothing waits to be restored, no node can change the
+        //    outcome. Expiry is judged against the moment the lease list was asked for: a body
+        //    that takes long to arrive (a slow link, a tenant's fat leases) must not age the
+        //    renewals it carries.
         let leases_api: Api<NodeLease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+        let listed_at = Utc::now();
         let leases = match self
-            .shoot_call("listing node leases", leases_api.list(&lp))
+            .shoot_call("listing node leases", list_all(&leases_api, LEASE_PAGE))
             .await
         {
             Ok(list) => list
-                .items
                 .into_iter()
                 .map(NodeLease::into_lease)
                 .collect::<Vec<Lease>>(),
@@ -295,7 +296,7 @@ impl Probe {
             &leases,
             self.settings.node_monitor_grace,
             cfg.node_lease_failure_fraction,
-            Utc::now(),
+            listed_at,
             nodes_may_matter,
         ) {
             return Ok(Finding::AllLeasesFresh {
@@ -303,7 +304,9 @@ impl Probe {
             });
         }
         let nodes_api: Api<ProbedNode> = Api::all(client.clone());
-        let nodes = self.shoot_call("listing nodes", nodes_api.list(&lp)).await;
+        let nodes = self
+            .shoot_call("listing nodes", list_all(&nodes_api, NODE_PAGE))
+            .await;
         drop(client);
         let nodes = match nodes {
             Ok(nodes) => nodes,
@@ -324,14 +327,14 @@ impl Probe {
             .iter()
             .map(|m| (**m).clone())
             .collect();
-        let nodes: Vec<Node> = nodes.items.into_iter().map(ProbedNode::into_node).collect();
+        let nodes: Vec<Node> = nodes.into_iter().map(ProbedNode::into_node).collect();
         let report = evaluate_leases(
             &nodes,
             &machines,
             &leases,
             &self.settings,
             cfg.node_lease_failure_fraction,
-            Utc::now(),
+            listed_at,
         );
         for node in &report.nodes {
             debug!(node = %node.node, verdict = %node.verdict, "node verdict");
@@ -400,7 +403,9 @@ impl Probe {
                 prepared
             }
         };
-        prepared.client().map_err(|e| err(e.to_string()))
+        prepared
+            .client(ResponseLimits::DEFAULT)
+            .map_err(|e| err(e.to_string()))
     }
 
     fn lock_shoot_config(&self) -> std::sync::MutexGuard<'_, Option<Arc<PreparedShootConfig>>> {
@@ -430,7 +435,14 @@ impl Probe {
                 timeout,
             }),
             Ok(Err(e)) => {
-                let err = Error::kube(format!("shoot {}: {action}", self.namespace), e);
+                if is_response_too_large(&e) {
+                    self.ctx
+                        .metrics
+                        .oversized_responses
+                        .get_or_create(&self.shoot_labels())
+                        .inc();
+                }
+                let err = Error::kube(format!("shoot {}: {action}", self.namespace), bounded(e));
                 if err.is_throttled() {
                     self.ctx
                         .metrics
@@ -445,6 +457,38 @@ impl Probe {
             Ok(Ok(v)) => Ok(v),
         }
     }
+}
+
+/// How much of a shoot's error message goes into our logs and errors: enough to tell what
+/// went wrong, not a tenant's megabyte.
+pub const SHOOT_MESSAGE_LIMIT: usize = 300;
+
+/// `error` with the text a shoot's apiserver chose (its Status message and reason) cut to
+/// [`SHOOT_MESSAGE_LIMIT`] bytes.
+pub fn bounded(error: kube::Error) -> kube::Error {
+    match error {
+        kube::Error::Api(mut status) => {
+            status.message = cut(&status.message, SHOOT_MESSAGE_LIMIT);
+            status.reason = cut(&status.reason, SHOOT_MESSAGE_LIMIT / 4);
+            // Causes and list metadata are the server's too, and nothing of ours reads them.
+            status.details = None;
+            status.metadata = None;
+            kube::Error::Api(status)
+        }
+        other => other,
+    }
+}
+
+/// `text` cut to at most `limit` bytes on a character boundary, marked with `…` when cut.
+fn cut(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
 }
 
 #[cfg(test)]
@@ -462,6 +506,31 @@ mod tests {
             threshold: 0.6,
             decision,
         }
+    }
+
+    #[test]
+    fn a_shoots_error_text_is_cut() {
+        let status = kube::core::Status {
+            message: "é".repeat(100_000),
+            reason: "x".repeat(10_000),
+            code: 500,
+            ..kube::core::Status::default()
+        };
+        let kube::Error::Api(cut) = bounded(kube::Error::Api(Box::new(status))) else {
+            panic!("not an API error");
+        };
+        assert!(
+            cut.message.len() < SHOOT_MESSAGE_LIMIT + 30,
+            "{}",
+            cut.message.len()
+        );
+        assert!(cut.message.ends_with("… (200000 bytes)"), "{}", cut.message);
+        assert!(
+            cut.reason.len() < SHOOT_MESSAGE_LIMIT,
+            "{}",
+            cut.reason.len()
+        );
+        assert_eq!(cut.code, 500);
     }
 
     #[test]
