@@ -8,7 +8,6 @@ use tokio::sync::mpsc;
 
 use crate::journal::MarkerKind;
 use crate::sandbox::Sandbox;
-use crate::watchdog::{CONTROLLERS, THRESHOLD, short_name};
 
 const HELP: &str = "\
 commands:
@@ -16,9 +15,12 @@ commands:
   heal <shoot>                every kubelet of the shoot renews its lease again
   stop <shoot>                stop the shoot's kube-apiserver (connections refused)
   start <shoot>               start it again
-  crashloop <shoot>           put the shoot's kube-apiserver pods into CrashLoopBackOff
+  crashloop <shoot>           put the shoot's kube-apiserver pods into CrashLoopBackOff (its
+                              kube-apiserver service loses its endpoints, its kube-scheduler
+                              crash-loops too)
   etcd-down <shoot>           etcd-main-client loses its ready endpoints
-  etcd-up <shoot>             etcd-main-client is ready again (the weeder reacts)
+  etcd-up <shoot>             etcd-main-client is ready again (the weeder restarts the
+                              kube-apiserver pods, then the kube-scheduler)
   status                      replicas, expired-lease fraction, probes, pods
   help                        this text
   quit                        tear everything down and exit (also: end of input, Ctrl-C)
@@ -77,17 +79,19 @@ fn status(sb: &Sandbox) -> String {
             s.nodes,
             if s.apiserver_up { "up" } else { "stopped" },
         ));
-        let controllers: Vec<String> = CONTROLLERS
+        let controllers: Vec<String> = sb
+            .config
+            .controllers
             .iter()
-            .map(|(c, _, _)| {
-                let spec = s.replicas.get(*c).copied().unwrap_or(-1);
-                let ready = s.ready.get(*c).copied().unwrap_or(-1);
+            .map(|c| {
+                let spec = s.replicas.get(&c.name).copied().unwrap_or(-1);
+                let ready = s.ready.get(&c.name).copied().unwrap_or(-1);
                 let protected = s
                     .annotations
-                    .get(*c)
+                    .get(&c.name)
                     .and_then(|a| a.get(crate::monitor::REPLICAS_ANNOTATION))
                     .map_or(String::new(), |r| format!(", recorded {r}"));
-                format!("{} {spec} (ready {ready}{protected})", short_name(c))
+                format!("{} {spec} (ready {ready}{protected})", c.short)
             })
             .collect();
         out.push_str(&format!("      controllers: {}\n", controllers.join(", ")));
@@ -107,18 +111,24 @@ fn status(sb: &Sandbox) -> String {
             })
             .collect();
         out.push_str(&format!(
-            "      etcd-main-client {}; pods: {}\n",
+            "      etcd-main-client {}, kube-apiserver {}; pods: {}\n",
             if s.etcd_ready { "ready" } else { "not ready" },
+            if s.kube_apiserver_ready {
+                "ready"
+            } else {
+                "not ready"
+            },
             pods.join(", ")
         ));
     }
     out.push_str(&format!(
-        "  prober {} (threshold {THRESHOLD:.2}), weeder {}: {} active weeder(s), {} pod(s) deleted",
+        "  prober {} (threshold {:.2}), weeder {}: {} active weeder(s), {} pod(s) deleted",
         if v.prober_reachable {
             "running"
         } else {
             "metrics unreachable"
         },
+        sb.config.threshold(),
         if v.weeder_reachable {
             "running"
         } else {

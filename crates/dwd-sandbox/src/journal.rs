@@ -4,17 +4,24 @@
 //! and into the journal; the samples (expired-lease fraction, replicas, silenced kubelets,
 //! etcd availability) and markers (steps, decisions) feed the HTML report's charts. One mutex
 //! serialises terminal output so the spinner never tears a timeline line.
+//!
+//! The clock starts with the story, not with the process: setup (building the watchdog and,
+//! on a machine's first run, the control-plane binaries; starting etcd and the apiservers)
+//! can take minutes and says nothing about the watchdog. Entries before
+//! [`Journal::start_clock`] are setup entries, shown as `setup` instead of a time.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// One line of the timeline.
 #[derive(Debug, Clone)]
 pub struct Entry {
-    /// Seconds since the sandbox started.
+    /// Seconds since the clock started (0 for setup entries).
     pub t: f64,
+    /// Logged during setup, before the clock started.
+    pub setup: bool,
     /// Short shoot name (`alpha`), or `-` for the sandbox as a whole.
     pub shoot: String,
     /// What happened, in plain words.
@@ -78,7 +85,10 @@ struct Terminal {
 
 /// The journal; share it as `Arc<Journal>`.
 pub struct Journal {
-    start: Instant,
+    /// When the journal was made: the start of setup.
+    created: Instant,
+    /// When the clock started: t = 0 of the timeline.
+    origin: OnceLock<Instant>,
     tty: bool,
     terminal: Mutex<Terminal>,
     record: Mutex<Record>,
@@ -93,10 +103,16 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
 impl Journal {
-    /// A journal whose clock starts now.
+    /// A journal in setup; its clock starts with [`Journal::start_clock`].
     pub fn new() -> Arc<Journal> {
+        Self::created_at(Instant::now())
+    }
+
+    /// A journal whose setup began at `created`.
+    fn created_at(created: Instant) -> Arc<Journal> {
         Arc::new(Journal {
-            start: Instant::now(),
+            created,
+            origin: OnceLock::new(),
             tty: std::io::stdout().is_terminal(),
             terminal: Mutex::new(Terminal {
                 waiting: None,
@@ -107,9 +123,28 @@ impl Journal {
         })
     }
 
-    /// Seconds since start.
+    /// Starts the timeline's clock (once; later calls change nothing) and returns how long
+    /// setup took.
+    pub fn start_clock(&self) -> Duration {
+        let origin = *self.origin.get_or_init(Instant::now);
+        origin.saturating_duration_since(self.created)
+    }
+
+    /// How long setup took, once the clock runs.
+    pub fn setup_took(&self) -> Option<Duration> {
+        self.origin
+            .get()
+            .map(|o| o.saturating_duration_since(self.created))
+    }
+
+    /// Seconds on the timeline's clock; 0 during setup.
     pub fn now(&self) -> f64 {
-        self.start.elapsed().as_secs_f64()
+        self.origin.get().map_or(0.0, |o| o.elapsed().as_secs_f64())
+    }
+
+    /// Whether the clock has not started yet.
+    fn in_setup(&self) -> bool {
+        self.origin.get().is_none()
     }
 
     /// Prints a line as is (setup notes, hints), erasing the spinner first.
@@ -128,16 +163,15 @@ impl Journal {
     pub fn log(&self, shoot: &str, what: impl Into<String>, why: Option<String>) {
         let entry = Entry {
             t: self.now(),
+            setup: self.in_setup(),
             shoot: shoot.to_string(),
             what: what.into(),
             why,
         };
+        let time = time_column(&entry);
         let line = match &entry.why {
-            Some(why) => format!(
-                "{:>7.1}s  {:<5}  {} ({why})",
-                entry.t, entry.shoot, entry.what
-            ),
-            None => format!("{:>7.1}s  {:<5}  {}", entry.t, entry.shoot, entry.what),
+            Some(why) => format!("{time}  {:<5}  {} ({why})", entry.shoot, entry.what),
+            None => format!("{time}  {:<5}  {}", entry.shoot, entry.what),
         };
         lock(&self.record).entries.push(entry);
         self.say(&line);
@@ -150,6 +184,7 @@ impl Journal {
         let mut record = lock(&self.record);
         record.entries.push(Entry {
             t,
+            setup: self.in_setup(),
             shoot: "-".into(),
             what: format!("── {title}"),
             why: None,
@@ -258,11 +293,15 @@ impl Journal {
         };
         term.frame = (term.frame + 1) % SPINNER.len();
         let left = deadline.saturating_duration_since(Instant::now()).as_secs();
+        let time = if self.in_setup() {
+            format!("{:>8}", "setup")
+        } else {
+            format!("{:>7.1}s", self.now())
+        };
         let mut out = std::io::stdout().lock();
         let _ = write!(
             out,
-            "\r\x1b[2K{:>7.1}s  {}  waiting for {what} (gives up in {left}s)",
-            self.now(),
+            "\r\x1b[2K{time}  {}  waiting for {what} (gives up in {left}s)",
             SPINNER[term.frame]
         );
         let _ = out.flush();
@@ -279,5 +318,47 @@ impl Journal {
             ticker.tick().await;
             self.tick();
         }
+    }
+}
+
+/// The time column of a timeline line: `   12.3s`, or `   setup` before the clock started.
+pub fn time_column(entry: &Entry) -> String {
+    if entry.setup {
+        format!("{:>8}", "setup")
+    } else {
+        format!("{:>7.1}s", entry.t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_starts_with_the_story_not_with_setup() {
+        // A setup as long as a first run's (building the control plane): 281 s.
+        let created = Instant::now()
+            .checked_sub(Duration::from_secs(281))
+            .unwrap_or_else(Instant::now);
+        let journal = Journal::created_at(created);
+        journal.log("-", "starting etcd", None);
+        assert_eq!(journal.now(), 0.0);
+        assert!(journal.setup_took().is_none());
+        let setup = journal.start_clock();
+        journal.log("-", "dependency-watchdog prober running", None);
+        let entries = journal.record().entries;
+        assert!(entries[0].setup);
+        assert_eq!(time_column(&entries[0]), "   setup");
+        assert!(!entries[1].setup);
+        assert!(
+            entries[1].t < 1.0,
+            "first timed entry at {}s, after a setup of {setup:?}",
+            entries[1].t
+        );
+        if created.elapsed() >= Duration::from_secs(281) {
+            assert!(setup >= Duration::from_secs(281), "setup took {setup:?}");
+        }
+        // Starting it again changes nothing.
+        assert_eq!(journal.start_clock(), setup);
     }
 }

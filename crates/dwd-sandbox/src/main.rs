@@ -8,6 +8,8 @@
 //! commands (`--interactive`). A live timeline says what happens and why; at the end an HTML
 //! report charts it. Everything is torn down on exit, on Ctrl-C and on SIGTERM.
 
+mod config;
+mod gardener;
 mod interactive;
 mod journal;
 mod metrics;
@@ -26,6 +28,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use futures::FutureExt;
 
+use crate::config::SandboxConfig;
 use crate::journal::Journal;
 use crate::report::ReportMeta;
 use crate::sandbox::{Sandbox, Workdir};
@@ -37,7 +40,7 @@ use crate::sandbox::{Sandbox, Workdir};
     name = "dwd-sandbox",
     version,
     long_about = None,
-    after_help = "Without --interactive it plays the story (about a minute: a NAT outage, its end, an etcd outage), prints a live timeline and writes an HTML report. Set DWD_WATCHDOG_BIN to run another dependency-watchdog binary."
+    after_help = "Without --interactive it plays the story (about a minute: a NAT outage, its end, an etcd outage), prints a live timeline and writes an HTML report. The prober and weeder run Gardener's generated configs (deploy/gardener/) with shortened intervals. Set DWD_WATCHDOG_BIN to run another dependency-watchdog binary."
 )]
 struct Args {
     /// Keep the sandbox running and take commands on stdin instead of playing the story.
@@ -114,16 +117,25 @@ async fn run(args: Args) -> ExitCode {
         eprintln!("dwd-sandbox: {signal} before start");
         return ExitCode::from(130);
     }
+    // Setup starts now; the timeline's clock starts only when the watchdog does (see
+    // `Sandbox::start`), so neither a build nor the control plane's start-up counts.
+    let journal = Journal::new();
+    let config = match SandboxConfig::derive() {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            eprintln!("dwd-sandbox: Gardener's config: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     // Find (or build) the watchdog before anything starts: a build failure should not wait
-    // for apiservers, and the timeline's clock should not count the build.
-    let bin = match watchdog::locate_binary(&Journal::new()) {
+    // for apiservers.
+    let bin = match watchdog::locate_binary(&journal) {
         Ok(bin) => bin,
         Err(e) => {
             eprintln!("dwd-sandbox: {e:#}");
             return ExitCode::FAILURE;
         }
     };
-    let journal = Journal::new();
     let _spinner = dwd_sim::AbortOnDrop::spawn(journal.clone().run_spinner());
     let mut workdir = match Workdir::new() {
         Ok(w) => w,
@@ -139,9 +151,12 @@ async fn run(args: Args) -> ExitCode {
         "dwd-sandbox: the real dependency-watchdog against a local seed and two shoots\n  files: {}",
         workdir.path.display()
     ));
+    for line in config.summary_lines() {
+        journal.say(&format!("  {line}"));
+    }
 
     let sandbox = tokio::select! {
-        r = Sandbox::start(journal.clone(), &workdir.path, &bin) => r,
+        r = Sandbox::start(journal.clone(), &workdir.path, &bin, config.clone()) => r,
         signal = interrupt.clone() => {
             journal.say(&format!("\n{signal}: stopping (setup interrupted; everything started so far is torn down)"));
             return ExitCode::from(130);
@@ -244,9 +259,11 @@ async fn play(sandbox: &Sandbox, args: &Args, workdir: &Workdir) -> Result<Strin
         Ok("interactive session ended".into())
     } else {
         let took = story::run(sandbox).await?;
+        let setup = sandbox.journal.setup_took().map_or(String::new(), |s| {
+            format!(" (after {:.0}s of setup)", s.as_secs_f64())
+        });
         Ok(format!(
-            "the watchdog did its job: story played in {took:.0}s, {:.0}s in all",
-            sandbox.journal.now()
+            "the watchdog did its job: story played in {took:.0}s{setup}"
         ))
     }
 }
@@ -301,8 +318,8 @@ fn write_report(
             .iter()
             .map(|s| (s.name.clone(), s.namespace.clone(), s.nodes))
             .collect(),
-        prober_config: watchdog::PROBER_CONFIG.to_string(),
-        weeder_config: watchdog::WEEDER_CONFIG.to_string(),
+        config: sandbox.config.clone(),
+        setup_seconds: journal.setup_took().map(|d| d.as_secs_f64()),
         logs: [&sandbox.prober.log, &sandbox.weeder.log]
             .iter()
             .map(|p| p.display().to_string())

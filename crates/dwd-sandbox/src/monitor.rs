@@ -6,8 +6,10 @@
 //!   fraction the prober found (both sampled for the charts), API-server probe failures,
 //!   scaling decisions, active weeders, deleted pods;
 //! - the seed's controller Deployments: every replica change, with the level it belongs to;
-//! - the seed's control-plane pods: crash loops and deletions (and, playing the ReplicaSet
-//!   that would run in a real seed, a replacement for every deleted kube-apiserver pod);
+//! - the seed's control-plane pods: crash loops and deletions (and, playing the ReplicaSets
+//!   that would run in a real seed, a replacement for every deleted kube-apiserver or
+//!   kube-scheduler pod; playing the endpoints controller, the kube-apiserver service ready
+//!   again once a replacement kube-apiserver runs);
 //! - the watchdog's Kubernetes Events about Clusters, and its warnings.
 //!
 //! The story and the interactive `status` command read the [`View`]; nothing here changes
@@ -28,25 +30,22 @@ use kube::api::{Api, ListParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch};
 
+use crate::config::{
+    ETCD_SERVICE, KUBE_APISERVER_LABELS, KUBE_APISERVER_SERVICE, KUBE_SCHEDULER_LABELS,
+    SandboxConfig,
+};
 use crate::journal::{Journal, MarkerKind, lock};
 use crate::metrics::{Scrape, scrape};
-use crate::watchdog::{CONTROLLERS, GRACE_SECONDS, THRESHOLD, level_of, short_name};
 
 /// Annotation in which the prober records the replicas it scaled down from.
 pub const REPLICAS_ANNOTATION: &str = "dependency-watchdog.gardener.cloud/replicas";
 /// Annotation the prober sets while its meltdown protection holds a target at 0.
 pub const MELTDOWN_ANNOTATION: &str =
     "dependency-watchdog.gardener.cloud/meltdown-protection-active";
-/// Labels of the simulated kube-apiserver pods (Gardener's).
-pub const KUBE_APISERVER_LABELS: [(&str, &str); 3] = [
-    ("app", "kubernetes"),
-    ("role", "apiserver"),
-    ("gardener.cloud/role", "controlplane"),
-];
-/// The weeder's service for etcd.
-pub const ETCD_SERVICE: &str = "etcd-main-client";
 /// Endpoints of the simulated etcd-main-client (Gardener runs etcd-main with 3 in HA).
 pub const ETCD_ENDPOINTS: usize = 3;
+/// Endpoints of the simulated kube-apiserver service: one per kube-apiserver pod.
+pub const KUBE_APISERVER_ENDPOINTS: usize = crate::sandbox::KUBE_APISERVER_PODS;
 
 /// One simulated control-plane pod as last seen.
 #[derive(Debug, Clone)]
@@ -79,6 +78,10 @@ pub struct ShootView {
     pub namespace: String,
     /// Node count (every node is a candidate in the sandbox).
     pub nodes: usize,
+    /// `nodeLeaseFailureFraction` of the prober config.
+    pub threshold: f64,
+    /// `(name, short name)` of the scalable controllers, in the config's order.
+    pub controllers: Vec<(String, String)>,
     /// Successful probe runs (`dwd_prober_shoot_probe_runs_total`); `None` before the first.
     pub probe_runs: Option<u64>,
     /// Last expired-lease fraction the prober reported.
@@ -103,12 +106,16 @@ pub struct ShootView {
     pub pods: BTreeMap<String, PodView>,
     /// `(t, pod)` of every deletion seen.
     pub deleted: Vec<(f64, String)>,
-    /// Index of the next replacement kube-apiserver pod.
-    pub next_pod: usize,
+    /// Role → index of its next replacement pod.
+    pub next_pod: BTreeMap<String, usize>,
     /// Whether etcd-main-client is ready (set by the sandbox's own actions).
     pub etcd_ready: bool,
     /// When etcd-main-client last turned ready.
     pub etcd_ready_since: Option<f64>,
+    /// Whether the kube-apiserver service has ready endpoints.
+    pub kube_apiserver_ready: bool,
+    /// When it last turned ready.
+    pub kube_apiserver_ready_since: Option<f64>,
     /// Whether the shoot's API server runs.
     pub apiserver_up: bool,
     /// Silenced kubelets.
@@ -121,11 +128,17 @@ pub struct ShootView {
 
 impl ShootView {
     /// A fresh view of a shoot.
-    pub fn new(name: &str, namespace: &str, nodes: usize) -> Self {
+    pub fn new(name: &str, namespace: &str, nodes: usize, config: &SandboxConfig) -> Self {
         ShootView {
             name: name.into(),
             namespace: namespace.into(),
             nodes,
+            threshold: config.threshold(),
+            controllers: config
+                .controllers
+                .iter()
+                .map(|c| (c.name.clone(), c.short.clone()))
+                .collect(),
             probe_runs: None,
             fraction: None,
             api_failures: 0,
@@ -138,9 +151,11 @@ impl ShootView {
             changes: Vec::new(),
             pods: BTreeMap::new(),
             deleted: Vec::new(),
-            next_pod: 0,
+            next_pod: BTreeMap::new(),
             etcd_ready: true,
             etcd_ready_since: None,
+            kube_apiserver_ready: true,
+            kube_apiserver_ready_since: None,
             apiserver_up: true,
             silenced: 0,
             lease_expired: None,
@@ -150,15 +165,12 @@ impl ShootView {
 
     /// `KCM 2 (ready 2), MCM 1 (ready 1), CA 1 (ready 1)`.
     pub fn replicas_text(&self) -> String {
-        CONTROLLERS
+        self.controllers
             .iter()
-            .map(|(c, _, _)| {
-                let spec = self
-                    .replicas
-                    .get(*c)
-                    .map_or("?".to_string(), i32::to_string);
-                let ready = self.ready.get(*c).map_or("?".to_string(), i32::to_string);
-                format!("{} {spec} (ready {ready})", short_name(c))
+            .map(|(c, short)| {
+                let spec = self.replicas.get(c).map_or("?".to_string(), i32::to_string);
+                let ready = self.ready.get(c).map_or("?".to_string(), i32::to_string);
+                format!("{short} {spec} (ready {ready})")
             })
             .collect::<Vec<_>>()
             .join(", ")
@@ -167,9 +179,10 @@ impl ShootView {
     /// `4/5 leases expired, 0.80 ≥ 0.60` for a fraction the prober reported.
     pub fn leases_text(&self, fraction: f64) -> String {
         let expired = (fraction * self.nodes as f64).round() as usize;
-        let cmp = if fraction >= THRESHOLD { "≥" } else { "<" };
+        let threshold = self.threshold;
+        let cmp = if fraction >= threshold { "≥" } else { "<" };
         format!(
-            "{expired}/{} leases expired, {fraction:.2} {cmp} {THRESHOLD:.2}",
+            "{expired}/{} leases expired, {fraction:.2} {cmp} {threshold:.2}",
             self.nodes
         )
     }
@@ -226,6 +239,7 @@ pub type SharedView = Arc<Mutex<View>>;
 /// things were observed, and a slow scrape must never be processed after a newer one.
 pub struct Refresher {
     journal: Arc<Journal>,
+    config: Arc<SandboxConfig>,
     view: SharedView,
     prober: SocketAddr,
     weeder: SocketAddr,
@@ -238,24 +252,25 @@ impl Refresher {
     /// Scrapes both watchdogs, reads the leases, updates the view and narrates.
     pub async fn refresh(&self) {
         let _turn = self.serial.lock().await;
-        let leases = futures::future::join_all(
-            self.shoots
-                .iter()
-                .map(|(name, client)| async move { (name.clone(), expired_leases(client).await) }),
-        );
+        let validity = self.config.lease_validity_seconds();
+        let leases =
+            futures::future::join_all(self.shoots.iter().map(|(name, client)| async move {
+                (name.clone(), expired_leases(client, validity).await)
+            }));
         let (p, w, leases) = futures::join!(scrape(self.prober), scrape(self.weeder), leases);
         let journal = &self.journal;
+        let config = &self.config;
         let mut v = lock(&self.view);
         for (name, expired) in leases {
             if let Some(shoot) = v.shoot_mut(&name) {
-                on_leases(journal, shoot, expired);
+                on_leases(journal, config, shoot, expired);
             }
         }
         match p {
             Ok(s) => {
                 v.prober_reachable = true;
                 for shoot in &mut v.shoots {
-                    on_prober_scrape(journal, shoot, &s);
+                    on_prober_scrape(journal, config, shoot, &s);
                 }
             }
             Err(_) => {
@@ -268,7 +283,7 @@ impl Refresher {
         match w {
             Ok(s) => {
                 v.weeder_reachable = true;
-                on_weeder_scrape(journal, &mut v, &s);
+                on_weeder_scrape(journal, config, &mut v, &s);
             }
             Err(_) => v.weeder_reachable = false,
         }
@@ -278,6 +293,7 @@ impl Refresher {
 /// Starts every monitor task; they stop when the returned handles are dropped.
 pub fn start(
     journal: Arc<Journal>,
+    config: Arc<SandboxConfig>,
     view: SharedView,
     seed: kube::Client,
     shoots: Vec<(String, kube::Client)>,
@@ -286,6 +302,7 @@ pub fn start(
 ) -> Vec<AbortOnDrop> {
     let refresher = Arc::new(Refresher {
         journal: journal.clone(),
+        config: config.clone(),
         view: view.clone(),
         prober: prober_metrics,
         weeder: weeder_metrics,
@@ -296,6 +313,7 @@ pub fn start(
         AbortOnDrop::spawn(poll(refresher.clone())),
         AbortOnDrop::spawn(watch_deployments(
             journal.clone(),
+            config,
             view.clone(),
             seed.clone(),
             refresher.clone(),
@@ -322,16 +340,16 @@ async fn poll(refresher: Arc<Refresher>) {
 }
 
 /// `(expired, candidates)` of a shoot's node leases now, by the prober's rule (expired when
-/// not renewed for 0.75 × kcmNodeMonitorGraceDuration, or never renewed); `None` when the
-/// shoot's API server does not answer.
-async fn expired_leases(client: &kube::Client) -> Option<(usize, usize)> {
+/// not renewed for `validity` = 0.75 × kcmNodeMonitorGraceDuration seconds, or never
+/// renewed); `None` when the shoot's API server does not answer.
+async fn expired_leases(client: &kube::Client, validity: f64) -> Option<(usize, usize)> {
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let list = tokio::time::timeout(Duration::from_secs(1), api.list(&ListParams::default()))
         .await
         .ok()?
         .ok()?;
     let now = chrono::Utc::now().timestamp_micros();
-    let limit = (0.75 * GRACE_SECONDS * 1e6) as i64;
+    let limit = (validity * 1e6) as i64;
     let expired = list
         .items
         .iter()
@@ -345,7 +363,12 @@ async fn expired_leases(client: &kube::Client) -> Option<(usize, usize)> {
     Some((expired, list.items.len()))
 }
 
-fn on_leases(journal: &Journal, shoot: &mut ShootView, expired: Option<(usize, usize)>) {
+fn on_leases(
+    journal: &Journal,
+    config: &SandboxConfig,
+    shoot: &mut ShootView,
+    expired: Option<(usize, usize)>,
+) {
     let name = shoot.name.clone();
     let Some((expired, candidates)) = expired else {
         journal.sample_lease_truth(&name, None);
@@ -363,31 +386,35 @@ fn on_leases(journal: &Journal, shoot: &mut ShootView, expired: Option<(usize, u
     let why = match shoot.lease_expired {
         None => None,
         Some(old) if expired > old => Some(format!(
-            "not renewed for {}s = 0.75 × kcmNodeMonitorGraceDuration {GRACE_SECONDS}s",
-            0.75 * GRACE_SECONDS
+            "not renewed for {}s = 0.75 × kcmNodeMonitorGraceDuration {}s",
+            config.lease_validity_seconds(),
+            config.grace_seconds()
         )),
         Some(_) => Some("renewed again".into()),
     };
     shoot.lease_expired = Some(expired);
     journal.log(
         &name,
-        format!("node leases: {}", fraction_text(expired, candidates)),
+        format!(
+            "node leases: {}",
+            fraction_text(expired, candidates, config.threshold())
+        ),
         why,
     );
 }
 
 /// `4/5 expired (0.80 ≥ 0.60)`.
-pub fn fraction_text(expired: usize, candidates: usize) -> String {
+pub fn fraction_text(expired: usize, candidates: usize, threshold: f64) -> String {
     let fraction = if candidates == 0 {
         0.0
     } else {
         expired as f64 / candidates as f64
     };
-    let cmp = if fraction >= THRESHOLD { "≥" } else { "<" };
-    format!("{expired}/{candidates} expired ({fraction:.2} {cmp} {THRESHOLD:.2})")
+    let cmp = if fraction >= threshold { "≥" } else { "<" };
+    format!("{expired}/{candidates} expired ({fraction:.2} {cmp} {threshold:.2})")
 }
 
-fn on_prober_scrape(journal: &Journal, shoot: &mut ShootView, s: &Scrape) {
+fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut ShootView, s: &Scrape) {
     let ns = shoot.namespace.clone();
     let label = [("shoot", ns.as_str())];
     let count = |name: &str, labels: &[(&str, &str)]| s.value(name, labels).map(|v| v as u64);
@@ -422,9 +449,10 @@ fn on_prober_scrape(journal: &Journal, shoot: &mut ShootView, s: &Scrape) {
             &name,
             "prober probes the shoot: API server, then node leases",
             Some(format!(
-                "every {}s; a lease counts as expired {}s after its last renewal",
-                crate::watchdog::PROBE_INTERVAL_SECONDS,
-                0.75 * crate::watchdog::GRACE_SECONDS
+                "every {} where Gardener's config says {}; a lease counts as expired {}s after its last renewal",
+                config.probe_interval(),
+                dwd_core::format_go_duration(config.prober.gardener.probe_interval),
+                config.lease_validity_seconds()
             )),
         );
     } else if new_runs && shoot.api_failing && api_failures == shoot.api_failures {
@@ -439,13 +467,13 @@ fn on_prober_scrape(journal: &Journal, shoot: &mut ShootView, s: &Scrape) {
         );
     }
     if down > shoot.attempts_down {
-        let flow = "KCM (level 0) → MCM (level 1) → CA (level 2)";
+        let flow = config.flow_text(true);
         let why = fraction.map(|f| format!("the prober found {}", shoot.leases_text(f)));
         journal.log(&name, format!("prober decides to scale down: {flow}"), why);
         journal.marker(Some(&name), "scale down", MarkerKind::ScaleDown);
     }
     if up > shoot.attempts_up {
-        let flow = "CA (level 0) → KCM + MCM (level 1)";
+        let flow = config.flow_text(false);
         let why = fraction.map(|f| format!("the prober found {}", shoot.leases_text(f)));
         journal.log(&name, format!("prober decides to scale up: {flow}"), why);
         journal.marker(Some(&name), "scale up", MarkerKind::ScaleUp);
@@ -460,7 +488,7 @@ fn on_prober_scrape(journal: &Journal, shoot: &mut ShootView, s: &Scrape) {
     shoot.attempts_up = up;
 }
 
-fn on_weeder_scrape(journal: &Journal, v: &mut View, s: &Scrape) {
+fn on_weeder_scrape(journal: &Journal, config: &SandboxConfig, v: &mut View, s: &Scrape) {
     let active = s.value("dwd_weeder_active_weeders", &[]).map(|a| a as i64);
     if let Some(a) = active
         && v.active_weeders.unwrap_or(0) != a
@@ -474,8 +502,8 @@ fn on_weeder_scrape(journal: &Journal, v: &mut View, s: &Scrape) {
             "-",
             what,
             Some(format!(
-                "one per EndpointSlice that turned ready, each watching that service's dependants for {}s",
-                crate::watchdog::WATCH_DURATION_SECONDS
+                "one per EndpointSlice that turned ready, each watching that service's dependants for watchDuration {}",
+                dwd_core::format_go_duration(config.watch_duration())
             )),
         );
     }
@@ -487,6 +515,7 @@ fn on_weeder_scrape(journal: &Journal, v: &mut View, s: &Scrape) {
 
 async fn watch_deployments(
     journal: Arc<Journal>,
+    config: Arc<SandboxConfig>,
     view: SharedView,
     seed: kube::Client,
     refresher: Arc<Refresher>,
@@ -506,7 +535,7 @@ async fn watch_deployments(
             // timeline tells the decision before its effect.
             refresher.refresh().await;
         }
-        on_deployment(&journal, &mut lock(&view), &deployment);
+        on_deployment(&journal, &config, &mut lock(&view), &deployment);
     }
 }
 
@@ -523,16 +552,16 @@ fn replicas_changed(v: &View, d: &Deployment) -> bool {
         .is_some_and(|r| *r != replicas)
 }
 
-fn on_deployment(journal: &Journal, v: &mut View, d: &Deployment) {
+fn on_deployment(journal: &Journal, config: &SandboxConfig, v: &mut View, d: &Deployment) {
     let (Some(ns), Some(name)) = (&d.metadata.namespace, &d.metadata.name) else {
         return;
     };
     let Some(shoot) = v.by_namespace(ns) else {
         return;
     };
-    if !CONTROLLERS.iter().any(|(c, _, _)| c == name) {
+    let Some(controller) = config.controller(name) else {
         return;
-    }
+    };
     let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let ready = d
         .status
@@ -553,7 +582,7 @@ fn on_deployment(journal: &Journal, v: &mut View, d: &Deployment) {
                 to: replicas,
             });
             let (what, why) = if replicas == 0 {
-                let level = level_of(name, true).map_or("?".into(), |l| l.to_string());
+                let level = controller.down;
                 let recorded = annotations
                     .get(REPLICAS_ANNOTATION)
                     .map_or(String::new(), |r| {
@@ -564,10 +593,19 @@ fn on_deployment(journal: &Journal, v: &mut View, d: &Deployment) {
                     format!("level {level} of the scale-down{recorded}"),
                 )
             } else if from == 0 {
-                let level = level_of(name, false).map_or("?".into(), |l| l.to_string());
+                let level = controller.up;
+                let delay = if controller.up_delay.is_zero() {
+                    String::new()
+                } else {
+                    format!(
+                        ", after its initialDelay of {}, {} in Gardener's config",
+                        dwd_core::format_go_duration(controller.up_delay),
+                        dwd_core::format_go_duration(controller.gardener_up_delay)
+                    )
+                };
                 (
                     format!("{name} restored 0 → {replicas}"),
-                    format!("level {level} of the scale-up; the recorded replicas"),
+                    format!("level {level} of the scale-up{delay}; the recorded replicas"),
                 )
             } else {
                 (
@@ -626,22 +664,62 @@ async fn watch_pods(
             refresher.refresh().await;
         }
         let replacement = on_pod(&journal, &mut lock(&view), &pod, state);
-        if let Some((namespace, name, crashlooping)) = replacement {
-            // Playing the ReplicaSet of a real seed: the deleted pod comes back at once, and
-            // it runs when etcd is reachable. Created off this loop so the watch keeps going.
-            let seed = seed.clone();
-            let journal = journal.clone();
-            tokio::spawn(async move {
-                let cp = SeedControlPlane::new(seed, &namespace);
-                if let Err(e) = cp
-                    .create_pod(&name, &KUBE_APISERVER_LABELS, crashlooping)
-                    .await
-                {
-                    journal.say(&format!("  (could not create replacement pod {name}: {e})"));
-                }
-            });
+        if let Some(r) = replacement {
+            // Created off this loop so the watch keeps going.
+            tokio::spawn(replace(seed.clone(), journal.clone(), view.clone(), r));
         }
     }
+}
+
+/// A pod to create in place of a deleted one.
+#[derive(Debug)]
+struct Replacement {
+    namespace: String,
+    shoot: String,
+    name: String,
+    labels: &'static [(&'static str, &'static str)],
+    crashlooping: bool,
+    /// A kube-apiserver that runs again: the kube-apiserver service turns ready with it.
+    apiserver_back: bool,
+}
+
+/// Plays the ReplicaSet of a real seed: the deleted pod comes back at once, and it runs when
+/// what it needs is reachable. Then plays the endpoints controller: a running kube-apiserver
+/// makes its service ready again, which is what the weeder's second service waits for.
+async fn replace(seed: kube::Client, journal: Arc<Journal>, view: SharedView, r: Replacement) {
+    let cp = SeedControlPlane::new(seed, &r.namespace);
+    if let Err(e) = cp.create_pod(&r.name, r.labels, r.crashlooping).await {
+        journal.say(&format!(
+            "  (could not create replacement pod {}: {e})",
+            r.name
+        ));
+        return;
+    }
+    if !r.apiserver_back {
+        return;
+    }
+    if let Err(e) = cp
+        .set_endpoint_slice(
+            KUBE_APISERVER_SERVICE,
+            KUBE_APISERVER_ENDPOINTS,
+            dwd_sim::EndpointsState::AllReady,
+        )
+        .await
+    {
+        journal.say(&format!(
+            "  (could not make {KUBE_APISERVER_SERVICE} ready: {e})"
+        ));
+        return;
+    }
+    let now = journal.now();
+    if let Some(s) = lock(&view).shoot_mut(&r.shoot) {
+        s.kube_apiserver_ready_since = Some(now);
+    }
+    journal.log(
+        &r.shoot,
+        format!("{KUBE_APISERVER_SERVICE}: endpoints ready again"),
+        Some(format!("{} runs", r.name)),
+    );
 }
 
 /// Where a pod is in its life, as one watch event shows it.
@@ -655,13 +733,33 @@ enum PodState {
     Gone,
 }
 
-/// Updates the view; returns `(namespace, name, crashlooping)` of a replacement pod to create.
-fn on_pod(
-    journal: &Journal,
-    v: &mut View,
-    pod: &Pod,
-    state: PodState,
-) -> Option<(String, String, bool)> {
+/// What a control-plane pod of the given `role` needs, and how its pods are made.
+struct RoleInfo {
+    /// The service it needs (whose return makes the weeder delete it).
+    needs: &'static str,
+    /// Name prefix of its pods.
+    prefix: &'static str,
+    labels: &'static [(&'static str, &'static str)],
+}
+
+fn role_info(role: &str) -> Option<RoleInfo> {
+    match role {
+        "apiserver" => Some(RoleInfo {
+            needs: ETCD_SERVICE,
+            prefix: "kube-apiserver",
+            labels: &KUBE_APISERVER_LABELS,
+        }),
+        "scheduler" => Some(RoleInfo {
+            needs: KUBE_APISERVER_SERVICE,
+            prefix: "kube-scheduler",
+            labels: &KUBE_SCHEDULER_LABELS,
+        }),
+        _ => None,
+    }
+}
+
+/// Updates the view; returns the replacement pod to create, if any.
+fn on_pod(journal: &Journal, v: &mut View, pod: &Pod, state: PodState) -> Option<Replacement> {
     let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
         return None;
     };
@@ -709,14 +807,17 @@ fn on_pod(
     }
     shoot.deleted.push((t, name.clone()));
     let shoot_name = shoot.name.clone();
+    let info = role_info(&role);
+    // Whether what the pod needs is there now, and since when.
+    let (needed_ready, ready_since) = match info.as_ref().map(|i| i.needs) {
+        Some(ETCD_SERVICE) => (shoot.etcd_ready, shoot.etcd_ready_since),
+        Some(_) => (shoot.kube_apiserver_ready, shoot.kube_apiserver_ready_since),
+        None => (true, None),
+    };
     if was_crashlooping {
-        let service = if role == "apiserver" {
-            ETCD_SERVICE
-        } else {
-            "kube-apiserver"
-        };
-        let why = match (shoot.etcd_ready, shoot.etcd_ready_since) {
-            (true, Some(since)) if role == "apiserver" => format!(
+        let service = info.as_ref().map_or("its service", |i| i.needs);
+        let why = match (needed_ready, ready_since) {
+            (true, Some(since)) => format!(
                 "CrashLoopBackOff; {service} ready again {:.1}s before",
                 (t - since).max(0.0)
             ),
@@ -735,13 +836,16 @@ fn on_pod(
             Some("it was not crash-looping: not the weeder's doing".into()),
         );
     }
-    if role != "apiserver" {
-        return None;
+    let info = info?;
+    let next = shoot.next_pod.entry(role.clone()).or_insert(0);
+    let replacement = format!("{}-{next}", info.prefix);
+    *next += 1;
+    let crashloop = !needed_ready;
+    // The first kube-apiserver that runs again brings its service back (once).
+    let apiserver_back = role == "apiserver" && !crashloop && !shoot.kube_apiserver_ready;
+    if apiserver_back {
+        shoot.kube_apiserver_ready = true;
     }
-    let index = shoot.next_pod;
-    shoot.next_pod += 1;
-    let replacement = format!("kube-apiserver-{index}");
-    let crashloop = !shoot.etcd_ready;
     journal.log(
         &shoot_name,
         format!(
@@ -753,13 +857,22 @@ fn on_pod(
             }
         ),
         Some(if crashloop {
-            "simulated ReplicaSet; etcd is still unreachable".into()
+            format!("simulated ReplicaSet; {} is still not ready", info.needs)
         } else {
-            "simulated ReplicaSet; etcd is reachable, so the new kube-apiserver starts at once"
-                .into()
+            format!(
+                "simulated ReplicaSet; {} is ready, so the new pod starts at once",
+                info.needs
+            )
         }),
     );
-    Some((ns.clone(), replacement, crashloop))
+    Some(Replacement {
+        namespace: ns.clone(),
+        shoot: shoot_name,
+        name: replacement,
+        labels: info.labels,
+        crashlooping: crashloop,
+        apiserver_back,
+    })
 }
 
 // --- events -------------------------------------------------------------------------------

@@ -4,9 +4,10 @@
 //! the whole timeline as a table.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
-use crate::journal::{Marker, MarkerKind, Record};
-use crate::watchdog::{CONTROLLERS, THRESHOLD, short_name};
+use crate::config::SandboxConfig;
+use crate::journal::{Marker, MarkerKind, Record, time_column};
 
 /// What the report says besides the recorded data.
 pub struct ReportMeta {
@@ -16,10 +17,10 @@ pub struct ReportMeta {
     pub mode: &'static str,
     /// `(short name, namespace, nodes)` per shoot.
     pub shoots: Vec<(String, String, usize)>,
-    /// The prober configuration used.
-    pub prober_config: String,
-    /// The weeder configuration used.
-    pub weeder_config: String,
+    /// The configurations the watchdog ran.
+    pub config: Arc<SandboxConfig>,
+    /// How long setup took before the timeline's clock started.
+    pub setup_seconds: Option<f64>,
     /// Log files worth a look.
     pub logs: Vec<String>,
     /// Whether the log files outlive the sandbox (`--keep`, or after a failure).
@@ -106,7 +107,15 @@ fn markers_for<'a>(record: &'a Record, shoot: &str) -> Vec<&'a Marker> {
 }
 
 /// The chart of one shoot as an inline SVG.
-fn chart(record: &Record, shoot: &str, namespace: &str, nodes: usize, range: (f64, f64)) -> String {
+fn chart(
+    record: &Record,
+    config: &SandboxConfig,
+    shoot: &str,
+    namespace: &str,
+    nodes: usize,
+    range: (f64, f64),
+) -> String {
+    let threshold = config.threshold();
     let width = 1100.0;
     let frame = Frame {
         t0: range.0,
@@ -202,12 +211,12 @@ fn chart(record: &Record, shoot: &str, namespace: &str, nodes: usize, range: (f6
     );
     let _ = write!(
         s,
-        r##"<line x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#d62728" stroke-dasharray="6 4" stroke-width="1.5"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#d62728">threshold {THRESHOLD:.2}</text>"##,
+        r##"<line x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#d62728" stroke-dasharray="6 4" stroke-width="1.5"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#d62728">threshold {threshold:.2}</text>"##,
         frame.left,
         frame.left + frame.width,
         frame.left + frame.width - 4.0,
-        ya(THRESHOLD) - 5.0,
-        y = ya(THRESHOLD)
+        ya(threshold) - 5.0,
+        y = ya(threshold)
     );
     let step_path = |samples: &[(f64, Option<f64>)]| {
         let mut path = String::new();
@@ -274,10 +283,15 @@ fn chart(record: &Record, shoot: &str, namespace: &str, nodes: usize, range: (f6
         b_top + b_h / 2.0,
         b_top + b_h / 2.0
     );
-    for (i, (controller, _, _)) in CONTROLLERS.iter().enumerate() {
-        let Some(changes) = record.replicas.get(shoot).and_then(|m| m.get(*controller)) else {
+    for (i, controller) in config.controllers.iter().enumerate() {
+        let Some(changes) = record
+            .replicas
+            .get(shoot)
+            .and_then(|m| m.get(&controller.name))
+        else {
             continue;
         };
+        let i = i % CONTROLLER_COLORS.len();
         let mut path = String::new();
         for (j, (t, r)) in changes.iter().enumerate() {
             let (x, y) = (frame.x(*t), yb(f64::from(*r)) + CONTROLLER_OFFSETS[i]);
@@ -383,11 +397,18 @@ fn chart(record: &Record, shoot: &str, namespace: &str, nodes: usize, range: (f6
         );
         lx += 34.0 + text.chars().count() as f64 * 6.2;
     };
-    for (i, (c, _, _)) in CONTROLLERS.iter().enumerate() {
+    for (i, c) in config.controllers.iter().enumerate() {
         legend(
             &mut s,
-            CONTROLLER_COLORS[i],
-            &format!("{} ({c})", short_name(c)),
+            CONTROLLER_COLORS[i % CONTROLLER_COLORS.len()],
+            &format!(
+                "{} {} ({}down {}, up {})",
+                c.short,
+                c.name,
+                if c.optional { "optional; " } else { "" },
+                c.down,
+                c.up
+            ),
         );
     }
     let _ = write!(
@@ -411,6 +432,7 @@ fn chart_range(record: &Record) -> (f64, f64) {
     let last = record
         .entries
         .iter()
+        .filter(|e| !e.setup)
         .map(|e| e.t)
         .chain(
             record
@@ -434,7 +456,7 @@ pub fn render(record: &Record, meta: &ReportMeta) -> String {
 body{font-family:sans-serif;margin:24px;color:#222;max-width:1160px}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px}
 .ok{color:#1a7f37;font-weight:bold}.fail{color:#c62828;font-weight:bold}
-.meta{color:#555}table{border-collapse:collapse;width:100%;font-size:13px}
+.meta{color:#555}ul.config{color:#333;font-size:14px;padding-left:20px}table{border-collapse:collapse;width:100%;font-size:13px}
 td,th{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;vertical-align:top}
 td.t{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 tr.step td{background:#f3f3f3;font-weight:bold}td.why{color:#555}
@@ -443,10 +465,23 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
 </style></head><body>"#);
     let _ = write!(
         h,
-        "<h1>dependency-watchdog sandbox</h1><div class=\"meta\">{} run started {} · the real <code>dependency-watchdog prober</code> and <code>weeder</code> against a real seed and two shoot kube-apiservers with a simulated data plane</div>",
+        "<h1>dependency-watchdog sandbox</h1><div class=\"meta\">{} run started {} · the real <code>dependency-watchdog prober</code> and <code>weeder</code> against a real seed and two shoot kube-apiservers with a simulated data plane",
         meta.mode,
         esc(&meta.started)
     );
+    if let Some(setup) = meta.setup_seconds {
+        let _ = write!(
+            h,
+            " · times count from the watchdog's start (t = 0 s), after {setup:.1} s of setup"
+        );
+    }
+    h.push_str("</div>");
+    let config = &meta.config;
+    let _ = write!(h, "<ul class=\"config\">");
+    for line in config.summary_lines() {
+        let _ = write!(h, "<li>{}</li>", esc(&line));
+    }
+    h.push_str("</ul>");
     match &meta.outcome {
         Ok(summary) => {
             let _ = write!(h, "<p class=\"ok\">✔ {}</p>", esc(summary));
@@ -456,12 +491,19 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
         }
     }
     let range = chart_range(record);
-    h.push_str("<h2>Shoots</h2><p>Top: the fraction of the shoot's node leases the prober found expired in its probe runs (from its <code>/metrics</code>; dotted: the fraction expired according to the leases themselves, read by the sandbox), against the threshold (<code>nodeLeaseFailureFraction</code>): at or above it the prober scales the controllers down, below it restores them. Bottom: each controller's <code>spec.replicas</code>. Shaded: silenced kubelets (orange), etcd down (purple).</p>");
+    let _ = write!(
+        h,
+        "<h2>Shoots</h2><p>Top: the fraction of the shoot's node leases the prober found expired in its probe runs (from its <code>/metrics</code>; dotted: the fraction expired according to the leases themselves, read by the sandbox; a lease counts as expired {}&nbsp;s after its last renewal, 0.75 × <code>kcmNodeMonitorGraceDuration</code>), against the threshold (<code>nodeLeaseFailureFraction</code> {:.2}): at or above it the prober scales the controllers down level by level ({}), below it restores them ({}). Bottom: each controller's <code>spec.replicas</code>. Shaded: silenced kubelets (orange), etcd down (purple).</p>",
+        config.lease_validity_seconds(),
+        config.threshold(),
+        esc(&config.flow_text(true)),
+        esc(&config.flow_text(false))
+    );
     for (name, namespace, nodes) in &meta.shoots {
         let _ = write!(
             h,
             "<div class=\"chart\">{}</div>",
-            chart(record, name, namespace, *nodes, range)
+            chart(record, config, name, namespace, *nodes, range)
         );
     }
     h.push_str("<h2>Timeline</h2><table><tr><th>time</th><th>shoot</th><th>what happened</th><th>why</th></tr>");
@@ -473,8 +515,8 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
         };
         let _ = write!(
             h,
-            "<tr{class}><td class=\"t\">{:.1}s</td><td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
-            e.t,
+            "<tr{class}><td class=\"t\">{}</td><td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
+            esc(time_column(e).trim()),
             esc(&e.shoot),
             esc(e.what.trim_start_matches("── ")),
             esc(e.why.as_deref().unwrap_or(""))
@@ -483,9 +525,10 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
     h.push_str("</table>");
     let _ = write!(
         h,
-        "<h2>Configuration</h2><details><summary>prober (<code>--config-file</code>)</summary><pre>{}</pre></details><details><summary>weeder (<code>--config-file</code>)</summary><pre>{}</pre></details>",
-        esc(&meta.prober_config),
-        esc(&meta.weeder_config)
+        "<h2>Configuration</h2><p>Gardener's, as gardenlet generates it, with only these intervals shortened (Gardener's value → the sandbox's): {}.</p><details><summary>prober (<code>--config-file</code>)</summary><pre>{}</pre></details><details><summary>weeder (<code>--config-file</code>)</summary><pre>{}</pre></details>",
+        esc(&crate::gardener::changes_text(&config.changes())),
+        esc(&config.prober.yaml),
+        esc(&config.weeder.yaml)
     );
     if !meta.logs.is_empty() {
         h.push_str(if meta.logs_kept {
@@ -527,7 +570,15 @@ mod tests {
             .silenced
             .insert("alpha".into(), vec![(0.0, 0), (2.0, 4), (5.0, 0)]);
         record.entries.push(Entry {
+            t: 0.0,
+            setup: true,
+            shoot: "-".into(),
+            what: "starting etcd".into(),
+            why: None,
+        });
+        record.entries.push(Entry {
             t: 3.0,
+            setup: false,
             shoot: "alpha".into(),
             what: "x < y & z".into(),
             why: None,
@@ -542,8 +593,8 @@ mod tests {
             outcome: Ok("fine".into()),
             mode: "story",
             shoots: vec![("alpha".into(), "shoot--sandbox--alpha".into(), 5)],
-            prober_config: "a: <b>".into(),
-            weeder_config: String::new(),
+            config: Arc::new(SandboxConfig::derive().expect("Gardener's config")),
+            setup_seconds: Some(281.0),
             logs: vec![],
             logs_kept: false,
             started: "now".into(),
@@ -551,7 +602,10 @@ mod tests {
         let html = render(&record, &meta);
         assert!(html.contains("<svg"));
         assert!(html.contains("x &lt; y &amp; z"));
-        assert!(html.contains("a: &lt;b&gt;"));
+        assert!(html.contains("<td class=\"t\">setup</td>"));
+        assert!(html.contains("after 281.0 s of setup"));
+        assert!(html.contains("probeInterval 30s → 1s"));
+        assert!(html.contains("MCM + CA (level 0) → KCM (level 1)"));
         assert!(html.contains("4/5 kubelets silenced"));
         assert!(!html.contains("<script"));
         assert!(!html.contains("http://") || html.contains("http://www.w3.org/2000/svg"));

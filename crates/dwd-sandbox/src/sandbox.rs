@@ -2,9 +2,11 @@
 //!
 //! Up: etcd and three kube-apiservers (seed, alpha, beta) from the test environment; the
 //! simulated shoots `alpha` (5 nodes) and `beta` (3 nodes) with kubelets renewing every
-//! second, controllers at KCM 2 / MCM 1 / CA 1, two kube-apiserver pods and the
-//! `etcd-main-client` and `kube-apiserver` EndpointSlices; the real prober and weeder as
-//! subprocesses; the monitor. Down: the reverse, leaving no process behind.
+//! second, controllers at KCM 2 / MCM 1 / CA 1, two kube-apiserver pods and a kube-scheduler
+//! pod labelled as Gardener labels them, and the `etcd-main-client` and `kube-apiserver`
+//! EndpointSlices; the real prober and weeder as subprocesses with Gardener's configs; the
+//! monitor. The timeline's clock starts when the watchdog does. Down: the reverse, leaving no
+//! process behind.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,11 +16,13 @@ use anyhow::{Context, Result, anyhow, bail};
 use dwd_sim::{AbortOnDrop, EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
 
-use crate::journal::{Journal, lock};
-use crate::monitor::{
-    self, ETCD_ENDPOINTS, ETCD_SERVICE, KUBE_APISERVER_LABELS, SharedView, ShootView, View,
+use crate::config::{
+    ETCD_SERVICE, KUBE_APISERVER_LABELS, KUBE_APISERVER_SERVICE, KUBE_SCHEDULER_LABELS,
+    SandboxConfig,
 };
-use crate::watchdog::{self, Watchdog};
+use crate::journal::{Journal, lock};
+use crate::monitor::{self, ETCD_ENDPOINTS, KUBE_APISERVER_ENDPOINTS, SharedView, ShootView, View};
+use crate::watchdog::Watchdog;
 
 /// The simulated shoots: short name and node count.
 pub const SHOOTS: [(&str, usize); 2] = [("alpha", 5), ("beta", 3)];
@@ -29,6 +33,17 @@ pub const RENEW_INTERVAL: Duration = Duration::from_secs(1);
 pub const POD_START_DELAY: Duration = Duration::from_secs(1);
 /// kube-apiserver pods per shoot.
 pub const KUBE_APISERVER_PODS: usize = 2;
+/// kube-scheduler pods per shoot.
+pub const KUBE_SCHEDULER_PODS: usize = 1;
+
+/// The pods [`Sandbox::crashloop`] put into CrashLoopBackOff.
+#[derive(Debug, Clone)]
+pub struct Crashlooped {
+    /// kube-apiserver pods (they need etcd).
+    pub apiservers: Vec<String>,
+    /// Pods that need the kube-apiserver (the kube-scheduler).
+    pub dependants: Vec<String>,
+}
 
 /// The shoot namespace of a short shoot name.
 pub fn namespace_of(shoot: &str) -> String {
@@ -89,6 +104,8 @@ impl Workdir {
 pub struct Sandbox {
     /// The journal (timeline and samples).
     pub journal: Arc<Journal>,
+    /// The configs the watchdog runs.
+    pub config: Arc<SandboxConfig>,
     /// What the monitor sees.
     pub view: SharedView,
     /// The simulated shoots.
@@ -113,7 +130,12 @@ fn write(path: &Path, content: &str) -> Result<()> {
 
 impl Sandbox {
     /// Brings everything up with the watchdog binary `bin`, narrating as it goes.
-    pub async fn start(journal: Arc<Journal>, dir: &Path, bin: &Path) -> Result<Sandbox> {
+    pub async fn start(
+        journal: Arc<Journal>,
+        dir: &Path,
+        bin: &Path,
+        config: Arc<SandboxConfig>,
+    ) -> Result<Sandbox> {
         // Located (or, on a machine's first run, built) before the spinner starts: the build
         // reports its progress on stderr and a spinner would overwrite it.
         let binaries = tokio::task::spawn_blocking(dwd_testenv::binaries)
@@ -169,13 +191,16 @@ impl Sandbox {
         let mut shoots = Vec::new();
         for ((name, nodes), api) in SHOOTS.into_iter().zip([alpha, beta]) {
             let shoot = create_shoot(&seed_client, name, nodes, api, dir).await?;
-            let mut view = ShootView::new(name, &shoot.namespace, nodes);
-            view.next_pod = KUBE_APISERVER_PODS;
+            let mut view = ShootView::new(name, &shoot.namespace, nodes, &config);
+            view.next_pod
+                .insert("apiserver".into(), KUBE_APISERVER_PODS);
+            view.next_pod
+                .insert("scheduler".into(), KUBE_SCHEDULER_PODS);
             views.push(view);
             journal.log(
                 name,
                 format!(
-                    "simulated shoot {}: {nodes} nodes, controllers KCM 2 / MCM 1 / CA 1, {KUBE_APISERVER_PODS} kube-apiserver pods, {ETCD_SERVICE} ready",
+                    "simulated shoot {}: {nodes} nodes, controllers KCM 2 / MCM 1 / CA 1, {KUBE_APISERVER_PODS} kube-apiserver pods and a kube-scheduler, {ETCD_SERVICE} and {KUBE_APISERVER_SERVICE} ready",
                     shoot.namespace
                 ),
                 Some(format!(
@@ -190,9 +215,16 @@ impl Sandbox {
 
         let prober_config = dir.join("prober-config.yaml");
         let weeder_config = dir.join("weeder-config.yaml");
-        write(&prober_config, watchdog::PROBER_CONFIG)?;
-        write(&weeder_config, watchdog::WEEDER_CONFIG)?;
+        write(&prober_config, &config.prober.yaml)?;
+        write(&weeder_config, &config.weeder.yaml)?;
 
+        // The story starts here: everything the watchdog will see is in place, and what
+        // happens from now on is the watchdog's doing (or the story's).
+        let setup = journal.start_clock();
+        journal.say(&format!(
+            "\nsetup took {:.1}s; the clock starts now: t = 0 is when the watchdog starts",
+            setup.as_secs_f64()
+        ));
         let prober = Watchdog::spawn(bin, "prober", &prober_config, &seed_kubeconfig, dir)?;
         let weeder = Watchdog::spawn(bin, "weeder", &weeder_config, &seed_kubeconfig, dir)?;
         let view: SharedView = Arc::new(std::sync::Mutex::new(View {
@@ -205,6 +237,7 @@ impl Sandbox {
         }
         let monitor = monitor::start(
             journal.clone(),
+            config.clone(),
             view.clone(),
             seed_client.clone(),
             shoot_clients,
@@ -213,6 +246,7 @@ impl Sandbox {
         );
         let sandbox = Sandbox {
             journal: journal.clone(),
+            config,
             view,
             shoots,
             prober,
@@ -349,24 +383,29 @@ impl Sandbox {
         Ok(())
     }
 
-    /// Puts every kube-apiserver pod of a shoot into CrashLoopBackOff.
-    pub async fn crashloop(&self, shoot: &str, why: &str) -> Result<Vec<String>> {
+    /// Puts every kube-apiserver pod of a shoot into CrashLoopBackOff, and with them what
+    /// needs them: the kube-apiserver service loses its ready endpoints and the kube-scheduler
+    /// crash-loops too (as in a seed whose etcd is gone).
+    pub async fn crashloop(&self, shoot: &str, why: &str) -> Result<Crashlooped> {
         let s = self.shoot(shoot)?;
-        let pods: Vec<String> = self
-            .view()
-            .shoot(shoot)
-            .map(|v| {
-                v.pods
-                    .iter()
-                    .filter(|(_, p)| p.role == "apiserver" && !p.deleted)
-                    .map(|(n, _)| n.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        if pods.is_empty() {
+        let pods_of = |role: &str| -> Vec<String> {
+            self.view()
+                .shoot(shoot)
+                .map(|v| {
+                    v.pods
+                        .iter()
+                        .filter(|(_, p)| p.role == role && !p.deleted)
+                        .map(|(n, _)| n.clone())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let apiservers = pods_of("apiserver");
+        let dependants = pods_of("scheduler");
+        if apiservers.is_empty() {
             bail!("{shoot} has no kube-apiserver pod to crash-loop");
         }
-        for pod in &pods {
+        for pod in &apiservers {
             s.sim
                 .seed()
                 .set_crashlooping(pod, true)
@@ -375,10 +414,42 @@ impl Sandbox {
         }
         self.journal.log(
             shoot,
-            format!("{} in CrashLoopBackOff", pods.join(", ")),
+            format!("{} in CrashLoopBackOff", apiservers.join(", ")),
             Some(why.to_string()),
         );
-        Ok(pods)
+        s.sim
+            .seed()
+            .set_endpoint_slice(
+                KUBE_APISERVER_SERVICE,
+                KUBE_APISERVER_ENDPOINTS,
+                EndpointsState::NotReady,
+            )
+            .await
+            .context("make the kube-apiserver EndpointSlice not ready")?;
+        self.set_view(shoot, |v| v.kube_apiserver_ready = false);
+        self.journal.log(
+            shoot,
+            format!("{KUBE_APISERVER_SERVICE}: no ready endpoint"),
+            Some("its pods crash-loop".into()),
+        );
+        for pod in &dependants {
+            s.sim
+                .seed()
+                .set_crashlooping(pod, true)
+                .await
+                .with_context(|| format!("crash-loop pod {pod}"))?;
+        }
+        if !dependants.is_empty() {
+            self.journal.log(
+                shoot,
+                format!("{} in CrashLoopBackOff", dependants.join(", ")),
+                Some("the kube-scheduler cannot reach the kube-apiserver".into()),
+            );
+        }
+        Ok(Crashlooped {
+            apiservers,
+            dependants,
+        })
     }
 
     /// Makes etcd-main-client of a shoot not ready (etcd down).
@@ -482,13 +553,22 @@ async fn create_shoot(
     cp.set_endpoint_slice(ETCD_SERVICE, ETCD_ENDPOINTS, EndpointsState::AllReady)
         .await
         .with_context(|| format!("create {ETCD_SERVICE} of {name}"))?;
-    cp.set_endpoint_slice("kube-apiserver", 1, EndpointsState::AllReady)
-        .await
-        .with_context(|| format!("create the kube-apiserver EndpointSlice of {name}"))?;
+    cp.set_endpoint_slice(
+        KUBE_APISERVER_SERVICE,
+        KUBE_APISERVER_ENDPOINTS,
+        EndpointsState::AllReady,
+    )
+    .await
+    .with_context(|| format!("create the kube-apiserver EndpointSlice of {name}"))?;
     for i in 0..KUBE_APISERVER_PODS {
         cp.create_running_pod(&format!("kube-apiserver-{i}"), &KUBE_APISERVER_LABELS)
             .await
             .with_context(|| format!("create kube-apiserver pods of {name}"))?;
+    }
+    for i in 0..KUBE_SCHEDULER_PODS {
+        cp.create_running_pod(&format!("kube-scheduler-{i}"), &KUBE_SCHEDULER_LABELS)
+            .await
+            .with_context(|| format!("create kube-scheduler pods of {name}"))?;
     }
     let kubeconfig = dir.join(format!("{name}.kubeconfig"));
     write(&kubeconfig, api.kubeconfig())?;

@@ -1,7 +1,10 @@
 //! The scripted story: all healthy; a NAT outage in `alpha` makes the prober scale its
-//! controllers down level by level while `beta` is left alone; the outage ends and the
-//! controllers come back to their recorded replicas; `alpha`'s etcd goes down, its
-//! kube-apiserver pods crash-loop, and the weeder deletes them the moment etcd is back.
+//! controllers down level by level (Gardener's: MCM and CA, then KCM) while `beta` is left
+//! alone; the outage ends and the controllers come back to their recorded replicas (KCM, MCM
+//! after its scale-up delay, CA); `alpha`'s etcd goes down, its kube-apiserver pods
+//! crash-loop and so does the kube-scheduler that needs them; the moment etcd is back the
+//! weeder deletes the kube-apiserver pods, and once the kube-apiserver is back, the
+//! kube-scheduler pod (the two services of Gardener's weeder config).
 //!
 //! Every step waits on conditions with deadlines and checks what the watchdog did; the only
 //! fixed pauses are short *holds* that show a steady state (and check it stays steady).
@@ -10,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
+use crate::config::{ETCD_SERVICE, KUBE_APISERVER_SERVICE, SandboxConfig};
 use crate::monitor::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION, ShootView, View};
-use crate::sandbox::{KUBE_APISERVER_PODS, Sandbox};
-use crate::watchdog::{CONTROLLERS, THRESHOLD, WATCH_DURATION_SECONDS};
+use crate::sandbox::{KUBE_APISERVER_PODS, KUBE_SCHEDULER_PODS, Sandbox};
 
 const ALPHA: &str = "alpha";
 const BETA: &str = "beta";
@@ -125,6 +128,59 @@ fn changed_at(s: &ShootView, controller: &str, to_zero: bool, since: f64) -> Opt
         .next_back()
 }
 
+/// Checks that a flow (scale-down when `down`) ran in the config's level order: every
+/// controller of a level changed no earlier than every controller of the levels before it,
+/// and a scale-up `initialDelay` shows as that much time after the level before.
+fn check_level_order(config: &SandboxConfig, s: &ShootView, down: bool, since: f64) -> Result<()> {
+    let what = if down { "scale-down" } else { "scale-up" };
+    let levels = config.levels(down);
+    let mut times = Vec::new();
+    for (level, controllers) in &levels {
+        let mut at = Vec::new();
+        for c in controllers {
+            let t = changed_at(s, &c.name, down, since)
+                .with_context(|| format!("{what}: {} never changed", c.name))?;
+            at.push((c, t));
+        }
+        times.push((*level, at));
+    }
+    let seen = || {
+        times
+            .iter()
+            .flat_map(|(l, at)| {
+                at.iter()
+                    .map(move |(c, t)| format!("{} level {l} at {t:.1}s", c.short))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for pair in times.windows(2) {
+        let before = pair[0].1.iter().map(|(_, t)| *t).fold(f64::MIN, f64::max);
+        for (c, t) in &pair[1].1 {
+            if *t < before {
+                bail!(
+                    "expected the {what} in level order {}; saw {}",
+                    config.flow_text(down),
+                    seen()
+                );
+            }
+            // The delay starts when its level starts, after the level before has finished:
+            // later than that level's last change. A little slack for the watch's timing.
+            let delay = if down { Duration::ZERO } else { c.up_delay };
+            if *t - before < delay.as_secs_f64() - 0.5 {
+                bail!(
+                    "expected {} {:.0}s (its initialDelay) after level {}; saw {}",
+                    c.short,
+                    delay.as_secs_f64(),
+                    pair[0].0,
+                    seen()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs the story; returns its duration in seconds.
 pub async fn run(sb: &Sandbox) -> Result<f64> {
     let started = sb.journal.now();
@@ -136,7 +192,7 @@ pub async fn run(sb: &Sandbox) -> Result<f64> {
     sb.journal.log(
         "-",
         format!("story complete in {took:.0}s"),
-        Some("alpha protected and restored, beta untouched, crash-looping kube-apiservers restarted as soon as etcd was back".into()),
+        Some("alpha protected and restored, beta untouched, crash-looping kube-apiservers restarted as soon as etcd was back and the kube-scheduler as soon as they were".into()),
     );
     Ok(took)
 }
@@ -174,7 +230,10 @@ async fn step1(sb: &Sandbox) -> Result<()> {
     sb.journal.log(
         "-",
         "all healthy: no lease expired, nothing scaled",
-        Some("the prober probes both shoots every second".into()),
+        Some(format!(
+            "the prober probes both shoots every {}",
+            sb.config.probe_interval()
+        )),
     );
     Ok(())
 }
@@ -184,6 +243,7 @@ async fn step2(sb: &Sandbox) -> Result<()> {
         "2 NAT outage",
         "2/4  NAT outage: alpha loses 4 of its 5 kubelets",
     );
+    let threshold = sb.config.threshold();
     let since = sb.journal.now();
     sb.silence(
         ALPHA,
@@ -192,12 +252,12 @@ async fn step2(sb: &Sandbox) -> Result<()> {
     )?;
     wait_for(
         sb,
-        &format!("alpha's leases to expire (the prober's expired fraction ≥ {THRESHOLD:.2})"),
+        &format!("alpha's leases to expire (the prober's expired fraction ≥ {threshold:.2})"),
         Duration::from_secs(30),
         |v| {
             let s = shoot(v, ALPHA)?;
             match s.fraction {
-                Some(f) if f >= THRESHOLD => Ok(()),
+                Some(f) if f >= threshold => Ok(()),
                 Some(f) => Err(format!("alpha: fraction {f:.2}")),
                 None => Err("alpha: no probe result".into()),
             }
@@ -206,7 +266,10 @@ async fn step2(sb: &Sandbox) -> Result<()> {
     .await?;
     wait_for(
         sb,
-        "alpha's controllers at 0, level by level (KCM, then MCM, then CA)",
+        &format!(
+            "alpha's controllers at 0, level by level: {}",
+            sb.config.flow_text(true)
+        ),
         Duration::from_secs(40),
         |v| at(v, ALPHA, &ZERO),
     )
@@ -214,16 +277,7 @@ async fn step2(sb: &Sandbox) -> Result<()> {
 
     let v = sb.view();
     let a = shoot(&v, ALPHA).map_err(|e| anyhow!(e))?;
-    let times: Vec<(&str, Option<f64>)> = CONTROLLERS
-        .iter()
-        .map(|(c, _, _)| (*c, changed_at(a, c, true, since)))
-        .collect();
-    let ordered = times
-        .windows(2)
-        .all(|w| matches!((w[0].1, w[1].1), (Some(x), Some(y)) if x <= y));
-    if !ordered {
-        bail!("expected scale-down in level order KCM → MCM → CA; saw times {times:?}");
-    }
+    check_level_order(&sb.config, a, true, since)?;
     for (controller, replicas) in INITIAL {
         let recorded = a
             .annotations
@@ -259,6 +313,7 @@ async fn step3(sb: &Sandbox) -> Result<()> {
         "3 outage ends",
         "3/4  the outage ends: alpha's kubelets are back",
     );
+    let threshold = sb.config.threshold();
     let since = sb.journal.now();
     sb.heal(
         ALPHA,
@@ -266,12 +321,12 @@ async fn step3(sb: &Sandbox) -> Result<()> {
     )?;
     wait_for(
         sb,
-        &format!("alpha's leases to be fresh again (expired fraction < {THRESHOLD:.2})"),
+        &format!("alpha's leases to be fresh again (expired fraction < {threshold:.2})"),
         Duration::from_secs(20),
         |v| {
             let s = shoot(v, ALPHA)?;
             match s.fraction {
-                Some(f) if f < THRESHOLD => Ok(()),
+                Some(f) if f < threshold => Ok(()),
                 Some(f) => Err(format!("alpha: fraction {f:.2}")),
                 None => Err("alpha: no probe result".into()),
             }
@@ -280,7 +335,10 @@ async fn step3(sb: &Sandbox) -> Result<()> {
     .await?;
     wait_for(
         sb,
-        "alpha's controllers restored to their recorded replicas (CA first, then KCM and MCM), annotations removed",
+        &format!(
+            "alpha's controllers restored to their recorded replicas ({}), annotations removed",
+            sb.config.flow_text(false)
+        ),
         Duration::from_secs(40),
         |v| {
             at(v, ALPHA, &INITIAL)?;
@@ -298,15 +356,7 @@ async fn step3(sb: &Sandbox) -> Result<()> {
     .await?;
     let v = sb.view();
     let a = shoot(&v, ALPHA).map_err(|e| anyhow!(e))?;
-    let ca = changed_at(a, "cluster-autoscaler", false, since);
-    for c in ["kube-controller-manager", "machine-controller-manager"] {
-        let t = changed_at(a, c, false, since);
-        if !matches!((ca, t), (Some(ca), Some(t)) if ca <= t) {
-            bail!(
-                "expected cluster-autoscaler (level 0) restored before {c} (level 1); saw CA at {ca:?}, {c} at {t:?}"
-            );
-        }
-    }
+    check_level_order(&sb.config, a, false, since)?;
     sb.journal.log(
         ALPHA,
         "fully restored: KCM 2 / MCM 1 / CA 1, the prober's annotations removed",
@@ -327,12 +377,16 @@ async fn step3(sb: &Sandbox) -> Result<()> {
 async fn step4(sb: &Sandbox) -> Result<()> {
     sb.journal.step(
         "4 etcd outage",
-        "4/4  etcd outage: alpha's kube-apiserver pods crash-loop until etcd is back",
+        "4/4  etcd outage: alpha's kube-apiserver pods crash-loop, and the kube-scheduler with them, until etcd is back",
     );
+    let watch = sb.config.watch_duration();
     wait_for(
         sb,
-        &format!("the weeders started at setup to end (watchDuration {WATCH_DURATION_SECONDS}s)"),
-        Duration::from_secs(WATCH_DURATION_SECONDS + 15),
+        &format!(
+            "the weeders started at setup to end (watchDuration {})",
+            dwd_core::format_go_duration(watch)
+        ),
+        watch + Duration::from_secs(15),
         |v| match v.active_weeders {
             Some(0) => Ok(()),
             other => Err(format!("{other:?} active weeders")),
@@ -340,23 +394,29 @@ async fn step4(sb: &Sandbox) -> Result<()> {
     )
     .await?;
     sb.etcd_down(ALPHA, "simulated etcd outage").await?;
-    let pods = sb
+    let looping = sb
         .crashloop(ALPHA, "kube-apiserver cannot reach etcd")
         .await?;
+    let all: Vec<String> = looping
+        .apiservers
+        .iter()
+        .chain(&looping.dependants)
+        .cloned()
+        .collect();
     wait_for(
         sb,
         "the monitor to see the crash loops",
         Duration::from_secs(10),
         |v| {
             let s = shoot(v, ALPHA)?;
-            let looping = pods
+            let seen = all
                 .iter()
                 .filter(|p| s.pods.get(*p).is_some_and(|p| p.crashlooping))
                 .count();
-            if looping == pods.len() {
+            if seen == all.len() {
                 Ok(())
             } else {
-                Err(format!("{looping} of {} crash-looping", pods.len()))
+                Err(format!("{seen} of {} crash-looping", all.len()))
             }
         },
     )
@@ -377,36 +437,26 @@ async fn step4(sb: &Sandbox) -> Result<()> {
     sb.journal.log(
         ALPHA,
         "the weeder leaves them alone",
-        Some("etcd-main-client is not ready: a restart would crash again".into()),
+        Some(format!(
+            "{ETCD_SERVICE} and {KUBE_APISERVER_SERVICE} have no ready endpoint: a restart would crash again"
+        )),
     );
     sb.etcd_up(ALPHA, "etcd is back").await?;
     let back = sb.journal.now();
-    let deleted_at = wait_for(
+    let deleted_at = wait_deleted(
         sb,
         "the weeder to delete the crash-looping kube-apiserver pods",
-        Duration::from_secs(15),
-        |v| {
-            let s = shoot(v, ALPHA)?;
-            let times: Vec<f64> = pods
-                .iter()
-                .filter_map(|p| s.deleted.iter().find(|(_, d)| d == p).map(|(t, _)| *t))
-                .collect();
-            if times.len() == pods.len() {
-                Ok(times.into_iter().fold(0.0, f64::max))
-            } else {
-                Err(format!("{} of {} deleted", times.len(), pods.len()))
-            }
-        },
+        &looping.apiservers,
     )
     .await?;
     sb.journal.log(
         ALPHA,
         format!(
             "{} crash-looping kube-apiserver pods deleted {:.1}s after etcd came back",
-            if pods.len() == 2 {
+            if looping.apiservers.len() == 2 {
                 "both".to_string()
             } else {
-                format!("all {}", pods.len())
+                format!("all {}", looping.apiservers.len())
             },
             (deleted_at - back).max(0.0)
         ),
@@ -415,21 +465,57 @@ async fn step4(sb: &Sandbox) -> Result<()> {
                 .into(),
         ),
     );
+    if !looping.dependants.is_empty() {
+        let apiserver_back = wait_for(
+            sb,
+            &format!("{KUBE_APISERVER_SERVICE} to be ready again (a new kube-apiserver pod runs)"),
+            Duration::from_secs(15),
+            |v| {
+                let s = shoot(v, ALPHA)?;
+                match s.kube_apiserver_ready_since {
+                    Some(t) if s.kube_apiserver_ready && t >= back => Ok(t),
+                    _ => Err(format!("{KUBE_APISERVER_SERVICE} not ready")),
+                }
+            },
+        )
+        .await?;
+        let deleted_at = wait_deleted(
+            sb,
+            "the weeder to delete the crash-looping kube-scheduler",
+            &looping.dependants,
+        )
+        .await?;
+        sb.journal.log(
+            ALPHA,
+            format!(
+                "crash-looping {} deleted {:.1}s after {KUBE_APISERVER_SERVICE} was back",
+                looping.dependants.join(", "),
+                (deleted_at - apiserver_back).max(0.0)
+            ),
+            Some(format!(
+                "Gardener's weeder restarts what needs the {KUBE_APISERVER_SERVICE} (role not main or apiserver) once it is back"
+            )),
+        );
+    }
     wait_for(
         sb,
-        "the replacement kube-apiserver pods to run",
+        "the replacement kube-apiserver and kube-scheduler pods to run",
         Duration::from_secs(15),
         |v| {
             let s = shoot(v, ALPHA)?;
-            let running = s
-                .pods
-                .values()
-                .filter(|p| p.role == "apiserver" && !p.deleted && !p.crashlooping)
-                .count();
-            if running >= KUBE_APISERVER_PODS {
+            let running = |role: &str| {
+                s.pods
+                    .values()
+                    .filter(|p| p.role == role && !p.deleted && !p.crashlooping)
+                    .count()
+            };
+            let (apiservers, schedulers) = (running("apiserver"), running("scheduler"));
+            if apiservers >= KUBE_APISERVER_PODS && schedulers >= KUBE_SCHEDULER_PODS {
                 Ok(())
             } else {
-                Err(format!("{running} kube-apiserver pods running"))
+                Err(format!(
+                    "{apiservers} kube-apiserver and {schedulers} kube-scheduler pods running"
+                ))
             }
         },
     )
@@ -443,5 +529,22 @@ async fn step4(sb: &Sandbox) -> Result<()> {
             calm(v, BETA)
         },
     )
+    .await
+}
+
+/// Waits until every pod in `pods` of alpha is deleted; returns when the last one was.
+async fn wait_deleted(sb: &Sandbox, what: &str, pods: &[String]) -> Result<f64> {
+    wait_for(sb, what, Duration::from_secs(15), |v| {
+        let s = shoot(v, ALPHA)?;
+        let times: Vec<f64> = pods
+            .iter()
+            .filter_map(|p| s.deleted.iter().find(|(_, d)| d == p).map(|(t, _)| *t))
+            .collect();
+        if times.len() == pods.len() {
+            Ok(times.into_iter().fold(0.0, f64::max))
+        } else {
+            Err(format!("{} of {} deleted", times.len(), pods.len()))
+        }
+    })
     .await
 }

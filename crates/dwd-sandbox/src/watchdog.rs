@@ -1,5 +1,6 @@
 //! The real `dependency-watchdog` binary, run as two subprocesses (prober and weeder) with
-//! the seeds' example configurations, intervals shortened so the story fits in a minute.
+//! Gardener's configurations, intervals shortened so the story fits in a minute (see
+//! `config.rs`).
 //!
 //! The sandbox deliberately runs the binary an operator would deploy, not the library
 //! in-process: what the user watches is exactly what runs in a seed.
@@ -14,120 +15,6 @@ use dwd_testenv::process::{ManagedProcess, log_tail};
 
 use crate::journal::{Journal, lock};
 use crate::metrics::http_get;
-
-/// `nodeLeaseFailureFraction` of the prober config.
-pub const THRESHOLD: f64 = 0.6;
-/// `kcmNodeMonitorGraceDuration` of the prober config, in seconds.
-pub const GRACE_SECONDS: f64 = 8.0;
-/// `probeInterval` of the prober config, in seconds.
-pub const PROBE_INTERVAL_SECONDS: f64 = 1.0;
-/// `watchDuration` of the weeder config, in seconds.
-pub const WATCH_DURATION_SECONDS: u64 = 15;
-
-/// The scalable controllers with their (scale-down, scale-up) levels, as configured below.
-pub const CONTROLLERS: [(&str, u32, u32); 3] = [
-    ("kube-controller-manager", 0, 1),
-    ("machine-controller-manager", 1, 1),
-    ("cluster-autoscaler", 2, 0),
-];
-
-/// Short names for the terminal and the charts.
-pub fn short_name(controller: &str) -> &str {
-    match controller {
-        "kube-controller-manager" => "KCM",
-        "machine-controller-manager" => "MCM",
-        "cluster-autoscaler" => "CA",
-        other => other,
-    }
-}
-
-/// Level of `controller` in a scale-down (`down`) or scale-up flow.
-pub fn level_of(controller: &str, down: bool) -> Option<u32> {
-    CONTROLLERS
-        .iter()
-        .find(|(name, _, _)| *name == controller)
-        .map(|(_, d, u)| if down { *d } else { *u })
-}
-
-/// The prober configuration: the levels of the seed document "Configure Dependency Watchdog
-/// Components" (KCM down 0 / up 1, MCM 1 / 1, CA 2 / 0), Gardener's probe secret, and every
-/// interval shortened (the reference defaults are in the comments).
-pub const PROBER_CONFIG: &str = r#"# The seeds' example prober configuration, intervals shortened for the sandbox.
-kubeConfigSecretName: shoot-access-dependency-watchdog-probe
-probeInterval: 1s                 # default 10s
-initialDelay: 2s                  # default 30s
-probeTimeout: 3s                  # default 30s
-backoffJitterFactor: 0.2
-kcmNodeMonitorGraceDuration: 8s   # Gardener: 40s; a lease expires 0.75 x 8s = 6s after its last renewal
-nodeLeaseFailureFraction: 0.6
-dependentResourceInfos:
-  - ref:
-      kind: Deployment
-      name: kube-controller-manager
-      apiVersion: apps/v1
-    optional: false
-    scaleUp:
-      level: 1
-      timeout: 10s                # default 30s
-    scaleDown:
-      level: 0
-      timeout: 10s
-  - ref:
-      kind: Deployment
-      name: machine-controller-manager
-      apiVersion: apps/v1
-    optional: false
-    scaleUp:
-      level: 1
-      timeout: 10s
-    scaleDown:
-      level: 1
-      timeout: 10s
-  - ref:
-      kind: Deployment
-      name: cluster-autoscaler
-      apiVersion: apps/v1
-    optional: false
-    scaleUp:
-      level: 0
-      timeout: 10s
-    scaleDown:
-      level: 2
-      timeout: 10s
-"#;
-
-/// The weeder configuration Gardener deploys (seed document "seed bootstrapping": a
-/// crash-looping kube-apiserver is restarted once etcd is available again, and controlplane
-/// pods depending on the kube-apiserver once it is), `watchDuration` shortened.
-pub const WEEDER_CONFIG: &str = r#"# Gardener's weeder configuration, watchDuration shortened for the sandbox.
-watchDuration: 15s                # default 5m0s
-servicesAndDependantSelectors:
-  etcd-main-client:               # etcd is back -> restart crash-looping kube-apiservers
-    podSelectors:
-      - matchExpressions:
-          - key: gardener.cloud/role
-            operator: In
-            values: [controlplane]
-          - key: role
-            operator: In
-            values: [apiserver]
-  kube-apiserver:                 # kube-apiserver is back -> restart its crash-looping dependants
-    podSelectors:
-      - matchExpressions:
-          - key: gardener.cloud/role
-            operator: In
-            values: [controlplane]
-          - key: role
-            operator: In
-            values: [controller-manager]
-      - matchExpressions:
-          - key: gardener.cloud/role
-            operator: In
-            values: [controlplane]
-          - key: role
-            operator: In
-            values: [scheduler]
-"#;
 
 /// The workspace root this sandbox was built from, if it is still there.
 fn workspace_root() -> Option<PathBuf> {

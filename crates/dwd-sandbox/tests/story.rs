@@ -1,7 +1,9 @@
 //! End to end: the `dwd-sandbox` binary plays the whole story against the real
-//! `dependency-watchdog` binary, real kube-apiservers and etcd, and exits 0; its timeline
-//! tells the scale-down in level order, the restore and the weeder's deletions; the HTML
-//! report exists with its charts; and no process outlives it.
+//! `dependency-watchdog` binary, real kube-apiservers and etcd, and exits 0; it says which of
+//! Gardener's intervals it shortened; its timeline starts at 0 s when the watchdog starts
+//! (setup before it is untimed) and tells the scale-down in Gardener's level order, the
+//! restore (MCM after its scale-up delay) and the weeder's deletions for both of Gardener's
+//! services; the HTML report exists with its charts; and no process outlives it.
 
 use std::io::Read;
 use std::path::Path;
@@ -99,29 +101,77 @@ fn the_story_plays_to_the_end() {
     );
     eprintln!("dwd-sandbox played the story in {took:?}");
 
-    // Scale-down in level order: KCM (0), MCM (1), CA (2) — after the outage started.
+    // Gardener's config, and what was shortened, on screen before anything runs.
+    let shortened = position(&out, "intervals shortened");
+    for change in [
+        "probeInterval 30s → 1s",
+        "kcmNodeMonitorGraceDuration 40s (default) → 8s",
+        "machine-controller-manager scaleUp.initialDelay 30s → 5s",
+        "watchDuration 5m0s → 15s",
+    ] {
+        assert!(position(&out, change) > shortened, "{change}:\n{out}");
+    }
+    position(&out, "deploy/gardener/prober.yaml");
+
+    // The clock starts with the story: setup lines carry no time, and the first timed line
+    // is near 0 s however long setup took (the control plane's start-up, here).
+    let timed: Vec<f64> = out.lines().filter_map(timeline_seconds).collect();
+    let first = timed
+        .first()
+        .copied()
+        .unwrap_or_else(|| panic!("no timed timeline line:\n{out}"));
+    assert!(first < 3.0, "the timeline starts at {first}s:\n{out}");
+    assert!(
+        out.lines().any(|l| l.trim_start().starts_with("setup ")),
+        "no setup line:\n{out}"
+    );
+    assert!(
+        position(&out, "control plane ready") < position(&out, "the clock starts now"),
+        "setup after the clock started:\n{out}"
+    );
+
+    // Scale-down in Gardener's level order: MCM and CA (0), then KCM (1) — after the outage.
     let outage = position(&out, "4 of 5 kubelets silenced");
     let expired = position(&out, "node leases: 4/5 expired (0.80 ≥ 0.60)");
-    let decision = position(&out, "prober decides to scale down");
-    let kcm_down = position(&out, "kube-controller-manager scaled 2 → 0 (level 0");
-    let mcm_down = position(&out, "machine-controller-manager scaled 1 → 0 (level 1");
-    let ca_down = position(&out, "cluster-autoscaler scaled 1 → 0 (level 2");
+    let decision = position(
+        &out,
+        "prober decides to scale down: MCM + CA (level 0) → KCM (level 1)",
+    );
+    let mcm_down = position(&out, "machine-controller-manager scaled 1 → 0 (level 0");
+    let ca_down = position(&out, "cluster-autoscaler scaled 1 → 0 (level 0");
+    let kcm_down = position(&out, "kube-controller-manager scaled 2 → 0 (level 1");
     assert!(
-        outage < expired && expired < decision && decision < kcm_down,
+        outage < expired && expired < decision && decision < mcm_down && decision < ca_down,
         "outage, expiry, decision, effect out of order:\n{out}"
     );
     assert!(
-        kcm_down < mcm_down && mcm_down < ca_down,
+        mcm_down < kcm_down && ca_down < kcm_down,
         "scale-down not in level order:\n{out}"
     );
-    // Restore: CA (level 0) before KCM and MCM (level 1), to the recorded replicas.
+    // Restore: KCM (level 0), MCM (level 1, after its delay), CA (level 2), to the recorded
+    // replicas.
     let healed = position(&out, "all 5 kubelets renew their leases again");
-    let ca_up = position(&out, "cluster-autoscaler restored 0 → 1 (level 0");
-    let kcm_up = position(&out, "kube-controller-manager restored 0 → 2 (level 1");
-    let mcm_up = position(&out, "machine-controller-manager restored 0 → 1 (level 1");
+    let kcm_up = position(&out, "kube-controller-manager restored 0 → 2 (level 0");
+    let mcm_up = position(
+        &out,
+        "machine-controller-manager restored 0 → 1 (level 1 of the scale-up, after its initialDelay of 5s",
+    );
+    let ca_up = position(&out, "cluster-autoscaler restored 0 → 1 (level 2");
     assert!(
-        healed < ca_up && ca_up < kcm_up && ca_up < mcm_up,
+        healed < kcm_up && kcm_up < mcm_up && mcm_up < ca_up,
         "restore out of order:\n{out}"
+    );
+    let seconds_of = |needle: &str| {
+        out.lines()
+            .find(|l| l.contains(needle))
+            .and_then(timeline_seconds)
+            .unwrap_or_else(|| panic!("no timed line with {needle:?}:\n{out}"))
+    };
+    let delay = seconds_of("machine-controller-manager restored")
+        - seconds_of("kube-controller-manager restored");
+    assert!(
+        delay >= 4.5,
+        "MCM restored {delay}s after KCM, not after its 5s delay:\n{out}"
     );
     // beta is never scaled: no timeline line of shoot beta (second column) tells a change.
     assert!(
@@ -138,6 +188,14 @@ fn the_story_plays_to_the_end() {
         "weeder acted before etcd was back:\n{out}"
     );
     position(&out, "kube-apiserver-1 deleted by the weeder");
+    // Gardener's second service: the kube-scheduler, which needs the kube-apiserver, is
+    // deleted once a new kube-apiserver runs and its service is ready, not before.
+    let apiserver_back = position(&out, "kube-apiserver: endpoints ready again");
+    let scheduler = position(&out, "kube-scheduler-0 deleted by the weeder");
+    assert!(
+        weeded < apiserver_back && apiserver_back < scheduler,
+        "kube-scheduler deleted before the kube-apiserver was back:\n{out}"
+    );
     position(&out, "story complete");
 
     let html = std::fs::read_to_string(&report).expect("the report exists");
@@ -145,6 +203,10 @@ fn the_story_plays_to_the_end() {
     assert!(
         !html.contains("<script"),
         "the report must not need JavaScript"
+    );
+    assert!(
+        html.contains("probeInterval 30s → 1s"),
+        "the report does not say what was shortened"
     );
 
     // Nothing survives the sandbox: it lists every pid it stopped.
@@ -166,6 +228,12 @@ fn the_story_plays_to_the_end() {
         alive.is_empty(),
         "still running after the sandbox exited: {alive:?}"
     );
+}
+
+/// The time of a timeline line (`   12.3s  alpha  …`); `None` for any other line.
+fn timeline_seconds(line: &str) -> Option<f64> {
+    let first = line.split_whitespace().next()?;
+    first.strip_suffix('s')?.parse().ok()
 }
 
 /// Sends SIGTERM through `kill(1)` (std can only SIGKILL).

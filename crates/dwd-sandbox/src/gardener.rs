@@ -1,0 +1,407 @@
+//! Gardener's own dependency-watchdog configs, and the configs derived from them that the
+//! sandbox runs (the bench includes this file too, so both run what Gardener runs).
+//!
+//! `deploy/gardener/prober.yaml` and `weeder.yaml` hold what gardenlet generates, as data; the
+//! `dep-config.yaml` of each one's ConfigMap is what a seed's watchdog reads. We take that text
+//! as it is, change only the intervals we are asked to (a demo can't wait 30 s between probes),
+//! and then check with the watchdog's own loader that nothing else moved: targets, levels,
+//! delays we did not touch, optionality, timeouts, threshold and selectors stay Gardener's.
+
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, ensure};
+use dwd_core::{ProberConfig, WeederConfig, format_go_duration, parse_go_duration};
+use serde_json::{Map, Value};
+
+/// The prober fixture, relative to the workspace root (for what we print).
+pub const PROBER_FIXTURE_PATH: &str = "deploy/gardener/prober.yaml";
+/// The weeder fixture, relative to the workspace root.
+pub const WEEDER_FIXTURE_PATH: &str = "deploy/gardener/weeder.yaml";
+// Compiled in rather than read at run time: the binaries then run from any directory, and a
+// change to the fixtures rebuilds them.
+const PROBER_FIXTURE: &str = include_str!("../../../deploy/gardener/prober.yaml");
+const WEEDER_FIXTURE: &str = include_str!("../../../deploy/gardener/weeder.yaml");
+
+/// One field whose value differs from Gardener's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// Where, e.g. `probeInterval` or `machine-controller-manager scaleUp.initialDelay`.
+    pub field: String,
+    /// Gardener's effective value, e.g. `30s` or `30s (default)` when gardenlet leaves it out.
+    pub gardener: String,
+    /// Ours.
+    pub ours: String,
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} → {}", self.field, self.gardener, self.ours)
+    }
+}
+
+/// `a → b, c → d`, or `none` when nothing changed.
+pub fn changes_text(changes: &[Change]) -> String {
+    if changes.is_empty() {
+        return "none".into();
+    }
+    changes
+        .iter()
+        .map(Change::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A config derived from Gardener's.
+#[derive(Debug, Clone)]
+pub struct Derived<T> {
+    /// Gardener's config as the watchdog loads it (defaults filled in).
+    pub gardener: T,
+    /// Ours, loaded by the same loader.
+    pub config: T,
+    /// The file to hand to `--config-file`: a comment naming the changes, then the YAML.
+    pub yaml: String,
+    /// What differs from Gardener's.
+    pub changes: Vec<Change>,
+}
+
+/// The prober intervals to change; `None` keeps Gardener's.
+#[derive(Debug, Clone, Default)]
+pub struct ProberChanges {
+    /// `probeInterval` (Gardener: 30 s).
+    pub probe_interval: Option<Duration>,
+    /// `initialDelay` (Gardener leaves the default, 30 s).
+    pub initial_delay: Option<Duration>,
+    /// `kcmNodeMonitorGraceDuration` (Gardener leaves the default, 40 s).
+    pub kcm_node_monitor_grace: Option<Duration>,
+    /// `backoffJitterFactor` (Gardener leaves the default, 0.2).
+    pub backoff_jitter_factor: Option<f64>,
+    /// Every non-zero `scaleUp.initialDelay` Gardener sets (MCM's 30 s).
+    pub scale_up_delay: Option<Duration>,
+}
+
+/// The `dep-config.yaml` of the one ConfigMap in a fixture.
+fn dep_config(fixture: &str, path: &str) -> Result<String> {
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(fixture).map_err(|e| anyhow!("parse {path}: {e}"))?;
+    let maps: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ConfigMap").collect();
+    ensure!(maps.len() == 1, "{path}: {} ConfigMaps, want 1", maps.len());
+    maps[0]["data"]["dep-config.yaml"]
+        .as_str()
+        .map(str::to_string)
+        .with_context(|| format!("{path}: the ConfigMap has no data.dep-config.yaml"))
+}
+
+/// The config text as a YAML mapping.
+fn mapping(text: &str, path: &str) -> Result<Map<String, Value>> {
+    match serde_saphyr::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(anyhow!("{path}: dep-config.yaml is not a mapping")),
+        Err(e) => Err(anyhow!("{path}: dep-config.yaml: {e}")),
+    }
+}
+
+/// Gardener's value of a top-level duration field as text, `(default)` when it is left out.
+fn gardener_value(map: &Map<String, Value>, key: &str, effective: String) -> String {
+    if map.contains_key(key) {
+        effective
+    } else {
+        format!("{effective} (default)")
+    }
+}
+
+/// Sets a top-level field, recording the change when the value differs.
+fn set(
+    map: &mut Map<String, Value>,
+    changes: &mut Vec<Change>,
+    key: &str,
+    gardener: String,
+    ours: String,
+    value: Value,
+) {
+    let default_marked = gardener_value(map, key, gardener.clone());
+    map.insert(key.to_string(), value);
+    if gardener != ours {
+        changes.push(Change {
+            field: key.to_string(),
+            gardener: default_marked,
+            ours,
+        });
+    }
+}
+
+/// The file for `--config-file`: what it is and what changed, then the YAML.
+fn render(what: &str, path: &str, changes: &[Change], map: Map<String, Value>) -> Result<String> {
+    let body = serde_saphyr::to_string(&Value::Object(map))
+        .map_err(|e| anyhow!("write the {what} config: {e}"))?;
+    let mut out = format!(
+        "# Gardener's {what} config ({path}, ConfigMap key dep-config.yaml), as gardenlet generates it\n"
+    );
+    if changes.is_empty() {
+        out.push_str("# unchanged.\n");
+    } else {
+        out.push_str("# but for these intervals (Gardener's value → ours):\n");
+        for c in changes {
+            out.push_str(&format!("#   {c}\n"));
+        }
+    }
+    out.push_str(&body);
+    Ok(out)
+}
+
+/// Gardener's prober config with `changes` applied.
+pub fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
+    let path = PROBER_FIXTURE_PATH;
+    let text = dep_config(PROBER_FIXTURE, path)?;
+    let gardener = ProberConfig::from_yaml(&text)
+        .map_err(|e| anyhow!("{path}: {e}"))?
+        .config;
+    let mut map = mapping(&text, path)?;
+    let mut done = Vec::new();
+    let mut expected = gardener.clone();
+    let duration = |d: Duration| Value::String(format_go_duration(d));
+    if let Some(d) = changes.probe_interval {
+        let g = format_go_duration(gardener.probe_interval);
+        set(
+            &mut map,
+            &mut done,
+            "probeInterval",
+            g,
+            format_go_duration(d),
+            duration(d),
+        );
+        expected.probe_interval = d;
+    }
+    if let Some(d) = changes.initial_delay {
+        let g = format_go_duration(gardener.initial_delay);
+        set(
+            &mut map,
+            &mut done,
+            "initialDelay",
+            g,
+            format_go_duration(d),
+            duration(d),
+        );
+        expected.initial_delay = d;
+    }
+    if let Some(d) = changes.kcm_node_monitor_grace {
+        let g = format_go_duration(gardener.kcm_node_monitor_grace_duration);
+        let key = "kcmNodeMonitorGraceDuration";
+        set(
+            &mut map,
+            &mut done,
+            key,
+            g,
+            format_go_duration(d),
+            duration(d),
+        );
+        expected.kcm_node_monitor_grace_duration = d;
+    }
+    if let Some(j) = changes.backoff_jitter_factor {
+        let g = gardener.backoff_jitter_factor.to_string();
+        let value = serde_json::Number::from_f64(j)
+            .map(Value::Number)
+            .with_context(|| format!("backoffJitterFactor {j} is not a number"))?;
+        set(
+            &mut map,
+            &mut done,
+            "backoffJitterFactor",
+            g,
+            j.to_string(),
+            value,
+        );
+        expected.backoff_jitter_factor = j;
+    }
+    if let Some(d) = changes.scale_up_delay {
+        let infos = map
+            .get_mut("dependentResourceInfos")
+            .and_then(Value::as_array_mut)
+            .with_context(|| format!("{path}: no dependentResourceInfos list"))?;
+        for info in infos {
+            let name = info["ref"]["name"].as_str().unwrap_or("?").to_string();
+            let Some(delay) = info
+                .get_mut("scaleUp")
+                .and_then(|s| s.get_mut("initialDelay"))
+            else {
+                continue;
+            };
+            let gardener_delay = delay
+                .as_str()
+                .and_then(|s| parse_go_duration(s).ok())
+                .with_context(|| format!("{path}: {name} scaleUp.initialDelay is no duration"))?;
+            if gardener_delay.is_zero() {
+                continue;
+            }
+            *delay = duration(d);
+            if gardener_delay != d {
+                done.push(Change {
+                    field: format!("{name} scaleUp.initialDelay"),
+                    gardener: format_go_duration(gardener_delay),
+                    ours: format_go_duration(d),
+                });
+            }
+            for e in &mut expected.dependent_resource_infos {
+                if e.target.name == name {
+                    e.scale_up.initial_delay = d;
+                }
+            }
+        }
+    }
+    let yaml = render("prober", path, &done, map)?;
+    let loaded = ProberConfig::from_yaml(&yaml).map_err(|e| anyhow!("the derived config: {e}"))?;
+    ensure!(
+        loaded.warnings.is_empty(),
+        "the derived prober config has unknown fields: {:?}",
+        loaded.warnings
+    );
+    // The whole point: only the intervals asked for differ from what Gardener runs.
+    ensure!(
+        loaded.config == expected,
+        "the derived prober config differs from Gardener's beyond {}:\n{yaml}",
+        changes_text(&done)
+    );
+    Ok(Derived {
+        gardener,
+        config: loaded.config,
+        yaml,
+        changes: done,
+    })
+}
+
+/// Gardener's weeder config, `watchDuration` replaced when given.
+pub fn weeder(watch_duration: Option<Duration>) -> Result<Derived<WeederConfig>> {
+    let path = WEEDER_FIXTURE_PATH;
+    let text = dep_config(WEEDER_FIXTURE, path)?;
+    let gardener = WeederConfig::from_yaml(&text)
+        .map_err(|e| anyhow!("{path}: {e}"))?
+        .config;
+    let mut map = mapping(&text, path)?;
+    let mut done = Vec::new();
+    let mut expected = gardener.clone();
+    if let Some(d) = watch_duration {
+        let g = format_go_duration(gardener.watch_duration);
+        let value = Value::String(format_go_duration(d));
+        set(
+            &mut map,
+            &mut done,
+            "watchDuration",
+            g,
+            format_go_duration(d),
+            value,
+        );
+        expected.watch_duration = d;
+    }
+    let yaml = render("weeder", path, &done, map)?;
+    let loaded = WeederConfig::from_yaml(&yaml).map_err(|e| anyhow!("the derived config: {e}"))?;
+    ensure!(
+        loaded.warnings.is_empty(),
+        "the derived weeder config has unknown fields: {:?}",
+        loaded.warnings
+    );
+    ensure!(
+        loaded.config == expected,
+        "the derived weeder config differs from Gardener's beyond {}:\n{yaml}",
+        changes_text(&done)
+    );
+    Ok(Derived {
+        gardener,
+        config: loaded.config,
+        yaml,
+        changes: done,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level(c: &ProberConfig, name: &str) -> (u32, u32, Duration, bool) {
+        let i = c
+            .dependent_resource_infos
+            .iter()
+            .find(|i| i.target.name == name)
+            .expect("target in the config");
+        (
+            i.scale_down.level,
+            i.scale_up.level,
+            i.scale_up.initial_delay,
+            i.optional,
+        )
+    }
+
+    #[test]
+    fn gardeners_prober_config_as_the_fixture_has_it() {
+        let d = prober(&ProberChanges::default()).expect("derive");
+        assert!(d.changes.is_empty());
+        assert_eq!(d.config, d.gardener);
+        let c = &d.gardener;
+        assert_eq!(c.probe_interval, Duration::from_secs(30));
+        assert_eq!(c.initial_delay, Duration::from_secs(30));
+        assert_eq!(c.kcm_node_monitor_grace_duration, Duration::from_secs(40));
+        assert_eq!(c.node_lease_failure_fraction, 0.6);
+        assert_eq!(
+            c.kube_config_secret_name,
+            "shoot-access-dependency-watchdog-probe"
+        );
+        let zero = Duration::ZERO;
+        assert_eq!(level(c, "kube-controller-manager"), (1, 0, zero, false));
+        assert_eq!(
+            level(c, "machine-controller-manager"),
+            (0, 1, Duration::from_secs(30), false)
+        );
+        assert_eq!(level(c, "cluster-autoscaler"), (0, 2, zero, true));
+    }
+
+    #[test]
+    fn only_the_intervals_asked_for_change() {
+        let d = prober(&ProberChanges {
+            probe_interval: Some(Duration::from_secs(1)),
+            initial_delay: Some(Duration::from_secs(2)),
+            kcm_node_monitor_grace: Some(Duration::from_secs(8)),
+            backoff_jitter_factor: None,
+            scale_up_delay: Some(Duration::from_secs(5)),
+        })
+        .expect("derive");
+        let c = &d.config;
+        assert_eq!(c.probe_interval, Duration::from_secs(1));
+        assert_eq!(c.initial_delay, Duration::from_secs(2));
+        assert_eq!(c.kcm_node_monitor_grace_duration, Duration::from_secs(8));
+        assert_eq!(
+            level(c, "machine-controller-manager"),
+            (0, 1, Duration::from_secs(5), false)
+        );
+        assert_eq!(c.probe_timeout, d.gardener.probe_timeout);
+        let text: Vec<String> = d.changes.iter().map(Change::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "probeInterval 30s → 1s",
+                "initialDelay 30s (default) → 2s",
+                "kcmNodeMonitorGraceDuration 40s (default) → 8s",
+                "machine-controller-manager scaleUp.initialDelay 30s → 5s",
+            ]
+        );
+        for t in &text {
+            assert!(d.yaml.contains(&format!("#   {t}\n")), "{}", d.yaml);
+        }
+    }
+
+    #[test]
+    fn gardeners_weeder_config_with_a_shorter_watch() {
+        let d = weeder(Some(Duration::from_secs(15))).expect("derive");
+        assert_eq!(d.gardener.watch_duration, Duration::from_secs(300));
+        assert_eq!(d.config.watch_duration, Duration::from_secs(15));
+        assert_eq!(
+            d.config.services_and_dependant_selectors,
+            d.gardener.services_and_dependant_selectors
+        );
+        let services: Vec<&str> = d
+            .config
+            .services_and_dependant_selectors
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(services, ["etcd-main-client", "kube-apiserver"]);
+        assert_eq!(changes_text(&d.changes), "watchDuration 5m0s → 15s");
+    }
+}
