@@ -26,14 +26,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail, ensure};
+use anyhow::{Context, Result, anyhow, ensure};
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
-use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
+use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -44,7 +43,9 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod support;
+use support::{Watchdog, http_get, sum};
 
 const GARDEN: &str = "garden";
 const KCM: &str = "kube-controller-manager";
@@ -57,8 +58,6 @@ const KUBE_SYSTEM: &str = "kube-system";
 const ROTATION: Duration = Duration::from_secs(2);
 /// Gardener's MCM scale-up `initialDelay` (30 s), shortened for the test.
 const MCM_UP_DELAY: Duration = Duration::from_secs(3);
-const DEADLINE: Duration = Duration::from_secs(60);
-const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 /// The default metrics and health ports, which Gardener's command line leaves in place.
 const METRICS_PORT: u16 = 9643;
 const HEALTH_PORT: u16 = 9644;
@@ -381,203 +380,34 @@ impl Drop for TokenRequestor {
 
 // --- the binary -----------------------------------------------------------------------------
 
-/// The real binary with Gardener's command line; killed on drop.
-struct Watchdog {
-    name: String,
-    child: Mutex<Option<Child>>,
-    log: PathBuf,
-}
-
-impl Watchdog {
-    /// Starts Gardener's `command` (its `--config-file` pointing at `config` instead of the
-    /// ConfigMap mount) with the seed credential in `KUBECONFIG` and `pod` as host name.
-    fn start(
-        command: &[String],
-        pod: &str,
-        dir: &Path,
-        config: &Path,
-        kubeconfig: &Path,
-    ) -> Result<Watchdog> {
-        let log = dir.join(format!("{pod}.log"));
-        let out = std::fs::File::create(&log)?;
-        let err = out.try_clone()?;
-        ensure!(
-            command.first().map(String::as_str) == Some("/usr/local/bin/dependency-watchdog"),
-            "Gardener's command starts with {:?}",
-            command.first()
-        );
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"));
-        for arg in &command[1..] {
+/// Starts Gardener's `command` (its `--config-file` pointing at `config` instead of the
+/// ConfigMap mount) with the seed credential in `KUBECONFIG` and `pod` as host name.
+fn start_as_gardener(
+    command: &[String],
+    pod: &str,
+    dir: &Path,
+    config: &Path,
+    kubeconfig: &Path,
+) -> Result<Watchdog> {
+    ensure!(
+        command.first().map(String::as_str) == Some("/usr/local/bin/dependency-watchdog"),
+        "Gardener's command starts with {:?}",
+        command.first()
+    );
+    let args: Vec<String> = command[1..]
+        .iter()
+        .map(|arg| {
             if arg.starts_with("--config-file=") {
-                cmd.arg(format!("--config-file={}", config.display()));
+                format!("--config-file={}", config.display())
             } else {
-                cmd.arg(arg);
-            }
-        }
-        cmd.env("KUBECONFIG", kubeconfig)
-            // In a pod the host name is the pod's name; Gardener sets no POD_NAME.
-            .env("HOSTNAME", pod)
-            .env_remove("POD_NAME")
-            .env_remove("POD_NAMESPACE")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
-        // SAFETY: prctl and getppid are async-signal-safe; the closure calls nothing else.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            let parent = libc::getpid();
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().with_context(|| format!("starting {pod}"))?;
-        Ok(Watchdog {
-            name: pod.to_string(),
-            child: Mutex::new(Some(child)),
-            log,
-        })
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn tail(&self) -> String {
-        let text = self.log();
-        let lines: Vec<&str> = text.lines().collect();
-        let start = lines.len().saturating_sub(40);
-        format!(
-            "--- {} log tail ---\n{}",
-            self.name,
-            lines[start..].join("\n")
-        )
-    }
-
-    fn exited(&self) -> Option<ExitStatus> {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        child.as_mut().and_then(|c| c.try_wait().ok().flatten())
-    }
-
-    async fn metrics(&self) -> Result<String> {
-        let (status, body) = http_get(METRICS_PORT, "/metrics").await?;
-        ensure!(status == 200, "{}: /metrics answered {status}", self.name);
-        Ok(body)
-    }
-
-    /// Waits until `check` holds, failing early when the process exited.
-    async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<Option<T>>>,
-    {
-        eventually(DEADLINE, what, || {
-            let exited = self.exited();
-            let fut = check();
-            async move {
-                if let Some(status) = exited {
-                    return Err(format!("exited with {status}"));
-                }
-                fut.await.map_err(|e| format!("{e:#}"))
+                arg.clone()
             }
         })
-        .await
-        .map_err(|e| anyhow!("{e}\n{}", self.tail()))
-    }
-
-    /// SIGTERM, then waits for the exit.
-    async fn stop(&self) -> Result<ExitStatus> {
-        let pid = {
-            let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-            libc::pid_t::try_from(child.as_ref().context("no process")?.id())?
-        };
-        if self.exited().is_none() {
-            // SAFETY: signalling our own child, not reaped yet (exited() saw it running).
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + EXIT_TIMEOUT;
-        loop {
-            if let Some(status) = self.exited() {
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "{} did not exit within {EXIT_TIMEOUT:?} of SIGTERM\n{}",
-                    self.name,
-                    self.tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Log lines at warn level or above (JSON `"level":"warn"`/`"error"`, or text `WARN`/`ERROR`).
-    fn warnings(&self) -> Vec<String> {
-        self.log()
-            .lines()
-            .filter(|line| match serde_json::from_str::<Value>(line) {
-                Ok(v) => matches!(
-                    v["level"].as_str().map(str::to_ascii_lowercase).as_deref(),
-                    Some("warn" | "warning" | "error" | "dpanic" | "panic" | "fatal")
-                ),
-                Err(_) => line.contains(" WARN ") || line.contains(" ERROR "),
-            })
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(mut child) = child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("no HTTP status")?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
-}
-
-/// The sum of every series `name{…}` having all `labels`, in Prometheus text (0 when none).
-fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(series, _)| {
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
-        })
-        .filter_map(|(_, value)| value.parse::<f64>().ok())
-        .sum()
+        .collect();
+    let kubeconfig = kubeconfig.display().to_string();
+    // In a pod the host name is the pod's name; Gardener sets no POD_NAME.
+    let env = [("KUBECONFIG", kubeconfig.as_str()), ("HOSTNAME", pod)];
+    Watchdog::spawn(pod, &args, &env, dir, METRICS_PORT)
 }
 
 async fn lease_holder(admin: &kube::Client, name: &str) -> Result<Option<String>> {
@@ -700,7 +530,7 @@ async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_token
     let replica_log = ReplicaLog::start(w.admin.clone(), ns);
 
     let pod = "dependency-watchdog-prober-5d4c7b9f8-x2x7q";
-    let wd = Watchdog::start(&gardener.command()?, pod, &w.dir, &config, &kubeconfig)?;
+    let wd = start_as_gardener(&gardener.command()?, pod, &w.dir, &config, &kubeconfig)?;
     wd.until("the prober leads", || async {
         // The holder is `<kernel host name>_<uuid>`, as controller-runtime's.
         Ok(lease_holder(&w.admin, "dwd-prober-leader-election")
@@ -888,7 +718,7 @@ async fn weeder_runs_under_gardeners_rbac_config_and_command_line() -> Result<()
         .await?;
 
     let pod = "dependency-watchdog-weeder-6c8f9d7b4-q9w2e";
-    let wd = Watchdog::start(&gardener.command()?, pod, &w.dir, &config, &kubeconfig)?;
+    let wd = start_as_gardener(&gardener.command()?, pod, &w.dir, &config, &kubeconfig)?;
     wd.until("the weeder leads and is ready", || async {
         let leads = lease_holder(&w.admin, "dwd-weeder-leader-election")
             .await?

@@ -1,0 +1,220 @@
+//! Running the real `dependency-watchdog` binary from integration tests: a child process
+//! with its log in a file, killed on drop (and by the kernel if the test process dies first),
+//! its `/metrics` read over HTTP.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use dwd_testenv::eventually;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How long a condition on a running binary may take.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+/// How long the binary may take to exit after SIGTERM.
+pub const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The real binary; killed on drop.
+pub struct Watchdog {
+    pub name: String,
+    child: Mutex<Option<Child>>,
+    log: PathBuf,
+    metrics_port: u16,
+}
+
+impl Watchdog {
+    /// Starts the binary with `args` and `env` (`RUST_LOG`, `POD_NAME` and `POD_NAMESPACE`
+    /// removed unless given), its stdout and stderr in `<dir>/<name>.log`; its metrics are
+    /// read from `metrics_port`.
+    pub fn spawn(
+        name: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        dir: &Path,
+        metrics_port: u16,
+    ) -> Result<Watchdog> {
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log)?;
+        let err = out.try_clone()?;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"));
+        cmd.args(args)
+            .env_remove("POD_NAME")
+            .env_remove("POD_NAMESPACE")
+            .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        // SAFETY: prctl and getppid are async-signal-safe; the closure calls nothing else.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            let parent = libc::getpid();
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().with_context(|| format!("starting {name}"))?;
+        Ok(Watchdog {
+            name: name.to_string(),
+            child: Mutex::new(Some(child)),
+            log,
+            metrics_port,
+        })
+    }
+
+    /// Everything it wrote so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The last lines of the log, for error messages.
+    pub fn tail(&self) -> String {
+        let text = self.log();
+        let lines: Vec<&str> = text.lines().collect();
+        let start = lines.len().saturating_sub(40);
+        format!(
+            "--- {} log tail ---\n{}",
+            self.name,
+            lines[start..].join("\n")
+        )
+    }
+
+    /// `Some(status)` once the process ended.
+    pub fn exited(&self) -> Option<ExitStatus> {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> Option<u32> {
+        let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        child.as_ref().map(Child::id)
+    }
+
+    /// Its `/metrics` text.
+    pub async fn metrics(&self) -> Result<String> {
+        let (status, body) = http_get(self.metrics_port, "/metrics").await?;
+        ensure!(status == 200, "{}: /metrics answered {status}", self.name);
+        Ok(body)
+    }
+
+    /// Waits until `check` yields a value, failing early when the process exited.
+    pub async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>>>,
+    {
+        eventually(DEADLINE, what, || {
+            let exited = self.exited();
+            let fut = check();
+            async move {
+                if let Some(status) = exited {
+                    return Err(format!("exited with {status}"));
+                }
+                fut.await.map_err(|e| format!("{e:#}"))
+            }
+        })
+        .await
+        .map_err(|e| anyhow!("{e}\n{}", self.tail()))
+    }
+
+    /// SIGTERM, then waits for the exit.
+    pub async fn stop(&self) -> Result<ExitStatus> {
+        let pid = {
+            let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+            libc::pid_t::try_from(child.as_ref().context("no process")?.id())?
+        };
+        if self.exited().is_none() {
+            // SAFETY: signalling our own child, not reaped yet (exited() saw it running).
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + EXIT_TIMEOUT;
+        loop {
+            if let Some(status) = self.exited() {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} did not exit within {EXIT_TIMEOUT:?} of SIGTERM\n{}",
+                    self.name,
+                    self.tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Log lines at warn level or above (JSON `"level":"warn"`/`"error"`, or text `WARN`/`ERROR`).
+    pub fn warnings(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|line| match serde_json::from_str::<Value>(line) {
+                Ok(v) => matches!(
+                    v["level"].as_str().map(str::to_ascii_lowercase).as_deref(),
+                    Some("warn" | "warning" | "error" | "dpanic" | "panic" | "fatal")
+                ),
+                Err(_) => line.contains(" WARN ") || line.contains(" ERROR "),
+            })
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut child) = child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `GET path` on 127.0.0.1:`port`: status and body.
+pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("no HTTP status")?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The sum of every series `name{…}` having all `labels`, in Prometheus text (0 when none).
+pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
+}
