@@ -6,6 +6,7 @@
 //! replica count survives a watchdog restart.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use thiserror::Error;
@@ -22,6 +23,40 @@ pub const MELTDOWN_ANNOTATION: &str =
 pub const IGNORE_SCALING_ANNOTATION: &str = "dependency-watchdog.gardener.cloud/ignore-scaling";
 /// Replicas used for a scale-up when no replicas were recorded.
 pub const DEFAULT_SCALE_UP_REPLICAS: i32 = 1;
+/// The largest count the watchdog restores from the `replicas` annotation. The annotation is
+/// plain text anyone with `patch` on the target can write; a typo such as `30000` must not
+/// make the seed schedule thirty thousand controller pods. No control-plane component of a
+/// shoot runs anywhere near this many replicas.
+pub const MAX_RECORDED_REPLICAS: i32 = 1000;
+
+/// The longest a level waits for its targets to become ready (or, on the way down, to have
+/// no ready replicas left) before the next level starts: the reference's fixed wait. The
+/// next level starts as soon as every target is there, and at the latest after this, ready
+/// or not: a seed whose Deployment status lags must never hold a level back longer than the
+/// reference does (the watchdog acts with seconds to spare before KCM marks nodes Unknown),
+/// and a scale-up after recovery must not queue behind a scale-down's wait.
+pub const READINESS_WAIT: Duration = Duration::from_secs(5);
+
+/// Bound of each API call of a scaling step when a target's `timeout` is not positive (the
+/// config warns that such a target is scaled anyway).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a target's level waits for it after its replicas changed: as soon as it is
+/// ready, at most [`READINESS_WAIT`], and never longer than its `timeout` (a zero `timeout`
+/// ends the wait at once, as the config's warning says).
+pub fn readiness_wait(timeout: Duration) -> Duration {
+    timeout.min(READINESS_WAIT)
+}
+
+/// The deadline of each API call of a scaling step: the target's `timeout` (which bounds the
+/// reference's scale call), or [`DEFAULT_CALL_TIMEOUT`] when that is zero.
+pub fn call_timeout(timeout: Duration) -> Duration {
+    if timeout.is_zero() {
+        DEFAULT_CALL_TIMEOUT
+    } else {
+        timeout
+    }
+}
 
 /// The targets of one level; they are scaled concurrently.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,48 +127,125 @@ pub enum ScalingError {
     InvalidReplicasAnnotation { value: String, reason: String },
 }
 
+/// The action for one target, and what is wrong with its `replicas` annotation if that
+/// changed the action (the executor warns about it, once per unchanged value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetPlan {
+    pub action: TargetAction,
+    /// The recorded count was unusable: a scale-up restores [`DEFAULT_SCALE_UP_REPLICAS`]
+    /// instead, a scale-down records the current replicas over it.
+    pub replicas_problem: Option<ScalingError>,
+}
+
 /// Decides the action for one target in direction `dir`.
-pub fn decide_target_action(
-    dir: Direction,
-    snapshot: &TargetSnapshot,
-) -> Result<TargetAction, ScalingError> {
+///
+/// - Scale-down records the current replicas, except that while the meltdown marker is
+///   still set (the watchdog scaled the target down and has not restored it yet) a valid
+///   recorded count higher than the current one is kept: something scaled the target
+///   partly back up during the outage, and the count to restore is still the one from
+///   before it.
+/// - Scale-up restores the recorded count; when none is recorded, or the record is not an
+///   integer in 1..=[`MAX_RECORDED_REPLICAS`], it restores [`DEFAULT_SCALE_UP_REPLICAS`]. The
+///   shoot is healthy at that point: leaving its controller at 0 behind the marker (which
+///   keeps gardenlet from scaling it) would be the one outcome that certainly hurts.
+pub fn plan_target(dir: Direction, snapshot: &TargetSnapshot) -> TargetPlan {
     let has_meltdown = snapshot.annotations.contains_key(MELTDOWN_ANNOTATION);
+    let plan = |action| TargetPlan {
+        action,
+        replicas_problem: None,
+    };
     if is_scaling_ignored(&snapshot.annotations) {
-        return Ok(TargetAction::Ignored {
+        return plan(TargetAction::Ignored {
             clear_marker: has_meltdown,
         });
     }
     match dir {
-        Direction::Down if snapshot.spec_replicas > 0 => Ok(TargetAction::ScaleDown {
-            record_replicas: snapshot.spec_replicas,
-        }),
-        Direction::Down => Ok(TargetAction::AlreadyDone {
+        Direction::Down if snapshot.spec_replicas > 0 => {
+            let current = snapshot.spec_replicas;
+            if !has_meltdown {
+                // Without the marker a record is a leftover (the reference never removes it):
+                // the current count is the one to restore.
+                return plan(TargetAction::ScaleDown {
+                    record_replicas: current,
+                });
+            }
+            match recorded_replicas(&snapshot.annotations) {
+                Ok(recorded) => plan(TargetAction::ScaleDown {
+                    record_replicas: recorded.map_or(current, |r| r.max(current)),
+                }),
+                Err(problem) => TargetPlan {
+                    action: TargetAction::ScaleDown {
+                        record_replicas: current,
+                    },
+                    replicas_problem: Some(problem),
+                },
+            }
+        }
+        // Already at 0: nothing is written, so a recorded count stays as it is.
+        Direction::Down => plan(TargetAction::AlreadyDone {
             clear_marker: false,
         }),
         // Negative replicas cannot exist in the API; treat them like 0 rather than leave a target
         // down.
-        Direction::Up if snapshot.spec_replicas <= 0 => Ok(TargetAction::ScaleUp {
-            replicas: scale_up_replicas(&snapshot.annotations)?,
-        }),
-        Direction::Up => Ok(TargetAction::AlreadyDone {
+        Direction::Up if snapshot.spec_replicas <= 0 => {
+            match recorded_replicas(&snapshot.annotations) {
+                Ok(recorded) => plan(TargetAction::ScaleUp {
+                    replicas: recorded.unwrap_or(DEFAULT_SCALE_UP_REPLICAS),
+                }),
+                Err(problem) => TargetPlan {
+                    action: TargetAction::ScaleUp {
+                        replicas: DEFAULT_SCALE_UP_REPLICAS,
+                    },
+                    replicas_problem: Some(problem),
+                },
+            }
+        }
+        Direction::Up => plan(TargetAction::AlreadyDone {
             clear_marker: has_meltdown || snapshot.annotations.contains_key(REPLICAS_ANNOTATION),
         }),
     }
 }
 
-/// Replicas to restore: the recorded count (an integer > 0), or 1 when none was recorded.
-pub fn scale_up_replicas(annotations: &BTreeMap<String, String>) -> Result<i32, ScalingError> {
+/// [`plan_target`]'s action. Never an error any more (an unusable `replicas` annotation no
+/// longer stops a scale-up); the `Result` stays for existing callers.
+pub fn decide_target_action(
+    dir: Direction,
+    snapshot: &TargetSnapshot,
+) -> Result<TargetAction, ScalingError> {
+    Ok(plan_target(dir, snapshot).action)
+}
+
+/// The recorded replica count: `None` when there is no record, an error naming the value
+/// when it is not an integer in 1..=[`MAX_RECORDED_REPLICAS`].
+pub fn recorded_replicas(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<i32>, ScalingError> {
     let Some(value) = annotations.get(REPLICAS_ANNOTATION) else {
-        return Ok(DEFAULT_SCALE_UP_REPLICAS);
+        return Ok(None);
     };
-    let invalid = |reason: &str| ScalingError::InvalidReplicasAnnotation {
+    let invalid = |reason: String| ScalingError::InvalidReplicasAnnotation {
         value: value.clone(),
-        reason: reason.to_owned(),
+        reason,
     };
-    match value.parse::<i32>() {
-        Ok(n) if n > 0 => Ok(n),
-        Ok(_) => Err(invalid("must be greater than 0")),
-        Err(_) => Err(invalid("must be an integer")),
+    // Go's strconv.Atoi syntax (what the reference parses with): an optional sign, then
+    // ASCII digits.
+    let (negative, digits) = match value.as_bytes().first() {
+        Some(b'-') => (true, &value[1..]),
+        Some(b'+') => (false, &value[1..]),
+        _ => (false, value.as_str()),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid("must be an integer".into()));
+    }
+    if negative || digits.bytes().all(|b| b == b'0') {
+        return Err(invalid("must be greater than 0".into()));
+    }
+    match digits.parse::<i32>() {
+        Ok(n) if n <= MAX_RECORDED_REPLICAS => Ok(Some(n)),
+        // Too many digits for an i32 is above the maximum too.
+        _ => Err(invalid(format!(
+            "above the maximum of {MAX_RECORDED_REPLICAS} replicas the watchdog restores"
+        ))),
     }
 }
 
@@ -174,6 +286,27 @@ pub fn replicas_in_spec(api_version: &str, kind: &str) -> bool {
     api_version == "apps/v1" && matches!(kind, "Deployment" | "StatefulSet" | "ReplicaSet")
 }
 
+/// `patch` that applies only while the object is still at `resource_version`: the version
+/// the decision was made from. On any other version the apiserver answers 409 Conflict and
+/// the step is decided again from fresh state, so no write is ever based on a stale read.
+/// Through a `scale` subresource the precondition is the parent's version too (the Scale
+/// carries its parent's `resourceVersion`, and the apiserver checks it against the parent).
+pub fn with_resource_version(mut patch: Value, resource_version: Option<&str>) -> Value {
+    if let Some(rv) = resource_version {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    patch
+}
+
+/// Merge patch of a `scale` subresource setting `replicas`, under the precondition
+/// `resource_version` (see [`with_resource_version`]).
+pub fn scale_subresource_patch(replicas: i32, resource_version: Option<&str>) -> Value {
+    with_resource_version(
+        json!({ "spec": { "replicas": replicas } }),
+        resource_version,
+    )
+}
+
 /// One merge patch for a scale-down: record the replicas, mark meltdown protection and set
 /// replicas to 0 *atomically* (so nothing is lost by a crash, and it costs one write instead
 /// of two), only if the object is still at `resource_version` (the version the decision was
@@ -181,10 +314,7 @@ pub fn replicas_in_spec(api_version: &str, kind: &str) -> bool {
 pub fn scale_down_patch(record: i32, resource_version: Option<&str>) -> Value {
     let mut patch = scale_down_annotation_patch(record);
     patch["spec"] = json!({ "replicas": 0 });
-    if let Some(rv) = resource_version {
-        patch["metadata"]["resourceVersion"] = json!(rv);
-    }
-    patch
+    with_resource_version(patch, resource_version)
 }
 
 /// One merge patch for a scale-up: set `replicas` and remove both watchdog annotations
@@ -192,17 +322,13 @@ pub fn scale_down_patch(record: i32, resource_version: Option<&str>) -> Value {
 pub fn scale_up_patch(replicas: i32, resource_version: Option<&str>) -> Value {
     let mut patch = clear_annotations_patch();
     patch["spec"] = json!({ "replicas": replicas });
-    if let Some(rv) = resource_version {
-        patch["metadata"]["resourceVersion"] = json!(rv);
-    }
-    patch
+    with_resource_version(patch, resource_version)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{ResourceRef, ScaleInfo};
-    use std::time::Duration;
 
     fn info(name: &str, up: u32, down: u32) -> DependentResourceInfo {
         let scale = |level| ScaleInfo {
@@ -246,6 +372,22 @@ mod tests {
     /// The seed's example: kcm up 1/down 0, mcm up 1/down 1, ca up 0/down 2.
     fn seed_infos() -> Vec<DependentResourceInfo> {
         vec![info("kcm", 1, 0), info("mcm", 1, 1), info("ca", 0, 2)]
+    }
+
+    #[test]
+    fn a_level_waits_for_readiness_at_most_five_seconds_and_calls_are_bounded_by_timeout() {
+        // (timeout) → (readiness wait, call deadline)
+        for (timeout, wait, call) in [
+            (30_000, 5_000, 30_000),
+            (10_000, 5_000, 10_000),
+            (5_000, 5_000, 5_000),
+            (2_000, 2_000, 2_000),
+            (0, 0, 30_000),
+        ] {
+            let t = Duration::from_millis(timeout);
+            assert_eq!(readiness_wait(t), Duration::from_millis(wait), "{t:?}");
+            assert_eq!(call_timeout(t), Duration::from_millis(call), "{t:?}");
+        }
     }
 
     #[test]
@@ -364,13 +506,135 @@ mod tests {
     }
 
     #[test]
-    fn invalid_replicas_annotation_is_an_error_naming_the_value() {
-        for bad in ["0", "-1", "abc", "", "1.5"] {
-            let err = decide_target_action(Direction::Up, &snap(0, &[(REPLICAS_ANNOTATION, bad)]))
-                .unwrap_err();
-            let ScalingError::InvalidReplicasAnnotation { value, .. } = &err;
+    fn unusable_replicas_annotation_restores_one_replica_and_names_the_value() {
+        // (value, the reason's key words): a healthy shoot's target never stays at 0.
+        for (bad, why) in [
+            ("0", "greater than 0"),
+            ("-0", "greater than 0"),
+            ("-1", "greater than 0"),
+            ("-99999999999", "greater than 0"),
+            ("abc", "integer"),
+            ("", "integer"),
+            ("1.5", "integer"),
+            (" 3", "integer"),
+            ("3 ", "integer"),
+            ("+", "integer"),
+            ("0x10", "integer"),
+            ("1001", "maximum of 1000"),
+            ("2147483647", "maximum of 1000"),
+            ("99999999999999999999999", "maximum of 1000"),
+        ] {
+            let s = snap(0, &[(REPLICAS_ANNOTATION, bad), (MELTDOWN_ANNOTATION, "")]);
+            let plan = plan_target(Direction::Up, &s);
+            assert_eq!(
+                plan.action,
+                TargetAction::ScaleUp {
+                    replicas: DEFAULT_SCALE_UP_REPLICAS
+                },
+                "{bad:?}"
+            );
+            let problem = plan.replicas_problem.expect(bad);
+            let ScalingError::InvalidReplicasAnnotation { value, .. } = &problem;
             assert_eq!(value, bad);
-            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+            let text = problem.to_string();
+            assert!(text.contains(&format!("{bad:?}")), "{text}");
+            assert!(text.contains(REPLICAS_ANNOTATION), "{text}");
+            assert!(text.contains(why), "{bad:?}: {text}");
+            assert_eq!(
+                decide_target_action(Direction::Up, &s),
+                Ok(TargetAction::ScaleUp { replicas: 1 })
+            );
+        }
+    }
+
+    #[test]
+    fn recorded_replicas_accepts_go_integers_up_to_the_maximum() {
+        for (good, n) in [
+            ("1", 1),
+            ("+2", 2),
+            ("007", 7),
+            ("1000", MAX_RECORDED_REPLICAS),
+        ] {
+            let a = snap(0, &[(REPLICAS_ANNOTATION, good)]).annotations;
+            assert_eq!(recorded_replicas(&a), Ok(Some(n)), "{good}");
+        }
+        assert_eq!(recorded_replicas(&BTreeMap::new()), Ok(None));
+        let s = snap(
+            0,
+            &[(REPLICAS_ANNOTATION, "1000"), (MELTDOWN_ANNOTATION, "")],
+        );
+        assert_eq!(
+            plan_target(Direction::Up, &s),
+            TargetPlan {
+                action: TargetAction::ScaleUp { replicas: 1000 },
+                replicas_problem: None
+            }
+        );
+    }
+
+    #[test]
+    fn repeated_scale_down_never_records_a_lower_count() {
+        // (replicas now, annotations) → count recorded.
+        let m = (MELTDOWN_ANNOTATION, "");
+        let cases: [(i32, Vec<(&str, &str)>, i32); 6] = [
+            // Scaled down by us to 0 (recording 3), then something brought it back to 1
+            // during the outage: the count to restore is still 3.
+            (1, vec![(REPLICAS_ANNOTATION, "3"), m], 3),
+            // Scaled above the record during the outage: the higher count wins.
+            (5, vec![(REPLICAS_ANNOTATION, "3"), m], 5),
+            (3, vec![(REPLICAS_ANNOTATION, "3"), m], 3),
+            // Marker only (an interrupted two-write scale-down of the reference).
+            (2, vec![m], 2),
+            // No marker: a leftover record (the reference never removes it) is stale.
+            (2, vec![(REPLICAS_ANNOTATION, "3")], 2),
+            (2, vec![], 2),
+        ];
+        for (replicas, annotations, want) in cases {
+            let s = snap(replicas, &annotations);
+            assert_eq!(
+                plan_target(Direction::Down, &s),
+                TargetPlan {
+                    action: TargetAction::ScaleDown {
+                        record_replicas: want
+                    },
+                    replicas_problem: None
+                },
+                "{replicas} {annotations:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn scale_down_replaces_an_unusable_record_with_the_current_count_and_says_so() {
+        for bad in ["abc", "0", "5000"] {
+            let s = snap(2, &[(REPLICAS_ANNOTATION, bad), (MELTDOWN_ANNOTATION, "")]);
+            let plan = plan_target(Direction::Down, &s);
+            assert_eq!(
+                plan.action,
+                TargetAction::ScaleDown { record_replicas: 2 },
+                "{bad}"
+            );
+            assert!(plan.replicas_problem.is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_target_found_at_zero_keeps_its_record_in_any_state() {
+        for annotations in [
+            vec![(REPLICAS_ANNOTATION, "3"), (MELTDOWN_ANNOTATION, "")],
+            vec![(REPLICAS_ANNOTATION, "3")],
+            vec![(REPLICAS_ANNOTATION, "garbage"), (MELTDOWN_ANNOTATION, "")],
+        ] {
+            assert_eq!(
+                plan_target(Direction::Down, &snap(0, &annotations)),
+                TargetPlan {
+                    action: TargetAction::AlreadyDone {
+                        clear_marker: false
+                    },
+                    replicas_problem: None
+                },
+                "{annotations:?}"
+            );
         }
     }
 
@@ -434,6 +698,27 @@ mod tests {
             scale_up_patch(1, None),
             json!({"metadata": {"annotations": {REPLICAS_ANNOTATION: null, MELTDOWN_ANNOTATION: null}},
                    "spec": {"replicas": 1}})
+        );
+    }
+
+    #[test]
+    fn scale_subresource_and_annotation_writes_carry_the_precondition_too() {
+        assert_eq!(
+            scale_subresource_patch(0, Some("7")),
+            json!({"spec": {"replicas": 0}, "metadata": {"resourceVersion": "7"}})
+        );
+        assert_eq!(
+            scale_subresource_patch(2, None),
+            json!({"spec": {"replicas": 2}})
+        );
+        assert_eq!(
+            with_resource_version(clear_meltdown_patch(), Some("9")),
+            json!({"metadata": {"annotations": {MELTDOWN_ANNOTATION: null}, "resourceVersion": "9"}})
+        );
+        assert_eq!(
+            with_resource_version(scale_down_annotation_patch(3), Some("9")),
+            json!({"metadata": {"annotations": {REPLICAS_ANNOTATION: "3", MELTDOWN_ANNOTATION: ""},
+                                "resourceVersion": "9"}})
         );
     }
 
