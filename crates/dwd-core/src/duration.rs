@@ -2,8 +2,10 @@
 //!
 //! The reference implementation reads its configuration through `metav1.Duration`, which uses Go's
 //! `time.ParseDuration` grammar (`10s`, `1m30s`, `1.5h`, `300µs`). Operators' existing config files
-//! must load unchanged (the drop-in rule), so we accept exactly that grammar, restricted to
-//! non-negative values because no watchdog setting means anything when negative. Formatting follows
+//! must load unchanged (the drop-in rule), so we accept exactly that grammar, including Go's
+//! limits (an `int64` of nanoseconds) and its float arithmetic for fractions. Negative values parse
+//! ([`parse_go_duration_nanos`]); [`parse_go_duration`] refuses them for callers where a negative
+//! value can't mean anything. Formatting follows
 //! Go's `Duration.String()` so log lines and `explain` output read like the reference's.
 
 use std::time::Duration;
@@ -36,10 +38,6 @@ const NANOS_PER_MICRO: u64 = 1_000;
 const NANOS_PER_MILLI: u64 = 1_000_000;
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
-/// Go's `time.Duration` is an `int64` of nanoseconds; anything beyond cannot come from a valid Go
-/// config, so we reject it the way Go does instead of accepting a value the reference would refuse.
-const MAX_NANOS: u128 = i64::MAX as u128;
-
 fn unit_nanos(unit: &str) -> Option<u64> {
     match unit {
         "ns" => Some(1),
@@ -54,10 +52,29 @@ fn unit_nanos(unit: &str) -> Option<u64> {
 }
 
 /// Parses a duration in Go's `time.ParseDuration` grammar: an optional sign, then one or more
-/// `<decimal number><unit>` pieces, or the bare string `"0"`. Negative non-zero values are rejected.
+/// `<decimal number><unit>` pieces, or the bare string `"0"`. Negative non-zero values are rejected
+/// (use [`parse_go_duration_nanos`] where a negative value has a meaning).
 pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
+    let nanos = parse_go_duration_nanos(s)?;
+    match u64::try_from(nanos) {
+        Ok(n) => Ok(Duration::from_nanos(n)),
+        Err(_) => Err(DurationError::Negative {
+            input: s.to_owned(),
+        }),
+    }
+}
+
+/// Parses a duration exactly as Go's `time.ParseDuration` does, negative values included, into
+/// Go's `time.Duration` (signed nanoseconds). The reference's config fields are
+/// `metav1.Duration`s, which accept whatever `ParseDuration` accepts; the caller decides what a
+/// negative value means.
+pub fn parse_go_duration_nanos(s: &str) -> Result<i64, DurationError> {
+    const LIMIT: u64 = 1 << 63;
     let input = s;
     let syntax = || DurationError::Syntax {
+        input: input.to_owned(),
+    };
+    let overflow = || DurationError::Overflow {
         input: input.to_owned(),
     };
     if s.is_empty() {
@@ -70,27 +87,56 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
     };
     // Go special-cases a bare zero: it is the only number allowed without a unit.
     if rest == "0" {
-        return Ok(Duration::ZERO);
+        return Ok(0);
     }
     if rest.is_empty() {
         return Err(syntax());
     }
 
-    let mut total: u128 = 0;
+    let mut total: u64 = 0;
     while !rest.is_empty() {
-        // Integer part.
+        if !rest.starts_with(|c: char| c == '.' || c.is_ascii_digit()) {
+            return Err(syntax());
+        }
+        // Integer part (Go's leadingInt: an error once it passes 1<<63).
         let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
         let (int_digits, after_int) = rest.split_at(int_len);
         rest = after_int;
-        // Fractional part.
-        let mut frac_digits = "";
+        let mut whole: u64 = 0;
+        for d in int_digits.bytes() {
+            if whole > LIMIT / 10 {
+                return Err(overflow());
+            }
+            whole = whole * 10 + u64::from(d - b'0');
+            if whole > LIMIT {
+                return Err(overflow());
+            }
+        }
+        // Fraction (Go's leadingFraction: digits that no longer fit are skipped, not an error).
+        let mut frac: u64 = 0;
+        let mut scale: f64 = 1.0;
+        let mut has_frac = false;
         if let Some(after_dot) = rest.strip_prefix('.') {
             let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
             let (digits, after_frac) = after_dot.split_at(frac_len);
-            frac_digits = digits;
+            has_frac = !digits.is_empty();
+            let mut skipping = false;
+            for d in digits.bytes() {
+                if skipping || frac > (LIMIT - 1) / 10 {
+                    skipping = true;
+                    continue;
+                }
+                let next = frac * 10 + u64::from(d - b'0');
+                if next > LIMIT {
+                    skipping = true;
+                    continue;
+                }
+                frac = next;
+                scale *= 10.0;
+            }
             rest = after_frac;
         }
-        if int_digits.is_empty() && frac_digits.is_empty() {
+        if int_digits.is_empty() && !has_frac {
             return Err(syntax());
         }
         // Unit: everything up to the next digit or dot.
@@ -109,46 +155,31 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
             input: input.to_owned(),
             unit: unit.to_owned(),
         })?;
-        let overflow = || DurationError::Overflow {
-            input: input.to_owned(),
-        };
-
-        let mut whole: u128 = 0;
-        for d in int_digits.bytes() {
-            whole = whole
-                .checked_mul(10)
-                .and_then(|w| w.checked_add(u128::from(d - b'0')))
-                .filter(|w| *w <= MAX_NANOS)
-                .ok_or_else(overflow)?;
+        if whole > LIMIT / per_unit {
+            return Err(overflow());
         }
-        let mut piece = whole
-            .checked_mul(u128::from(per_unit))
-            .filter(|p| *p <= MAX_NANOS)
-            .ok_or_else(overflow)?;
-        // Like Go, digits beyond what can change the result are ignored; 19 digits of fraction are
-        // already below a nanosecond for every unit.
-        let mut frac: u128 = 0;
-        let mut scale: u128 = 1;
-        for d in frac_digits.bytes().take(19) {
-            frac = frac * 10 + u128::from(d - b'0');
-            scale *= 10;
+        let mut piece = whole * per_unit;
+        if frac > 0 {
+            // Go computes the fraction in float64 and truncates; doing the same keeps every
+            // value bit-identical to the reference's.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let extra = (frac as f64 * (per_unit as f64 / scale)) as u64;
+            piece = piece.checked_add(extra).ok_or_else(overflow)?;
+            if piece > LIMIT {
+                return Err(overflow());
+            }
         }
-        piece += frac * u128::from(per_unit) / scale;
-        total = total
-            .checked_add(piece)
-            .filter(|t| *t <= MAX_NANOS)
-            .ok_or_else(overflow)?;
+        total = total.checked_add(piece).ok_or_else(overflow)?;
+        if total > LIMIT {
+            return Err(overflow());
+        }
     }
-    if negative && total != 0 {
-        return Err(DurationError::Negative {
-            input: input.to_owned(),
-        });
+    if negative {
+        // `total <= 1<<63` here, and -(1<<63) is i64::MIN.
+        Ok(0i64.wrapping_sub_unsigned(total))
+    } else {
+        i64::try_from(total).map_err(|_| overflow())
     }
-    // `total <= i64::MAX` was checked above, so it fits in u64.
-    let nanos = u64::try_from(total).map_err(|_| DurationError::Overflow {
-        input: input.to_owned(),
-    })?;
-    Ok(Duration::from_nanos(nanos))
 }
 
 /// Writes `value / 10^precision` with the fraction's trailing zeros dropped, like Go's `fmtFrac`

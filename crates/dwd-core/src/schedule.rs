@@ -11,23 +11,49 @@ use std::time::Duration;
 /// Minimum spacing between a 429 response and the next run.
 pub const THROTTLE_BACKOFF: Duration = Duration::from_secs(10);
 
-/// `interval × (1 + rand01 × jitter_factor)`, as Go's `wait.JitterUntil` does it: a jitter factor
-/// `<= 0` (or not finite) means no jitter. `rand01` is clamped into `[0, 1]`.
+/// `interval × (1 + rand01 × jitter_factor)`, exactly as Go's `wait.JitterUntil` computes it in
+/// the reference: a jitter factor `<= 0` (or not finite) means no jitter, and the arithmetic is
+/// Go's `time.Duration` (int64 nanoseconds). When the jittered delay does not fit in an int64
+/// (a factor so large that interval × factor passes about 292 years), Go's conversion overflows
+/// into a negative duration and the next run starts at once; so does ours, and the config loader
+/// warns about such factors ([`jitter_can_overflow`]). `rand01` is clamped into `[0, 1]`.
 pub fn next_delay(interval: Duration, jitter_factor: f64, rand01: f64) -> Duration {
     if !(jitter_factor > 0.0 && jitter_factor.is_finite()) {
         return interval;
     }
+    // Intervals beyond Go's range can't come from a config; leave them unjittered.
+    let Ok(d) = i64::try_from(interval.as_nanos()) else {
+        return interval;
+    };
     let r = if rand01.is_nan() {
         0.0
     } else {
         rand01.clamp(0.0, 1.0)
     };
-    let extra = interval.as_secs_f64() * r * jitter_factor;
-    // An absurd jitter could overflow Duration; the plain interval is the safe fallback.
-    Duration::try_from_secs_f64(extra)
-        .ok()
-        .and_then(|e| interval.checked_add(e))
-        .unwrap_or(interval)
+    // Go: time.Duration(rand*maxFactor*float64(duration)); an out-of-range float converts to
+    // math.MinInt64 on amd64 (and saturates on arm64, which wraps negative below just the same).
+    let extra = r * jitter_factor * d as f64;
+    #[allow(clippy::cast_possible_truncation)]
+    let extra = if (-GO_DURATION_END..GO_DURATION_END).contains(&extra) {
+        extra as i64
+    } else {
+        i64::MIN
+    };
+    let wait = d.wrapping_add(extra);
+    Duration::from_nanos(u64::try_from(wait).unwrap_or(0))
+}
+
+/// 2^63 nanoseconds, as f64: the first value past Go's largest `time.Duration`.
+const GO_DURATION_END: f64 = 9_223_372_036_854_775_808.0;
+
+/// Whether some runs of a probe with this interval and jitter factor start at once because the
+/// jittered delay overflows Go's `time.Duration` (see [`next_delay`]).
+pub fn jitter_can_overflow(interval: Duration, jitter_factor: f64) -> bool {
+    if !(jitter_factor > 0.0 && jitter_factor.is_finite()) {
+        return false;
+    }
+    let d = interval.as_nanos() as f64;
+    d > 0.0 && d + jitter_factor * d >= GO_DURATION_END
 }
 
 /// The earliest instant the next run may start: `delay` after the previous run ended, but not
@@ -73,6 +99,19 @@ mod tests {
         assert_eq!(next_delay(i, 0.2, -5.0), i);
         assert_eq!(next_delay(i, 0.2, f64::NAN), i);
         assert_eq!(next_delay(Duration::MAX, 1e300, 1.0), Duration::MAX);
+    }
+
+    #[test]
+    fn a_jittered_delay_beyond_go_durations_starts_the_next_run_at_once_as_in_go() {
+        let i = Duration::from_secs(30);
+        // 30 s × 1e9 × 0.5 ≈ 475 years: Go's int64 conversion overflows.
+        assert_eq!(next_delay(i, 1e9, 0.5), Duration::ZERO);
+        // With a small random draw the same factor still fits.
+        assert_eq!(next_delay(i, 1e9, 1e-9), Duration::from_secs(60));
+        assert!(jitter_can_overflow(i, 1e9));
+        assert!(!jitter_can_overflow(i, 1e6));
+        assert!(!jitter_can_overflow(i, 0.2));
+        assert!(!jitter_can_overflow(Duration::ZERO, 1e300));
     }
 
     #[test]
