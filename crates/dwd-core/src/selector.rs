@@ -1,8 +1,10 @@
 //! Validated Kubernetes label selectors for the weeder's pod selectors.
 //!
 //! The weeder deletes pods, so a selector that is subtly wrong is dangerous. We validate selectors
-//! when the config loads (operators, label syntax) instead of at the first event, and reject the
-//! empty selector, which would match every pod in a namespace. The same type evaluates selectors
+//! when the config loads (operators, label syntax) instead of at the first event, with the rules
+//! of `labels.NewRequirement`. The empty selector, which matches every pod in a namespace, is
+//! refused by [`PodSelector::new`] and accepted by [`PodSelector::from_config`] (the reference's
+//! config accepts it). The same type evaluates selectors
 //! locally (`matches`) and renders them for list/watch calls (`to_query`), so both always agree.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -115,7 +117,8 @@ fn join_problems(problems: &[SelectorProblem]) -> String {
 pub const EMPTY_SELECTOR_MESSAGE: &str =
     "empty selector would match every pod in the namespace; give matchLabels or matchExpressions";
 
-/// A validated, non-empty label selector.
+/// A validated label selector (empty only when built by [`PodSelector::from_config`] or
+/// [`PodSelector::everything`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodSelector {
     match_labels: BTreeMap<String, String>,
@@ -132,10 +135,42 @@ pub struct RawRequirement {
 
 impl PodSelector {
     /// Validates the parts of a selector, collecting every problem (paths relative to the
-    /// selector).
+    /// selector). An empty selector is refused: API objects and tests use this, and there a
+    /// selector that matches every pod is never what was meant.
     pub fn new(
         match_labels: BTreeMap<String, String>,
         match_expressions: Vec<RawRequirement>,
+    ) -> Result<Self, Vec<SelectorProblem>> {
+        Self::validate(match_labels, match_expressions, false)
+    }
+
+    /// Like [`Self::new`], but an empty selector is fine and selects every pod, as
+    /// `metav1.LabelSelectorAsSelector` makes it (`labels.Everything()`). The weeder's config
+    /// uses this: the reference accepts such selectors, so a drop-in must too (with a warning).
+    pub fn from_config(
+        match_labels: BTreeMap<String, String>,
+        match_expressions: Vec<RawRequirement>,
+    ) -> Result<Self, Vec<SelectorProblem>> {
+        Self::validate(match_labels, match_expressions, true)
+    }
+
+    /// The selector that selects every pod (empty query).
+    pub fn everything() -> Self {
+        Self {
+            match_labels: BTreeMap::new(),
+            match_expressions: Vec::new(),
+        }
+    }
+
+    /// Whether this selector has no requirement, so it selects every pod.
+    pub fn is_everything(&self) -> bool {
+        self.match_labels.is_empty() && self.match_expressions.is_empty()
+    }
+
+    fn validate(
+        match_labels: BTreeMap<String, String>,
+        match_expressions: Vec<RawRequirement>,
+        allow_empty: bool,
     ) -> Result<Self, Vec<SelectorProblem>> {
         let mut problems = Vec::new();
         let mut push = |path: String, message: String| {
@@ -201,7 +236,8 @@ impl PodSelector {
                 }
             }
         }
-        if match_labels.is_empty() && requirements.is_empty() && problems.is_empty() {
+        if !allow_empty && match_labels.is_empty() && requirements.is_empty() && problems.is_empty()
+        {
             problems.push(SelectorProblem {
                 path: String::new(),
                 message: EMPTY_SELECTOR_MESSAGE.to_owned(),
@@ -310,9 +346,10 @@ pub fn validate_label_key(key: &str) -> Result<(), String> {
         if prefix.len() > 253 {
             return Err("prefix must be at most 253 characters".to_owned());
         }
+        // A DNS-1123 subdomain, as `validation.IsDNS1123Subdomain` checks it: the whole prefix
+        // is limited (253), not each of its labels.
         let label_ok = |l: &str| {
             !l.is_empty()
-                && l.len() <= 63
                 && l.bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !l.starts_with('-')

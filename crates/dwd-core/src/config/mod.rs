@@ -1,30 +1,37 @@
 //! Configuration files of the prober and the weeder.
 //!
-//! Both subcommands read a YAML file that Gardener renders into a ConfigMap; the drop-in rule says
-//! those files must load unchanged. We read the YAML into a generic JSON tree and walk it by hand
-//! instead of deriving `Deserialize`, because that is what lets us (a) report *every* bad field in
-//! one error, each with its path, so an operator fixes a config in one round trip, and (b) warn
-//! about unknown fields (the reference silently ignores them) without failing, since older and
-//! newer Gardener versions render fields the other side may not know.
+//! Both subcommands read a YAML (or JSON) file that Gardener renders into a ConfigMap; the drop-in
+//! rule says every file the reference accepts must load here with the same meaning. So the file is
+//! first read the way the reference's `sigs.k8s.io/yaml` reads it ([`goyaml`]: YAML 1.1 scalars,
+//! first document only, merge keys in go-yaml v2's order), and the fields are then decoded with
+//! `encoding/json`'s rules ([`Fields`]): names match case-insensitively, a number or boolean is
+//! taken for a string field, `null` leaves a field at its default, unknown fields are ignored.
+//!
+//! We walk the tree by hand instead of deriving `Deserialize`, because that is what lets us
+//! (a) report *every* bad field in one error, each with its path, so an operator fixes a config in
+//! one round trip, and (b) return warnings for what loads but deserves a look: unknown fields
+//! (the reference ignores them silently), values read differently than they look, and values
+//! the reference accepts although they switch protection off or scale healthy shoots down.
 
+mod goyaml;
 pub mod prober;
 pub mod weeder;
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
 
-use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::duration::parse_go_duration;
+use crate::duration::parse_go_duration_nanos;
+use goyaml::GoValue;
 
 pub use prober::{DependentResourceInfo, ProberConfig, ResourceRef, ScaleInfo};
 pub use weeder::{DependantSelectors, WeederConfig};
 
 /// A successfully loaded configuration plus the things that were accepted but deserve the
-/// operator's attention (unknown fields, by path). Warnings are full sentences that start with the
-/// field path, e.g. `dependentResourceInfos[0].scaleUp.replicas: unknown field, ignored`.
+/// operator's attention. Warnings are full sentences that start with the field path, e.g.
+/// `dependentResourceInfos[0].scaleUp.replicas: unknown field, ignored`; the binary logs each once
+/// at startup.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded<T> {
     pub config: T,
@@ -34,14 +41,18 @@ pub struct Loaded<T> {
 /// One bad field: where it is and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldProblem {
-    /// Path in the document, e.g. `dependentResourceInfos[1].scaleDown.level`.
+    /// Path in the document, e.g. `dependentResourceInfos[1].scaleDown`.
     pub path: String,
     pub message: String,
 }
 
 impl fmt::Display for FieldProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
     }
 }
 
@@ -69,42 +80,41 @@ fn render_problems(problems: &[FieldProblem]) -> String {
     out
 }
 
-/// Parses YAML text into the top-level mapping of a config document.
-pub(crate) fn load_mapping(text: &str) -> Result<Map<String, Value>, ConfigError> {
-    // Duplicate keys: the last one wins, as with the reference's YAML decoder, so a file it loads
-    // loads here too.
-    let options = serde_saphyr::options! {
-        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
-    };
-    let doc: Value = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
-        let message = e.to_string();
-        ConfigError::Yaml {
-            message: message
-                .strip_prefix("error: ")
-                .unwrap_or(&message)
-                .to_owned(),
-        }
-    })?;
+/// Reads a config file into its top-level mapping. An empty file is an empty mapping: the
+/// reference decodes it into an all-default config and then names the required fields missing,
+/// and so do we.
+pub(crate) fn load_document(text: &str) -> Result<BTreeMap<String, GoValue>, ConfigError> {
+    let doc = goyaml::load(text).map_err(|e| ConfigError::Yaml { message: e.0 })?;
     match doc {
-        Value::Object(map) => Ok(map),
-        Value::Null => Err(ConfigError::NotAMapping {
-            found: "an empty document",
-        }),
+        GoValue::Map(map) => Ok(map),
+        GoValue::Null => Ok(BTreeMap::new()),
         other => Err(ConfigError::NotAMapping {
             found: kind_of(&other),
         }),
     }
 }
 
-/// Describes a JSON value's kind with an article, for messages like "must be a string, got a list".
-pub(crate) fn kind_of(v: &Value) -> &'static str {
+/// Describes a value's kind with an article, for messages like "must be a string, got a list".
+pub(crate) fn kind_of(v: &GoValue) -> &'static str {
     match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
+        GoValue::Null => "null",
+        GoValue::Bool(..) => "a boolean",
+        GoValue::Int(..) | GoValue::Uint(..) | GoValue::Float(..) => "a number",
+        GoValue::Str(_) => "a string",
+        GoValue::Seq(_) => "a list",
+        GoValue::Map(_) => "a mapping",
+    }
+}
+
+/// Describes a scalar by value (as written) or a collection by kind, for "got …" messages.
+pub(crate) fn describe(v: &GoValue) -> String {
+    match v {
+        GoValue::Str(s) => format!("the string {s:?}"),
+        GoValue::Bool(_, text)
+        | GoValue::Int(_, text)
+        | GoValue::Uint(_, text)
+        | GoValue::Float(_, text) => text.clone(),
+        other => kind_of(other).to_owned(),
     }
 }
 
@@ -120,175 +130,431 @@ pub(crate) fn join(parent: &str, key: &str) -> String {
     }
 }
 
-/// Accumulates problems while a document is walked, so validation never stops at the first one.
+/// What one load collects: every problem (so validation never stops at the first one) and every
+/// warning.
 #[derive(Debug, Default)]
-pub(crate) struct Problems(pub(crate) Vec<FieldProblem>);
+pub(crate) struct Ctx {
+    pub(crate) problems: Vec<FieldProblem>,
+    pub(crate) warnings: Vec<String>,
+}
 
-impl Problems {
-    pub(crate) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(FieldProblem {
+impl Ctx {
+    pub(crate) fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(FieldProblem {
             path: path.into(),
             message: message.into(),
         });
     }
 
-    pub(crate) fn into_result<T>(self, ok: T) -> Result<T, ConfigError> {
-        if self.0.is_empty() {
-            Ok(ok)
+    pub(crate) fn warn(&mut self, path: &str, message: impl fmt::Display) {
+        self.warnings.push(if path.is_empty() {
+            message.to_string()
         } else {
-            Err(ConfigError::Invalid { problems: self.0 })
+            format!("{path}: {message}")
+        });
+    }
+
+    /// The loaded config, or every problem found.
+    pub(crate) fn finish<T>(self, config: Option<T>) -> Result<Loaded<T>, ConfigError> {
+        match config {
+            Some(config) if self.problems.is_empty() => Ok(Loaded {
+                config,
+                warnings: self.warnings,
+            }),
+            _ => {
+                let mut problems = self.problems;
+                if problems.is_empty() {
+                    // Defensive: a missing value without a recorded problem would be our bug;
+                    // still refuse rather than run with a half-built config.
+                    problems.push(FieldProblem {
+                        path: String::new(),
+                        message: "config could not be assembled".to_owned(),
+                    });
+                }
+                Err(ConfigError::Invalid { problems })
+            }
         }
     }
 }
 
-/// A mapping being read field by field. It remembers which keys were asked for so that the rest
-/// can be reported as unknown once the caller is done.
+/// The outcome of decoding one field.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Got<T> {
+    /// Not in the file, or `null`: the field keeps its default.
+    Absent,
+    Value(T),
+    /// Present but unusable; the problem is recorded.
+    Invalid,
+}
+
+impl<T> Got<T> {
+    /// The value, or `default` when absent; `None` when invalid.
+    pub(crate) fn or(self, default: T) -> Option<T> {
+        match self {
+            Got::Absent => Some(default),
+            Got::Value(v) => Some(v),
+            Got::Invalid => None,
+        }
+    }
+
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Got<U> {
+        match self {
+            Got::Absent => Got::Absent,
+            Got::Value(v) => Got::Value(f(v)),
+            Got::Invalid => Got::Invalid,
+        }
+    }
+}
+
+/// `encoding/json`'s key folding (`foldName`): ASCII letters and the few non-ASCII letters whose
+/// lower-then-upper case is an ASCII letter (Kelvin sign, long s, dotless i, dotted I) compare
+/// equal to their ASCII capitals. Field names are ASCII, so no other character can match one.
+fn fold_json(key: &str) -> String {
+    key.chars()
+        .map(|c| match c {
+            '\u{212A}' => 'K',
+            '\u{17F}' => 'S',
+            '\u{131}' | '\u{130}' => 'I',
+            c => c.to_ascii_uppercase(),
+        })
+        .collect()
+}
+
+/// The older folding `sigs.k8s.io/yaml` uses to find a key's field before converting numbers to
+/// strings (`bytes.EqualFold`-like: the Kelvin sign and the long s, not the Turkish i's). A key
+/// that only `encoding/json` matches gets its number unconverted, and then fails as a string.
+fn fold_yaml(key: &str) -> String {
+    key.chars()
+        .map(|c| match c {
+            '\u{212A}' => 'K',
+            '\u{17F}' => 'S',
+            c => c.to_ascii_uppercase(),
+        })
+        .collect()
+}
+
+/// One key of a mapping that a field matched.
+struct Match<'a> {
+    key: &'a str,
+    value: &'a GoValue,
+    /// Whether `sigs.k8s.io/yaml` saw this key as the field, and so turned a number or boolean
+    /// into a string when the field is one.
+    coercible: bool,
+}
+
+/// A Go struct being decoded from a mapping, field by field. It remembers which keys were used so
+/// that the rest can be reported as unknown once the caller is done.
 pub(crate) struct Fields<'a> {
     path: String,
-    map: &'a Map<String, Value>,
-    seen: BTreeSet<&'a str>,
+    /// The mapping's entries in the order `encoding/json` decodes them: key order, and for a
+    /// struct given twice under case variants of its name, the first mapping's entries then the
+    /// second's (Go decodes the second into the same struct).
+    entries: Vec<(&'a str, &'a GoValue)>,
+    seen: Vec<bool>,
 }
 
 impl<'a> Fields<'a> {
-    pub(crate) fn new(map: &'a Map<String, Value>, path: impl Into<String>) -> Self {
+    pub(crate) fn new(entries: Vec<(&'a str, &'a GoValue)>, path: impl Into<String>) -> Self {
+        let seen = vec![false; entries.len()];
         Self {
             path: path.into(),
-            map,
-            seen: BTreeSet::new(),
+            entries,
+            seen,
         }
+    }
+
+    pub(crate) fn of_map(map: &'a BTreeMap<String, GoValue>, path: impl Into<String>) -> Self {
+        Self::new(map.iter().map(|(k, v)| (k.as_str(), v)).collect(), path)
     }
 
     pub(crate) fn path_of(&self, key: &str) -> String {
         join(&self.path, key)
     }
 
-    /// The value of `key`, with an explicit YAML null treated as absent (Go's decoder leaves a
-    /// nulled field at its zero value, which then gets the default).
-    pub(crate) fn get(&mut self, key: &'a str) -> Option<&'a Value> {
-        self.seen.insert(key);
-        self.map.get(key).filter(|v| !v.is_null())
-    }
-
-    /// Reports every key that was never asked for as an unknown field.
-    pub(crate) fn finish(self, warnings: &mut Vec<String>) {
-        for key in self.map.keys() {
-            if !self.seen.contains(key.as_str()) {
-                warnings.push(format!("{}: unknown field, ignored", join(&self.path, key)));
+    /// Every key that names `field`, exactly or case-insensitively, in decoding order. A key that
+    /// only matches case-insensitively gets a warning: it works (the reference reads it too),
+    /// but it is probably a typo.
+    fn lookup(&mut self, field: &str, cx: &mut Ctx) -> Vec<Match<'a>> {
+        let want_json = fold_json(field);
+        let want_yaml = fold_yaml(field);
+        let mut out = Vec::new();
+        for (i, (key, value)) in self.entries.iter().enumerate() {
+            if *key == field || fold_json(key) == want_json {
+                if *key != field && !self.seen[i] {
+                    cx.warn(
+                        &join(&self.path, key),
+                        format_args!(
+                            "read as {field} (field names match case-insensitively, as in the reference)"
+                        ),
+                    );
+                }
+                self.seen[i] = true;
+                out.push(Match {
+                    key,
+                    value,
+                    coercible: *key == field || fold_yaml(key) == want_yaml,
+                });
             }
         }
+        out
     }
-}
 
-/// A string field; a non-string value is a problem.
-pub(crate) fn as_string(v: &Value, path: &str, problems: &mut Problems) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        other => {
-            problems.push(path, format!("must be a string, got {}", kind_of(other)));
-            None
+    /// Decodes a field with `conv`, following `encoding/json`: each matching key in turn, the
+    /// last one wins; `null` resets a `nullable` field (a Go pointer, slice or map) to absent and
+    /// leaves any other unchanged. A key that fails makes the field invalid, as Go's decoder then
+    /// fails the whole file.
+    fn decode<T>(
+        &mut self,
+        field: &str,
+        nullable: bool,
+        cx: &mut Ctx,
+        mut conv: impl FnMut(&'a GoValue, &str, bool, &mut Ctx) -> Option<T>,
+    ) -> Got<T> {
+        let mut out = Got::Absent;
+        let mut bad = false;
+        for m in self.lookup(field, cx) {
+            if matches!(m.value, GoValue::Null) {
+                if nullable {
+                    out = Got::Absent;
+                }
+                continue;
+            }
+            let path = join(&self.path, m.key);
+            match conv(m.value, &path, m.coercible, cx) {
+                Some(v) => out = Got::Value(v),
+                None => bad = true,
+            }
         }
+        if bad { Got::Invalid } else { out }
     }
-}
 
-/// A required, non-empty string field.
-pub(crate) fn required_string(
-    v: Option<&Value>,
-    path: &str,
-    problems: &mut Problems,
-) -> Option<String> {
-    let Some(v) = v else {
-        problems.push(path, "required");
-        return None;
-    };
-    let s = as_string(v, path, problems)?;
-    if s.trim().is_empty() {
-        problems.push(path, "required (must not be empty)");
-        return None;
+    /// A Go `string` field.
+    pub(crate) fn string(&mut self, field: &str, cx: &mut Ctx) -> Got<String> {
+        self.decode(field, false, cx, to_string)
     }
-    Some(s)
-}
 
-pub(crate) fn as_bool(v: &Value, path: &str, problems: &mut Problems) -> Option<bool> {
-    match v {
-        Value::Bool(b) => Some(*b),
-        other => {
-            problems.push(
-                path,
-                format!("must be true or false, got {}", describe(other)),
-            );
-            None
-        }
-    }
-}
-
-/// A finite number (integers are fine for float fields, as in Go's JSON decoder).
-pub(crate) fn as_f64(v: &Value, path: &str, problems: &mut Problems) -> Option<f64> {
-    match v.as_f64() {
-        Some(f) if f.is_finite() => Some(f),
-        _ => {
-            problems.push(path, format!("must be a number, got {}", describe(v)));
-            None
-        }
-    }
-}
-
-/// A non-negative integer that fits in `u32`.
-pub(crate) fn as_u32(v: &Value, path: &str, problems: &mut Problems) -> Option<u32> {
-    if let Some(n) = v.as_u64() {
-        if let Ok(n) = u32::try_from(n) {
-            return Some(n);
-        }
-        problems.push(path, format!("must be at most {}, got {n}", u32::MAX));
-        return None;
-    }
-    problems.push(
-        path,
-        format!("must be a non-negative integer, got {}", describe(v)),
-    );
-    None
-}
-
-/// A duration in Go syntax. Like `metav1.Duration`, only strings are accepted: a bare number is
-/// ambiguous (seconds? nanoseconds?) and the reference rejects it too.
-pub(crate) fn as_duration(v: &Value, path: &str, problems: &mut Problems) -> Option<Duration> {
-    match v {
-        Value::String(s) => match parse_go_duration(s) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                problems.push(path, e.to_string());
+    /// A Go `bool` field.
+    pub(crate) fn bool(&mut self, field: &str, cx: &mut Ctx) -> Got<bool> {
+        self.decode(field, false, cx, |v, path, _, cx| match v {
+            GoValue::Bool(b, _) => Some(*b),
+            other => {
+                cx.problem(
+                    path,
+                    format!("must be true or false, got {}", describe(other)),
+                );
                 None
             }
-        },
-        Value::Number(n) => {
-            problems.push(
-                path,
-                format!(
-                    "must be a duration string such as \"30s\" or \"1m30s\", got the bare number {n}"
-                ),
-            );
+        })
+    }
+
+    /// A Go `int` field (64 bits).
+    pub(crate) fn int(&mut self, field: &str, cx: &mut Ctx) -> Got<i64> {
+        self.decode(field, false, cx, to_int)
+    }
+
+    /// A Go `*float64` field.
+    pub(crate) fn float(&mut self, field: &str, cx: &mut Ctx) -> Got<f64> {
+        self.decode(field, true, cx, |v, path, _, cx| match v {
+            GoValue::Int(i, _) => Some(*i as f64),
+            GoValue::Uint(u, _) => Some(*u as f64),
+            GoValue::Float(f, _) if f.is_finite() => Some(*f),
+            GoValue::Float(_, text) => {
+                cx.problem(path, non_finite(text));
+                None
+            }
+            other => {
+                cx.problem(path, format!("must be a number, got {}", describe(other)));
+                None
+            }
+        })
+    }
+
+    /// A `*metav1.Duration` field, as Go's signed nanoseconds.
+    pub(crate) fn duration(&mut self, field: &str, cx: &mut Ctx) -> Got<i64> {
+        self.decode(field, true, cx, |v, path, _, cx| match v {
+            GoValue::Str(s) => match parse_go_duration_nanos(s) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    cx.problem(path, e.to_string());
+                    None
+                }
+            },
+            // `metav1.Duration` reads only JSON strings; a bare number is ambiguous anyway
+            // (seconds? nanoseconds?).
+            other @ (GoValue::Int(..) | GoValue::Uint(..) | GoValue::Float(..)) => {
+                cx.problem(
+                    path,
+                    format!(
+                        "must be a duration string such as \"30s\" or \"1m30s\", got the bare number {}",
+                        describe(other)
+                    ),
+                );
+                None
+            }
+            other => {
+                cx.problem(
+                    path,
+                    format!(
+                        "must be a duration string such as \"30s\", got {}",
+                        kind_of(other)
+                    ),
+                );
+                None
+            }
+        })
+    }
+
+    /// A Go slice field: the last list given wins, `null` empties it.
+    pub(crate) fn list(&mut self, field: &str, cx: &mut Ctx) -> Got<(String, &'a [GoValue])> {
+        self.decode(field, true, cx, |v, path, _, cx| match v {
+            GoValue::Seq(items) => Some((path.to_owned(), items.as_slice())),
+            other => {
+                cx.problem(path, format!("must be a list, got {}", kind_of(other)));
+                None
+            }
+        })
+    }
+
+    /// A pointer-to-struct field: its entries in decoding order (several case variants of the
+    /// name decode into the same struct, so their entries add up; `null` starts over).
+    pub(crate) fn object(
+        &mut self,
+        field: &str,
+        cx: &mut Ctx,
+    ) -> Got<(String, Vec<(&'a str, &'a GoValue)>)> {
+        let mut out: Got<(String, Vec<(&'a str, &'a GoValue)>)> = Got::Absent;
+        let mut bad = false;
+        for m in self.lookup(field, cx) {
+            let path = join(&self.path, m.key);
+            match m.value {
+                GoValue::Null => out = Got::Absent,
+                GoValue::Map(map) => {
+                    let mut entries = match out {
+                        Got::Value((_, entries)) => entries,
+                        _ => Vec::new(),
+                    };
+                    entries.extend(map.iter().map(|(k, v)| (k.as_str(), v)));
+                    out = Got::Value((path, entries));
+                }
+                other => {
+                    cx.problem(&path, format!("must be a mapping, got {}", kind_of(other)));
+                    bad = true;
+                }
+            }
+        }
+        if bad { Got::Invalid } else { out }
+    }
+
+    /// A Go map field: keys of several mappings given under case variants of the name add up
+    /// (a later key replaces an earlier one's value); `null` starts over.
+    pub(crate) fn map(
+        &mut self,
+        field: &str,
+        cx: &mut Ctx,
+    ) -> Got<(String, BTreeMap<&'a str, &'a GoValue>)> {
+        self.object(field, cx)
+            .map(|(path, entries)| (path, entries.into_iter().collect()))
+    }
+
+    /// Reports every key that was never asked for as an unknown field. The reference ignores
+    /// them too, except that a NaN or infinity anywhere can't be turned into JSON, which fails
+    /// its whole file.
+    pub(crate) fn finish(self, cx: &mut Ctx) {
+        for (i, (key, value)) in self.entries.iter().enumerate() {
+            if !self.seen[i] {
+                let path = join(&self.path, key);
+                cx.warn(&path, "unknown field, ignored");
+                check_json_numbers(value, &path, cx);
+            }
+        }
+    }
+}
+
+/// Records a problem for every NaN or infinity in an ignored value (see [`Fields::finish`]).
+pub(crate) fn check_json_numbers(v: &GoValue, path: &str, cx: &mut Ctx) {
+    match v {
+        GoValue::Float(f, text) if !f.is_finite() => cx.problem(path, non_finite(text)),
+        GoValue::Seq(items) => {
+            for (i, item) in items.iter().enumerate() {
+                check_json_numbers(item, &format!("{path}[{i}]"), cx);
+            }
+        }
+        GoValue::Map(map) => {
+            for (k, item) in map {
+                check_json_numbers(item, &join(path, k), cx);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn non_finite(text: &str) -> String {
+    format!(
+        "{text} is not a number JSON can hold; the reference rejects the file (quote it if a string is meant)"
+    )
+}
+
+/// A Go `string` target: strings as they are, and (as `sigs.k8s.io/yaml` does for a key it
+/// recognises) numbers and booleans as Go prints them. When that printing differs from what was
+/// written (`on` → `true`, `010` → `8`, `1.0` → `1`), the operator most likely meant the text,
+/// so a warning says how it was read and how to get the text.
+pub(crate) fn to_string(v: &GoValue, path: &str, coercible: bool, cx: &mut Ctx) -> Option<String> {
+    let printed = match v {
+        GoValue::Str(s) => return Some(s.clone()),
+        GoValue::Bool(b, text) => (b.to_string(), text),
+        GoValue::Int(i, text) => (i.to_string(), text),
+        GoValue::Uint(u, text) => (u.to_string(), text),
+        GoValue::Float(f, text) => (goyaml::format_float32_g(*f), text),
+        other => {
+            cx.problem(path, format!("must be a string, got {}", kind_of(other)));
+            return None;
+        }
+    };
+    let (value, text) = printed;
+    if !coercible {
+        cx.problem(path, format!("must be a string, got {}", describe(v)));
+        return None;
+    }
+    if value != *text {
+        cx.warn(
+            path,
+            format_args!(
+                "the unquoted {text} is read as \"{value}\" (YAML 1.1, as the reference reads it); quote it to mean \"{text}\""
+            ),
+        );
+    }
+    Some(value)
+}
+
+/// A Go `int` target. A float with an integral value is fine (JSON does not tell `1.0` from `1`),
+/// anything beyond 64 bits is not.
+pub(crate) fn to_int(v: &GoValue, path: &str, _coercible: bool, cx: &mut Ctx) -> Option<i64> {
+    // 2^63 as f64: the first value past i64::MAX.
+    const I64_END: f64 = 9_223_372_036_854_775_808.0;
+    match v {
+        GoValue::Int(i, _) => Some(*i),
+        #[allow(clippy::cast_possible_truncation)]
+        GoValue::Float(f, _) if f.fract() == 0.0 && *f >= -I64_END && *f < I64_END => {
+            Some(*f as i64)
+        }
+        GoValue::Float(f, text) if !f.is_finite() => {
+            cx.problem(path, non_finite(text));
+            None
+        }
+        GoValue::Uint(_, text) => {
+            cx.problem(path, format!("must fit in 64 bits, got {text}"));
             None
         }
         other => {
-            problems.push(
-                path,
-                format!(
-                    "must be a duration string such as \"30s\", got {}",
-                    kind_of(other)
-                ),
-            );
+            cx.problem(path, format!("must be an integer, got {}", describe(other)));
             None
         }
     }
 }
 
-/// Describes a scalar by value (short ones) or by kind, for "got …" messages.
-pub(crate) fn describe(v: &Value) -> String {
-    match v {
-        Value::String(s) => format!("the string {s:?}"),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        other => kind_of(other).to_owned(),
-    }
+/// Go's `strings.TrimSpace(s) == ""`.
+pub(crate) fn is_blank(s: &str) -> bool {
+    s.trim().is_empty()
 }
 
 #[cfg(test)]
@@ -297,37 +563,38 @@ mod tests {
 
     #[test]
     fn malformed_yaml_is_a_yaml_error() {
-        let err = load_mapping("a: [1, 2\nb: }").unwrap_err();
+        let err = load_document("a: [1, 2\nb: }").unwrap_err();
         assert!(matches!(err, ConfigError::Yaml { .. }), "{err:?}");
         assert!(
             err.to_string()
-                .starts_with("config file is not valid YAML: line 2"),
+                .starts_with("config file is not valid YAML: "),
             "{err}"
         );
     }
 
     #[test]
     fn duplicate_keys_keep_the_last_value_like_the_reference() {
-        let map = load_mapping("a: 1\na: 2\n").unwrap();
-        assert_eq!(map["a"], 2);
+        let map = load_document("a: 1\na: 2\n").unwrap();
+        assert_eq!(map["a"], GoValue::Int(2, "2".into()));
     }
 
     #[test]
     fn non_mapping_documents_are_rejected_with_their_kind() {
         assert_eq!(
-            load_mapping("- a\n- b\n").unwrap_err(),
+            load_document("- a\n- b\n").unwrap_err(),
             ConfigError::NotAMapping { found: "a list" }
         );
         assert_eq!(
-            load_mapping("").unwrap_err(),
-            ConfigError::NotAMapping {
-                found: "an empty document"
-            }
-        );
-        assert_eq!(
-            load_mapping("just text").unwrap_err(),
+            load_document("just text").unwrap_err(),
             ConfigError::NotAMapping { found: "a string" }
         );
+    }
+
+    #[test]
+    fn an_empty_file_is_an_empty_mapping_whose_required_fields_are_then_missing() {
+        // The reference decodes `null` into an all-default config and fails its validation.
+        assert_eq!(load_document("").unwrap(), BTreeMap::new());
+        assert_eq!(load_document("# nothing\n").unwrap(), BTreeMap::new());
     }
 
     #[test]
@@ -348,5 +615,71 @@ mod tests {
             err.to_string(),
             "invalid config (2 problems):\n  - a: required\n  - b[0].c: must be > 0"
         );
+    }
+
+    fn fields_of(text: &str) -> BTreeMap<String, GoValue> {
+        load_document(text).unwrap()
+    }
+
+    #[test]
+    fn field_names_match_case_insensitively_and_the_last_key_in_byte_order_wins() {
+        let map = fields_of("ProbeInterval: 5s\nprobeinterval: 7s\n");
+        let mut cx = Ctx::default();
+        let mut f = Fields::of_map(&map, "");
+        // "ProbeInterval" < "probeinterval": Go decodes both, in that order.
+        assert_eq!(
+            f.duration("probeInterval", &mut cx),
+            Got::Value(7_000_000_000)
+        );
+        f.finish(&mut cx);
+        assert!(cx.problems.is_empty());
+        assert_eq!(
+            cx.warnings,
+            [
+                "ProbeInterval: read as probeInterval (field names match case-insensitively, as in the reference)",
+                "probeinterval: read as probeInterval (field names match case-insensitively, as in the reference)",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_kelvin_sign_and_long_s_fold_like_go() {
+        let map = fields_of("\u{17F}cale: a\nmas\u{212A}: b\n");
+        let mut cx = Ctx::default();
+        let mut f = Fields::of_map(&map, "");
+        assert_eq!(f.string("scale", &mut cx), Got::Value("a".into()));
+        assert_eq!(f.string("mask", &mut cx), Got::Value("b".into()));
+    }
+
+    #[test]
+    fn numbers_and_booleans_become_strings_where_a_string_is_wanted() {
+        let map = fields_of("a: 123\nb: 1.0\nc: on\nd: 0x1F\ne: [x]\n");
+        let mut cx = Ctx::default();
+        let mut f = Fields::of_map(&map, "");
+        assert_eq!(f.string("a", &mut cx), Got::Value("123".into()));
+        assert_eq!(f.string("b", &mut cx), Got::Value("1".into()));
+        assert_eq!(f.string("c", &mut cx), Got::Value("true".into()));
+        assert_eq!(f.string("d", &mut cx), Got::Value("31".into()));
+        assert_eq!(f.string("e", &mut cx), Got::Invalid);
+        assert_eq!(cx.warnings.len(), 3, "{:?}", cx.warnings);
+        assert!(cx.warnings[1].starts_with("c: the unquoted on is read as \"true\""));
+    }
+
+    #[test]
+    fn null_resets_pointers_and_leaves_values_alone() {
+        let map = fields_of("A: 5s\na: null\nB: x\nb: null\n");
+        let mut cx = Ctx::default();
+        let mut f = Fields::of_map(&map, "");
+        assert_eq!(f.duration("a", &mut cx), Got::Absent);
+        assert_eq!(f.string("b", &mut cx), Got::Value("x".into()));
+    }
+
+    #[test]
+    fn a_nan_in_an_unknown_field_fails_the_file_as_in_the_reference() {
+        let map = fields_of("x: [1, .nan]\n");
+        let mut cx = Ctx::default();
+        Fields::of_map(&map, "").finish(&mut cx);
+        assert_eq!(cx.problems.len(), 1);
+        assert_eq!(cx.problems[0].path, "x[1]");
     }
 }

@@ -1,22 +1,23 @@
 //! The prober's configuration file (SPEC §2.4).
 //!
-//! Field names, defaults and the duration syntax match the reference so Gardener's rendered
-//! `dep-config.yaml` loads unchanged. We are deliberately more lenient than the reference where the
-//! spec grants a default (`kcmNodeMonitorGraceDuration`, `optional`) and stricter only where a value
-//! could not possibly work (zero probe interval, fractions outside (0, 1]). `successThreshold` and
-//! `failureThreshold` are ours (optional hysteresis, from the redesign document); the default of 1
-//! keeps the reference behaviour.
+//! Field names, defaults and the meaning of every value match the reference (v1.7.0,
+//! `internal/prober/config.go`), so any file it loads loads here with the same effect; see
+//! [`super`] for how the file itself is read and `tests/parity.rs` for the file-by-file
+//! comparison. Where the reference accepts a value that switches protection off or scales healthy
+//! shoots down (a failure fraction of 0, a negative grace period, a zero interval), we start
+//! anyway, as it does, and return a warning naming the field and the consequence; the binary
+//! logs it once at startup. We reject only what the reference rejects or crashes on.
+//! `successThreshold` and `failureThreshold` are ours (optional hysteresis, from the redesign
+//! document); the default of 1 keeps the reference behaviour.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
-use serde_json::Value;
-
-use super::{
-    ConfigError, Fields, Loaded, Problems, as_bool, as_duration, as_f64, as_u32, kind_of,
-    load_mapping, required_string,
-};
+use super::goyaml::GoValue;
+use super::{Ctx, Fields, Got, Loaded, kind_of, load_document};
+use crate::config::{ConfigError, is_blank};
+use crate::duration::format_go_duration;
 
 /// Default for `probeInterval`.
 pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(10);
@@ -36,16 +37,25 @@ pub const DEFAULT_SCALE_INITIAL_DELAY: Duration = Duration::ZERO;
 pub const DEFAULT_SCALE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default for `successThreshold` / `failureThreshold` (1 = act on every decision, as the reference).
 pub const DEFAULT_THRESHOLD: u32 = 1;
+/// The effective `probeTimeout` when the file gives zero or a negative value: the reference's
+/// client then has no timeout at all. Go's largest duration (about 292 years) stands for "none"
+/// here; it is safe to add to any clock reading.
+pub const NO_TIMEOUT: Duration = Duration::from_nanos(i64::MAX as u64);
 
 /// The effective prober configuration, with defaults filled in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProberConfig {
     pub kube_config_secret_name: String,
+    /// Zero when the file gives zero or less: runs follow each other without pause.
     pub probe_interval: Duration,
     pub initial_delay: Duration,
+    /// [`NO_TIMEOUT`] when the file gives zero or less.
     pub probe_timeout: Duration,
+    /// As given; zero or less means no jitter.
     pub backoff_jitter_factor: f64,
+    /// Zero when the file gives a negative value: every lease counts as expired.
     pub kcm_node_monitor_grace_duration: Duration,
+    /// As given: zero or less scales every shoot down, above 1 never scales down.
     pub node_lease_failure_fraction: f64,
     pub dependent_resource_infos: Vec<DependentResourceInfo>,
     /// Consecutive scale-up decisions needed before scaling up (ours; default 1).
@@ -81,269 +91,395 @@ impl fmt::Display for ResourceRef {
 /// How to scale one target in one direction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScaleInfo {
-    /// Levels run in ascending order; targets of one level run concurrently.
+    /// Levels run in ascending order; targets of one level run concurrently. The file's levels
+    /// are Go `int`s; when one of them is negative or above `u32::MAX` (the reference takes
+    /// both), a direction's levels are renumbered 0, 1, 2, … in the same order, with a warning.
     pub level: u32,
+    /// Zero when the file gives a negative value.
     pub initial_delay: Duration,
+    /// Zero when the file gives zero or less.
     pub timeout: Duration,
 }
 
+/// Formats Go's signed nanoseconds like Go's `Duration.String()`.
+fn go_string(nanos: i64) -> String {
+    let d = format_go_duration(Duration::from_nanos(nanos.unsigned_abs()));
+    if nanos < 0 { format!("-{d}") } else { d }
+}
+
+fn nanos_to_duration(nanos: i64) -> Duration {
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
+}
+
+fn default_nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
 impl ProberConfig {
-    /// Loads and validates a prober config. On success unknown fields are returned as warnings; on
+    /// Loads a prober config. On success the warnings say what loaded but deserves attention; on
     /// failure every problem found is reported at once.
     pub fn from_yaml(text: &str) -> Result<Loaded<ProberConfig>, ConfigError> {
-        let map = load_mapping(text)?;
-        let mut problems = Problems::default();
-        let mut warnings = Vec::new();
-        let mut f = Fields::new(&map, "");
+        let map = load_document(text)?;
+        let mut cx = Ctx::default();
+        let mut f = Fields::of_map(&map, "");
 
-        let kube_config_secret_name = required_string(
-            f.get("kubeConfigSecretName"),
-            "kubeConfigSecretName",
-            &mut problems,
-        );
-        let probe_interval = positive_duration(
-            &mut f,
-            "probeInterval",
-            DEFAULT_PROBE_INTERVAL,
-            &mut problems,
-        );
-        let initial_delay = f
-            .get("initialDelay")
-            .map_or(Some(DEFAULT_INITIAL_DELAY), |v| {
-                as_duration(v, "initialDelay", &mut problems)
-            });
-        let probe_timeout =
-            positive_duration(&mut f, "probeTimeout", DEFAULT_PROBE_TIMEOUT, &mut problems);
-        let kcm_grace = match f.get("kcmNodeMonitorGraceDuration") {
-            None => Some(DEFAULT_KCM_NODE_MONITOR_GRACE),
-            Some(v) => match as_duration(v, "kcmNodeMonitorGraceDuration", &mut problems) {
-                Some(Duration::ZERO) => {
-                    problems.push(
-                        "kcmNodeMonitorGraceDuration",
-                        "must be non-zero (every lease would count as expired at once)",
-                    );
-                    None
-                }
-                other => other,
-            },
-        };
-        let backoff_jitter_factor = match f.get("backoffJitterFactor") {
-            None => Some(DEFAULT_BACKOFF_JITTER_FACTOR),
-            Some(v) => as_f64(v, "backoffJitterFactor", &mut problems).and_then(|j| {
-                if j < 0.0 {
-                    problems.push("backoffJitterFactor", format!("must be >= 0, got {j}"));
-                    None
-                } else {
-                    Some(j)
-                }
-            }),
-        };
-        let node_lease_failure_fraction = match f.get("nodeLeaseFailureFraction") {
-            None => Some(DEFAULT_NODE_LEASE_FAILURE_FRACTION),
-            Some(v) => as_f64(v, "nodeLeaseFailureFraction", &mut problems).and_then(|x| {
-                if x > 0.0 && x <= 1.0 {
-                    Some(x)
-                } else {
-                    problems.push(
-                        "nodeLeaseFailureFraction",
-                        format!("must be in (0, 1], got {x}"),
-                    );
-                    None
-                }
-            }),
-        };
-        let success_threshold = threshold(&mut f, "successThreshold", &mut problems);
-        let failure_threshold = threshold(&mut f, "failureThreshold", &mut problems);
-        let infos = dependent_resource_infos(
-            f.get("dependentResourceInfos"),
-            &mut problems,
-            &mut warnings,
-        );
-        f.finish(&mut warnings);
-
-        if let Some(infos) = &infos {
-            warn_duplicate_targets(infos, &mut warnings);
-        }
-
-        // Every `None` below has a matching problem, so this only assembles when all are present.
-        let config = match (
-            kube_config_secret_name,
-            probe_interval,
-            initial_delay,
-            probe_timeout,
-            backoff_jitter_factor,
-            kcm_grace,
-            node_lease_failure_fraction,
-            infos,
-            success_threshold,
-            failure_threshold,
-        ) {
-            (
-                Some(kube_config_secret_name),
-                Some(probe_interval),
-                Some(initial_delay),
-                Some(probe_timeout),
-                Some(backoff_jitter_factor),
-                Some(kcm_node_monitor_grace_duration),
-                Some(node_lease_failure_fraction),
-                Some(dependent_resource_infos),
-                Some(success_threshold),
-                Some(failure_threshold),
-            ) if problems.0.is_empty() => ProberConfig {
-                kube_config_secret_name,
-                probe_interval,
-                initial_delay,
-                probe_timeout,
-                backoff_jitter_factor,
-                kcm_node_monitor_grace_duration,
-                node_lease_failure_fraction,
-                dependent_resource_infos,
-                success_threshold,
-                failure_threshold,
-            },
+        // validate: MustNotBeEmpty("KubeConfigSecretName") (after strings.TrimSpace).
+        let kube_config_secret_name = match f.string("kubeConfigSecretName", &mut cx) {
+            Got::Value(s) if !is_blank(&s) => Some(s),
+            Got::Invalid => None,
             _ => {
-                if problems.0.is_empty() {
-                    // Defensive: a missing value without a recorded problem would be our bug; still
-                    // refuse rather than run with a half-built config.
-                    problems.push("", "config could not be assembled");
-                }
-                return Err(ConfigError::Invalid {
-                    problems: problems.0,
-                });
+                cx.problem("kubeConfigSecretName", "required (must not be empty)");
+                None
             }
         };
-        problems.into_result(Loaded { config, warnings })
-    }
-}
 
-/// A duration that defaults when absent and must be strictly positive when given (an interval or
-/// timeout of zero would spin or fail every time).
-fn positive_duration(
-    f: &mut Fields<'_>,
-    key: &'static str,
-    default: Duration,
-    problems: &mut Problems,
-) -> Option<Duration> {
-    match f.get(key) {
-        None => Some(default),
-        Some(v) => match as_duration(v, key, problems) {
-            Some(Duration::ZERO) => {
-                problems.push(key, "must be > 0");
-                None
+        let probe_interval = f
+            .duration("probeInterval", &mut cx)
+            .or(default_nanos(DEFAULT_PROBE_INTERVAL))
+            .map(|ns| {
+                if ns <= 0 {
+                    cx.warn(
+                        "probeInterval",
+                        format_args!(
+                            "{} is not positive: every shoot is probed again as soon as a run ends, without pause, which keeps every shoot's API server busy (the reference does the same); set a positive interval such as 10s",
+                            go_string(ns)
+                        ),
+                    );
+                }
+                nanos_to_duration(ns)
+            });
+
+        let initial_delay = f
+            .duration("initialDelay", &mut cx)
+            .or(default_nanos(DEFAULT_INITIAL_DELAY))
+            .map(|ns| {
+                if ns < 0 {
+                    cx.warn(
+                        "initialDelay",
+                        format_args!(
+                            "{} is negative and counts as 0s (as in the reference)",
+                            go_string(ns)
+                        ),
+                    );
+                }
+                nanos_to_duration(ns)
+            });
+
+        let probe_timeout = f
+            .duration("probeTimeout", &mut cx)
+            .or(default_nanos(DEFAULT_PROBE_TIMEOUT))
+            .map(|ns| {
+                if ns <= 0 {
+                    cx.warn(
+                        "probeTimeout",
+                        format_args!(
+                            "{} means no timeout at all (as in the reference, whose client ignores a timeout that is not positive): a shoot API server that accepts connections but never answers holds that shoot's probe, and so its protection, indefinitely",
+                            go_string(ns)
+                        ),
+                    );
+                    NO_TIMEOUT
+                } else {
+                    nanos_to_duration(ns)
+                }
+            });
+
+        let backoff_jitter_factor = f
+            .float("backoffJitterFactor", &mut cx)
+            .or(DEFAULT_BACKOFF_JITTER_FACTOR);
+        if let Some(j) = backoff_jitter_factor {
+            if j < 0.0 {
+                cx.warn(
+                    "backoffJitterFactor",
+                    format_args!(
+                        "{j} is negative and means no jitter, like 0 (as in the reference)"
+                    ),
+                );
             }
-            other => other,
-        },
-    }
-}
-
-fn threshold(f: &mut Fields<'_>, key: &'static str, problems: &mut Problems) -> Option<u32> {
-    match f.get(key) {
-        None => Some(DEFAULT_THRESHOLD),
-        Some(v) => match as_u32(v, key, problems) {
-            Some(0) => {
-                problems.push(key, "must be >= 1");
-                None
+            if probe_interval.is_some_and(|i| crate::schedule::jitter_can_overflow(i, j)) {
+                {
+                    cx.warn(
+                        "backoffJitterFactor",
+                        format_args!(
+                            "{j} times probeInterval exceeds Go's largest duration (about 292 years): as in the reference, a run whose random delay overflows starts at once, so most runs follow each other without pause"
+                        ),
+                    );
+                }
             }
-            other => other,
-        },
-    }
-}
-
-fn dependent_resource_infos(
-    v: Option<&Value>,
-    problems: &mut Problems,
-    warnings: &mut Vec<String>,
-) -> Option<Vec<DependentResourceInfo>> {
-    const PATH: &str = "dependentResourceInfos";
-    let Some(v) = v else {
-        problems.push(PATH, "required (list the targets to scale)");
-        return None;
-    };
-    let Value::Array(items) = v else {
-        problems.push(PATH, format!("must be a list, got {}", kind_of(v)));
-        return None;
-    };
-    if items.is_empty() {
-        problems.push(PATH, "must not be empty");
-        return None;
-    }
-    let mut out = Vec::with_capacity(items.len());
-    let mut all_ok = true;
-    for (i, item) in items.iter().enumerate() {
-        let path = format!("{PATH}[{i}]");
-        match dependent_resource_info(item, &path, problems, warnings) {
-            Some(info) => out.push(info),
-            None => all_ok = false,
         }
-    }
-    all_ok.then_some(out)
-}
 
-fn dependent_resource_info(
-    v: &Value,
-    path: &str,
-    problems: &mut Problems,
-    warnings: &mut Vec<String>,
-) -> Option<DependentResourceInfo> {
-    let Value::Object(map) = v else {
-        problems.push(path, format!("must be a mapping, got {}", kind_of(v)));
-        return None;
-    };
-    let mut f = Fields::new(map, path);
-    let ref_path = f.path_of("ref");
-    let target = match f.get("ref") {
-        None => {
-            problems.push(&ref_path, "required");
-            None
-        }
-        Some(r) => resource_ref(r, &ref_path, problems, warnings),
-    };
-    let optional_path = f.path_of("optional");
-    let optional = f
-        .get("optional")
-        .map_or(Some(false), |o| as_bool(o, &optional_path, problems));
-    let up_path = f.path_of("scaleUp");
-    let scale_up = scale_info(f.get("scaleUp"), &up_path, problems, warnings);
-    let down_path = f.path_of("scaleDown");
-    let scale_down = scale_info(f.get("scaleDown"), &down_path, problems, warnings);
-    f.finish(warnings);
-    Some(DependentResourceInfo {
-        target: target?,
-        optional: optional?,
-        scale_up: scale_up?,
-        scale_down: scale_down?,
-    })
-}
-
-fn resource_ref(
-    v: &Value,
-    path: &str,
-    problems: &mut Problems,
-    warnings: &mut Vec<String>,
-) -> Option<ResourceRef> {
-    let Value::Object(map) = v else {
-        problems.push(path, format!("must be a mapping, got {}", kind_of(v)));
-        return None;
-    };
-    let mut f = Fields::new(map, path);
-    let api_version_path = f.path_of("apiVersion");
-    let api_version =
-        required_string(f.get("apiVersion"), &api_version_path, problems).and_then(|a| {
-            if valid_api_version(&a) {
-                Some(a)
-            } else {
-                problems.push(
-                    &api_version_path,
-                    format!("must look like \"group/version\" or \"version\", got {a:?}"),
+        // validate: MustNotBeZeroDuration("KCMNodeMonitorGraceDuration") rejects exactly zero;
+        // a negative value passes and makes every lease count as expired.
+        let kcm_grace = match f.duration("kcmNodeMonitorGraceDuration", &mut cx) {
+            Got::Absent => Some(DEFAULT_KCM_NODE_MONITOR_GRACE),
+            Got::Invalid => None,
+            Got::Value(0) => {
+                cx.problem(
+                    "kcmNodeMonitorGraceDuration",
+                    "must not be zero (every lease would count as expired at once); the reference refuses it too",
                 );
                 None
             }
-        });
-    let kind_path = f.path_of("kind");
-    let kind = required_string(f.get("kind"), &kind_path, problems);
-    let name_path = f.path_of("name");
-    let name = required_string(f.get("name"), &name_path, problems);
-    f.finish(warnings);
+            Got::Value(ns) => {
+                if ns < 0 {
+                    cx.warn(
+                        "kcmNodeMonitorGraceDuration",
+                        format_args!(
+                            "{} is negative: every lease counts as expired at once, so every shoot with at least 2 candidate nodes is scaled down (the reference does the same); set KCM's node-monitor-grace-period (40s by default)",
+                            go_string(ns)
+                        ),
+                    );
+                }
+                Some(nanos_to_duration(ns))
+            }
+        };
+
+        let node_lease_failure_fraction = f
+            .float("nodeLeaseFailureFraction", &mut cx)
+            .or(DEFAULT_NODE_LEASE_FAILURE_FRACTION);
+        match node_lease_failure_fraction {
+            Some(x) if x <= 0.0 => cx.warn(
+                "nodeLeaseFailureFraction",
+                format_args!(
+                    "{x} is reached even when no lease has expired: every shoot with at least 2 candidate nodes is scaled down on every run (the reference does the same); use a fraction in (0, 1] such as 0.6"
+                ),
+            ),
+            Some(x) if x > 1.0 => cx.warn(
+                "nodeLeaseFailureFraction",
+                format_args!(
+                    "{x} is above 1 and can never be reached: no shoot is ever scaled down, so there is no meltdown protection (the reference does the same); use a fraction in (0, 1] such as 0.6"
+                ),
+            ),
+            _ => {}
+        }
+
+        let success_threshold = threshold(&mut f, "successThreshold", &mut cx);
+        let failure_threshold = threshold(&mut f, "failureThreshold", &mut cx);
+        let infos = dependent_resource_infos(&mut f, &mut cx);
+        f.finish(&mut cx);
+
+        if let Some(infos) = &infos {
+            warn_duplicate_targets(infos, &mut cx);
+        }
+
+        let config = (|| {
+            Some(ProberConfig {
+                kube_config_secret_name: kube_config_secret_name?,
+                probe_interval: probe_interval?,
+                initial_delay: initial_delay?,
+                probe_timeout: probe_timeout?,
+                backoff_jitter_factor: backoff_jitter_factor?,
+                kcm_node_monitor_grace_duration: kcm_grace?,
+                node_lease_failure_fraction: node_lease_failure_fraction?,
+                dependent_resource_infos: infos?,
+                success_threshold: success_threshold?,
+                failure_threshold: failure_threshold?,
+            })
+        })();
+        cx.finish(config)
+    }
+}
+
+/// Our hysteresis thresholds: absent means 1; when given, an integer from 1 up.
+fn threshold(f: &mut Fields<'_>, key: &'static str, cx: &mut Ctx) -> Option<u32> {
+    match f.int(key, cx) {
+        Got::Absent => Some(DEFAULT_THRESHOLD),
+        Got::Invalid => None,
+        Got::Value(n) => match u32::try_from(n) {
+            Ok(n) if n >= 1 => Some(n),
+            _ => {
+                cx.problem(
+                    key,
+                    format!("must be an integer from 1 to {}, got {n}", u32::MAX),
+                );
+                None
+            }
+        },
+    }
+}
+
+/// A target as read, before the levels of all targets are known.
+struct RawInfo {
+    target: ResourceRef,
+    optional: bool,
+    up: RawScale,
+    down: RawScale,
+}
+
+struct RawScale {
+    level: i64,
+    initial_delay: Duration,
+    timeout: Duration,
+}
+
+fn dependent_resource_infos(
+    f: &mut Fields<'_>,
+    cx: &mut Ctx,
+) -> Option<Vec<DependentResourceInfo>> {
+    const PATH: &str = "dependentResourceInfos";
+    // validate: MustNotBeEmpty("ScaleResourceInfos").
+    let (path, items) = match f.list(PATH, cx) {
+        Got::Invalid => return None,
+        Got::Value((path, items)) if !items.is_empty() => (path, items),
+        _ => {
+            cx.problem(
+                PATH,
+                "required: list the targets to scale (must not be empty)",
+            );
+            return None;
+        }
+    };
+    let mut raw = Vec::with_capacity(items.len());
+    let mut all_ok = true;
+    for (i, item) in items.iter().enumerate() {
+        let item_path = format!("{path}[{i}]");
+        match dependent_resource_info(item, &item_path, cx) {
+            Some(info) => raw.push(info),
+            None => all_ok = false,
+        }
+    }
+    if !all_ok {
+        return None;
+    }
+    let up = plan_levels(
+        &raw,
+        |r| r.up.level,
+        &format!("{path}[*].scaleUp.level"),
+        cx,
+    );
+    let down = plan_levels(
+        &raw,
+        |r| r.down.level,
+        &format!("{path}[*].scaleDown.level"),
+        cx,
+    );
+    Some(
+        raw.into_iter()
+            .zip(up.into_iter().zip(down))
+            .map(|(r, (up_level, down_level))| DependentResourceInfo {
+                target: r.target,
+                optional: r.optional,
+                scale_up: ScaleInfo {
+                    level: up_level,
+                    initial_delay: r.up.initial_delay,
+                    timeout: r.up.timeout,
+                },
+                scale_down: ScaleInfo {
+                    level: down_level,
+                    initial_delay: r.down.initial_delay,
+                    timeout: r.down.timeout,
+                },
+            })
+            .collect(),
+    )
+}
+
+/// The `u32` levels of one direction. Levels only order and group targets, so renumbering them
+/// in the same order changes nothing the reference does; we only do it when some level does not
+/// fit (negative, or above `u32::MAX`), and say so, since logs then show the new numbers.
+fn plan_levels(
+    raw: &[RawInfo],
+    level: impl Fn(&RawInfo) -> i64,
+    path: &str,
+    cx: &mut Ctx,
+) -> Vec<u32> {
+    let levels: Vec<i64> = raw.iter().map(&level).collect();
+    let direct: Option<Vec<u32>> = levels.iter().map(|l| u32::try_from(*l).ok()).collect();
+    if let Some(direct) = direct {
+        return direct;
+    }
+    let distinct: BTreeSet<i64> = levels.iter().copied().collect();
+    let rank: BTreeMap<i64, u32> = distinct
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (*l, u32::try_from(i).unwrap_or(u32::MAX)))
+        .collect();
+    let mapping: Vec<String> = rank.iter().map(|(l, r)| format!("{l} → {r}")).collect();
+    cx.warn(
+        path,
+        format_args!(
+            "levels outside 0..{} run in the same order as in the reference, but logs, events and explain show them renumbered: {}",
+            u32::MAX,
+            mapping.join(", ")
+        ),
+    );
+    levels
+        .iter()
+        .map(|l| rank.get(l).copied().unwrap_or(u32::MAX))
+        .collect()
+}
+
+fn dependent_resource_info(v: &GoValue, path: &str, cx: &mut Ctx) -> Option<RawInfo> {
+    let map = match v {
+        GoValue::Map(map) => map,
+        // A null entry decodes to an empty one, whose missing ref crashes the reference.
+        GoValue::Null => {
+            cx.problem(
+                format!("{path}.ref"),
+                "required (the entry is null; the reference crashes with a nil-pointer panic on it)",
+            );
+            return None;
+        }
+        other => {
+            cx.problem(path, format!("must be a mapping, got {}", kind_of(other)));
+            return None;
+        }
+    };
+    let mut f = Fields::of_map(map, path);
+    let target = match f.object("ref", cx) {
+        Got::Value((ref_path, entries)) => {
+            resource_ref(Fields::new(entries, ref_path.as_str()), cx)
+        }
+        Got::Invalid => None,
+        Got::Absent => {
+            cx.problem(
+                f.path_of("ref"),
+                "required (the reference crashes with a nil-pointer panic without it)",
+            );
+            None
+        }
+    };
+    let optional = f.bool("optional", cx).or(false);
+    let up = scale_info(&mut f, "scaleUp", target.as_ref(), cx);
+    let down = scale_info(&mut f, "scaleDown", target.as_ref(), cx);
+    f.finish(cx);
+    Some(RawInfo {
+        target: target?,
+        optional: optional?,
+        up: up?,
+        down: down?,
+    })
+}
+
+fn resource_ref(mut f: Fields<'_>, cx: &mut Ctx) -> Option<ResourceRef> {
+    let api_version = f.string("apiVersion", cx).or(String::new());
+    let kind = f.string("kind", cx).or(String::new());
+    let name = f.string("name", cx).or(String::new());
+    if let Some(a) = &api_version {
+        // validate: ResourceRefMustBeValid → schema.ParseGroupVersion, which fails only on a
+        // second slash. Its scheme check is computed and ignored, so any group and kind pass.
+        if a.matches('/').count() > 1 {
+            cx.problem(
+                f.path_of("apiVersion"),
+                format!("unexpected GroupVersion string {a:?}: use \"group/version\" or \"version\" (the reference refuses it too)"),
+            );
+        } else if !well_formed_api_version(a) {
+            cx.warn(
+                &f.path_of("apiVersion"),
+                format_args!(
+                    "{a:?} is not of the form \"group/version\" or \"version\"; it is unlikely to name the target, and a required target that can't be found fails its level on every run"
+                ),
+            );
+        }
+    }
+    for (key, value) in [("kind", &kind), ("name", &name)] {
+        if value.as_deref().is_some_and(is_blank) {
+            cx.warn(
+                &f.path_of(key),
+                "empty: no object is found by it, so a required target fails its level on every run (the reference does not check it either)",
+            );
+        }
+    }
+    f.finish(cx);
     Some(ResourceRef {
         api_version: api_version?,
         kind: kind?,
@@ -352,7 +488,7 @@ fn resource_ref(
 }
 
 /// `apps/v1` or `v1`: no spaces, at most one slash, no empty side.
-fn valid_api_version(s: &str) -> bool {
+fn well_formed_api_version(s: &str) -> bool {
     let mut parts = s.split('/');
     let ok_part = |p: &str| !p.is_empty() && !p.chars().any(char::is_whitespace);
     match (parts.next(), parts.next(), parts.next()) {
@@ -363,40 +499,56 @@ fn valid_api_version(s: &str) -> bool {
 }
 
 fn scale_info(
-    v: Option<&Value>,
-    path: &str,
-    problems: &mut Problems,
-    warnings: &mut Vec<String>,
-) -> Option<ScaleInfo> {
-    let Some(v) = v else {
-        problems.push(path, "required");
-        return None;
-    };
-    let Value::Object(map) = v else {
-        problems.push(path, format!("must be a mapping, got {}", kind_of(v)));
-        return None;
-    };
-    let mut f = Fields::new(map, path);
-    let level_path = f.path_of("level");
-    let level = match f.get("level") {
-        None => {
-            problems.push(&level_path, "required");
-            None
+    parent: &mut Fields<'_>,
+    key: &str,
+    target: Option<&ResourceRef>,
+    cx: &mut Ctx,
+) -> Option<RawScale> {
+    // validate: MustNotBeNil("scaleUp"/"scaleDown").
+    let (path, entries) = match parent.object(key, cx) {
+        Got::Value(v) => v,
+        Got::Invalid => return None,
+        Got::Absent => {
+            cx.problem(parent.path_of(key), "required (must not be null)");
+            return None;
         }
-        Some(l) => as_u32(l, &level_path, problems),
     };
-    let delay_path = f.path_of("initialDelay");
+    let mut f = Fields::new(entries, path.as_str());
+    // `level` is a Go int: absent means 0.
+    let level = f.int("level", cx).or(0);
     let initial_delay = f
-        .get("initialDelay")
-        .map_or(Some(DEFAULT_SCALE_INITIAL_DELAY), |d| {
-            as_duration(d, &delay_path, problems)
+        .duration("initialDelay", cx)
+        .or(default_nanos(DEFAULT_SCALE_INITIAL_DELAY))
+        .map(|ns| {
+            if ns < 0 {
+                cx.warn(
+                    &f.path_of("initialDelay"),
+                    format_args!(
+                        "{} is negative and counts as 0s (as in the reference)",
+                        go_string(ns)
+                    ),
+                );
+            }
+            nanos_to_duration(ns)
         });
-    let timeout_path = f.path_of("timeout");
-    let timeout = f.get("timeout").map_or(Some(DEFAULT_SCALE_TIMEOUT), |d| {
-        as_duration(d, &timeout_path, problems)
-    });
-    f.finish(warnings);
-    Some(ScaleInfo {
+    let timeout = f
+        .duration("timeout", cx)
+        .or(default_nanos(DEFAULT_SCALE_TIMEOUT))
+        .map(|ns| {
+            if ns <= 0 {
+                let what = target.map_or_else(|| "this target".to_owned(), ToString::to_string);
+                cx.warn(
+                    &f.path_of("timeout"),
+                    format_args!(
+                        "{} is not positive: the reference gives its scale call a deadline that has already passed, so it never scales {what} this way and the flow stops at this level on every run; here {what} is scaled and the wait for its replicas ends at once",
+                        go_string(ns)
+                    ),
+                );
+            }
+            nanos_to_duration(ns)
+        });
+    f.finish(cx);
+    Some(RawScale {
         level: level?,
         initial_delay: initial_delay?,
         timeout: timeout?,
@@ -405,14 +557,14 @@ fn scale_info(
 
 /// The same target listed twice would be scaled twice per flow; legal, but almost certainly a
 /// copy-paste slip worth pointing out.
-fn warn_duplicate_targets(infos: &[DependentResourceInfo], warnings: &mut Vec<String>) {
+fn warn_duplicate_targets(infos: &[DependentResourceInfo], cx: &mut Ctx) {
     let mut seen = BTreeSet::new();
     for (i, info) in infos.iter().enumerate() {
         if !seen.insert(&info.target) {
-            warnings.push(format!(
-                "dependentResourceInfos[{i}].ref: {} is listed more than once",
-                info.target
-            ));
+            cx.warn(
+                &format!("dependentResourceInfos[{i}].ref"),
+                format_args!("{} is listed more than once", info.target),
+            );
         }
     }
 }
@@ -607,7 +759,7 @@ dependentResourceInfos:
             problems,
             [FieldProblem {
                 path: "dependentResourceInfos".into(),
-                message: "must not be empty".into()
+                message: "required: list the targets to scale (must not be empty)".into()
             }]
         );
     }
@@ -627,21 +779,49 @@ dependentResourceInfos:
         assert_eq!(problems.len(), 1);
         assert_eq!(
             problems[0].to_string(),
-            "dependentResourceInfos[1].scaleDown: required"
+            "dependentResourceInfos[1].scaleDown: required (must not be null)"
         );
     }
 
     #[test]
     fn zero_kcm_grace_is_rejected() {
+        // internal/prober/config.go validate: MustNotBeZeroDuration.
+        for zero in ["0s", "\"0\"", "-0s"] {
+            let yaml = GARDENER_FULL.replace(
+                "kcmNodeMonitorGraceDuration: 40s",
+                &format!("kcmNodeMonitorGraceDuration: {zero}"),
+            );
+            assert!(
+                has(
+                    &problems_of(&yaml),
+                    "kcmNodeMonitorGraceDuration",
+                    "must not be zero"
+                ),
+                "{zero}"
+            );
+        }
+    }
+
+    #[test]
+    fn negative_kcm_grace_loads_as_zero_with_a_warning() {
+        // The reference accepts it (only zero is refused) and every lease then counts as expired.
         let yaml = GARDENER_FULL.replace(
             "kcmNodeMonitorGraceDuration: 40s",
-            "kcmNodeMonitorGraceDuration: 0s",
+            "kcmNodeMonitorGraceDuration: -1s",
         );
-        assert!(has(
-            &problems_of(&yaml),
-            "kcmNodeMonitorGraceDuration",
-            "must be non-zero"
-        ));
+        let loaded = ProberConfig::from_yaml(&yaml).unwrap();
+        assert_eq!(
+            loaded.config.kcm_node_monitor_grace_duration,
+            Duration::ZERO
+        );
+        assert_eq!(loaded.warnings.len(), 1);
+        assert!(
+            loaded.warnings[0].starts_with(
+                "kcmNodeMonitorGraceDuration: -1s is negative: every lease counts as expired"
+            ),
+            "{}",
+            loaded.warnings[0]
+        );
     }
 
     #[test]
@@ -664,29 +844,56 @@ dependentResourceInfos:
     }
 
     #[test]
-    fn zero_probe_interval_and_timeout_are_rejected() {
+    fn zero_probe_interval_and_timeout_load_as_the_reference_reads_them_with_warnings() {
+        // An interval of 0 runs probes back to back; a timeout of 0 is no timeout (client-go
+        // ignores a timeout that is not positive). Both are accepted by the reference.
         let yaml = GARDENER_FULL
             .replace("probeInterval: 20s", "probeInterval: 0s")
             .replace("probeTimeout: 10s", "probeTimeout: \"0\"");
-        let problems = problems_of(&yaml);
-        assert!(has(&problems, "probeInterval", "must be > 0"));
-        assert!(has(&problems, "probeTimeout", "must be > 0"));
+        let loaded = ProberConfig::from_yaml(&yaml).unwrap();
+        assert_eq!(loaded.config.probe_interval, Duration::ZERO);
+        assert_eq!(loaded.config.probe_timeout, NO_TIMEOUT);
+        let fields: Vec<_> = loaded
+            .warnings
+            .iter()
+            .map(|w| w.split(':').next().unwrap_or_default())
+            .collect();
+        assert_eq!(fields, ["probeInterval", "probeTimeout"]);
+        assert!(loaded.warnings[1].contains("no timeout at all"));
     }
 
     #[test]
-    fn failure_fraction_outside_zero_one_is_rejected() {
-        for bad in ["0", "0.0", "1.5", "-0.1"] {
+    fn failure_fraction_outside_zero_one_loads_with_a_warning_naming_the_consequence() {
+        for (value, consequence) in [
+            (
+                "0",
+                "every shoot with at least 2 candidate nodes is scaled down",
+            ),
+            (
+                "0.0",
+                "every shoot with at least 2 candidate nodes is scaled down",
+            ),
+            (
+                "-0.1",
+                "every shoot with at least 2 candidate nodes is scaled down",
+            ),
+            ("1.5", "no shoot is ever scaled down"),
+        ] {
             let yaml = GARDENER_FULL.replace(
                 "nodeLeaseFailureFraction: 0.6",
-                &format!("nodeLeaseFailureFraction: {bad}"),
+                &format!("nodeLeaseFailureFraction: {value}"),
             );
+            let loaded = ProberConfig::from_yaml(&yaml).unwrap();
+            assert_eq!(
+                loaded.config.node_lease_failure_fraction,
+                value.parse::<f64>().unwrap()
+            );
+            assert_eq!(loaded.warnings.len(), 1, "{value}");
             assert!(
-                has(
-                    &problems_of(&yaml),
-                    "nodeLeaseFailureFraction",
-                    "must be in (0, 1]"
-                ),
-                "{bad}"
+                loaded.warnings[0].starts_with("nodeLeaseFailureFraction: ")
+                    && loaded.warnings[0].contains(consequence),
+                "{value}: {}",
+                loaded.warnings[0]
             );
         }
         let yaml = GARDENER_FULL.replace(
@@ -703,17 +910,20 @@ dependentResourceInfos:
     }
 
     #[test]
-    fn negative_jitter_is_rejected() {
+    fn negative_jitter_means_no_jitter_with_a_warning() {
         let yaml = GARDENER_FULL.replace("backoffJitterFactor: 0.2", "backoffJitterFactor: -0.5");
-        assert!(has(
-            &problems_of(&yaml),
-            "backoffJitterFactor",
-            "must be >= 0"
-        ));
+        let loaded = ProberConfig::from_yaml(&yaml).unwrap();
+        assert_eq!(loaded.config.backoff_jitter_factor, -0.5);
+        assert_eq!(
+            loaded.warnings,
+            [
+                "backoffJitterFactor: -0.5 is negative and means no jitter, like 0 (as in the reference)"
+            ]
+        );
     }
 
     #[test]
-    fn levels_must_be_non_negative_integers() {
+    fn levels_are_go_ints_missing_means_zero() {
         let yaml = r#"
 kubeConfigSecretName: s
 dependentResourceInfos:
@@ -725,26 +935,42 @@ dependentResourceInfos:
   scaleDown: {}
 "#;
         let problems = problems_of(yaml);
-        assert!(has(
-            &problems,
-            "dependentResourceInfos[0].scaleUp.level",
-            "non-negative integer, got -1"
-        ));
+        assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(has(
             &problems,
             "dependentResourceInfos[0].scaleDown.level",
-            "non-negative integer, got 1.5"
+            "must be an integer, got 1.5"
         ));
         assert!(has(
             &problems,
             "dependentResourceInfos[1].scaleUp.level",
-            "non-negative integer, got the string \"one\""
+            "must be an integer, got the string \"one\""
         ));
-        assert!(has(
-            &problems,
-            "dependentResourceInfos[1].scaleDown.level",
-            "required"
-        ));
+
+        // -1, 1.0 and a missing level load; levels outside u32 are renumbered in order.
+        let yaml = r#"
+kubeConfigSecretName: s
+dependentResourceInfos:
+- ref: {kind: Deployment, name: a, apiVersion: apps/v1}
+  scaleUp: {level: -1}
+  scaleDown: {level: 1.0}
+- ref: {kind: Deployment, name: b, apiVersion: apps/v1}
+  scaleUp: {level: 5}
+  scaleDown: {}
+"#;
+        let loaded = ProberConfig::from_yaml(yaml).unwrap();
+        let infos = &loaded.config.dependent_resource_infos;
+        assert_eq!((infos[0].scale_up.level, infos[1].scale_up.level), (0, 1));
+        assert_eq!(
+            (infos[0].scale_down.level, infos[1].scale_down.level),
+            (1, 0)
+        );
+        assert_eq!(
+            loaded.warnings,
+            [
+                "dependentResourceInfos[*].scaleUp.level: levels outside 0..4294967295 run in the same order as in the reference, but logs, events and explain show them renumbered: -1 → 0, 5 → 1"
+            ]
+        );
     }
 
     #[test]
@@ -760,20 +986,11 @@ dependentResourceInfos:
   optional: "yes"
 "#;
         let problems = problems_of(yaml);
-        assert!(has(
-            &problems,
-            "dependentResourceInfos[0].ref.name",
-            "required"
-        ));
-        assert!(has(
-            &problems,
-            "dependentResourceInfos[0].ref.kind",
-            "required"
-        ));
+        assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(has(
             &problems,
             "dependentResourceInfos[0].ref.apiVersion",
-            "group/version"
+            "unexpected GroupVersion string"
         ));
         assert!(has(&problems, "dependentResourceInfos[1].ref", "required"));
         assert!(has(
@@ -784,11 +1001,44 @@ dependentResourceInfos:
     }
 
     #[test]
+    fn empty_ref_parts_load_with_warnings_as_the_reference_does_not_check_them() {
+        let yaml = r#"
+kubeConfigSecretName: s
+dependentResourceInfos:
+- ref: {kind: "", apiVersion: "apps/"}
+  scaleUp: {level: 0}
+  scaleDown: {level: 0}
+"#;
+        let loaded = ProberConfig::from_yaml(yaml).unwrap();
+        let paths: Vec<_> = loaded
+            .warnings
+            .iter()
+            .map(|w| w.split(": ").next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "dependentResourceInfos[0].ref.apiVersion",
+                "dependentResourceInfos[0].ref.kind",
+                "dependentResourceInfos[0].ref.name",
+            ]
+        );
+    }
+
+    #[test]
     fn thresholds_must_be_at_least_one() {
         let yaml = format!("{GARDENER_FULL}successThreshold: 0\nfailureThreshold: -2\n");
         let problems = problems_of(&yaml);
-        assert!(has(&problems, "successThreshold", "must be >= 1"));
-        assert!(has(&problems, "failureThreshold", "non-negative integer"));
+        assert!(has(
+            &problems,
+            "successThreshold",
+            "must be an integer from 1"
+        ));
+        assert!(has(
+            &problems,
+            "failureThreshold",
+            "must be an integer from 1"
+        ));
     }
 
     #[test]
@@ -808,14 +1058,13 @@ dependentResourceInfos:
             panic!("{err:?}")
         };
         let paths: BTreeSet<_> = problems.iter().map(|p| p.path.as_str()).collect();
+        // A fraction of 2, a jitter of -1 and a ref without a name load (with warnings) in the
+        // reference too, so they are not among the problems.
         for expected in [
             "kubeConfigSecretName",
             "probeInterval",
             "probeTimeout",
             "kcmNodeMonitorGraceDuration",
-            "nodeLeaseFailureFraction",
-            "backoffJitterFactor",
-            "dependentResourceInfos[0].ref.name",
             "dependentResourceInfos[0].scaleUp.timeout",
             "dependentResourceInfos[0].scaleDown",
         ] {
@@ -825,7 +1074,8 @@ dependentResourceInfos:
             );
         }
         let text = err.to_string();
-        assert!(text.starts_with("invalid config (9 problems):"), "{text}");
+        assert_eq!(problems.len(), 6, "{problems:?}");
+        assert!(text.starts_with("invalid config (6 problems):"), "{text}");
         assert!(
             text.contains("\n  - kubeConfigSecretName: required"),
             "{text}"

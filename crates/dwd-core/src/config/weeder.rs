@@ -1,19 +1,18 @@
 //! The weeder's configuration file (SPEC §3).
 //!
-//! Maps a service name to the selectors of pods that depend on it. Because the weeder deletes the
-//! pods these selectors pick, each selector is validated up front and an empty selector (which
-//! would select every pod in the namespace) is refused; the reference accepts it, but safety wins
-//! over symmetry here.
+//! Maps a service name to the selectors of pods that depend on it. Every file the reference
+//! (v1.7.0, `internal/weeder/config.go`) accepts loads here with the same meaning, including
+//! selectors that match every pod in a namespace (an empty or null selector); because the weeder
+//! deletes the pods its selectors pick, those load with a warning. Invalid selectors are refused,
+//! as the reference refuses them, with every problem named.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::Value;
-
-use super::{
-    ConfigError, Fields, Loaded, Problems, as_duration, as_string, describe, join, kind_of,
-    load_mapping,
-};
+use super::goyaml::GoValue;
+use super::{Ctx, Fields, Got, Loaded, describe, join, kind_of, load_document, to_string};
+use crate::config::ConfigError;
+use crate::duration::format_go_duration;
 use crate::selector::{PodSelector, RawRequirement};
 
 /// Default for `watchDuration`.
@@ -23,6 +22,7 @@ pub const DEFAULT_WATCH_DURATION: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone, PartialEq)]
 pub struct WeederConfig {
     /// How long a weeder keeps deleting crash-looping dependants after its service came back.
+    /// Zero when the file gives zero or less.
     pub watch_duration: Duration,
     /// Service name → selectors of the pods that depend on it.
     pub services_and_dependant_selectors: BTreeMap<String, DependantSelectors>,
@@ -34,87 +34,64 @@ pub struct DependantSelectors {
 }
 
 impl WeederConfig {
-    /// Loads and validates a weeder config, reporting every problem at once and unknown fields as
-    /// warnings.
+    /// Loads a weeder config, reporting every problem at once; what loads but deserves attention
+    /// comes back as warnings.
     pub fn from_yaml(text: &str) -> Result<Loaded<WeederConfig>, ConfigError> {
-        let map = load_mapping(text)?;
-        let mut problems = Problems::default();
-        let mut warnings = Vec::new();
-        let mut f = Fields::new(&map, "");
+        let map = load_document(text)?;
+        let mut cx = Ctx::default();
+        let mut f = Fields::of_map(&map, "");
 
-        let watch_duration = match f.get("watchDuration") {
-            None => Some(DEFAULT_WATCH_DURATION),
-            Some(v) => match as_duration(v, "watchDuration", &mut problems) {
-                Some(Duration::ZERO) => {
-                    problems.push("watchDuration", "must be > 0");
-                    None
-                }
-                other => other,
-            },
-        };
-        let services = services(
-            f.get("servicesAndDependantSelectors"),
-            &mut problems,
-            &mut warnings,
-        );
-        f.finish(&mut warnings);
+        let default = i64::try_from(DEFAULT_WATCH_DURATION.as_nanos()).unwrap_or(i64::MAX);
+        let watch_duration = f.duration("watchDuration", &mut cx).or(default).map(|ns| {
+            if ns <= 0 {
+                let shown = format_go_duration(Duration::from_nanos(ns.unsigned_abs()));
+                let sign = if ns < 0 { "-" } else { "" };
+                cx.warn(
+                    "watchDuration",
+                    format_args!(
+                        "{sign}{shown} is not positive: every weeder ends as soon as it starts, so crash-looping dependants are not deleted (the reference accepts it and then crashes with a nil-pointer panic the first time a service comes back)"
+                    ),
+                );
+            }
+            Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
+        });
+        let services = services(&mut f, &mut cx);
+        f.finish(&mut cx);
 
-        match (watch_duration, services) {
-            (Some(watch_duration), Some(services_and_dependant_selectors))
-                if problems.0.is_empty() =>
-            {
-                Ok(Loaded {
-                    config: WeederConfig {
-                        watch_duration,
-                        services_and_dependant_selectors,
-                    },
-                    warnings,
-                })
-            }
-            _ => {
-                if problems.0.is_empty() {
-                    problems.push("", "config could not be assembled");
-                }
-                Err(ConfigError::Invalid {
-                    problems: problems.0,
-                })
-            }
-        }
+        let config = (|| {
+            Some(WeederConfig {
+                watch_duration: watch_duration?,
+                services_and_dependant_selectors: services?,
+            })
+        })();
+        cx.finish(config)
     }
 }
 
-fn services(
-    v: Option<&Value>,
-    problems: &mut Problems,
-    warnings: &mut Vec<String>,
-) -> Option<BTreeMap<String, DependantSelectors>> {
+fn services(f: &mut Fields<'_>, cx: &mut Ctx) -> Option<BTreeMap<String, DependantSelectors>> {
     const PATH: &str = "servicesAndDependantSelectors";
-    let Some(v) = v else {
-        problems.push(
-            PATH,
-            "required (map each service name to its dependants' podSelectors)",
-        );
-        return None;
+    // validate: MustNotBeEmpty("serviceAndDependantSelectors").
+    let (path, map) = match f.map(PATH, cx) {
+        Got::Invalid => return None,
+        Got::Value((path, map)) if !map.is_empty() => (path, map),
+        _ => {
+            cx.problem(
+                PATH,
+                "required: map each service name to its dependants' podSelectors (must not be empty)",
+            );
+            return None;
+        }
     };
-    let Value::Object(map) = v else {
-        problems.push(PATH, format!("must be a mapping, got {}", kind_of(v)));
-        return None;
-    };
-    if map.is_empty() {
-        problems.push(PATH, "must name at least one service");
-        return None;
-    }
     let mut out = BTreeMap::new();
     let mut all_ok = true;
     for (service, deps) in map {
-        let path = join(PATH, service);
+        let service_path = join(&path, service);
         if let Err(e) = validate_service_name(service) {
-            problems.push(&path, e);
-            all_ok = false;
+            cx.warn(&service_path, e);
         }
-        match dependant_selectors(deps, &path, problems, warnings) {
+        match dependant_selectors(deps, service, &service_path, cx) {
             Some(d) => {
-                out.insert(service.clone(), d);
+                out.insert(service.to_owned(), d);
             }
             None => all_ok = false,
         }
@@ -123,7 +100,8 @@ fn services(
 }
 
 /// Service names are RFC 1035 labels; anything else can never match an EndpointSlice's
-/// `kubernetes.io/service-name` label, so it is a typo worth failing on.
+/// `kubernetes.io/service-name` label. The reference doesn't check, and such an entry is merely
+/// dead, so this is a warning.
 fn validate_service_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 63
@@ -136,203 +114,185 @@ fn validate_service_name(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{name:?} is not a valid service name (lowercase alphanumerics and '-', starting with a letter, at most 63 characters)"
+            "{name:?} is not a valid service name (lowercase alphanumerics and '-', starting with a letter, at most 63 characters), so no EndpointSlice ever matches it and this entry does nothing"
         ))
     }
 }
 
 fn dependant_selectors(
-    v: &Value,
+    v: &GoValue,
+    service: &str,
     path: &str,
-    problems: &mut Problems,
-    warnings: &mut Vec<String>,
+    cx: &mut Ctx,
 ) -> Option<DependantSelectors> {
-    let Value::Object(map) = v else {
-        problems.push(path, format!("must be a mapping, got {}", kind_of(v)));
-        return None;
+    let empty = BTreeMap::new();
+    let map = match v {
+        GoValue::Map(map) => map,
+        // null decodes to an empty DependantSelectors, whose podSelectors are then missing.
+        GoValue::Null => &empty,
+        other => {
+            cx.problem(path, format!("must be a mapping, got {}", kind_of(other)));
+            return None;
+        }
     };
-    let mut f = Fields::new(map, path);
-    let sel_path = f.path_of("podSelectors");
-    let selectors = match f.get("podSelectors") {
-        None => {
-            problems.push(&sel_path, "required");
-            None
-        }
-        Some(Value::Array(items)) if items.is_empty() => {
-            problems.push(&sel_path, "must not be empty");
-            None
-        }
-        Some(Value::Array(items)) => {
+    let mut f = Fields::of_map(map, path);
+    // validate: MustNotBeEmpty("podSelectors").
+    let selectors = match f.list("podSelectors", cx) {
+        Got::Invalid => None,
+        Got::Value((sel_path, items)) if !items.is_empty() => {
             let mut out = Vec::with_capacity(items.len());
             let mut all_ok = true;
             for (i, item) in items.iter().enumerate() {
-                match pod_selector(item, &format!("{sel_path}[{i}]"), problems, warnings) {
+                match pod_selector(item, service, &format!("{sel_path}[{i}]"), cx) {
                     Some(s) => out.push(s),
                     None => all_ok = false,
                 }
             }
             all_ok.then_some(out)
         }
-        Some(other) => {
-            problems.push(&sel_path, format!("must be a list, got {}", kind_of(other)));
+        _ => {
+            cx.problem(f.path_of("podSelectors"), "required (must not be empty)");
             None
         }
     };
-    f.finish(warnings);
+    f.finish(cx);
     selectors.map(|pod_selectors| DependantSelectors { pod_selectors })
 }
 
-fn pod_selector(
-    v: &Value,
-    path: &str,
-    problems: &mut Problems,
-    warnings: &mut Vec<String>,
-) -> Option<PodSelector> {
-    let Value::Object(map) = v else {
-        problems.push(path, format!("must be a mapping, got {}", kind_of(v)));
-        return None;
+fn pod_selector(v: &GoValue, service: &str, path: &str, cx: &mut Ctx) -> Option<PodSelector> {
+    let map = match v {
+        GoValue::Map(map) => map,
+        GoValue::Null => {
+            // `LabelSelectorAsSelector(nil)` is labels.Nothing(), but the reference's pod watch
+            // sends its String(), which is empty: the watch sees every pod in the namespace.
+            cx.warn(
+                path,
+                format_args!(
+                    "null: the reference watches every pod in the namespace for it (its selector matches nothing, but renders as an empty query), so every crash-looping pod there is deleted when {service} is back; we do the same"
+                ),
+            );
+            return Some(PodSelector::everything());
+        }
+        other => {
+            cx.problem(path, format!("must be a mapping, got {}", kind_of(other)));
+            return None;
+        }
     };
-    let mut f = Fields::new(map, path);
+    let mut f = Fields::of_map(map, path);
     let mut shape_ok = true;
 
-    let labels_path = f.path_of("matchLabels");
     let mut labels = BTreeMap::new();
-    match f.get("matchLabels") {
-        None => {}
-        Some(Value::Object(m)) => {
+    match f.map("matchLabels", cx) {
+        Got::Absent => {}
+        Got::Invalid => shape_ok = false,
+        Got::Value((labels_path, m)) => {
             for (k, val) in m {
                 match val {
-                    Value::String(s) => {
-                        labels.insert(k.clone(), s.clone());
+                    // A null value decodes to the empty string.
+                    GoValue::Null => {
+                        labels.insert(k.to_owned(), String::new());
                     }
-                    other => {
-                        problems.push(
-                            join(&labels_path, k),
-                            format!("must be a string, got {}", describe(other)),
-                        );
-                        shape_ok = false;
-                    }
+                    other => match to_string(other, &join(&labels_path, k), true, cx) {
+                        Some(s) => {
+                            labels.insert(k.to_owned(), s);
+                        }
+                        None => shape_ok = false,
+                    },
                 }
             }
         }
-        Some(other) => {
-            problems.push(
-                &labels_path,
-                format!("must be a mapping, got {}", kind_of(other)),
-            );
-            shape_ok = false;
-        }
     }
 
-    let expr_path = f.path_of("matchExpressions");
     let mut expressions = Vec::new();
-    match f.get("matchExpressions") {
-        None => {}
-        Some(Value::Array(items)) => {
+    match f.list("matchExpressions", cx) {
+        Got::Absent => {}
+        Got::Invalid => shape_ok = false,
+        Got::Value((expr_path, items)) => {
             for (i, item) in items.iter().enumerate() {
-                match raw_requirement(item, &format!("{expr_path}[{i}]"), problems, warnings) {
+                match raw_requirement(item, &format!("{expr_path}[{i}]"), cx) {
                     Some(r) => expressions.push(r),
                     None => shape_ok = false,
                 }
             }
         }
-        Some(other) => {
-            problems.push(
-                &expr_path,
-                format!("must be a list, got {}", kind_of(other)),
-            );
-            shape_ok = false;
-        }
     }
-    f.finish(warnings);
+    f.finish(cx);
     if !shape_ok {
         return None;
     }
-    match PodSelector::new(labels, expressions) {
-        Ok(s) => Some(s),
+    match PodSelector::from_config(labels, expressions) {
+        Ok(s) => {
+            if s.is_everything() {
+                cx.warn(
+                    path,
+                    format_args!(
+                        "empty: it selects every pod in the namespace, so every crash-looping pod there is deleted when {service} is back (as in the reference)"
+                    ),
+                );
+            }
+            Some(s)
+        }
         Err(errs) => {
             for e in errs {
-                problems.push(join(path, &e.path), e.message);
+                cx.problem(join(path, &e.path), e.message);
             }
             None
         }
     }
 }
 
-fn raw_requirement(
-    v: &Value,
-    path: &str,
-    problems: &mut Problems,
-    warnings: &mut Vec<String>,
-) -> Option<RawRequirement> {
-    let Value::Object(map) = v else {
-        problems.push(path, format!("must be a mapping, got {}", kind_of(v)));
-        return None;
-    };
-    let mut f = Fields::new(map, path);
-    let key_path = f.path_of("key");
-    let key = match f.get("key") {
-        None => {
-            problems.push(&key_path, "required");
-            None
+fn raw_requirement(v: &GoValue, path: &str, cx: &mut Ctx) -> Option<RawRequirement> {
+    let empty = BTreeMap::new();
+    let map = match v {
+        GoValue::Map(map) => map,
+        // A null entry decodes to an empty requirement, refused below for its operator.
+        GoValue::Null => &empty,
+        other => {
+            cx.problem(path, format!("must be a mapping, got {}", kind_of(other)));
+            return None;
         }
-        Some(k) => as_string(k, &key_path, problems),
     };
-    let op_path = f.path_of("operator");
-    let operator = match f.get("operator") {
-        None => {
-            problems.push(&op_path, "required (In, NotIn, Exists or DoesNotExist)");
-            None
-        }
-        Some(o) => as_string(o, &op_path, problems),
-    };
-    let values_path = f.path_of("values");
-    let mut values_ok = true;
-    let values = match f.get("values") {
-        None => None,
-        Some(Value::Array(items)) => {
+    let mut f = Fields::of_map(map, path);
+    let key = f.string("key", cx).or(String::new());
+    let operator = f.string("operator", cx).or(String::new());
+    let values = match f.list("values", cx) {
+        Got::Absent => Some(None),
+        Got::Invalid => None,
+        Got::Value((values_path, items)) => {
             let mut out = Vec::with_capacity(items.len());
+            let mut ok = true;
             for (j, item) in items.iter().enumerate() {
+                let item_path = format!("{values_path}[{j}]");
                 match item {
-                    Value::String(s) => out.push(s.clone()),
-                    other => {
-                        problems.push(
-                            format!("{values_path}[{j}]"),
-                            format!(
-                                "must be a string, got {} (quote values such as \"true\" or \"1\")",
-                                describe(other)
-                            ),
+                    GoValue::Null => out.push(String::new()),
+                    GoValue::Seq(_) | GoValue::Map(_) => {
+                        cx.problem(
+                            item_path,
+                            format!("must be a string, got {}", describe(item)),
                         );
-                        values_ok = false;
+                        ok = false;
                     }
+                    scalar => match to_string(scalar, &item_path, true, cx) {
+                        Some(s) => out.push(s),
+                        None => ok = false,
+                    },
                 }
             }
-            Some(out)
-        }
-        Some(other) => {
-            problems.push(
-                &values_path,
-                format!("must be a list, got {}", kind_of(other)),
-            );
-            values_ok = false;
-            None
+            ok.then_some(Some(out))
         }
     };
-    f.finish(warnings);
-    if !values_ok {
-        return None;
-    }
+    f.finish(cx);
     Some(RawRequirement {
         key: key?,
         operator: operator?,
-        values,
+        values: values?,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::FieldProblem;
+    use crate::config::{ConfigError, FieldProblem};
 
     const GARDENER_WEEDER: &str = r#"
 watchDuration: 5m0s
@@ -398,14 +358,18 @@ servicesAndDependantSelectors:
 
     #[test]
     fn missing_or_empty_services_are_rejected() {
-        let p = problems_of("watchDuration: 1m\n");
-        assert_eq!(p[0].path, "servicesAndDependantSelectors");
-        assert!(p[0].message.starts_with("required"));
-        let p = problems_of("servicesAndDependantSelectors: {}\n");
-        assert_eq!(
-            p[0].to_string(),
-            "servicesAndDependantSelectors: must name at least one service"
-        );
+        for text in [
+            "watchDuration: 1m\n",
+            "servicesAndDependantSelectors: {}\n",
+            "servicesAndDependantSelectors: null\n",
+        ] {
+            let p = problems_of(text);
+            assert_eq!(
+                p[0].to_string(),
+                "servicesAndDependantSelectors: required: map each service name to its dependants' podSelectors (must not be empty)",
+                "{text}"
+            );
+        }
     }
 
     #[test]
@@ -417,8 +381,8 @@ servicesAndDependantSelectors:
         assert_eq!(
             text,
             [
-                "servicesAndDependantSelectors.etcd-main-client.podSelectors: required",
-                "servicesAndDependantSelectors.kube-apiserver.podSelectors: must not be empty",
+                "servicesAndDependantSelectors.etcd-main-client.podSelectors: required (must not be empty)",
+                "servicesAndDependantSelectors.kube-apiserver.podSelectors: required (must not be empty)",
             ]
         );
     }
@@ -442,15 +406,34 @@ servicesAndDependantSelectors:
     }
 
     #[test]
-    fn empty_selector_is_rejected_for_safety() {
-        let p = problems_of(
-            "servicesAndDependantSelectors:\n  etcd-main-client:\n    podSelectors: [{}]\n",
+    fn empty_and_null_selectors_select_every_pod_with_a_warning() {
+        // The reference accepts both: {} is labels.Everything(); null is labels.Nothing(), whose
+        // String() is "" too, so its pod watch sees every pod in the namespace.
+        let loaded = WeederConfig::from_yaml(
+            "servicesAndDependantSelectors:\n  etcd-main-client:\n    podSelectors: [{}, null]\n",
+        )
+        .unwrap();
+        let selectors = &loaded.config.services_and_dependant_selectors["etcd-main-client"];
+        assert!(
+            selectors
+                .pod_selectors
+                .iter()
+                .all(PodSelector::is_everything)
         );
-        assert_eq!(
-            p[0].path,
-            "servicesAndDependantSelectors.etcd-main-client.podSelectors[0]"
+        assert_eq!(selectors.pod_selectors[0].to_query(), "");
+        assert_eq!(loaded.warnings.len(), 2);
+        assert!(
+            loaded.warnings[0].starts_with(
+                "servicesAndDependantSelectors.etcd-main-client.podSelectors[0]: empty: it selects every pod"
+            ),
+            "{}",
+            loaded.warnings[0]
         );
-        assert!(p[0].message.contains("would match every pod"));
+        assert!(
+            loaded.warnings[1].starts_with(
+                "servicesAndDependantSelectors.etcd-main-client.podSelectors[1]: null:"
+            )
+        );
     }
 
     #[test]
@@ -472,18 +455,16 @@ servicesAndDependantSelectors:
         let p = problems_of(yaml);
         let paths: Vec<_> = p.iter().map(|x| x.path.as_str()).collect();
         let base = "servicesAndDependantSelectors.kube-apiserver.podSelectors[0].matchExpressions";
-        for expected in [
-            "watchDuration".to_owned(),
-            "servicesAndDependantSelectors.Bad_Name".to_owned(),
-            "servicesAndDependantSelectors.Bad_Name.podSelectors[0].matchLabels.role".to_owned(),
-            format!("{base}[1].key"),
-            format!("{base}[3].values[0]"),
-        ] {
-            assert!(
-                paths.contains(&expected.as_str()),
-                "{expected} not in {paths:?}"
-            );
-        }
+        // watchDuration 0s, the service name Bad_Name, `role: 1` and `values: [true]` all load
+        // in the reference (the last two as the strings "1" and "true"), so they are warnings.
+        assert_eq!(
+            paths,
+            [
+                format!("{base}[0].values"),
+                format!("{base}[1].key"),
+                format!("{base}[2].values"),
+            ]
+        );
     }
 
     #[test]
