@@ -12,7 +12,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::config::ProberConfig;
-use crate::duration::parse_go_duration;
+use crate::duration::parse_go_duration_nanos;
 
 /// Node condition types that make a node unfit to vote, unless a worker pool lists its own
 /// (`machineControllerManager.nodeConditions`).
@@ -50,7 +50,8 @@ pub struct LastOperation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerPool {
     pub name: String,
-    /// `machineControllerManager.nodeConditions`; `None` means "use the defaults".
+    /// `machineControllerManager.nodeConditions`; `None`, and an empty list, mean "use the
+    /// defaults" (the reference's `GetSliceOrDefault`, Gardener's meaning).
     pub node_conditions: Option<Vec<String>>,
 }
 
@@ -173,7 +174,13 @@ impl ShootView {
             ],
             GRACE,
         )?
-        .map(|s| parse_go_duration(s).map_err(|e| invalid(GRACE, e.to_string())))
+        // A negative value is kept as zero: both are ignored by `effective_settings`. Gardener's
+        // validation refuses either, so one only reaches us from an unvalidated object.
+        .map(|s| {
+            parse_go_duration_nanos(s)
+                .map(|ns| Duration::from_nanos(u64::try_from(ns).unwrap_or(0)))
+                .map_err(|e| invalid(GRACE, e.to_string()))
+        })
         .transpose()?;
 
         Ok(ShootView {
@@ -311,8 +318,17 @@ pub fn probe_lifecycle(shoot: Option<&ShootView>, base: &ProberConfig) -> ProbeL
     ProbeLifecycle::Run(effective_settings(shoot, base))
 }
 
-/// Per-shoot settings. A zero grace period from the Shoot is ignored (it would expire every lease
-/// at once, and Gardener never sets one); the config's value applies instead.
+/// Per-shoot settings.
+///
+/// A grace period of zero or less from the Shoot is ignored and the config's value applies. The
+/// reference takes it as it is, which makes every lease count as expired at once and scales the
+/// shoot's controllers down while its nodes are healthy; Gardener's own validation refuses such a
+/// value (`nodeMonitorGracePeriod must be larger than 0`), so it can only come from an object
+/// that bypassed it, and protecting the shoot with the operator's configured grace is the safe
+/// reading. (A deliberate difference from the reference.)
+///
+/// An empty `nodeConditions` list means the defaults, as in the reference (`GetSliceOrDefault`)
+/// (which is what the Gardener API means by it).
 pub fn effective_settings(shoot: &ShootView, base: &ProberConfig) -> EffectiveProbeSettings {
     let node_monitor_grace = shoot
         .node_monitor_grace_period
@@ -326,6 +342,7 @@ pub fn effective_settings(shoot: &ShootView, base: &ProberConfig) -> EffectivePr
                 w.name.clone(),
                 w.node_conditions
                     .clone()
+                    .filter(|c| !c.is_empty())
                     .unwrap_or_else(default_unhealthy_conditions),
             )
         })
@@ -636,6 +653,43 @@ mod tests {
             effective_settings(&s, &base()).node_monitor_grace,
             Duration::from_secs(40)
         );
+    }
+
+    #[test]
+    fn an_empty_node_conditions_list_means_the_defaults_as_in_the_reference() {
+        // util.GetEffectiveNodeConditionsForWorkers → GetSliceOrDefault: len 0 → defaults.
+        let spec = json!({"shoot": {"spec": {"provider": {"workers": [
+            {"name": "a", "machineControllerManager": {"nodeConditions": []}},
+            {"name": "b", "machineControllerManager": {}}
+        ]}}}});
+        let v = ShootView::from_cluster_spec(&spec).unwrap();
+        let settings = effective_settings(&v, &base());
+        assert_eq!(
+            settings.pool_conditions["a"],
+            default_unhealthy_conditions()
+        );
+        assert_eq!(
+            settings.pool_conditions["b"],
+            default_unhealthy_conditions()
+        );
+    }
+
+    #[test]
+    fn a_negative_shoot_grace_period_is_ignored_like_zero() {
+        // The reference would use it and count every lease as expired (scaling a healthy shoot
+        // down); Gardener refuses it, so the config's grace is the safe reading (argued difference).
+        for grace in ["-1s", "0s", "0"] {
+            let spec = json!({"shoot": {"spec": {"kubernetes": {"kubeControllerManager": {
+                "nodeMonitorGracePeriod": grace
+            }}}}});
+            let v = ShootView::from_cluster_spec(&spec).unwrap();
+            assert_eq!(v.node_monitor_grace_period, Some(Duration::ZERO), "{grace}");
+            assert_eq!(
+                effective_settings(&v, &base()).node_monitor_grace,
+                Duration::from_secs(40),
+                "{grace}"
+            );
+        }
     }
 
     #[test]
