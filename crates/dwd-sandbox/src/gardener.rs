@@ -110,7 +110,8 @@ fn gardener_value(map: &Map<String, Value>, key: &str, effective: String) -> Str
     }
 }
 
-/// Sets a top-level field, recording the change when the value differs.
+/// Sets a top-level field and records the change, unless the value is Gardener's already
+/// (then the text stays as gardenlet wrote it, a defaulted field left out).
 fn set(
     map: &mut Map<String, Value>,
     changes: &mut Vec<Change>,
@@ -119,15 +120,15 @@ fn set(
     ours: String,
     value: Value,
 ) {
-    let default_marked = gardener_value(map, key, gardener.clone());
-    map.insert(key.to_string(), value);
-    if gardener != ours {
-        changes.push(Change {
-            field: key.to_string(),
-            gardener: default_marked,
-            ours,
-        });
+    if gardener == ours {
+        return;
     }
+    changes.push(Change {
+        field: key.to_string(),
+        gardener: gardener_value(map, key, gardener),
+        ours,
+    });
+    map.insert(key.to_string(), value);
 }
 
 /// The file for `--config-file`: what it is and what changed, then the YAML.
@@ -383,6 +384,30 @@ mod tests {
         );
         for t in &text {
             assert!(d.yaml.contains(&format!("#   {t}\n")), "{}", d.yaml);
+        }
+    }
+
+    #[test]
+    fn gardeners_own_values_leave_the_text_as_gardenlet_wrote_it() {
+        let d = prober(&ProberChanges {
+            probe_interval: Some(Duration::from_secs(30)),
+            initial_delay: Some(Duration::from_secs(30)),
+            kcm_node_monitor_grace: Some(Duration::from_secs(40)),
+            backoff_jitter_factor: Some(0.2),
+            scale_up_delay: Some(Duration::from_secs(30)),
+        })
+        .expect("derive");
+        assert!(d.changes.is_empty());
+        for defaulted in [
+            "initialDelay: ",
+            "kcmNodeMonitorGraceDuration",
+            "backoffJitterFactor",
+        ] {
+            assert!(
+                !d.yaml.lines().any(|l| l.starts_with(defaulted)),
+                "{defaulted} written:\n{}",
+                d.yaml
+            );
         }
     }
 
