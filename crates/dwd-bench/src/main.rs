@@ -6,6 +6,13 @@
 mod audit;
 mod chart;
 mod compare;
+// Gardener's configs (deploy/gardener/) and how a run's config derives from them: the
+// sandbox's module, compiled into both so the bench and the sandbox run exactly what Gardener
+// runs, changed in the same checked way. The bench does not read everything the sandbox does
+// (Gardener's own values beside ours), hence the allowance, for this module in this crate only.
+#[path = "../../dwd-sandbox/src/gardener.rs"]
+#[allow(dead_code)]
+mod gardener;
 mod metrics;
 mod procstat;
 mod report;
@@ -60,21 +67,26 @@ pub struct Cli {
     /// Measured time after warm-up (outage scenarios run at least until recovery).
     #[arg(long, default_value = "60s", value_parser = stats::parse_duration)]
     pub duration: Duration,
-    /// `probeInterval` of the prober config.
+    /// `probeInterval` of the prober config (Gardener's: 30s). The config is otherwise
+    /// Gardener's (deploy/gardener/prober.yaml): its targets, levels and delays.
     #[arg(long, default_value = "10s", value_parser = stats::parse_duration)]
     pub probe_interval: Duration,
-    /// `initialDelay` of the prober config.
+    /// `initialDelay` of the prober config (Gardener's: the default, 30s).
     #[arg(long, default_value = "2s", value_parser = stats::parse_duration)]
     pub initial_delay: Duration,
-    /// `kcmNodeMonitorGraceDuration` of the prober config (leases expire 0.75 × this after
-    /// their last renewal).
+    /// `kcmNodeMonitorGraceDuration` of the prober config (Gardener's: the default, 40s;
+    /// leases expire 0.75 × this after their last renewal).
     #[arg(long, default_value = "40s", value_parser = stats::parse_duration)]
     pub kcm_grace: Duration,
+    /// Every scale-up `initialDelay` the prober config sets (Gardener sets one: MCM's 30s);
+    /// default: Gardener's.
+    #[arg(long, value_parser = stats::parse_duration)]
+    pub scale_up_delay: Option<Duration>,
     /// How often the simulated kubelets renew their node leases (the kubelet's 10 s). Large
     /// N×M needs a longer interval (and a `--kcm-grace` with 0.75 × grace well above it).
     #[arg(long, default_value = "10s", value_parser = stats::parse_duration)]
     pub renew_interval: Duration,
-    /// `backoffJitterFactor` of the prober config (0.2 as in the seeds; 0 makes probe
+    /// `backoffJitterFactor` of the prober config (0.2, Gardener's default; 0 makes probe
     /// lateness pure scheduling delay).
     #[arg(long, default_value_t = 0.2)]
     pub jitter: f64,

@@ -31,6 +31,27 @@ fn counts(rows: &mut Vec<(String, String)>, prefix: &str, map: &Value) {
     }
 }
 
+/// What the run's config changed from Gardener's (`deploy/gardener/`), e.g.
+/// `probeInterval 30s → 10s, initialDelay 30s (default) → 2s`.
+fn gardener_changes(r: &Value) -> String {
+    let config = &r["config"];
+    let Some(c) = config
+        .get("prober_config")
+        .or_else(|| config.get("weeder_config"))
+    else {
+        return "-".into();
+    };
+    let changes: Vec<&str> = c["changed_from_gardener"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if changes.is_empty() {
+        "unchanged".into()
+    } else {
+        changes.join(", ")
+    }
+}
+
 /// Two-column table of the headline numbers.
 pub fn table(r: &Value) -> String {
     let mut rows: Vec<(String, String)> = vec![
@@ -51,6 +72,7 @@ pub fn table(r: &Value) -> String {
                 r["config"]["kube_api_burst"]
             ),
         ),
+        ("config vs Gardener's".into(), gardener_changes(r)),
         (
             "setup (world, once)".into(),
             format!("{:.1}s", r["setup_s"].as_f64().unwrap_or(0.0)),

@@ -9,11 +9,28 @@ use serde_json::{Value, json};
 
 use crate::scenario::RunOutput;
 use crate::setup::{self, Shape};
-use crate::{Cli, Scenario, Subject, chart, compare, report, reset, scenario, weeder};
+use crate::{Cli, Scenario, Subject, chart, compare, gardener, report, reset, scenario, weeder};
 
 /// Runs the benchmark and prints/writes the results.
 pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
     let storm = cli.scenario == Scenario::WeederStorm;
+    // Say what the binaries will run before the (long) setup: Gardener's config, and what the
+    // command line changed in it.
+    if storm {
+        let c = weeder::config()?;
+        eprintln!(
+            "weeder config: Gardener's ({}); changed (Gardener's → the bench's): {}",
+            gardener::WEEDER_FIXTURE_PATH,
+            gardener::changes_text(&c.changes)
+        );
+    } else {
+        let c = scenario::prober_config(cli)?;
+        eprintln!(
+            "prober config: Gardener's ({}): its targets, levels and delays; changed (Gardener's → the bench's): {}",
+            gardener::PROBER_FIXTURE_PATH,
+            gardener::changes_text(&c.changes)
+        );
+    }
     let shape = Shape {
         shoots: cli.shoots,
         nodes: cli.nodes,

@@ -41,11 +41,6 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(total))
 }
 
-/// Formats a duration the way the config expects it (`1500ms`), exact to the millisecond.
-pub fn go_duration(d: Duration) -> String {
-    format!("{}ms", d.as_millis())
-}
-
 /// p50/p99/max (and count) of a sample, in the sample's unit.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Summary {

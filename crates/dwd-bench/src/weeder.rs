@@ -1,6 +1,7 @@
 //! The weeder storm: `--shoots` namespaces, each with an `etcd-main-client` EndpointSlice
-//! that is not ready, a crash-looping pod labelled like a kube-apiserver (`role=apiserver`)
-//! and a healthy one. Once the weeder is watching, every slice turns ready at once; the
+//! that is not ready, a crash-looping pod labelled like Gardener's kube-apiserver
+//! (`gardener.cloud/role=controlplane`, `role=apiserver`) and a healthy one. The weeder runs
+//! Gardener's config (`deploy/gardener/weeder.yaml`) unchanged. Once the weeder is watching, every slice turns ready at once; the
 //! weeder must delete each crash-looping pod (and no healthy one). Per pod the bench times
 //! its namespace's slice write response → the pod's deletion seen by the bench's own watch.
 
@@ -21,6 +22,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::chart::{self, Dists};
+use crate::gardener;
 use crate::scenario::{self, Measured, RunOutput, Watchdog, WindowSizes, secs, sleep_watching};
 use crate::setup::{self, World, lock};
 use crate::stats::Summary;
@@ -32,8 +34,11 @@ const SERVICE: &str = "etcd-main-client";
 const CRASHING_POD: &str = "kube-apiserver-crashlooping";
 /// The pod the weeder must keep (same labels, running and ready).
 const HEALTHY_POD: &str = "kube-apiserver-healthy";
-/// Label of both pods; the weeder config selects `role in (apiserver)`.
+/// Label of both pods that Gardener's weeder config selects on `role In [apiserver]`; the
+/// bench's own pod watch selects on it too.
 const ROLE: (&str, &str) = ("role", "apiserver");
+/// Labels of both pods: Gardener's for a kube-apiserver pod.
+const LABELS: [(&str, &str); 2] = [ROLE, ("gardener.cloud/role", "controlplane")];
 /// Endpoints in each slice (one not-ready endpoint keeps the whole slice not ready).
 const ENDPOINTS: usize = 1;
 /// Namespaces populated, reset or flipped at once.
@@ -42,30 +47,11 @@ const CONCURRENCY: usize = 32;
 /// warning: a binary that never watches simply never weeds).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The weeder config: the deploy/ example (etcd releases kube-apiservers, kube-apiserver
-/// releases controller-managers and schedulers).
-const CONFIG: &str = "watchDuration: 5m0s
-servicesAndDependantSelectors:
-  etcd-main-client:
-    podSelectors:
-    - matchExpressions:
-      - key: role
-        operator: In
-        values:
-        - apiserver
-  kube-apiserver:
-    podSelectors:
-    - matchExpressions:
-      - key: role
-        operator: In
-        values:
-        - controller-manager
-    - matchExpressions:
-      - key: role
-        operator: In
-        values:
-        - scheduler
-";
+/// The weeder config: Gardener's, unchanged (etcd-main-client releases kube-apiservers,
+/// kube-apiserver releases the other control-plane pods; watchDuration 5m0s).
+pub fn config() -> Result<gardener::Derived<dwd_core::WeederConfig>> {
+    gardener::weeder(None)
+}
 
 /// `(namespace, pod)` → every deletion the bench's watch saw, stamped on arrival.
 type DeletionLog = Arc<Mutex<HashMap<(String, String), Vec<DateTime<Utc>>>>>;
@@ -95,8 +81,8 @@ pub async fn populate(world: &mut World, n: usize) -> Result<()> {
                 seed.create_namespace().await?;
                 seed.set_endpoint_slice(SERVICE, ENDPOINTS, EndpointsState::NotReady)
                     .await?;
-                seed.create_crashlooping_pod(CRASHING_POD, &[ROLE]).await?;
-                seed.create_running_pod(HEALTHY_POD, &[ROLE]).await?;
+                seed.create_crashlooping_pod(CRASHING_POD, &LABELS).await?;
+                seed.create_running_pod(HEALTHY_POD, &LABELS).await?;
                 anyhow::Ok(())
             }
         })
@@ -204,7 +190,9 @@ pub async fn run_once(
         .as_ref()
         .context("the weeder world has no storm")?;
     let config = world.dir.join("weeder-config.yaml");
-    std::fs::write(&config, CONFIG).with_context(|| format!("write {}", config.display()))?;
+    let weeder_config = self::config()?;
+    std::fs::write(&config, &weeder_config.yaml)
+        .with_context(|| format!("write {}", config.display()))?;
     let (metrics_addr, health) = scenario::bind_addrs()?;
     // The reference's weeder flags, nothing else.
     let args = vec![
@@ -320,6 +308,7 @@ async fn analyse(
     flipped: &HashMap<String, DateTime<Utc>>,
     watching: bool,
 ) -> Result<RunOutput> {
+    let weeder_config = config()?;
     let usage = procstat::usage(m.samples, m.window_from, m.window_to);
     let (seed_json, seed_bytes) = scenario::seed_json(world, m).await?;
     let mut latencies = Vec::new();
@@ -345,7 +334,13 @@ async fn analyse(
         "binary": subject.bin.display().to_string(),
         "scenario": "WeederStorm",
         "shape": {"namespaces": n},
-        "config": {"kube_api_qps": cli.kube_api_qps, "kube_api_burst": cli.kube_api_burst, "service": SERVICE},
+        "config": {
+            "kube_api_qps": cli.kube_api_qps, "kube_api_burst": cli.kube_api_burst, "service": SERVICE,
+            "weeder_config": {
+                "from": gardener::WEEDER_FIXTURE_PATH,
+                "changed_from_gardener": weeder_config.changes.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+            },
+        },
         "setup_s": world.setup_seconds,
         "window": {"from": m.window_from.to_rfc3339(), "to": m.window_to.to_rfc3339(), "seconds": secs(m.window_from, m.window_to)},
         "process": usage.to_json(),
@@ -402,7 +397,7 @@ pub async fn reset(world: &World) -> Result<Value> {
                 seed.set_endpoint_slice(SERVICE, ENDPOINTS, EndpointsState::NotReady)
                     .await?;
                 for (pod, crashlooping) in &missing {
-                    seed.create_pod(pod, &[ROLE], *crashlooping).await?;
+                    seed.create_pod(pod, &LABELS, *crashlooping).await?;
                 }
                 anyhow::Ok(missing.len())
             }
