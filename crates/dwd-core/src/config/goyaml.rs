@@ -38,9 +38,25 @@ pub(crate) enum GoValue {
     Float(f64, String),
     Str(String),
     Seq(Vec<GoValue>),
-    /// Keys in byte order: `json.Marshal` sorts a map's keys, and the order decides which of two
-    /// keys that match one field case-insensitively wins.
-    Map(BTreeMap<String, GoValue>),
+    Map(GoMap),
+}
+
+/// A mapping's entries, keys in byte order: `json.Marshal` sorts a map's keys, and the order
+/// decides which of two keys that match one field case-insensitively wins.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct GoMap {
+    pub(crate) entries: BTreeMap<String, GoValue>,
+    /// For keys whose string differs from how they were written (`n` → `false`, `010` → `8`):
+    /// the written text, so that a warning can point the surprise out.
+    pub(crate) written: BTreeMap<String, String>,
+}
+
+impl std::ops::Deref for GoMap {
+    type Target = BTreeMap<String, GoValue>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.entries
+    }
 }
 
 /// Why a file could not be read as YAML (the reference fails the same way, with go-yaml's words).
@@ -251,7 +267,7 @@ fn resolve_node(node: &Raw, budget: &mut usize, depth: usize) -> Result<GoValue,
             .collect::<Result<_, _>>()
             .map(GoValue::Seq),
         Raw::Map(entries) => {
-            let mut map = BTreeMap::new();
+            let mut map = GoMap::default();
             resolve_entries(entries, &mut map, budget, depth)?;
             Ok(GoValue::Map(map))
         }
@@ -262,7 +278,7 @@ fn resolve_node(node: &Raw, budget: &mut usize, depth: usize) -> Result<GoValue,
 /// merge keys expanded where they stand (go-yaml v2 `decoder.mapping` and `decoder.merge`).
 fn resolve_entries(
     entries: &[(Rc<Raw>, Rc<Raw>)],
-    map: &mut BTreeMap<String, GoValue>,
+    map: &mut GoMap,
     budget: &mut usize,
     depth: usize,
 ) -> Result<(), YamlError> {
@@ -272,8 +288,10 @@ fn resolve_entries(
             continue;
         }
         spend(budget)?;
-        let key = match key.as_ref() {
-            Raw::Scalar { value, style, tag } => map_key(resolve_scalar(value, *style, tag)?)?,
+        let (key, written) = match key.as_ref() {
+            Raw::Scalar { value, style, tag } => {
+                (map_key(resolve_scalar(value, *style, tag)?)?, value)
+            }
             Raw::Seq(_) | Raw::Map(_) => {
                 return Err(YamlError(
                     "invalid map key: a list or mapping cannot be a key".to_owned(),
@@ -281,7 +299,12 @@ fn resolve_entries(
             }
         };
         let value = resolve_node(value, budget, depth + 1)?;
-        map.insert(key, value);
+        if key == *written {
+            map.written.remove(&key);
+        } else {
+            map.written.insert(key.clone(), written.clone());
+        }
+        map.entries.insert(key, value);
     }
     Ok(())
 }
@@ -300,12 +323,7 @@ fn is_merge_key(node: &Raw) -> bool {
     }
 }
 
-fn merge(
-    value: &Raw,
-    map: &mut BTreeMap<String, GoValue>,
-    budget: &mut usize,
-    depth: usize,
-) -> Result<(), YamlError> {
+fn merge(value: &Raw, map: &mut GoMap, budget: &mut usize, depth: usize) -> Result<(), YamlError> {
     const WANT_MAP: &str = "map merge requires map or sequence of maps as the value";
     match value {
         Raw::Map(entries) => resolve_entries(entries, map, budget, depth),
@@ -661,7 +679,7 @@ mod tests {
 
     fn one(text: &str) -> GoValue {
         match load(&format!("v: {text}\n")).unwrap() {
-            GoValue::Map(mut m) => m.remove("v").unwrap(),
+            GoValue::Map(mut m) => m.entries.remove("v").unwrap(),
             other => panic!("{other:?}"),
         }
     }
@@ -717,6 +735,8 @@ mod tests {
         };
         let keys: Vec<_> = m.keys().map(String::as_str).collect();
         assert_eq!(keys, ["1", "1.5", "1e+10", "true"]);
+        assert_eq!(m.written["true"], "y");
+        assert!(!m.written.contains_key("1"));
         assert!(load("~: a\n").is_err());
         assert!(load("? [a]\n: b\n").is_err());
         assert!(load("18446744073709551615: a\n").is_err());

@@ -83,11 +83,11 @@ fn render_problems(problems: &[FieldProblem]) -> String {
 /// Reads a config file into its top-level mapping. An empty file is an empty mapping: the
 /// reference decodes it into an all-default config and then names the required fields missing,
 /// and so do we.
-pub(crate) fn load_document(text: &str) -> Result<BTreeMap<String, GoValue>, ConfigError> {
+pub(crate) fn load_document(text: &str) -> Result<goyaml::GoMap, ConfigError> {
     let doc = goyaml::load(text).map_err(|e| ConfigError::Yaml { message: e.0 })?;
     match doc {
         GoValue::Map(map) => Ok(map),
-        GoValue::Null => Ok(BTreeMap::new()),
+        GoValue::Null => Ok(goyaml::GoMap::default()),
         other => Err(ConfigError::NotAMapping {
             found: kind_of(&other),
         }),
@@ -422,6 +422,15 @@ impl<'a> Fields<'a> {
         field: &str,
         cx: &mut Ctx,
     ) -> Got<(String, Vec<(&'a str, &'a GoValue)>)> {
+        self.entries_of(field, false, cx)
+    }
+
+    fn entries_of(
+        &mut self,
+        field: &str,
+        user_keys: bool,
+        cx: &mut Ctx,
+    ) -> Got<(String, Vec<(&'a str, &'a GoValue)>)> {
         let mut out: Got<(String, Vec<(&'a str, &'a GoValue)>)> = Got::Absent;
         let mut bad = false;
         for m in self.lookup(field, cx) {
@@ -434,6 +443,9 @@ impl<'a> Fields<'a> {
                         _ => Vec::new(),
                     };
                     entries.extend(map.iter().map(|(k, v)| (k.as_str(), v)));
+                    if user_keys {
+                        warn_written_keys(map, &path, cx);
+                    }
                     out = Got::Value((path, entries));
                 }
                 other => {
@@ -452,7 +464,7 @@ impl<'a> Fields<'a> {
         field: &str,
         cx: &mut Ctx,
     ) -> Got<(String, BTreeMap<&'a str, &'a GoValue>)> {
-        self.object(field, cx)
+        self.entries_of(field, true, cx)
             .map(|(path, entries)| (path, entries.into_iter().collect()))
     }
 
@@ -470,6 +482,19 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// Warns about the keys of a user-data mapping (labels, services) that YAML 1.1 read as something
+/// else than they look (`n:` is the key "false"), as the reference reads them.
+pub(crate) fn warn_written_keys(map: &goyaml::GoMap, path: &str, cx: &mut Ctx) {
+    for (key, written) in &map.written {
+        cx.warn(
+            &join(path, key),
+            format_args!(
+                "the unquoted key {written} is read as \"{key}\" (YAML 1.1, as the reference reads it); quote it to mean \"{written}\""
+            ),
+        );
+    }
+}
+
 /// Records a problem for every NaN or infinity in an ignored value (see [`Fields::finish`]).
 pub(crate) fn check_json_numbers(v: &GoValue, path: &str, cx: &mut Ctx) {
     match v {
@@ -480,7 +505,7 @@ pub(crate) fn check_json_numbers(v: &GoValue, path: &str, cx: &mut Ctx) {
             }
         }
         GoValue::Map(map) => {
-            for (k, item) in map {
+            for (k, item) in map.iter() {
                 check_json_numbers(item, &join(path, k), cx);
             }
         }
@@ -593,8 +618,8 @@ mod tests {
     #[test]
     fn an_empty_file_is_an_empty_mapping_whose_required_fields_are_then_missing() {
         // The reference decodes `null` into an all-default config and fails its validation.
-        assert_eq!(load_document("").unwrap(), BTreeMap::new());
-        assert_eq!(load_document("# nothing\n").unwrap(), BTreeMap::new());
+        assert!(load_document("").unwrap().is_empty());
+        assert!(load_document("# nothing\n").unwrap().is_empty());
     }
 
     #[test]
@@ -618,7 +643,7 @@ mod tests {
     }
 
     fn fields_of(text: &str) -> BTreeMap<String, GoValue> {
-        load_document(text).unwrap()
+        load_document(text).unwrap().entries
     }
 
     #[test]
