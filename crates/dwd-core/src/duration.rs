@@ -274,6 +274,32 @@ mod tests {
     }
 
     #[test]
+    fn signed_parsing_matches_go_parse_duration() {
+        let ns = |s: &str| parse_go_duration_nanos(s).unwrap();
+        assert_eq!(ns("-5s"), -5_000_000_000);
+        assert_eq!(ns("-1h2m"), -3_720_000_000_000);
+        assert_eq!(ns("-0"), 0);
+        assert_eq!(ns("-9223372036854775808ns"), i64::MIN);
+        assert_eq!(ns("9223372036854775807ns"), i64::MAX);
+        assert!(parse_go_duration_nanos("9223372036854775808ns").is_err());
+        assert_eq!(ns(".5h"), 1_800_000_000_000);
+        assert_eq!(ns("1.5µs"), 1500);
+        // Go truncates the fraction's nanoseconds.
+        assert_eq!(ns("0.9ns"), 0);
+        assert_eq!(ns("1.0000000009s"), 1_000_000_000);
+        // Go's float arithmetic for fractions (values checked against Go 1.26).
+        assert_eq!(ns("0.3333333333333333333h"), 1_200_000_000_000);
+        assert_eq!(ns("1.1h"), 3_960_000_000_000);
+        assert_eq!(ns("2562047h47m16.854775807s"), i64::MAX);
+        assert!(parse_go_duration_nanos("2562047h47m16.854775808s").is_err());
+        // Fraction digits past what fits are skipped, not an error.
+        assert_eq!(ns("1.00000000000000000000000000001s"), 1_000_000_000);
+        for bad in ["", "-", "+", "1", "1d", "1.", ".", "s", "1s-1s", "- 1s"] {
+            assert!(parse_go_duration_nanos(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn negative_durations_are_rejected() {
         assert!(matches!(
             parse_go_duration("-1s"),
