@@ -851,6 +851,15 @@ fn rows() -> Vec<Row> {
             &[],
         ),
         prober(
+            "level -2^63 as a float (written -9223372036854776000)",
+            "encoding/json: json.Marshal writes the float's shortest digits, which overflow an int",
+            with_entry(
+                "ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}\n  scaleUp: {level: -9223372036854775809}\n  scaleDown: {level: 0}",
+            ),
+            rejects("dependentResourceInfos[0].scaleUp.level"),
+            &[],
+        ),
+        prober(
             "level beyond int64",
             "encoding/json: 9223372036854775808 overflows an int",
             with_entry(

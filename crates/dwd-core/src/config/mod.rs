@@ -551,23 +551,25 @@ pub(crate) fn to_string(v: &GoValue, path: &str, coercible: bool, cx: &mut Ctx) 
     Some(value)
 }
 
-/// A Go `int` target. A float with an integral value is fine (JSON does not tell `1.0` from `1`),
-/// anything beyond 64 bits is not.
+/// A Go `int` target. A float is fine when the number `json.Marshal` writes for it (its
+/// shortest decimal digits, padded with zeros) parses as an int64: `1.0` is 1, and 2^63 as a
+/// float (written 9223372036854776000) is out of range. Rust prints an `f64` the same way.
 pub(crate) fn to_int(v: &GoValue, path: &str, _coercible: bool, cx: &mut Ctx) -> Option<i64> {
-    // 2^63 as f64: the first value past i64::MAX.
-    const I64_END: f64 = 9_223_372_036_854_775_808.0;
     match v {
         GoValue::Int(i, _) => Some(*i),
-        #[allow(clippy::cast_possible_truncation)]
-        GoValue::Float(f, _) if f.fract() == 0.0 && *f >= -I64_END && *f < I64_END => {
-            Some(*f as i64)
-        }
         GoValue::Float(f, text) if !f.is_finite() => {
             cx.problem(path, non_finite(text));
             None
         }
+        GoValue::Float(f, text) => match f.to_string().parse::<i64>() {
+            Ok(i) => Some(i),
+            Err(_) => {
+                cx.problem(path, format!("must be a 64-bit integer, got {text}"));
+                None
+            }
+        },
         GoValue::Uint(_, text) => {
-            cx.problem(path, format!("must fit in 64 bits, got {text}"));
+            cx.problem(path, format!("must be a 64-bit integer, got {text}"));
             None
         }
         other => {

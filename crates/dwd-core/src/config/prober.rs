@@ -939,7 +939,7 @@ dependentResourceInfos:
         assert!(has(
             &problems,
             "dependentResourceInfos[0].scaleDown.level",
-            "must be an integer, got 1.5"
+            "must be a 64-bit integer, got 1.5"
         ));
         assert!(has(
             &problems,
