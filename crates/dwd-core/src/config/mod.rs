@@ -592,9 +592,9 @@ mod tests {
     fn malformed_yaml_is_a_yaml_error() {
         let err = load_document("a: [1, 2\nb: }").unwrap_err();
         assert!(matches!(err, ConfigError::Yaml { .. }), "{err:?}");
+        let text = err.to_string();
         assert!(
-            err.to_string()
-                .starts_with("config file is not valid YAML: "),
+            text.starts_with("config file is not valid YAML: ") && text.contains("line 2"),
             "{err}"
         );
     }
