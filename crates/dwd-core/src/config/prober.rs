@@ -196,14 +196,12 @@ impl ProberConfig {
                 );
             }
             if probe_interval.is_some_and(|i| crate::schedule::jitter_can_overflow(i, j)) {
-                {
-                    cx.warn(
-                        "backoffJitterFactor",
-                        format_args!(
-                            "{j} times probeInterval exceeds Go's largest duration (about 292 years): as in the reference, a run whose random delay overflows starts at once, so most runs follow each other without pause"
-                        ),
-                    );
-                }
+                cx.warn(
+                    "backoffJitterFactor",
+                    format_args!(
+                        "{j} times probeInterval can exceed Go's largest duration (about 292 years): as in the reference, every run whose random delay overflows follows the previous one at once, without pause"
+                    ),
+                );
             }
         }
 
