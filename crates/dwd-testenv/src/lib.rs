@@ -731,6 +731,17 @@ impl ApiServer {
         self.inner.state.set_throttled(on);
     }
 
+    /// Makes the front door answer only the next `n` requests with 429, then pass again.
+    pub fn throttle_next(&self, n: u64) {
+        self.inner.state.throttle_next(n);
+    }
+
+    /// The `Retry-After` (whole seconds, `None`: no header) of the front door's 429s; `0`
+    /// unless set.
+    pub fn set_retry_after(&self, seconds: Option<u32>) {
+        self.inner.state.set_retry_after(seconds);
+    }
+
     /// Delays every new connection through the front door (a slow shoot).
     pub fn set_latency(&self, latency: Duration) {
         self.inner.state.set_latency(latency);
@@ -744,6 +755,106 @@ impl ApiServer {
     /// How many connections the front door has accepted (from every client).
     pub fn connections(&self) -> u64 {
         self.inner.state.connections()
+    }
+
+    /// New connections through the front door complete the TLS handshake and then never get
+    /// an answer (true), or are served again (false).
+    pub fn set_hang_after_handshake(&self, on: bool) {
+        self.inner.state.set_hang_after_handshake(on);
+    }
+
+    /// Closes every connection open through the front door now (the apiserver keeps
+    /// running): with [`ApiServer::set_throttled`], a storm that reaches clients on their
+    /// pooled connections too.
+    pub fn drop_connections(&self) {
+        self.inner.state.drop_connections();
+    }
+
+    /// How many connections the front door left hanging after their TLS handshake.
+    pub fn hung_connections(&self) -> u64 {
+        self.inner.state.hung_connections()
+    }
+
+    /// Partitions the front door (true: no byte moves on open or new connections) or heals
+    /// it (false: held connections carry on).
+    pub fn set_partitioned(&self, on: bool) {
+        self.inner.state.set_partitioned(on);
+    }
+
+    /// Conflict-on-first-write mode (see [`front_door`]): from now on, new connections reach
+    /// the apiserver through the front door as the environment's admin, and the first
+    /// `PATCH`/`PUT` to each object is answered `409 Conflict` after a concurrent write of the
+    /// front door's own. Connections already open keep being piped. `false` turns it off.
+    pub fn set_conflict_on_first_write(&self, on: bool) -> Result<(), TestEnvError> {
+        let upstream = if on {
+            let env = self.inner.env.upgrade().ok_or_else(|| {
+                TestEnvError::Spawn(self.inner.name.clone(), "environment is gone".into())
+            })?;
+            Some(front_door::upstream_tls_config(
+                &self.inner.pki.ca_pem(),
+                &env.admin,
+            )?)
+        } else {
+            None
+        };
+        self.inner.state.set_conflict_on_first_write(upstream);
+        Ok(())
+    }
+
+    /// How many writes the front door answered `409` in conflict-on-first-write mode.
+    pub fn conflicts_sent(&self) -> u64 {
+        self.inner.state.conflicts_sent()
+    }
+
+    /// An admin kubeconfig that reaches the apiserver itself, past the front door: for a
+    /// simulated data plane that must stay healthy while the front door is faulty.
+    pub fn direct_kubeconfig(&self) -> Result<String, TestEnvError> {
+        let cert = self
+            .inner
+            .pki
+            .issue_client("direct-admin", &["system:masters"])?;
+        Ok(make_kubeconfig(
+            &self.inner.name,
+            self.inner.backend_addr,
+            &self.inner.pki.ca_pem(),
+            &cert,
+        ))
+    }
+
+    /// A new admin client that reaches the apiserver past the front door.
+    pub async fn direct_client(&self) -> Result<kube::Client, TestEnvError> {
+        client_from_kubeconfig(&self.inner.name, &self.direct_kubeconfig()?).await
+    }
+
+    /// Opens another front door to this apiserver on a port of its own, with switches of its
+    /// own: one client's network path (e.g. one replica's) can be faulted while every other
+    /// client's stays healthy. It keeps piping while the apiserver is restarted.
+    pub async fn side_door(&self) -> Result<SideDoor, TestEnvError> {
+        let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, free_port()?));
+        let state = Arc::new(FrontDoorState::default());
+        let (backend, st, tls, handle) = (
+            self.inner.backend_addr,
+            state.clone(),
+            self.inner.tls.clone(),
+            self.inner.handle.clone(),
+        );
+        let door = self
+            .inner
+            .handle
+            .spawn(async move { FrontDoor::open(addr, backend, st, tls, &handle).await })
+            .await
+            .map_err(|e| TestEnvError::Spawn("side door".into(), e.to_string()))??;
+        let env = self.inner.env.upgrade().ok_or_else(|| {
+            TestEnvError::Spawn(self.inner.name.clone(), "environment is gone".into())
+        })?;
+        let kubeconfig =
+            make_kubeconfig(&self.inner.name, addr, &self.inner.pki.ca_pem(), &env.admin);
+        Ok(SideDoor {
+            addr,
+            state,
+            kubeconfig,
+            _door: door,
+        })
     }
 
     /// Installs the Cluster and Machine CRDs and waits until they are established.
@@ -771,6 +882,31 @@ impl ApiServer {
             .map_err(|e| cerr(format!("wait for CRD {name}: {e}")))?;
         }
         Ok(())
+    }
+}
+
+/// Another front door to an apiserver ([`ApiServer::side_door`]); closed on drop.
+pub struct SideDoor {
+    addr: SocketAddr,
+    state: Arc<FrontDoorState>,
+    kubeconfig: String,
+    _door: FrontDoor,
+}
+
+impl SideDoor {
+    /// The address clients of this door use.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// An admin kubeconfig (credentials inline) through this door.
+    pub fn kubeconfig(&self) -> &str {
+        &self.kubeconfig
+    }
+
+    /// This door's switches (throttle, latency, hang, partition, conflicts).
+    pub fn state(&self) -> &FrontDoorState {
+        &self.state
     }
 }
 
