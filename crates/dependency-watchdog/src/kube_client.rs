@@ -88,6 +88,9 @@ const TLS_SESSIONS_PER_SHOOT: usize = 4;
 
 /// A shoot kubeconfig parsed once, with the TLS client configuration built from it, for as
 /// long as the probe secret's kubeconfig stays the same text.
+/// The longest a shoot connection may take to establish, as client-go's dialer.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 ///
 /// Parsing the YAML and building the TLS configuration (certificates, key, root store) cost
 /// more CPU than the rest of a healthy probe run together; a rotated secret is different
@@ -139,7 +142,9 @@ impl PreparedShootConfig {
                 ShootClientError(format!("kubeconfig unusable: {}", redact(&e.to_string())))
             })?;
         config.default_retry = false;
-        config.connect_timeout = Some(timeout);
+        // Go's dialer gives up connecting after 30 s whatever the probe timeout (which may be
+        // "none" when configured as zero).
+        config.connect_timeout = Some(timeout.min(MAX_CONNECT_TIMEOUT));
         config.read_timeout = Some(timeout);
         config.write_timeout = Some(timeout);
         let mut tls = config.rustls_client_config().map_err(|e| {
