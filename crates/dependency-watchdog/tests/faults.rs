@@ -1,0 +1,1612 @@
+//! The fault suite (issue 17): the real `dependency-watchdog prober` binary against real
+//! kube-apiservers, one scenario per class of fault, the same invariants checked after every
+//! fault and every recovery ([`World::check_invariants`]):
+//!
+//! 1. **restored**: once a shoot's leases are healthy, each of its targets comes back to the
+//!    replicas it had before (recorded by the test at creation, never 1 by default) and
+//!    carries neither the `replicas` annotation nor the marker;
+//! 2. **healthy shoots untouched**: no target of a shoot whose kubelets never stopped is ever
+//!    seen below its replicas or with an annotation (every change of every target is watched
+//!    for the whole scenario);
+//! 3. **the record is never lost or lowered**: whenever a target is seen at 0 replicas or with
+//!    the marker, its `replicas` annotation is there and says what it had; it never holds
+//!    anything else;
+//! 4. **no scale-up in an outage**: a target of a shoot in outage that was seen at 0 stays at
+//!    0 until its kubelets renew again;
+//! 5. **no panic**: no incarnation of the binary ever printed `panicked`;
+//! 6. **memory bounded**: each incarnation's peak RSS (`VmHWM`) stays under the scenario's
+//!    bound.
+//!
+//! The faults happen on the watchdog's own network paths (front doors of `dwd-testenv`):
+//! the simulated world — kubelets, Deployment status, the test's observer — reaches the
+//! apiservers directly, so a fault never makes a healthy shoot look unhealthy by itself
+//! (except where the apiserver process itself restarts, which everyone sees).
+//!
+//! Randomness: one seed per run, printed (`fault suite seed: …`); `DWD_FAULT_SEED=<n>`
+//! replays it (each scenario derives its own generator from it and its name, so scenarios can
+//! be run alone). `DWD_FAULT_LONG=1` runs the long mode: ≥ 100 SIGKILL crash points, more
+//! restarts, flaps, storms and shoots. The scenarios take turns (one at a time: each runs
+//! its own seed apiserver and binary on a 2-core machine).
+//!
+//! `docs/faults.md` has the table: fault → expected behaviour → the test that proves it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use dwd_sim::{AbortOnDrop, SeedControlPlane, ShootState, SimShoot, SimShootOptions};
+use dwd_testenv::{ApiServer, ApiServerOptions, SideDoor, TestEnv, eventually};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+mod support;
+use support::{Watchdog, sum};
+
+const KCM: &str = "kube-controller-manager";
+const MCM: &str = "machine-controller-manager";
+const CA: &str = "cluster-autoscaler";
+/// Replicas of each target at creation: what every recovery must restore (not 1).
+const TARGETS: [(&str, i32); 3] = [(KCM, 3), (MCM, 2), (CA, 2)];
+const LEASE_NAMESPACE: &str = "dwd-faults-leader-election";
+/// How long a recovery or a flow may take once nothing is faulty any more.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// Peak RSS bound of one incarnation of the binary (a few shoots).
+const RSS_BOUND_MIB: f64 = 150.0;
+
+/// Gardener's level order, intervals shortened. `kcmNodeMonitorGraceDuration: 20s` (leases
+/// expire 15 s after their renewal): outages are started with renewals stamped a minute in
+/// the past, so they take effect at once, while a healthy shoot whose apiserver restarts
+/// keeps its leases fresh through a few seconds without renewals. The initial delays and the
+/// simulated pods' start-up time (150 ms) make each flow take about a second, so that crash
+/// points can land inside it.
+const CONFIG: &str = r#"
+kubeConfigSecretName: shoot-access-dependency-watchdog-probe
+probeInterval: 300ms
+initialDelay: 200ms
+probeTimeout: 2s
+kcmNodeMonitorGraceDuration: 20s
+dependentResourceInfos:
+  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 0, timeout: 10s}
+    scaleDown: {level: 1, initialDelay: 300ms, timeout: 10s}
+  - ref: {kind: Deployment, name: machine-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 1, initialDelay: 300ms, timeout: 10s}
+    scaleDown: {level: 0, timeout: 10s}
+  - ref: {kind: Deployment, name: cluster-autoscaler, apiVersion: apps/v1}
+    optional: true
+    scaleUp: {level: 2, timeout: 10s}
+    scaleDown: {level: 0, timeout: 10s}
+"#;
+
+// --- randomness, modes, the shared environment ----------------------------------------------
+
+/// The run's seed: `DWD_FAULT_SEED` or a fresh one, printed once.
+fn fault_seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let seed = std::env::var("DWD_FAULT_SEED")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or_else(rand::random);
+        eprintln!(
+            "fault suite seed: {seed} (replay with DWD_FAULT_SEED={seed}; long mode: {})",
+            long_mode()
+        );
+        seed
+    })
+}
+
+/// `DWD_FAULT_LONG=1`: many more crash points, restarts, flaps and shoots.
+fn long_mode() -> bool {
+    std::env::var("DWD_FAULT_LONG").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// `short` in CI, `long` with `DWD_FAULT_LONG=1`.
+fn pick<T>(short: T, long: T) -> T {
+    if long_mode() { long } else { short }
+}
+
+/// A generator of a scenario's own, from the run's seed and the scenario's name.
+fn rng_for(scenario: &str) -> StdRng {
+    // FNV-1a: stable across runs and platforms, unlike std's hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in scenario.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    StdRng::seed_from_u64(fault_seed() ^ h)
+}
+
+/// A random duration in `[lo, hi]` milliseconds.
+fn millis(rng: &mut StdRng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(rng.random_range(lo..=hi))
+}
+
+/// Lets a fault last (or a crash point arrive) for `d`: a choice of the scenario, not a
+/// wait for a condition (those use deadlines, see [`World::wait`]).
+async fn hold(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+/// etcd for this test binary (each scenario starts its own seed apiserver).
+async fn env() -> Result<&'static TestEnv> {
+    static ENV: tokio::sync::OnceCell<TestEnv> = tokio::sync::OnceCell::const_new();
+    Ok(ENV.get_or_try_init(TestEnv::start).await?)
+}
+
+/// The shoot apiserver every scenario's shoots share (node names differ per shoot).
+async fn shoots_api() -> Result<ApiServer> {
+    static SHOOTS: tokio::sync::OnceCell<ApiServer> = tokio::sync::OnceCell::const_new();
+    let env = env().await?;
+    Ok(SHOOTS
+        .get_or_try_init(|| async { env.start_apiserver("faults-shoots").await })
+        .await?
+        .clone())
+}
+
+/// Held for a whole scenario: one at a time.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
+// --- the process ------------------------------------------------------------------------------
+
+/// Peak RSS in MiB (`VmHWM`) of a live process.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())?;
+    Some(kib / 1024.0)
+}
+
+/// Open file descriptors, of which sockets, and threads of a live process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProcStats {
+    fds: usize,
+    sockets: usize,
+    threads: usize,
+}
+
+fn proc_stats(pid: u32) -> Result<ProcStats> {
+    let mut fds = 0;
+    let mut sockets = 0;
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let entry = entry?;
+        fds += 1;
+        if std::fs::read_link(entry.path())
+            .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+        {
+            sockets += 1;
+        }
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("no Threads in /proc status")?;
+    Ok(ProcStats {
+        fds,
+        sockets,
+        threads,
+    })
+}
+
+/// The TCP connections of a live process, by remote port (loopback IPv4, as everything here
+/// is): its sockets' inodes looked up in `/proc/net/tcp`.
+fn connections_by_port(pid: u32) -> Result<BTreeMap<u16, usize>> {
+    let mut inodes = BTreeSet::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        if let Ok(target) = std::fs::read_link(entry?.path()) {
+            let target = target.to_string_lossy().into_owned();
+            if let Some(inode) = target
+                .strip_prefix("socket:[")
+                .and_then(|t| t.strip_suffix(']'))
+            {
+                inodes.insert(inode.to_string());
+            }
+        }
+    }
+    let mut by_port = BTreeMap::new();
+    for line in std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))?
+        .lines()
+        .skip(1)
+    {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+        let (Some(rem), Some(state), Some(inode)) = (cols.get(2), cols.get(3), cols.get(9)) else {
+            continue;
+        };
+        // 01 = ESTABLISHED; listening and closing sockets are not connections.
+        if *state != "01" || !inodes.contains(*inode) {
+            continue;
+        }
+        if let Some(port) = rem
+            .rsplit_once(':')
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+        {
+            *by_port.entry(port).or_default() += 1;
+        }
+    }
+    Ok(by_port)
+}
+
+/// One incarnation of the binary.
+struct Dog {
+    wd: Watchdog,
+    label: String,
+}
+
+impl Dog {
+    fn pid(&self) -> Result<u32> {
+        self.wd.pid().context("no pid")
+    }
+
+    async fn metrics(&self) -> Result<String> {
+        self.wd.metrics().await
+    }
+
+    /// `dwd_prober_shoot_probe_runs_total{shoot}`.
+    async fn runs(&self, ns: &str) -> Result<f64> {
+        Ok(sum(
+            &self.metrics().await?,
+            "dwd_prober_shoot_probe_runs_total",
+            &[("shoot", ns)],
+        ))
+    }
+
+    /// `dwd_prober_api_server_probe_failures_total{shoot}`.
+    async fn api_failures(&self, ns: &str) -> Result<f64> {
+        Ok(sum(
+            &self.metrics().await?,
+            "dwd_prober_api_server_probe_failures_total",
+            &[("shoot", ns)],
+        ))
+    }
+
+    /// Whether this incarnation leads (`leader_election_master_status` is 1).
+    async fn leads(&self) -> Result<bool> {
+        Ok(sum(&self.metrics().await?, "leader_election_master_status", &[]) == 1.0)
+    }
+}
+
+/// What an incarnation left behind.
+#[derive(Debug)]
+struct ProcessRecord {
+    label: String,
+    peak_mib: Option<f64>,
+    panicked: Option<String>,
+}
+
+fn panic_line(log: &str) -> Option<String> {
+    log.lines()
+        .find(|l| l.contains("panicked"))
+        .map(|l| l.chars().take(300).collect())
+}
+
+// --- observing every target -----------------------------------------------------------------
+
+/// One observed state of a target.
+#[derive(Debug, Clone)]
+struct Seen {
+    at: Instant,
+    ns: String,
+    name: String,
+    replicas: i32,
+    record: Option<String>,
+    marker: bool,
+}
+
+impl Seen {
+    fn of(d: &Deployment) -> Option<Seen> {
+        let annotations = d.metadata.annotations.clone().unwrap_or_default();
+        Some(Seen {
+            at: Instant::now(),
+            ns: d.metadata.namespace.clone()?,
+            name: d.metadata.name.clone()?,
+            replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            record: annotations.get(REPLICAS_ANNOTATION).cloned(),
+            marker: annotations.contains_key(MELTDOWN_ANNOTATION),
+        })
+    }
+}
+
+/// Watches every Deployment of the seed for the whole scenario (re-listing after errors,
+/// e.g. while the seed restarts).
+struct Observer {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    _task: AbortOnDrop,
+}
+
+impl Observer {
+    fn start(seed: kube::Client) -> Observer {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let task = AbortOnDrop::spawn(async move {
+            let mut stream = watcher(Api::<Deployment>::all(seed), watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(event) = stream.next().await {
+                if let Ok(d) = event
+                    && let Some(s) = Seen::of(&d)
+                {
+                    sink.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+                }
+            }
+        });
+        Observer { seen, _task: task }
+    }
+
+    fn snapshot(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+// --- the world ------------------------------------------------------------------------------
+
+/// A shoot of a scenario.
+struct Shoot {
+    ns: String,
+    sim: SimShoot,
+    /// Its kubelets have never been silenced (invariant 2 applies).
+    healthy_throughout: AtomicBool,
+    /// Outage windows: (silenced at, resumed at).
+    outages: Mutex<Vec<(Instant, Option<Instant>)>>,
+}
+
+impl Shoot {
+    fn in_outage(&self) -> bool {
+        self.outages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last()
+            .is_some_and(|(_, end)| end.is_none())
+    }
+}
+
+/// What a scenario's shoot is like.
+struct ShootSpec {
+    name: &'static str,
+    /// The probe kubeconfig, when not the shoot apiserver's own front door.
+    kubeconfig: Option<String>,
+}
+
+fn shoot(name: &'static str) -> ShootSpec {
+    ShootSpec {
+        name,
+        kubeconfig: None,
+    }
+}
+
+/// One scenario's world: its own seed apiserver, shoots on the shared shoot apiserver, the
+/// observer, the binary's incarnations.
+struct World {
+    name: &'static str,
+    started: Instant,
+    seed: ApiServer,
+    shoots_api: ApiServer,
+    /// Direct to the seed (past its front door).
+    seed_client: kube::Client,
+    dir: PathBuf,
+    config_path: PathBuf,
+    shoots: Vec<Shoot>,
+    observer: Observer,
+    records: Mutex<Vec<ProcessRecord>>,
+    incarnations: Mutex<u32>,
+    rss_bound_mib: f64,
+    /// Violations found by scenario-specific checks, reported with the shared ones.
+    extra_violations: Mutex<Vec<String>>,
+}
+
+impl World {
+    async fn new(name: &'static str, config: &str, specs: Vec<ShootSpec>) -> Result<World> {
+        let started = Instant::now();
+        let env = env().await?;
+        let shoots_api = shoots_api().await?;
+        reset_switches(&shoots_api);
+        if !shoots_api.is_running() {
+            shoots_api.start().await?;
+        }
+        let seed = env
+            .start_apiserver_with(&format!("faults-{name}-seed"), ApiServerOptions::seed())
+            .await?;
+        let seed_client = seed.direct_client().await?;
+        let shoot_client = shoots_api.direct_client().await?;
+        for ns in ["garden", LEASE_NAMESPACE] {
+            let ns: Namespace =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?;
+            Api::<Namespace>::all(seed_client.clone())
+                .create(&PostParams::default(), &ns)
+                .await?;
+        }
+        let dir = env.dir().join(format!("faults-{name}"));
+        std::fs::create_dir_all(&dir)?;
+        let config_path = dir.join("dep-config.yaml");
+        std::fs::write(&config_path, config)?;
+        let observer = Observer::start(seed_client.clone());
+        let mut shoots = Vec::new();
+        for spec in specs {
+            let ns = format!("shoot--{name}--{}", spec.name);
+            let mut options = SimShootOptions::new(&ns)
+                .with_nodes(5)
+                .with_renew_interval(Duration::from_millis(500));
+            options.node_prefix = format!("{name}-{}-", spec.name);
+            options.deployments = TARGETS.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+            options.deployment_status_delay = Some(Duration::from_millis(150));
+            let kubeconfig = spec
+                .kubeconfig
+                .unwrap_or_else(|| shoots_api.kubeconfig().to_string());
+            let sim = SimShoot::create(
+                seed_client.clone(),
+                shoot_client.clone(),
+                &kubeconfig,
+                options,
+            )
+            .await?;
+            shoots.push(Shoot {
+                ns,
+                sim,
+                healthy_throughout: AtomicBool::new(true),
+                outages: Mutex::new(Vec::new()),
+            });
+        }
+        let world = World {
+            name,
+            started,
+            seed,
+            shoots_api,
+            seed_client,
+            dir,
+            config_path,
+            shoots,
+            observer,
+            records: Mutex::new(Vec::new()),
+            incarnations: Mutex::new(0),
+            rss_bound_mib: RSS_BOUND_MIB,
+            extra_violations: Mutex::new(Vec::new()),
+        };
+        world.log(&format!(
+            "world ready ({} shoots) in {:.1}s",
+            world.shoots.len(),
+            started.elapsed().as_secs_f64()
+        ));
+        Ok(world)
+    }
+
+    fn log(&self, what: &str) {
+        eprintln!(
+            "[faults {} +{:6.1}s] {what}",
+            self.name,
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+
+    fn shoot(&self, i: usize) -> &Shoot {
+        &self.shoots[i]
+    }
+
+    fn violation(&self, v: String) {
+        self.log(&format!("VIOLATION: {v}"));
+        self.extra_violations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(v);
+    }
+
+    // --- the binary ---
+
+    /// Starts an incarnation of the prober against `kubeconfig` (the seed's front door when
+    /// `None`) with `extra` flags.
+    fn spawn_with(&self, kubeconfig: Option<&Path>, extra: &[String]) -> Result<Dog> {
+        let n = {
+            let mut n = self.incarnations.lock().unwrap_or_else(|e| e.into_inner());
+            *n += 1;
+            *n
+        };
+        let label = format!("{}-{n}", self.name);
+        let metrics_port = dwd_testenv::free_port()?;
+        let health_port = dwd_testenv::free_port()?;
+        let kubeconfig = kubeconfig
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| self.seed.kubeconfig_path());
+        let mut args = vec![
+            "prober".to_string(),
+            format!("--config-file={}", self.config_path.display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--zap-log-level=info".into(),
+            format!("--metrics-bind-addr=127.0.0.1:{metrics_port}"),
+            format!("--health-bind-addr=127.0.0.1:{health_port}"),
+        ];
+        args.extend(extra.iter().cloned());
+        let wd = Watchdog::spawn(&label, &args, &[], &self.dir, metrics_port)?;
+        Ok(Dog { wd, label })
+    }
+
+    fn spawn(&self) -> Result<Dog> {
+        self.spawn_with(None, &[])
+    }
+
+    fn record(&self, dog: &Dog, peak_mib: Option<f64>) {
+        let log = std::fs::read_to_string(self.dir.join(format!("{}.log", dog.label)))
+            .unwrap_or_default();
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ProcessRecord {
+                label: dog.label.clone(),
+                peak_mib,
+                panicked: panic_line(&log),
+            });
+    }
+
+    /// SIGKILL (peak RSS read just before).
+    fn kill(&self, dog: Dog) {
+        let peak = dog.wd.pid().and_then(peak_rss_mib);
+        let Dog { wd, label } = dog;
+        // Dropping the handle SIGKILLs and reaps the process; its log stays.
+        drop(wd);
+        let log =
+            std::fs::read_to_string(self.dir.join(format!("{label}.log"))).unwrap_or_default();
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ProcessRecord {
+                label,
+                peak_mib: peak,
+                panicked: panic_line(&log),
+            });
+    }
+
+    /// SIGTERM; it must exit 0.
+    async fn stop(&self, dog: Dog) -> Result<()> {
+        let peak = dog.wd.pid().and_then(peak_rss_mib);
+        let status = dog.wd.stop().await?;
+        self.record(&dog, peak);
+        ensure!(
+            status.success(),
+            "{} exited with {status} on SIGTERM\n{}",
+            dog.label,
+            dog.wd.tail()
+        );
+        Ok(())
+    }
+
+    /// Waits until the binary probes every shoot of the world.
+    async fn wait_probing(&self, dog: &Dog) -> Result<()> {
+        for shoot in &self.shoots {
+            let ns = shoot.ns.clone();
+            dog.wd
+                .until(&format!("{ns} probed"), || {
+                    let ns = ns.clone();
+                    async move { Ok((dog.runs(&ns).await? >= 1.0).then_some(())) }
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
+    // --- the data plane ---
+
+    /// An outage: every kubelet of these shoots stops, their last renewals a minute old (so
+    /// the leases count as expired at once).
+    fn outage(&self, shoots: &[usize]) {
+        for &i in shoots {
+            let shoot = self.shoot(i);
+            shoot.healthy_throughout.store(false, Ordering::SeqCst);
+            shoot
+                .outages
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((Instant::now(), None));
+            let stamp = chrono::Utc::now() - chrono::Duration::seconds(60);
+            shoot.sim.kubelets().silence_count_stamped(5, stamp);
+        }
+    }
+
+    /// The outage of these shoots ends: their kubelets renew again.
+    fn recover(&self, shoots: &[usize]) {
+        for &i in shoots {
+            let shoot = self.shoot(i);
+            shoot.sim.kubelets().resume_all();
+            if let Some(last) = shoot
+                .outages
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .last_mut()
+            {
+                last.1.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+
+    // --- the targets ---
+
+    async fn targets(&self, ns: &str) -> Result<BTreeMap<String, Seen>> {
+        let list = Api::<Deployment>::namespaced(self.seed_client.clone(), ns)
+            .list(&Default::default())
+            .await?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(Seen::of)
+            .map(|s| (s.name.clone(), s))
+            .collect())
+    }
+
+    /// `kcm=3 mcm=0(rec 2) ca=0(rec 2)` for a shoot, for crash-point lines.
+    async fn describe(&self, i: usize) -> String {
+        match self.targets(&self.shoot(i).ns).await {
+            Ok(t) => t
+                .values()
+                .map(|s| {
+                    let short = match s.name.as_str() {
+                        KCM => "kcm",
+                        MCM => "mcm",
+                        CA => "ca",
+                        other => other,
+                    };
+                    match &s.record {
+                        Some(r) => format!("{short}={}(rec {r})", s.replicas),
+                        None => format!("{short}={}", s.replicas),
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            Err(e) => format!("<seed unreachable: {e}>"),
+        }
+    }
+
+    /// How far a shoot's flow got: 0 = nothing scaled down, 3 = every target down.
+    async fn targets_down(&self, i: usize) -> Option<usize> {
+        let t = self.targets(&self.shoot(i).ns).await.ok()?;
+        Some(t.values().filter(|s| s.replicas == 0).count())
+    }
+
+    async fn wait<T, F, Fut>(&self, what: &str, deadline: Duration, mut check: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>>>,
+    {
+        eventually(deadline, what, || {
+            let fut = check();
+            async move { fut.await.map_err(|e| format!("{e:#}")) }
+        })
+        .await
+        .map_err(|e| anyhow!("[{}] {e}", self.name))
+    }
+
+    /// Waits until every target of these shoots is at 0 with its record.
+    async fn wait_scaled_down(&self, shoots: &[usize], deadline: Duration) -> Result<()> {
+        for &i in shoots {
+            let ns = self.shoot(i).ns.clone();
+            self.wait(&format!("{ns} scaled down"), deadline, || async {
+                let t = self.targets(&ns).await?;
+                let done = TARGETS.iter().all(|(name, replicas)| {
+                    t.get(*name).is_some_and(|s| {
+                        s.replicas == 0 && s.record.as_deref() == Some(&replicas.to_string())
+                    })
+                });
+                Ok(done.then_some(()))
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every target of these shoots is back at its replicas, unannotated.
+    async fn wait_restored(&self, shoots: &[usize], deadline: Duration) -> Result<()> {
+        for &i in shoots {
+            let ns = self.shoot(i).ns.clone();
+            self.wait(&format!("{ns} restored"), deadline, || async {
+                let t = self.targets(&ns).await?;
+                let bad: Vec<String> = TARGETS
+                    .iter()
+                    .filter(|(name, replicas)| {
+                        !t.get(*name).is_some_and(|s| {
+                            s.replicas == *replicas && s.record.is_none() && !s.marker
+                        })
+                    })
+                    .map(|(name, _)| format!("{name}: {:?}", t.get(*name)))
+                    .collect();
+                if bad.is_empty() {
+                    Ok(Some(()))
+                } else {
+                    Err(anyhow!("not yet: {}", bad.join("; ")))
+                }
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    // --- the invariants ---
+
+    /// Invariants 2–4 over everything observed so far.
+    fn observed_violations(&self) -> Vec<String> {
+        let initial: BTreeMap<&str, i32> = TARGETS.iter().copied().collect();
+        let seen = self.observer.snapshot();
+        let mut violations = BTreeSet::new();
+        for shoot in &self.shoots {
+            let healthy = shoot.healthy_throughout.load(Ordering::SeqCst);
+            let outages = shoot
+                .outages
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let mut down_in_outage: BTreeSet<(usize, String)> = BTreeSet::new();
+            for s in seen.iter().filter(|s| s.ns == shoot.ns) {
+                let Some(&want) = initial.get(s.name.as_str()) else {
+                    continue;
+                };
+                let what = format!("{}/{}", s.ns, s.name);
+                if healthy && (s.replicas < want || s.record.is_some() || s.marker) {
+                    violations.insert(format!(
+                        "healthy shoot touched: {what} seen at {} replicas (record {:?}, marker {})",
+                        s.replicas, s.record, s.marker
+                    ));
+                }
+                if (s.replicas == 0 || s.marker) && s.record.is_none() {
+                    violations.insert(format!(
+                        "record lost: {what} seen at {} replicas, marker {}, without the replicas annotation",
+                        s.replicas, s.marker
+                    ));
+                }
+                if let Some(r) = &s.record
+                    && r.parse::<i32>().ok() != Some(want)
+                {
+                    violations.insert(format!(
+                        "record changed: {what} seen with replicas annotation {r:?}, it had {want}"
+                    ));
+                }
+                // Invariant 4: within an outage, once at 0, stays at 0.
+                for (k, (from, to)) in outages.iter().enumerate() {
+                    let inside = s.at > *from && to.is_none_or(|t| s.at < t);
+                    if !inside {
+                        continue;
+                    }
+                    let key = (k, s.name.clone());
+                    if s.replicas == 0 {
+                        down_in_outage.insert(key);
+                    } else if down_in_outage.contains(&key) {
+                        violations.insert(format!(
+                            "scaled up during an outage: {what} seen at {} replicas after 0 while its leases were expired",
+                            s.replicas
+                        ));
+                    }
+                }
+            }
+        }
+        violations.into_iter().collect()
+    }
+
+    /// Every invariant: waits (with a deadline) until every shoot with healthy leases is
+    /// restored, then checks what was observed and what every incarnation left behind
+    /// (`live`: the incarnations running now).
+    async fn check_invariants(&self, phase: &str, live: &[&Dog]) -> Result<()> {
+        let t = Instant::now();
+        let healthy: Vec<usize> = (0..self.shoots.len())
+            .filter(|&i| !self.shoot(i).in_outage())
+            .collect();
+        let mut violations = Vec::new();
+        if let Err(e) = self.wait_restored(&healthy, DEADLINE).await {
+            violations.push(format!("not restored: {e:#}"));
+        }
+        violations.extend(self.observed_violations());
+        violations.extend(
+            self.extra_violations
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
+        let mut records: Vec<(String, Option<f64>, Option<String>)> = self
+            .records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|r| (r.label.clone(), r.peak_mib, r.panicked.clone()))
+            .collect();
+        for dog in live {
+            if let Some(status) = dog.wd.exited() {
+                violations.push(format!("{} exited unexpectedly with {status}", dog.label));
+            }
+            records.push((
+                dog.label.clone(),
+                dog.wd.pid().and_then(peak_rss_mib),
+                panic_line(&dog.wd.log()),
+            ));
+        }
+        let mut peak_max: f64 = 0.0;
+        for (label, peak, panicked) in &records {
+            if let Some(line) = panicked {
+                violations.push(format!("{label} panicked: {line}"));
+            }
+            if let Some(p) = peak {
+                peak_max = peak_max.max(*p);
+                if *p > self.rss_bound_mib {
+                    violations.push(format!(
+                        "{label}: peak RSS {p:.0} MiB over the bound of {:.0} MiB",
+                        self.rss_bound_mib
+                    ));
+                }
+            }
+        }
+        self.log(&format!(
+            "invariants after {phase}: {} violation(s); {} incarnation(s), max peak RSS {peak_max:.0} MiB (checked in {:.1}s)",
+            violations.len(),
+            records.len(),
+            t.elapsed().as_secs_f64()
+        ));
+        if violations.is_empty() {
+            return Ok(());
+        }
+        let tails: Vec<String> = live.iter().map(|d| d.wd.tail()).collect();
+        bail!(
+            "[{}] invariants violated after {phase} (seed {}):\n  - {}\n{}",
+            self.name,
+            fault_seed(),
+            violations.join("\n  - "),
+            tails.join("\n")
+        )
+    }
+
+    /// Stops the seed apiserver (the shared shoot apiserver stays) and prints the runtime.
+    async fn finish(self) -> Result<()> {
+        reset_switches(&self.shoots_api);
+        let name = self.name;
+        let runtime = self.started.elapsed();
+        self.seed.stop().await?;
+        eprintln!(
+            "[faults {name}] passed in {:.1}s (seed {})",
+            runtime.as_secs_f64(),
+            fault_seed()
+        );
+        Ok(())
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        reset_switches(&self.shoots_api);
+    }
+}
+
+/// Every front-door switch of an apiserver back to normal.
+fn reset_switches(api: &ApiServer) {
+    api.set_throttled(false);
+    api.set_latency(Duration::ZERO);
+    api.set_hang_after_handshake(false);
+    api.set_partitioned(false);
+    let _ = api.set_conflict_on_first_write(false);
+}
+
+// --- the scenarios --------------------------------------------------------------------------
+
+/// SIGKILL at random points of scale-down and scale-up flows; each crash is followed by a
+/// restart, which must finish the flow the killed incarnation left (restoring the recorded
+/// replicas, never 1). Two shoots go into and out of outage at staggered moments, so one
+/// kill lands in different phases of their flows; sometimes the restarted incarnation is
+/// killed again while it starts up or resumes.
+#[tokio::test]
+async fn sigkill_at_random_points_of_scale_down_and_scale_up_flows() -> Result<()> {
+    let _serial = serial().await;
+    let mut rng = rng_for("sigkill");
+    let crash_points: usize = pick(6, 100);
+    let w = World::new("sigkill", CONFIG, vec![shoot("a"), shoot("b"), shoot("h")]).await?;
+    let (a, b) = (0, 1);
+    let mut dog = w.spawn()?;
+    w.wait_probing(&dog).await?;
+    let mut kills = 0usize;
+    // How many of the 6 targets of a and b had moved at each kill, per direction.
+    let mut phases: BTreeMap<String, usize> = BTreeMap::new();
+    let mut cycle = 0;
+    while kills < crash_points {
+        cycle += 1;
+        for down in [true, false] {
+            let dir = if down { "scale-down" } else { "scale-up" };
+            let t0 = Instant::now();
+            if down {
+                w.outage(&[a]);
+            } else {
+                w.recover(&[a]);
+            }
+            let stagger = millis(&mut rng, 0, 800);
+            hold(stagger).await;
+            if down {
+                w.outage(&[b]);
+            } else {
+                w.recover(&[b]);
+            }
+            // The crash point: up to ~2.5 s after the trigger covers before, inside and
+            // after both flows.
+            hold(millis(&mut rng, 0, 2500).saturating_sub(stagger)).await;
+            loop {
+                let at = t0.elapsed();
+                let moved = match (w.targets_down(a).await, w.targets_down(b).await) {
+                    (Some(x), Some(y)) if down => Some(x + y),
+                    (Some(x), Some(y)) => Some(6 - x - y),
+                    _ => None,
+                };
+                let (da, db) = (w.describe(a).await, w.describe(b).await);
+                w.kill(dog);
+                kills += 1;
+                let phase = match moved {
+                    Some(0) => "before any target moved",
+                    Some(6) => "after every target moved",
+                    Some(_) => "mid-flow",
+                    None => "unknown",
+                };
+                *phases.entry(format!("{dir} {phase}")).or_default() += 1;
+                w.log(&format!(
+                    "crash point {kills}: {dir} +{:.2}s ({phase}): a: {da} | b: {db}",
+                    at.as_secs_f64()
+                ));
+                dog = w.spawn()?;
+                // Sometimes the new incarnation dies too, while it starts or resumes.
+                if kills < crash_points && rng.random_bool(0.3) {
+                    hold(millis(&mut rng, 0, 1500)).await;
+                    continue;
+                }
+                break;
+            }
+            if down {
+                w.wait_scaled_down(&[a, b], DEADLINE).await?;
+            }
+            w.check_invariants(&format!("cycle {cycle} {dir}"), &[&dog])
+                .await?;
+        }
+    }
+    w.log(&format!("{kills} crash points: {phases:?}"));
+    w.stop(dog).await?;
+    w.check_invariants("the end", &[]).await?;
+    w.finish().await
+}
+
+/// The seed apiserver restarted (process stopped and started: every connection refused or
+/// reset, the watches broken) at a random point of a scale-down and of a scale-up: the flows
+/// finish once it is back, from the watch caches re-listed.
+#[tokio::test]
+async fn seed_apiserver_restarted_mid_flow() -> Result<()> {
+    let _serial = serial().await;
+    let mut rng = rng_for("seed-restart");
+    let w = World::new("seed-restart", CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    let dog = w.spawn()?;
+    w.wait_probing(&dog).await?;
+    for round in 1..=pick(1, 4) {
+        for down in [true, false] {
+            let dir = if down { "scale-down" } else { "scale-up" };
+            if down {
+                w.outage(&[0]);
+            } else {
+                w.recover(&[0]);
+            }
+            hold(millis(&mut rng, 0, 1200)).await;
+            let at = w.describe(0).await;
+            w.seed.stop().await?;
+            let downtime = millis(&mut rng, 500, 3000);
+            w.log(&format!(
+                "round {round} {dir}: seed stopped for {downtime:?} with o at {at}"
+            ));
+            hold(downtime).await;
+            w.seed.start().await?;
+            w.log("seed back");
+            if down {
+                w.wait_scaled_down(&[0], DEADLINE).await?;
+            }
+            w.check_invariants(&format!("round {round} {dir}"), &[&dog])
+                .await?;
+        }
+    }
+    w.stop(dog).await?;
+    w.finish().await
+}
+
+/// The shoot apiserver flaps: its front door partitioned for random spells (shorter and
+/// longer than `probeTimeout`) and its process restarted. A shoot in outage stays scaled
+/// down through the flaps (a failed run scales nothing, up or down); the healthy shoot is
+/// never touched; both are probed again after each flap; the outage shoot is restored when
+/// its kubelets return.
+#[tokio::test]
+async fn shoot_apiserver_flapping() -> Result<()> {
+    let _serial = serial().await;
+    let mut rng = rng_for("flapping");
+    let w = World::new("flapping", CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    let dog = w.spawn()?;
+    w.wait_probing(&dog).await?;
+    w.outage(&[0]);
+    w.wait_scaled_down(&[0], DEADLINE).await?;
+    let failures_before = dog.api_failures(&w.shoot(1).ns).await?;
+    let partitions: usize = pick(4, 30);
+    let restarts: usize = pick(1, 4);
+    let mut flaps: Vec<bool> = std::iter::repeat_n(false, partitions)
+        .chain(std::iter::repeat_n(true, restarts))
+        .collect();
+    // Shuffle (Fisher–Yates) so restarts fall anywhere among the partitions.
+    for i in (1..flaps.len()).rev() {
+        let j = rng.random_range(0..=i);
+        flaps.swap(i, j);
+    }
+    for (k, restart) in flaps.into_iter().enumerate() {
+        if restart {
+            w.log(&format!("flap {k}: shoot apiserver restart"));
+            w.shoots_api.stop().await?;
+            hold(millis(&mut rng, 200, 1500)).await;
+            w.shoots_api.start().await?;
+        } else {
+            let spell = millis(&mut rng, 200, 3000);
+            w.log(&format!("flap {k}: partitioned for {spell:?}"));
+            w.shoots_api.set_partitioned(true);
+            hold(spell).await;
+            w.shoots_api.set_partitioned(false);
+        }
+        hold(millis(&mut rng, 100, 1200)).await;
+    }
+    // Probed again after the flaps: a run succeeds for the healthy shoot.
+    let h = w.shoot(1).ns.clone();
+    let failures = dog.api_failures(&h).await?;
+    ensure!(
+        failures > failures_before,
+        "the flaps were not seen: {failures} API server probe failures of {h}"
+    );
+    let runs = dog.runs(&h).await?;
+    dog.wd
+        .until(
+            "the healthy shoot probed successfully after the flaps",
+            || async {
+                let (r, f) = (dog.runs(&h).await?, dog.api_failures(&h).await?);
+                Ok((r >= runs + 2.0 && f == failures).then_some(()))
+            },
+        )
+        .await?;
+    w.check_invariants("the flaps", &[&dog]).await?;
+    w.recover(&[0]);
+    w.check_invariants("recovery", &[&dog]).await?;
+    w.stop(dog).await?;
+    w.finish().await
+}
+
+/// 429 storms with `Retry-After` (the apiserver's own Status, `Retry-After: 1`): on the seed
+/// in the middle of a scale-down (every open connection dropped, so pooled ones are hit too),
+/// then on the shoot apiserver while a shoot recovers. The seed storm delays the flow and
+/// nothing else; a throttled shoot run scales nothing (no scale-up while every run is
+/// answered 429, though the kubelets are back) and, after a 429 that ended a run, the next
+/// run waits 10 s (SPEC 2.2.6); once the storm ends the shoot is restored.
+#[tokio::test]
+async fn retry_after_storms_on_seed_and_shoot() -> Result<()> {
+    let _serial = serial().await;
+    let mut rng = rng_for("storms");
+    let w = World::new("storms", CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    let dog = w.spawn()?;
+    w.wait_probing(&dog).await?;
+    for round in 1..=pick(1, 3) {
+        // Seed storm mid scale-down.
+        w.outage(&[0]);
+        hold(millis(&mut rng, 0, 1500)).await;
+        let storm = millis(&mut rng, 1500, 4000);
+        w.log(&format!(
+            "round {round}: seed storm for {storm:?} with o at {}",
+            w.describe(0).await
+        ));
+        let answered = w.seed.throttled_responses();
+        w.seed.set_throttled(true);
+        w.seed.drop_connections();
+        hold(storm).await;
+        w.seed.set_throttled(false);
+        let throttled = w.seed.throttled_responses() - answered;
+        w.log(&format!(
+            "seed storm over: {throttled} requests answered 429"
+        ));
+        ensure!(throttled > 0, "the seed storm reached no request");
+        w.wait_scaled_down(&[0], DEADLINE).await?;
+        w.check_invariants(&format!("round {round} seed storm"), &[&dog])
+            .await?;
+
+        // Shoot storm while o recovers.
+        let o = w.shoot(0).ns.clone();
+        let answered = w.shoots_api.throttled_responses();
+        w.shoots_api.set_throttled(true);
+        let storm_start = Instant::now();
+        let runs_before = dog.runs(&o).await?;
+        hold(Duration::from_millis(1000)).await;
+        w.recover(&[0]);
+        let recovered_at = Instant::now();
+        hold(millis(&mut rng, 3000, 5000)).await;
+        let runs_in_storm = dog.runs(&o).await? - runs_before;
+        w.shoots_api.set_throttled(false);
+        let storm_end = Instant::now();
+        let throttled = w.shoots_api.throttled_responses() - answered;
+        w.log(&format!(
+            "round {round}: shoot storm of {:.1}s: {throttled} requests answered 429, {runs_in_storm} runs of o",
+            (storm_end - storm_start).as_secs_f64()
+        ));
+        ensure!(throttled > 0, "the shoot storm reached no request");
+        // One run may have been under way when the storm began; after its 429, 10 s pass.
+        if runs_in_storm > 2.0 {
+            w.violation(format!(
+                "{runs_in_storm} runs of {o} in a {:.1}s storm: a 429 must space the next run by 10 s",
+                (storm_end - storm_start).as_secs_f64()
+            ));
+        }
+        for s in w.observer.snapshot() {
+            if s.ns == o && s.at > recovered_at && s.at < storm_end && s.replicas > 0 {
+                w.violation(format!(
+                    "{o}/{} scaled up to {} during the shoot storm (every run was answered 429)",
+                    s.name, s.replicas
+                ));
+            }
+        }
+        w.check_invariants(&format!("round {round} shoot storm"), &[&dog])
+            .await?;
+    }
+    w.stop(dog).await?;
+    w.finish().await
+}
+
+/// Two shoots whose apiserver (through a door of their own) is too slow: one answers nothing
+/// for 3 × `probeTimeout` after each connection is accepted, one completes the TLS
+/// handshake and then never answers. Their runs fail within `probeTimeout` and keep coming;
+/// nothing of theirs is scaled; connections don't pile up; meanwhile a shoot next to them
+/// is scaled down on schedule and restored; once the slowness ends their runs succeed again.
+#[tokio::test]
+async fn slow_and_hanging_shoot_apiservers() -> Result<()> {
+    let _serial = serial().await;
+    let shoots = shoots_api().await?;
+    let slow_door = shoots.side_door().await?;
+    let hang_door = shoots.side_door().await?;
+    slow_door.state().set_latency(Duration::from_secs(6));
+    hang_door.state().set_hang_after_handshake(true);
+    let w = World::new(
+        "slow",
+        CONFIG,
+        vec![
+            shoot("o"),
+            shoot("h"),
+            ShootSpec {
+                name: "slow",
+                kubeconfig: Some(slow_door.kubeconfig().to_string()),
+            },
+            ShootSpec {
+                name: "hang",
+                kubeconfig: Some(hang_door.kubeconfig().to_string()),
+            },
+        ],
+    )
+    .await?;
+    let (slow, hang) = (w.shoot(2).ns.clone(), w.shoot(3).ns.clone());
+    let dog = w.spawn()?;
+    for ns in [&slow, &hang] {
+        dog.wd
+            .until(&format!("{ns}'s runs fail"), || async {
+                Ok((dog.api_failures(ns).await? >= 2.0).then_some(()))
+            })
+            .await?;
+    }
+    ensure!(
+        hang_door.state().hung_connections() > 0,
+        "no connection hung"
+    );
+    // Each failed run ends within probeTimeout (2 s): over 6 s, at least 2 more of each.
+    let t = Instant::now();
+    let (slow0, hang0) = (
+        dog.api_failures(&slow).await?,
+        dog.api_failures(&hang).await?,
+    );
+    // The shoot next to them is protected on schedule meanwhile.
+    w.outage(&[0]);
+    w.wait_scaled_down(&[0], Duration::from_secs(10)).await?;
+    let scaled_in = t.elapsed();
+    let stats = proc_stats(dog.pid()?)?;
+    dog.wd
+        .until("6 s of slow runs", || async {
+            Ok((t.elapsed() >= Duration::from_secs(6)).then_some(()))
+        })
+        .await?;
+    let (slow_n, hang_n) = (
+        dog.api_failures(&slow).await? - slow0,
+        dog.api_failures(&hang).await? - hang0,
+    );
+    w.log(&format!(
+        "in {:.1}s: {slow_n} failed runs of the slow shoot, {hang_n} of the hanging one; o scaled down in {:.1}s; {stats:?}",
+        t.elapsed().as_secs_f64(),
+        scaled_in.as_secs_f64()
+    ));
+    ensure!(
+        slow_n >= 2.0 && hang_n >= 2.0,
+        "runs of slow shoots are not bounded by probeTimeout: {slow_n} / {hang_n} failures in 6 s"
+    );
+    ensure!(
+        stats.sockets < 40,
+        "connections pile up: {stats:?} with two slow shoots"
+    );
+    w.check_invariants("slow and hanging shoots", &[&dog])
+        .await?;
+    // The slowness ends: their runs succeed again.
+    slow_door.state().set_latency(Duration::ZERO);
+    hang_door.state().set_hang_after_handshake(false);
+    for ns in [&slow, &hang] {
+        let failures = dog.api_failures(ns).await?;
+        // A run started before the switch may still fail once.
+        let runs = dog.runs(ns).await?;
+        dog.wd
+            .until(&format!("{ns} probed successfully again"), || async {
+                let (r, f) = (dog.runs(ns).await?, dog.api_failures(ns).await?);
+                Ok((r >= runs + 4.0 && f <= failures + 1.0).then_some(()))
+            })
+            .await?;
+    }
+    w.recover(&[0]);
+    w.check_invariants("recovery", &[&dog]).await?;
+    w.stop(dog).await?;
+    drop((slow_door, hang_door));
+    w.finish().await
+}
+
+/// Two replicas with leader election, each reaching the seed through a door of its own. At a
+/// random point of a scale-down the leader's door is partitioned (nothing refused, nothing
+/// answered) past its renew deadline: it stops leading and exits; the other replica takes
+/// the lease after it expired and finishes the flow. Then the partition heals and what the
+/// old leader had sent into it reaches the seed late — it must change nothing. The new
+/// leader restores the shoot when its kubelets return.
+#[tokio::test]
+async fn leader_partitioned_from_the_seed_past_its_renew_deadline_mid_flow() -> Result<()> {
+    let _serial = serial().await;
+    let mut rng = rng_for("leader");
+    let w = World::new("leader", CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    let le = [
+        "--enable-leader-election=true".to_string(),
+        format!("--leader-election-namespace={LEASE_NAMESPACE}"),
+        "--leader-elect-lease-duration=4s".into(),
+        "--leader-elect-renew-deadline=2500ms".into(),
+        "--leader-elect-retry-period=500ms".into(),
+    ];
+    let replica = |w: &World, door: &SideDoor| -> Result<Dog> {
+        let path = w
+            .dir
+            .join(format!("door-{}.kubeconfig", door.addr().port()));
+        std::fs::write(&path, door.kubeconfig())?;
+        w.spawn_with(Some(&path), &le)
+    };
+    let mut doors = vec![w.seed.side_door().await?];
+    let mut leader = replica(&w, &doors[0])?;
+    leader
+        .wd
+        .until("the first replica leads", || async {
+            Ok(leader.leads().await?.then_some(()))
+        })
+        .await?;
+    for round in 1..=pick(1, 3) {
+        doors.push(w.seed.side_door().await?);
+        let door = doors.len() - 1;
+        let follower = replica(&w, &doors[door])?;
+        follower
+            .wd
+            .until("the second replica follows", || async {
+                Ok(sum(
+                    &follower.metrics().await?,
+                    "leader_election_master_status",
+                    &[],
+                )
+                .eq(&0.0)
+                .then_some(()))
+            })
+            .await?;
+        w.wait_probing(&leader).await?;
+        w.outage(&[0]);
+        hold(millis(&mut rng, 200, 1500)).await;
+        let leader_door = door - 1;
+        w.log(&format!(
+            "round {round}: partitioning the leader {} with o at {}",
+            leader.label,
+            w.describe(0).await
+        ));
+        let peak = leader.wd.pid().and_then(peak_rss_mib);
+        doors[leader_door].state().set_partitioned(true);
+        let partitioned_at = Instant::now();
+        let status = w
+            .wait("the partitioned leader exits", DEADLINE, || async {
+                Ok(leader.wd.exited())
+            })
+            .await?;
+        w.log(&format!(
+            "the partitioned leader exited with {status} after {:.1}s",
+            partitioned_at.elapsed().as_secs_f64()
+        ));
+        ensure!(
+            !status.success() && leader.wd.log().contains("leadership lost"),
+            "the partitioned leader did not give up as it should ({status})\n{}",
+            leader.wd.tail()
+        );
+        w.record(&leader, peak);
+        follower
+            .wd
+            .until("the other replica leads", || async {
+                Ok(follower.leads().await?.then_some(()))
+            })
+            .await?;
+        w.wait_scaled_down(&[0], DEADLINE).await?;
+        // The partition heals: what the dead leader sent into it arrives now.
+        doors[leader_door].state().set_partitioned(false);
+        w.check_invariants(&format!("round {round}: leader partitioned"), &[&follower])
+            .await?;
+        w.recover(&[0]);
+        w.check_invariants(&format!("round {round}: recovery"), &[&follower])
+            .await?;
+        leader = follower;
+    }
+    w.stop(leader).await?;
+    w.finish().await
+}
+
+/// Every first write to each object answered `409 Conflict` after a concurrent write of the
+/// front door's own (so the object really has a newer `resourceVersion`): in a scale-down
+/// and again in a scale-up, every target still ends where it must.
+#[tokio::test]
+async fn conflict_on_every_first_write() -> Result<()> {
+    let _serial = serial().await;
+    let w = World::new("conflicts", CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    w.seed.set_conflict_on_first_write(true)?;
+    // The fault itself, through the front door: first write 409, the second passes.
+    let through_door = w.seed.client().await?;
+    let cms: Api<ConfigMap> = Api::namespaced(through_door, "garden");
+    let cm: ConfigMap = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "conflict-check"}, "data": {"n": "0"}}),
+    )?;
+    cms.create(&PostParams::default(), &cm).await?;
+    let patch = Patch::Merge(serde_json::json!({"data": {"n": "1"}}));
+    match cms
+        .patch("conflict-check", &PatchParams::default(), &patch)
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        other => bail!("the first write through the door was not a 409: {other:?}"),
+    }
+    cms.patch("conflict-check", &PatchParams::default(), &patch)
+        .await?;
+    let dog = w.spawn()?;
+    w.wait_probing(&dog).await?;
+    for round in 1..=pick(1, 3) {
+        w.seed.set_conflict_on_first_write(true)?;
+        let before = w.seed.conflicts_sent();
+        w.outage(&[0]);
+        w.wait_scaled_down(&[0], DEADLINE).await?;
+        let conflicts = w.seed.conflicts_sent() - before;
+        w.log(&format!(
+            "round {round}: scale-down after {conflicts} conflicts"
+        ));
+        ensure!(
+            conflicts >= 3,
+            "only {conflicts} writes answered 409 in a scale-down of 3 targets"
+        );
+        w.check_invariants(&format!("round {round}: scale-down"), &[&dog])
+            .await?;
+        // Every object's first write again.
+        w.seed.set_conflict_on_first_write(true)?;
+        let before = w.seed.conflicts_sent();
+        w.recover(&[0]);
+        w.check_invariants(&format!("round {round}: scale-up"), &[&dog])
+            .await?;
+        let conflicts = w.seed.conflicts_sent() - before;
+        w.log(&format!(
+            "round {round}: scale-up after {conflicts} conflicts"
+        ));
+        ensure!(
+            conflicts >= 3,
+            "only {conflicts} writes answered 409 in a scale-up of 3 targets"
+        );
+    }
+    w.stop(dog).await?;
+    w.finish().await
+}
+
+/// Every target optional (the bulk shoots have none).
+const BULK_CONFIG: &str = r#"
+kubeConfigSecretName: shoot-access-dependency-watchdog-probe
+probeInterval: 3s
+initialDelay: 200ms
+probeTimeout: 5s
+kcmNodeMonitorGraceDuration: 20s
+dependentResourceInfos:
+  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
+    optional: true
+    scaleUp: {level: 0, timeout: 10s}
+    scaleDown: {level: 1, timeout: 10s}
+  - ref: {kind: Deployment, name: machine-controller-manager, apiVersion: apps/v1}
+    optional: true
+    scaleUp: {level: 1, timeout: 10s}
+    scaleDown: {level: 0, timeout: 10s}
+  - ref: {kind: Deployment, name: cluster-autoscaler, apiVersion: apps/v1}
+    optional: true
+    scaleUp: {level: 2, timeout: 10s}
+    scaleDown: {level: 0, timeout: 10s}
+"#;
+
+/// Lines of `/metrics` (series) and those of bulk shoots.
+fn series(metrics: &str) -> (usize, usize) {
+    let lines = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty());
+    let (mut all, mut bulk) = (0, 0);
+    for l in lines {
+        all += 1;
+        if l.contains("shoot=\"shoot--bulk--n") {
+            bulk += 1;
+        }
+    }
+    (all, bulk)
+}
+
+/// Thousands of shoots added and removed (Cluster and probe secret each, probing the shared
+/// shoot apiserver): every one gets a probe; a shoot in outage among them is protected;
+/// once they are removed, probes, per-shoot series, file descriptors, sockets and threads
+/// return to their baseline.
+#[tokio::test]
+async fn thousands_of_shoots_added_and_removed() -> Result<()> {
+    let _serial = serial().await;
+    let n: usize = pick(1000, 5000);
+    let mut w = World::new("bulk", BULK_CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    w.rss_bound_mib = 300.0;
+    let dog = w.spawn()?;
+    w.wait_probing(&dog).await?;
+    let pid = dog.pid()?;
+    let active = |m: &str| sum(m, "dwd_prober_active_probes", &[]);
+    // Baseline: two shoots probed, a few runs done.
+    let m = dog.metrics().await?;
+    let base_probes = active(&m);
+    ensure!(
+        base_probes == 2.0,
+        "{base_probes} active probes for 2 shoots"
+    );
+    let (base_series, _) = series(&m);
+    let base = proc_stats(pid)?;
+    let (seed_port, shoot_port) = (w.seed.addr().port(), w.shoots_api.addr().port());
+    let conns = |pid| -> Result<(usize, usize)> {
+        let by_port = connections_by_port(pid)?;
+        Ok((
+            by_port.get(&seed_port).copied().unwrap_or(0),
+            by_port.get(&shoot_port).copied().unwrap_or(0),
+        ))
+    };
+    let (base_seed_conns, base_shoot_conns) = conns(pid)?;
+    w.log(&format!(
+        "baseline: {base_probes} probes, {base_series} series, {base:?}, connections: {base_seed_conns} to the seed, {base_shoot_conns} to the shoot apiserver"
+    ));
+
+    let t = Instant::now();
+    let kubeconfig = w.shoots_api.kubeconfig().to_string();
+    let names: Vec<String> = (0..n).map(|i| format!("shoot--bulk--n{i}")).collect();
+    futures::stream::iter(names.iter().map(|ns| {
+        let (client, kubeconfig) = (w.seed_client.clone(), kubeconfig.clone());
+        async move {
+            let plane = SeedControlPlane::new(client, ns);
+            plane.create_namespace().await?;
+            plane
+                .create_probe_secret(dwd_sim::seed::DEFAULT_PROBE_SECRET, &kubeconfig)
+                .await?;
+            plane
+                .create_cluster(&ShootState::with_pools(&["worker-a"]))
+                .await?;
+            anyhow::Ok(())
+        }
+    }))
+    .buffer_unordered(24)
+    .try_collect::<Vec<()>>()
+    .await?;
+    w.log(&format!(
+        "{n} shoots added in {:.1}s",
+        t.elapsed().as_secs_f64()
+    ));
+    let deadline = Duration::from_secs(180);
+    w.wait(&format!("{n} more probes running"), deadline, || async {
+        let m = dog.metrics().await?;
+        let a = active(&m);
+        if a == base_probes + n as f64 {
+            Ok(Some(()))
+        } else {
+            Err(anyhow!("{a} active probes"))
+        }
+    })
+    .await?;
+    w.wait("every bulk shoot probed", deadline, || async {
+        let m = dog.metrics().await?;
+        let probed = m
+            .lines()
+            .filter(|l| l.starts_with("dwd_prober_shoot_probe_runs_total{"))
+            .filter(|l| l.contains("shoot=\"shoot--bulk--n"))
+            .filter(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()) >= Some(1.0))
+            .count();
+        if probed == n {
+            Ok(Some(()))
+        } else {
+            Err(anyhow!("{probed} of {n} probed"))
+        }
+    })
+    .await?;
+    let loaded = proc_stats(pid)?;
+    let (loaded_series, bulk_series) = series(&dog.metrics().await?);
+    let (seed_conns, shoot_conns) = conns(pid)?;
+    w.log(&format!(
+        "{n} shoots probed after {:.1}s: {loaded_series} series ({bulk_series} of bulk shoots), {loaded:?}, connections: {seed_conns} to the seed, {shoot_conns} to the shoot apiserver",
+        t.elapsed().as_secs_f64()
+    ));
+    // A shoot in outage among them is protected.
+    let t_out = Instant::now();
+    w.outage(&[0]);
+    w.wait_scaled_down(&[0], DEADLINE).await?;
+    w.log(&format!(
+        "o scaled down in {:.1}s among {n} shoots",
+        t_out.elapsed().as_secs_f64()
+    ));
+    w.check_invariants("adding the shoots", &[&dog]).await?;
+
+    let t = Instant::now();
+    futures::stream::iter(names.iter().map(|ns| {
+        let client = w.seed_client.clone();
+        async move {
+            let plane = SeedControlPlane::new(client, ns);
+            plane.delete_cluster().await?;
+            plane
+                .delete_probe_secret(dwd_sim::seed::DEFAULT_PROBE_SECRET)
+                .await?;
+            anyhow::Ok(())
+        }
+    }))
+    .buffer_unordered(24)
+    .try_collect::<Vec<()>>()
+    .await?;
+    w.log(&format!(
+        "{n} shoots removed in {:.1}s",
+        t.elapsed().as_secs_f64()
+    ));
+    // Back to baseline: probes and bulk series exactly; connections to the shoot apiserver
+    // (one per run of o or h, closed with it) at most one per remaining shoot; connections
+    // to the seed (a keep-alive pool that grew with the writes) at most 8 more; fds and
+    // threads with as much slack.
+    w.wait("back to baseline", deadline, || async {
+        let m = dog.metrics().await?;
+        let a = active(&m);
+        let (all, bulk) = series(&m);
+        let now = proc_stats(pid)?;
+        let (seed_conns, shoot_conns) = conns(pid)?;
+        let ok = a == base_probes
+            && bulk == 0
+            && all <= base_series + 10
+            && shoot_conns <= base_shoot_conns.max(2)
+            && seed_conns <= base_seed_conns + 8
+            && now.fds <= base.fds + 6
+            && now.threads <= base.threads + 2;
+        let state = format!(
+            "{a} probes, {all} series ({bulk} of bulk shoots), {now:?}, connections: {seed_conns} to the seed, {shoot_conns} to the shoot apiserver"
+        );
+        if ok {
+            w.log(&format!(
+                "baseline again after {:.1}s: {state}",
+                t.elapsed().as_secs_f64()
+            ));
+            Ok(Some(()))
+        } else {
+            Err(anyhow!(
+                "{state}; baseline {base_probes} probes, {base_series} series, {base:?}, {base_seed_conns}/{base_shoot_conns} connections"
+            ))
+        }
+    })
+    .await?;
+    w.recover(&[0]);
+    w.check_invariants("removing the shoots", &[&dog]).await?;
+    w.stop(dog).await?;
+    w.finish().await
+}
