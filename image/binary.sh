@@ -12,8 +12,10 @@
 # architecture, Debian's cross gcc (`gcc-aarch64-linux-gnu` / `gcc-x86-64-linux-gnu`) for the
 # other one, which also links. apt-get is used only as root.
 #
-# CARGO_TARGET_DIR defaults to target/image-build: a target dir of its own, so this release
-# build never holds the workspace target dir's lock for minutes.
+# The target dir is target/image-build (DWD_IMAGE_TARGET_DIR overrides it; CARGO_TARGET_DIR
+# does not): a dir of its own, so this release build never holds the lock of the target dir the
+# tests use for minutes, and a CARGO_TARGET_DIR set for the tests (or inherited from `cargo
+# test`) does not pull it there.
 set -euo pipefail
 
 arch="${1:-}"
@@ -28,9 +30,21 @@ esac
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target/image-build}"
+export CARGO_TARGET_DIR="${DWD_IMAGE_TARGET_DIR:-$repo/target/image-build}"
 
 log() { echo "image/binary.sh: $*" >&2; }
+
+# Called from `cargo test` (tests/image.rs), the environment holds the variables cargo sets for
+# the test process. Some build scripts (ring's) ask to rerun when CARGO_MANIFEST_DIR changes,
+# so they would flip this build between "from the shell" and "from a test": minutes each time.
+while IFS='=' read -r name _; do
+  case "$name" in
+    CARGO | CARGO_MANIFEST_* | CARGO_PKG_* | CARGO_CRATE_NAME | CARGO_BIN_* | \
+      CARGO_PRIMARY_PACKAGE | CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR | OUT_DIR)
+      unset "$name"
+      ;;
+  esac
+done < <(env)
 
 apt_install() {
   if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
