@@ -25,6 +25,10 @@
 //!
 //! Needs root (chroot, namespaces, changing uid), as CI and this machine have. Both
 //! binaries bind the default ports, so the tests take turns ([`PORTS`]).
+//!
+//! The other platform's image runs too, emulated: `DWD_IMAGE_ARCH=arm64
+//! DWD_IMAGE_EMULATOR=/usr/bin/qemu-aarch64-static` (Debian's qemu-user-static) copies the
+//! emulator into each pod's root filesystem and starts the image's binary through it.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -269,6 +273,36 @@ fn host_arch() -> Result<&'static str> {
     }
 }
 
+/// The platform under test: `DWD_IMAGE_ARCH` (amd64 or arm64), else this machine's. Another
+/// architecture than this machine's needs `DWD_IMAGE_EMULATOR` (e.g.
+/// `/usr/bin/qemu-aarch64-static`), which then runs the image's binary inside the chroot.
+fn image_arch() -> Result<String> {
+    let arch = match std::env::var("DWD_IMAGE_ARCH") {
+        Ok(arch) if !arch.is_empty() => arch,
+        _ => host_arch()?.to_string(),
+    };
+    ensure!(
+        arch == "amd64" || arch == "arm64",
+        "DWD_IMAGE_ARCH={arch}: amd64 or arm64"
+    );
+    ensure!(
+        arch == host_arch()? || emulator().is_some(),
+        "the image for {arch} cannot run on {}: set DWD_IMAGE_EMULATOR to a static qemu-user",
+        host_arch()?
+    );
+    Ok(arch)
+}
+
+/// A static user-mode emulator for another architecture's image, from `DWD_IMAGE_EMULATOR`.
+fn emulator() -> Option<PathBuf> {
+    std::env::var_os("DWD_IMAGE_EMULATOR")
+        .filter(|e| !e.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Where a pod's root filesystem gets the emulator (never part of the image).
+const EMULATOR_IN_ROOTFS: &str = "/.dwd-emulator";
+
 /// The OCI layout: `DWD_IMAGE_OCI` when set (used as it is), else `target/image/oci`, which
 /// `image/build.sh --arch <this machine's>` brings up to date first (a no-op when the binary
 /// and the script are unchanged; a release build when the sources changed). Once per process.
@@ -295,7 +329,7 @@ fn find_or_build_layout() -> Result<PathBuf> {
     let started = Instant::now();
     let output = Command::new("bash")
         .arg(&script)
-        .args(["--arch", host_arch()?, "--out"])
+        .args(["--arch", &image_arch()?, "--out"])
         .arg(&out)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
@@ -343,7 +377,7 @@ impl Image {
     fn load(layout: &Path) -> Result<Image> {
         let tag =
             std::env::var("DWD_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
-        let arch = host_arch()?;
+        let arch = image_arch()?;
         let index = read_json(&layout.join("index.json"))?;
         let top = index["manifests"]
             .as_array()
@@ -546,7 +580,18 @@ impl PodProcess {
         let out = std::fs::File::create(&log)?;
         let err = out.try_clone()?;
 
-        let mut cmd = Command::new(&command[0]);
+        let mut cmd = match emulator() {
+            None => Command::new(&command[0]),
+            Some(emulator) => {
+                let inside = rootfs.join(&EMULATOR_IN_ROOTFS[1..]);
+                std::fs::copy(&emulator, &inside)
+                    .with_context(|| format!("copying {}", emulator.display()))?;
+                std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o755))?;
+                let mut cmd = Command::new(EMULATOR_IN_ROOTFS);
+                cmd.arg(&command[0]);
+                cmd
+            }
+        };
         cmd.args(&command[1..])
             .env_clear()
             .envs(image.env())
@@ -691,10 +736,18 @@ impl PodProcess {
             root.display()
         );
         let exe = std::fs::read_link(format!("/proc/{pid}/exe"))?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let (want_exe, binary_arg) = match emulator() {
+            None => (BINARY, 0),
+            Some(_) => (EMULATOR_IN_ROOTFS, 1),
+        };
         ensure!(
-            exe == std::fs::canonicalize(self.rootfs.join(&BINARY[1..]))?,
-            "runs {}, not the image's binary",
-            exe.display()
+            exe == std::fs::canonicalize(self.rootfs.join(&want_exe[1..]))?
+                && args.get(binary_arg) == Some(&BINARY.as_bytes()),
+            "runs {} {:?}, not the image's binary",
+            exe.display(),
+            String::from_utf8_lossy(&cmdline)
         );
         Ok(())
     }
@@ -869,7 +922,7 @@ async fn seed_for(
 #[test]
 fn image_is_a_distroless_like_nonroot_image_with_the_binary_at_gardeners_path() -> Result<()> {
     let image = image()?;
-    let arch = host_arch()?;
+    let arch = image_arch()?;
     ensure!(
         image.platforms.is_empty() || image.platforms.contains(&format!("linux/{arch}")),
         "platforms {:?}",
@@ -939,6 +992,12 @@ fn image_is_a_distroless_like_nonroot_image_with_the_binary_at_gardeners_path() 
     // without libc.
     let elf = std::fs::read(rootfs.join(&BINARY[1..]))?;
     ensure!(elf.starts_with(b"\x7fELF\x02\x01"), "not a 64-bit ELF");
+    let machine = u16::from_le_bytes(elf[0x12..0x14].try_into()?);
+    let want_machine = if arch == "amd64" { 0x3e } else { 0xb7 };
+    ensure!(
+        machine == want_machine,
+        "ELF machine {machine:#x}, want {want_machine:#x} for {arch}"
+    );
     let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into()?) as usize;
     let phentsize = u16::from_le_bytes(elf[0x36..0x38].try_into()?) as usize;
     let phnum = u16::from_le_bytes(elf[0x38..0x3a].try_into()?) as usize;
@@ -1038,14 +1097,20 @@ async fn prober_from_the_image_protects_a_shoot_under_gardeners_rbac_and_command
         Ok((runs >= 3.0 && healthy >= 3.0).then_some(()))
     })
     .await?;
+    // The leader gauge, and process_* read from the /proc a container has. (Under an emulator
+    // /proc/self/stat is qemu's synthetic one, with no RSS; /proc/self/fd is real.)
     let m = pod.metrics().await?;
-    for (metric, labels) in [
+    let mut positive = vec![
         (
             "leader_election_master_status",
             &[("name", "dwd-prober-leader-election")][..],
         ),
-        ("process_resident_memory_bytes", &[][..]),
-    ] {
+        ("process_open_fds", &[][..]),
+    ];
+    if emulator().is_none() {
+        positive.push(("process_resident_memory_bytes", &[][..]));
+    }
+    for (metric, labels) in positive {
         ensure!(
             sum(&m, metric, labels) > 0.0,
             "{metric} {labels:?} not above 0"
