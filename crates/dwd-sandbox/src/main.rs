@@ -3,10 +3,11 @@
 //!
 //! It starts etcd and three real kube-apiservers (a seed and the shoots `alpha` and `beta`),
 //! simulates the shoots' data plane (nodes whose kubelets renew leases, the controllers,
-//! kube-apiserver pods, etcd's EndpointSlice), runs the real `dependency-watchdog prober` and
-//! `weeder` as subprocesses, and then either plays a scripted story (default) or takes
-//! commands (`--interactive`). A live timeline says what happens and why; at the end an HTML
-//! report charts it. Everything is torn down on exit, on Ctrl-C and on SIGTERM.
+//! control-plane pods, the EndpointSlices), runs the real `dependency-watchdog prober` and
+//! `weeder` as subprocesses with Gardener's generated configs (intervals shortened), and then
+//! either plays a scripted story (default) or takes commands (`--interactive`). A live
+//! timeline says what happens and why, its clock starting when the watchdog starts; at the
+//! end an HTML report charts it. Everything is torn down on exit, on Ctrl-C and on SIGTERM.
 
 mod config;
 mod gardener;

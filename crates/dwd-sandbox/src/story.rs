@@ -461,7 +461,7 @@ async fn step4(sb: &Sandbox) -> Result<()> {
             (deleted_at - back).max(0.0)
         ),
         Some(
-            "without the weeder they would wait out CrashLoopBackOff's back-off (up to 5 minutes)"
+            "without the weeder they would wait out CrashLoopBackOff's back-off of up to 5 minutes"
                 .into(),
         ),
     );
@@ -493,7 +493,7 @@ async fn step4(sb: &Sandbox) -> Result<()> {
                 (deleted_at - apiserver_back).max(0.0)
             ),
             Some(format!(
-                "Gardener's weeder restarts what needs the {KUBE_APISERVER_SERVICE} (role not main or apiserver) once it is back"
+                "Gardener's weeder restarts control-plane pods whose role is neither main nor apiserver once the {KUBE_APISERVER_SERVICE} is back"
             )),
         );
     }
