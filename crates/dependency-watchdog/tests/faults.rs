@@ -1460,9 +1460,10 @@ fn series(metrics: &str) -> (usize, usize) {
 }
 
 /// Thousands of shoots added and removed (Cluster and probe secret each, probing the shared
-/// shoot apiserver): every one gets a probe; a shoot in outage among them is protected;
-/// once they are removed, probes, per-shoot series, file descriptors, sockets and threads
-/// return to their baseline.
+/// shoot apiserver through slow doors: half of their runs succeed after 1 s, half fail at
+/// `probeTimeout`, so removals race with runs in flight): every one gets a probe; a shoot in
+/// outage among them is protected; once they are removed, probes, per-shoot series, file
+/// descriptors, threads and connections to the shoot apiserver return to their baseline.
 #[tokio::test]
 async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     let _serial = serial().await;
@@ -1483,13 +1484,23 @@ async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     let (base_series, _) = series(&m);
     let base_keys = series_keys(&m);
     let base = proc_stats(pid)?;
-    let (seed_port, shoot_port) = (w.seed.addr().port(), w.shoots_api.addr().port());
+    // Half the bulk shoots answer after 1 s (their runs succeed, in flight a third of the
+    // time), half after 6 s (past probeTimeout: their runs fail, in flight most of the time):
+    // removing them races with runs of both kinds.
+    let slow_door = w.shoots_api.side_door().await?;
+    slow_door.state().set_latency(Duration::from_secs(1));
+    let failing_door = w.shoots_api.side_door().await?;
+    failing_door.state().set_latency(Duration::from_secs(6));
+    let seed_port = w.seed.addr().port();
+    let shoot_ports = [
+        w.shoots_api.addr().port(),
+        slow_door.addr().port(),
+        failing_door.addr().port(),
+    ];
     let conns = |pid| -> Result<(usize, usize)> {
         let by_port = connections_by_port(pid)?;
-        Ok((
-            by_port.get(&seed_port).copied().unwrap_or(0),
-            by_port.get(&shoot_port).copied().unwrap_or(0),
-        ))
+        let count = |p: &u16| by_port.get(p).copied().unwrap_or(0);
+        Ok((count(&seed_port), shoot_ports.iter().map(count).sum()))
     };
     let (base_seed_conns, base_shoot_conns) = conns(pid)?;
     w.log(&format!(
@@ -1497,10 +1508,13 @@ async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     ));
 
     let t = Instant::now();
-    let kubeconfig = w.shoots_api.kubeconfig().to_string();
+    let kubeconfigs = [
+        slow_door.kubeconfig().to_string(),
+        failing_door.kubeconfig().to_string(),
+    ];
     let names: Vec<String> = (0..n).map(|i| format!("shoot--bulk--n{i}")).collect();
-    futures::stream::iter(names.iter().map(|ns| {
-        let (client, kubeconfig) = (w.seed_client.clone(), kubeconfig.clone());
+    futures::stream::iter(names.iter().enumerate().map(|(i, ns)| {
+        let (client, kubeconfig) = (w.seed_client.clone(), kubeconfigs[i % 2].clone());
         async move {
             let plane = SeedControlPlane::new(client, ns);
             plane.create_namespace().await?;
@@ -1625,5 +1639,6 @@ async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     w.recover(&[0]);
     w.check_invariants("removing the shoots", &[&dog]).await?;
     w.stop(dog).await?;
+    drop((slow_door, failing_door));
     w.finish().await
 }
