@@ -1,9 +1,15 @@
 //! Liveness and readiness, served on `--health-bind-addr` as `/healthz` and `/readyz`.
 //!
 //! Ready means the caches synced (and, with leader election, that the replica takes part in
-//! the election). Alive turns false when a critical task died.
+//! the election), and stays true only while they are in sync: a cache whose watch keeps
+//! failing takes readiness away again, with the reason, until it has re-listed. Alive turns
+//! false when a critical task died.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+/// Why `/readyz` fails when nobody said more.
+pub const DEFAULT_NOT_READY_REASON: &str = "caches not synced";
 
 /// This replica's part in leader election, reported by `/readyz`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +26,8 @@ pub enum Role {
 #[derive(Debug)]
 pub struct Health {
     ready: AtomicBool,
+    /// Why not ready (read by `/readyz` only while not ready).
+    reason: Mutex<String>,
     alive: AtomicBool,
     role: AtomicU8,
 }
@@ -28,6 +36,7 @@ impl Default for Health {
     fn default() -> Self {
         Health {
             ready: AtomicBool::new(false),
+            reason: Mutex::new(DEFAULT_NOT_READY_REASON.to_string()),
             alive: AtomicBool::new(true),
             role: AtomicU8::new(0),
         }
@@ -35,13 +44,37 @@ impl Default for Health {
 }
 
 impl Health {
-    /// Marks readiness.
+    fn lock_reason(&self) -> std::sync::MutexGuard<'_, String> {
+        // Only ever replaced whole: a panic elsewhere can't leave it torn.
+        self.reason
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks readiness; not ready without a reason reads as [`DEFAULT_NOT_READY_REASON`].
     pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::SeqCst);
+        if ready {
+            self.ready.store(true, Ordering::SeqCst);
+        } else {
+            self.set_not_ready(DEFAULT_NOT_READY_REASON);
+        }
+    }
+    /// Marks not ready, saying why (`/readyz` answers with it).
+    pub fn set_not_ready(&self, reason: impl Into<String>) {
+        let mut current = self.lock_reason();
+        *current = reason.into();
+        self.ready.store(false, Ordering::SeqCst);
     }
     /// Whether ready.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
+    }
+    /// `Ok` when ready, else why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        if self.is_ready() {
+            return Ok(());
+        }
+        Err(self.lock_reason().clone())
     }
     /// Marks liveness.
     pub fn set_alive(&self, alive: bool) {

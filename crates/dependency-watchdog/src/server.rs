@@ -1,18 +1,44 @@
 //! The HTTP endpoints: Prometheus metrics on `--metrics-bind-addr`, `/healthz` and `/readyz`
 //! on `--health-bind-addr`. Go-style `:port` addresses mean every interface.
+//!
+//! Both listen on every interface of a pod, so they are hardened against clients that hold
+//! connections without using them: a client has [`HEADER_READ_TIMEOUT`] to send a request's
+//! headers (which also ends idle keep-alive connections), a connection lives at most
+//! [`CONNECTION_LIFETIME`] (a client that never reads its response), at most
+//! [`MAX_CONNECTIONS`] are served at once (more are accepted and closed at once, so they hold
+//! no file descriptor), and a failing `accept` (out of file descriptors: `EMFILE`) is retried
+//! after a pause that grows to [`ACCEPT_BACKOFF_MAX`] instead of spinning a core.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
 
 use crate::health::Health;
 use crate::{Error, Result};
+
+/// Connections served at once by one endpoint server. Prometheus and the kubelet's probes
+/// need a few; the rest of the budget absorbs bursts.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send a request's headers, and how long a keep-alive
+/// connection may sit idle before its next request.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest one connection may live, requests and all.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// First pause after a failed `accept`; doubled after each further failure.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest pause after failed `accept`s.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Parses `:9643`, `0.0.0.0:9643`, `127.0.0.1:0`.
 pub fn parse_bind_addr(addr: &str) -> Result<SocketAddr, String> {
@@ -65,22 +91,22 @@ fn respond(endpoints: &Endpoints, path: &str) -> Response<Full<Bytes>> {
                 )
             }
         }
-        (Endpoints::Health(h), "/readyz") => {
-            if h.is_ready() && h.is_alive() {
+        (Endpoints::Health(h), "/readyz") => match (h.is_alive(), h.readiness()) {
+            (false, _) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                "a critical task died".into(),
+            ),
+            (true, Err(reason)) => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", reason),
+            (true, Ok(())) => {
                 let body = match h.role() {
                     crate::health::Role::Alone => "ok",
                     crate::health::Role::Leader => "ok: leader",
                     crate::health::Role::Follower => "ok: follower (idle until it leads)",
                 };
                 (StatusCode::OK, "text/plain", body.into())
-            } else {
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    "caches not synced".into(),
-                )
             }
-        }
+        },
         _ => (StatusCode::NOT_FOUND, "text/plain", "not found".into()),
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));
@@ -89,6 +115,42 @@ fn respond(endpoints: &Endpoints, path: &str) -> Response<Full<Bytes>> {
         resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
     }
     resp
+}
+
+/// How many connections an endpoint server serves and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Time to send a request's headers (and idle time between keep-alive requests).
+    pub header_read_timeout: Duration,
+    /// Life of one connection.
+    pub connection_lifetime: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: MAX_CONNECTIONS,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            connection_lifetime: CONNECTION_LIFETIME,
+        }
+    }
+}
+
+/// Where connections come from: a TCP listener, or in tests an in-memory one.
+pub trait Acceptor: Send + 'static {
+    /// One accepted connection.
+    type Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// The next connection, or why none could be accepted.
+    fn accept(&mut self) -> impl Future<Output = std::io::Result<Self::Conn>> + Send;
+}
+
+impl Acceptor for TcpListener {
+    type Conn = TcpStream;
+    async fn accept(&mut self) -> std::io::Result<TcpStream> {
+        TcpListener::accept(self).await.map(|(stream, _)| stream)
+    }
 }
 
 /// Binds `addr` now (so a bad address fails at start) and serves until `shutdown`.
@@ -107,26 +169,86 @@ pub async fn serve(
         .map_err(|e| bind_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
     let listener = TcpListener::bind(sock).await.map_err(bind_err)?;
     let local = listener.local_addr().map_err(bind_err)?;
-    let task = tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                a = listener.accept() => a,
-            };
-            let Ok((stream, _)) = accepted else { continue };
-            let endpoints = endpoints.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let resp = respond(&endpoints, req.uri().path());
-                    async move { Ok::<_, std::convert::Infallible>(resp) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
+    let task = tokio::spawn(accept_loop(
+        what,
+        listener,
+        endpoints,
+        Limits::default(),
+        shutdown,
+    ));
     Ok((local, task))
+}
+
+/// Accepts and serves connections from `acceptor` within `limits` until `shutdown`.
+pub async fn accept_loop<A: Acceptor>(
+    what: &'static str,
+    mut acceptor: A,
+    endpoints: Endpoints,
+    limits: Limits,
+    shutdown: CancellationToken,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let mut backoff: Option<Duration> = None;
+    let mut refused: u64 = 0;
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            a = acceptor.accept() => a,
+        };
+        let conn = match accepted {
+            Ok(conn) => {
+                backoff = None;
+                conn
+            }
+            Err(error) => {
+                // The usual cause is running out of file descriptors, which retrying at once
+                // cannot fix: pause, growing the pause while it keeps failing.
+                let pause = backoff.map_or(ACCEPT_BACKOFF_MIN, |b| {
+                    b.saturating_mul(2).min(ACCEPT_BACKOFF_MAX)
+                });
+                if backoff.is_none() {
+                    warn!(server = what, %error, "accepting a connection failed; pausing before the next accept");
+                } else {
+                    debug!(server = what, %error, ?pause, "accepting a connection failed again");
+                }
+                backoff = Some(pause);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            // Over the cap: closed at once, so it holds no descriptor while it waits.
+            drop(conn);
+            refused += 1;
+            if refused.is_power_of_two() {
+                warn!(
+                    server = what,
+                    refused,
+                    max = limits.max_connections,
+                    "too many connections: closing new ones until some end"
+                );
+            }
+            continue;
+        };
+        let endpoints = endpoints.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let resp = respond(&endpoints, req.uri().path());
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            let served = builder.serve_connection(hyper_util::rt::TokioIo::new(conn), svc);
+            // Errors are the client's (a timeout, a reset): nothing to report.
+            let _ = tokio::time::timeout(limits.connection_lifetime, served).await;
+        });
+    }
 }
 
 #[cfg(test)]
@@ -151,7 +273,18 @@ mod tests {
     async fn readyz_reports_sync_and_leadership_and_healthz_reports_dead_tasks() {
         let health = Arc::new(Health::default());
         let ep = Endpoints::Health(health.clone());
-        assert_eq!(get(&ep, "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            get(&ep, "/readyz").await,
+            (StatusCode::SERVICE_UNAVAILABLE, "caches not synced".into())
+        );
+        health.set_not_ready("caches not synced: machines (watch failing for 12s)");
+        assert_eq!(
+            get(&ep, "/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "caches not synced: machines (watch failing for 12s)".into()
+            )
+        );
         health.set_ready(true);
         assert_eq!(get(&ep, "/readyz").await, (StatusCode::OK, "ok".into()));
         health.set_role(Role::Follower);
@@ -166,6 +299,146 @@ mod tests {
         );
         assert_eq!(get(&ep, "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(get(&ep, "/nope").await.0, StatusCode::NOT_FOUND);
+    }
+
+    /// Hands out the connections a test sends it; none pending means wait.
+    struct ChannelAcceptor(tokio::sync::mpsc::UnboundedReceiver<tokio::io::DuplexStream>);
+
+    impl Acceptor for ChannelAcceptor {
+        type Conn = tokio::io::DuplexStream;
+        async fn accept(&mut self) -> std::io::Result<tokio::io::DuplexStream> {
+            match self.0.recv().await {
+                Some(conn) => Ok(conn),
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    /// Fails like a process out of file descriptors, `limit` times, then waits forever.
+    struct FailingAcceptor {
+        calls: Arc<std::sync::atomic::AtomicUsize>,
+        limit: usize,
+    }
+
+    impl Acceptor for FailingAcceptor {
+        type Conn = tokio::io::DuplexStream;
+        async fn accept(&mut self) -> std::io::Result<tokio::io::DuplexStream> {
+            let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if n >= self.limit {
+                std::future::pending::<()>().await;
+            }
+            // Give the runtime a turn, as a real failing accept does.
+            tokio::task::yield_now().await;
+            Err(std::io::Error::from_raw_os_error(libc::EMFILE))
+        }
+    }
+
+    /// Sends `GET path` on a new in-memory connection; the answer's status line, or `None`
+    /// when the server closed the connection without answering.
+    async fn request(
+        tx: &tokio::sync::mpsc::UnboundedSender<tokio::io::DuplexStream>,
+        path: &str,
+    ) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        tx.send(server).ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        client.write_all(req.as_bytes()).await.ok()?;
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.ok()?;
+        let text = String::from_utf8_lossy(&answer);
+        text.lines()
+            .next()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+    }
+
+    /// Whether the server closed `client` (end of stream, or an error).
+    async fn closed(client: &mut tokio::io::DuplexStream) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 16];
+        matches!(
+            tokio::time::timeout(Duration::from_millis(1), client.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_connections_end_at_the_header_timeout_and_the_cap_closes_the_rest() {
+        let health = Arc::new(Health::default());
+        health.set_ready(true);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let limits = Limits {
+            max_connections: 4,
+            header_read_timeout: Duration::from_secs(5),
+            connection_lifetime: Duration::from_secs(60),
+        };
+        let shutdown = CancellationToken::new();
+        tokio::spawn(accept_loop(
+            "test",
+            ChannelAcceptor(rx),
+            Endpoints::Health(health),
+            limits,
+            shutdown.clone(),
+        ));
+        assert_eq!(
+            request(&tx, "/healthz").await.as_deref(),
+            Some("HTTP/1.1 200 OK")
+        );
+        // That connection's task ends (and gives its permit back).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // A flood of clients that connect and send nothing.
+        let mut idle = Vec::new();
+        for _ in 0..10 {
+            let (client, server) = tokio::io::duplex(1024);
+            tx.send(server).expect("send");
+            idle.push(client);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The first four hold the cap; the rest were closed at once, and so is a request now.
+        let mut open = 0;
+        for client in &mut idle {
+            if !closed(client).await {
+                open += 1;
+            }
+        }
+        assert_eq!(open, 4);
+        assert_eq!(request(&tx, "/healthz").await, None);
+        // At the header timeout the idle ones are closed and the server answers again.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        for client in &mut idle {
+            assert!(
+                closed(client).await,
+                "an idle connection outlived the header timeout"
+            );
+        }
+        assert_eq!(
+            request(&tx, "/healthz").await.as_deref(),
+            Some("HTTP/1.1 200 OK")
+        );
+        shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_accepts_are_retried_after_a_growing_pause_not_in_a_hot_loop() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(accept_loop(
+            "test",
+            FailingAcceptor {
+                calls: calls.clone(),
+                limit: 100_000,
+            },
+            Endpoints::Health(Arc::new(Health::default())),
+            Limits::default(),
+            shutdown.clone(),
+        ));
+        // In 10 s: pauses of 10, 20, … 640 ms, then 1 s each: about 16 attempts. A hot loop
+        // would have used up all 100 000 before the (paused) clock could move.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let n = calls.load(std::sync::atomic::Ordering::SeqCst);
+        assert!((10..=20).contains(&n), "{n} accept attempts in 10 s");
+        shutdown.cancel();
     }
 
     #[test]
