@@ -147,6 +147,40 @@ pub struct EventLabels {
     pub outcome: EventOutcome,
 }
 
+/// Why a probe task had to be restarted.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum RestartCause {
+    /// The task panicked.
+    Panicked,
+    /// The task returned although nobody stopped it.
+    Ended,
+}
+
+/// Label set `{cause}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RestartLabels {
+    /// Why.
+    pub cause: RestartCause,
+}
+
+/// A probe's right to write its shoot's per-shoot series, from [`Metrics::open_shoot`].
+///
+/// Writes go through [`Metrics::for_shoot`], which drops them once [`Metrics::forget_shoot`]
+/// (or a newer `open_shoot`) revoked the handle: a run or flow that finishes after its probe
+/// was removed cannot bring the removed series back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShootSeries {
+    labels: ShootLabels,
+    id: u64,
+}
+
+impl ShootSeries {
+    /// The shoot namespace.
+    pub fn shoot(&self) -> &str {
+        &self.labels.shoot
+    }
+}
+
 /// Label set `{name}` of `leader_election_master_status`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabels {
@@ -225,6 +259,12 @@ pub struct Metrics {
     pub leader_election_master_status: Family<LeaseLabels, Gauge>,
     /// client-go's `rest_client_requests_total{code,method,host}`.
     pub rest_client_requests: RestClientRequests,
+    /// Probe tasks restarted because they panicked or ended on their own.
+    pub probe_task_restarts: Family<RestartLabels, Counter>,
+    /// Shoots whose per-shoot series may be written, with the id of the handle that may.
+    open_shoots: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    /// Source of [`ShootSeries`] ids.
+    next_series_id: AtomicU64,
 }
 
 /// A histogram of seconds with buckets from 5 ms to ~40 s (probe runs span both).
@@ -300,6 +340,11 @@ impl Metrics {
             self.scaling_attempts.clone(),
         );
         p.register(
+            "probe_task_restarts",
+            "Probe tasks restarted because they panicked or ended on their own",
+            self.probe_task_restarts.clone(),
+        );
+        p.register(
             "cluster_reconciles",
             "Cluster reconciles",
             self.reconciles.clone(),
@@ -366,8 +411,45 @@ impl Metrics {
             .set(i64::from(leading));
     }
 
-    /// Drops every per-shoot series of `shoot` (its probe was removed).
+    fn lock_open_shoots(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u64>> {
+        // Only whole entries are inserted or removed: a panic elsewhere can't leave one torn.
+        self.open_shoots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Lets a new probe of `shoot` write its per-shoot series; handles of earlier probes of
+    /// the same shoot stop counting.
+    pub fn open_shoot(&self, shoot: &str) -> ShootSeries {
+        let id = self
+            .next_series_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lock_open_shoots().insert(shoot.to_string(), id);
+        ShootSeries {
+            labels: ShootLabels {
+                shoot: shoot.to_string(),
+            },
+            id,
+        }
+    }
+
+    /// Runs `write` with the shoot's labels if `series` still may write (its probe was not
+    /// removed meanwhile); otherwise does nothing. The check and the write happen under the
+    /// lock [`Self::forget_shoot`] takes, so no write can slip in after the series were dropped.
+    pub fn for_shoot<R>(&self, series: &ShootSeries, write: impl FnOnce(&ShootLabels) -> R) {
+        let open = self.lock_open_shoots();
+        if open.get(&series.labels.shoot) == Some(&series.id) {
+            write(&series.labels);
+        }
+    }
+
+    /// Drops every per-shoot series of `shoot` (its probe was removed) and revokes every
+    /// [`ShootSeries`] handle of it.
     pub fn forget_shoot(&self, shoot: &str) {
+        let mut open = self.lock_open_shoots();
+        open.remove(shoot);
         let labels = ShootLabels {
             shoot: shoot.to_string(),
         };
@@ -760,6 +842,35 @@ mod tests {
             !text.contains("shoot--p--s"),
             "per-shoot series left behind:\n{text}"
         );
+    }
+
+    #[test]
+    fn a_revoked_series_handle_never_brings_removed_series_back() {
+        let m = Metrics::default();
+        let count = |series: &ShootSeries| {
+            m.for_shoot(series, |l| m.shoot_probe_runs.get_or_create(l).inc());
+        };
+        let runs = |shoot: &str| {
+            m.shoot_probe_runs
+                .get(&ShootLabels {
+                    shoot: shoot.into(),
+                })
+                .map(|c| c.get())
+        };
+        let old = m.open_shoot("a");
+        count(&old);
+        assert_eq!(runs("a"), Some(1));
+        // Removed: a run finishing afterwards writes nothing.
+        m.forget_shoot("a");
+        count(&old);
+        assert_eq!(runs("a"), None);
+        // A new probe of the same shoot counts; the old one's late writes still don't.
+        let new = m.open_shoot("a");
+        count(&old);
+        assert_eq!(runs("a"), None);
+        count(&new);
+        assert_eq!(runs("a"), Some(1));
+        assert_eq!(new.shoot(), "a");
     }
 
     /// The value of the sample line starting with `prefix` (name and labels).

@@ -8,7 +8,12 @@
 //!
 //! Deleted Clusters: the controller reports them as `ObjectNotFound` (they are no longer in
 //! its store), which removes the probe; a periodic sweep also removes probes whose Cluster
-//! vanished while the watch was re-listing.
+//! vanished while the watch was re-listing (never one ensured after the sweep looked).
+//!
+//! A changed Cluster (grace period, pool conditions) updates the running probe, which applies
+//! the new settings from its next run: unlike the reference, which restarts the probe when
+//! the pools' node conditions change (re-arming `initialDelay`), and ignores a changed grace
+//! period until the next restart.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,8 +132,11 @@ async fn reconcile(cluster: Arc<DynamicObject>, data: Arc<ReconcileData>) -> Res
             let uid = cluster.metadata.uid.clone();
             match data.manager.ensure(&name, settings, uid) {
                 EnsureOutcome::Started => info!(shoot = %name, ?grace, "probe started"),
+                EnsureOutcome::Updated => {
+                    info!(shoot = %name, ?grace, "probe settings or Cluster changed: they apply from its next run, without a restart")
+                }
                 EnsureOutcome::Restarted => {
-                    info!(shoot = %name, ?grace, "probe restarted: its settings or Cluster changed")
+                    info!(shoot = %name, ?grace, "probe started again: its task had ended")
                 }
                 EnsureOutcome::Unchanged => {}
             }
@@ -218,10 +226,13 @@ async fn sweep_orphans(
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
+        // Marked before the store is read: a probe started (or confirmed) for a Cluster
+        // that arrived after this look is spared, not taken for an orphan.
+        let mark = manager.mark();
         let present: std::collections::HashSet<String> =
             store.state().iter().map(|c| c.name_any()).collect();
         for ns in manager.namespaces() {
-            if !present.contains(&ns) && manager.remove(&ns) {
+            if !present.contains(&ns) && manager.remove_unless_ensured_since(&ns, mark) {
                 info!(shoot = %ns, reason = "the Cluster no longer exists", "probe removed");
             }
         }

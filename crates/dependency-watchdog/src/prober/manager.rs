@@ -1,24 +1,59 @@
 //! The registry of running probes: at most one per shoot namespace.
 //!
 //! The Cluster controller tells the manager what each shoot should have (`ensure`/`remove`);
-//! the manager starts, restarts (settings changed, or the task died) and cancels probe tasks.
-//! A removed probe stops at once and never scales anything on its way out.
+//! the manager starts and cancels probe tasks. A removed probe stops at once and never scales
+//! anything on its way out.
+//!
+//! Nothing dies quietly: each probe runs under a small supervisor ([`keep_running`]) that
+//! restarts it when it panics or ends although nobody stopped it, counts that in
+//! `dwd_prober_probe_task_restarts_total`, and logs it as an error — a dead probe would leave
+//! its shoot unprotected until its Cluster next changed. A restarted probe resumes its
+//! schedule one `probeInterval` later (which also keeps a probe that keeps panicking from
+//! spinning); it does not wait `initialDelay` again.
+//!
+//! New settings from the Cluster (grace period, pool conditions, a new Cluster UID) reach the
+//! running probe through a `watch` channel and apply from its next run: a Cluster edit never
+//! restarts the probe, so it never re-arms `initialDelay` (SPEC §2.1).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use dwd_core::EffectiveProbeSettings;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::error;
 
 use super::ProberContext;
-use super::probe::Probe;
+use super::probe::{Probe, ProbeSpec};
+use crate::metrics::{RestartCause, RestartLabels, ShootSeries};
+
+/// Shortest pause before a probe that died is started again, whatever `probeInterval` says.
+const MIN_RESTART_DELAY: Duration = Duration::from_millis(100);
 
 struct RunningProbe {
-    settings: EffectiveProbeSettings,
-    cluster_uid: Option<String>,
+    /// What the probe should use; it reads the newest value at the start of each run.
+    spec: watch::Sender<ProbeSpec>,
+    /// The probe's right to write its shoot's metric series; kept across restarts.
+    series: ShootSeries,
     cancel: CancellationToken,
+    /// The supervisor (see [`keep_running`]).
     task: JoinHandle<()>,
+    /// The registry's sequence number at the last `ensure` of this probe: the orphan sweep
+    /// spares a probe ensured after it looked at the Cluster store.
+    ensured: u64,
+}
+
+#[derive(Default)]
+struct Registry {
+    probes: HashMap<String, RunningProbe>,
+    /// Bumped by every `ensure`.
+    seq: u64,
 }
 
 /// What `ensure` did.
@@ -26,7 +61,10 @@ struct RunningProbe {
 pub enum EnsureOutcome {
     /// A probe was started.
     Started,
-    /// The probe's settings or Cluster changed (or it had died) and it was restarted.
+    /// The running probe got new settings (or a new Cluster UID); they apply from its next
+    /// run, without a restart.
+    Updated,
+    /// The probe's supervisor had ended (it never should) and the probe was started again.
     Restarted,
     /// The running probe already has these settings.
     Unchanged,
@@ -35,7 +73,7 @@ pub enum EnsureOutcome {
 /// Running probes by shoot namespace.
 pub struct ProbeManager {
     ctx: Arc<ProberContext>,
-    probes: Mutex<HashMap<String, RunningProbe>>,
+    registry: Mutex<Registry>,
     shutdown: CancellationToken,
 }
 
@@ -44,75 +82,122 @@ impl ProbeManager {
     pub fn new(ctx: Arc<ProberContext>, shutdown: CancellationToken) -> Self {
         ProbeManager {
             ctx,
-            probes: Mutex::new(HashMap::new()),
+            registry: Mutex::new(Registry::default()),
             shutdown,
         }
     }
 
-    fn probes(&self) -> MutexGuard<'_, HashMap<String, RunningProbe>> {
-        self.probes
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        // Entries are inserted and removed whole: a panic elsewhere can't leave one torn.
+        self.registry
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn set_active(&self, registry: &Registry) {
+        self.ctx
+            .metrics
+            .active_probes
+            .set(i64::try_from(registry.probes.len()).unwrap_or(i64::MAX));
+    }
+
     /// Makes sure `namespace` has a probe with `settings`, for the Cluster with `cluster_uid`
-    /// (its events name the Cluster by UID; a re-created Cluster gets a new probe).
+    /// (its events name the Cluster by UID). A running probe gets changed settings from its
+    /// next run on; it is not restarted.
     pub fn ensure(
         &self,
         namespace: &str,
         settings: EffectiveProbeSettings,
         cluster_uid: Option<String>,
     ) -> EnsureOutcome {
-        let mut probes = self.probes();
-        let outcome = match probes.get(namespace) {
-            Some(p)
-                if p.settings == settings
-                    && p.cluster_uid == cluster_uid
-                    && !p.task.is_finished() =>
-            {
-                return EnsureOutcome::Unchanged;
+        let spec = ProbeSpec {
+            settings,
+            cluster_uid,
+        };
+        let mut registry = self.registry();
+        registry.seq += 1;
+        let seq = registry.seq;
+        let (outcome, series) = match registry.probes.get_mut(namespace) {
+            Some(p) if !p.task.is_finished() => {
+                p.ensured = seq;
+                if *p.spec.borrow() == spec {
+                    return EnsureOutcome::Unchanged;
+                }
+                p.spec.send_replace(spec);
+                return EnsureOutcome::Updated;
             }
             Some(p) => {
+                // The supervisor itself ended: it only returns when cancelled, so this is a
+                // panic outside the probe. Counted and started again, like a probe that died.
+                self.ctx
+                    .metrics
+                    .probe_task_restarts
+                    .get_or_create(&RestartLabels {
+                        cause: RestartCause::Ended,
+                    })
+                    .inc();
+                error!(shoot = %namespace, "probe supervisor had ended; starting the probe again");
                 p.cancel.cancel();
-                EnsureOutcome::Restarted
+                (EnsureOutcome::Restarted, p.series.clone())
             }
-            None => EnsureOutcome::Started,
+            None => (
+                EnsureOutcome::Started,
+                self.ctx.metrics.open_shoot(namespace),
+            ),
         };
+        let (tx, rx) = watch::channel(spec);
         let cancel = self.shutdown.child_token();
-        let probe = Probe {
-            namespace: namespace.to_string(),
-            settings: settings.clone(),
-            cluster_uid: cluster_uid.clone(),
-            ctx: self.ctx.clone(),
-            cancel: cancel.clone(),
-            shoot_config: Default::default(),
+        let first_delay = match outcome {
+            EnsureOutcome::Started => self.ctx.config.initial_delay,
+            _ => restart_delay(self.ctx.config.probe_interval),
         };
-        let task = tokio::spawn(probe.run());
-        probes.insert(
+        let task = tokio::spawn(supervise_probe(
+            namespace.to_string(),
+            rx,
+            series.clone(),
+            self.ctx.clone(),
+            cancel.clone(),
+            first_delay,
+        ));
+        registry.probes.insert(
             namespace.to_string(),
             RunningProbe {
-                settings,
-                cluster_uid,
+                spec: tx,
+                series,
                 cancel,
                 task,
+                ensured: seq,
             },
         );
-        self.ctx
-            .metrics
-            .active_probes
-            .set(i64::try_from(probes.len()).unwrap_or(i64::MAX));
+        self.set_active(&registry);
         outcome
     }
 
     /// Stops the probe of `namespace`, if any; true if one was running.
     pub fn remove(&self, namespace: &str) -> bool {
-        let mut probes = self.probes();
-        let removed = probes.remove(namespace);
-        self.ctx
-            .metrics
-            .active_probes
-            .set(i64::try_from(probes.len()).unwrap_or(i64::MAX));
-        drop(probes);
+        self.remove_if(namespace, |_| true)
+    }
+
+    /// A mark for [`Self::remove_unless_ensured_since`]: take it *before* looking at the
+    /// Cluster store.
+    pub fn mark(&self) -> u64 {
+        self.registry().seq
+    }
+
+    /// Stops the probe of `namespace` unless it was ensured after `mark` was taken (its
+    /// Cluster showed up after the caller looked); true if one was stopped.
+    pub fn remove_unless_ensured_since(&self, namespace: &str, mark: u64) -> bool {
+        self.remove_if(namespace, |p| p.ensured <= mark)
+    }
+
+    fn remove_if(&self, namespace: &str, condition: impl FnOnce(&RunningProbe) -> bool) -> bool {
+        let mut registry = self.registry();
+        if !registry.probes.get(namespace).is_some_and(condition) {
+            return false;
+        }
+        let removed = registry.probes.remove(namespace);
+        self.set_active(&registry);
+        drop(registry);
         match removed {
             Some(p) => {
                 p.cancel.cancel();
@@ -125,21 +210,379 @@ impl ProbeManager {
 
     /// Namespaces with a probe.
     pub fn namespaces(&self) -> Vec<String> {
-        self.probes().keys().cloned().collect()
+        self.registry().probes.keys().cloned().collect()
     }
 
     /// Whether `namespace` has a probe.
     pub fn has_probe(&self, namespace: &str) -> bool {
-        self.probes().contains_key(namespace)
+        self.registry().probes.contains_key(namespace)
     }
 
     /// Stops every probe.
     pub fn stop_all(&self) {
-        let drained: Vec<_> = self.probes().drain().collect();
+        let drained: Vec<_> = self.registry().probes.drain().collect();
         for (ns, p) in drained {
             p.cancel.cancel();
             self.ctx.metrics.forget_shoot(&ns);
         }
         self.ctx.metrics.active_probes.set(0);
+    }
+}
+
+/// How long a probe that died waits before it runs again: its interval, as if the run that
+/// died had ended normally.
+fn restart_delay(probe_interval: Duration) -> Duration {
+    probe_interval.max(MIN_RESTART_DELAY)
+}
+
+/// Runs the probe of `namespace` under [`keep_running`].
+async fn supervise_probe(
+    namespace: String,
+    updates: watch::Receiver<ProbeSpec>,
+    series: ShootSeries,
+    ctx: Arc<ProberContext>,
+    cancel: CancellationToken,
+    first_delay: Duration,
+) {
+    let restart_after = restart_delay(ctx.config.probe_interval);
+    let restarts = ctx.metrics.probe_task_restarts.clone();
+    let start = {
+        let (namespace, cancel) = (namespace.clone(), cancel.clone());
+        move |first: bool| {
+            let probe = Probe::new(
+                namespace.clone(),
+                updates.clone(),
+                series.clone(),
+                ctx.clone(),
+                cancel.clone(),
+            );
+            // A restart waits out its pause in `keep_running`, then runs at once.
+            probe.run(if first { first_delay } else { Duration::ZERO })
+        }
+    };
+    keep_running(&namespace, start, &cancel, restart_after, &restarts).await;
+}
+
+/// Runs `start(first)` as a task of its own until `cancel`; when the task panics or ends
+/// anyway, counts it in `restarts`, logs it, waits `restart_after` and starts it again
+/// (`first` false). Cancelling aborts the task at once.
+pub async fn keep_running<F, Fut>(
+    namespace: &str,
+    mut start: F,
+    cancel: &CancellationToken,
+    restart_after: Duration,
+    restarts: &Family<RestartLabels, Counter>,
+) where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut first = true;
+    loop {
+        let mut task = tokio::spawn(start(first));
+        first = false;
+        let ended = tokio::select! {
+            _ = cancel.cancelled() => {
+                task.abort();
+                return;
+            }
+            ended = &mut task => ended,
+        };
+        if cancel.is_cancelled() {
+            return;
+        }
+        let cause = match &ended {
+            Err(e) if e.is_panic() => RestartCause::Panicked,
+            _ => RestartCause::Ended,
+        };
+        restarts.get_or_create(&RestartLabels { cause }).inc();
+        match ended {
+            Err(e) if e.is_panic() => {
+                let payload = e.into_panic();
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".into());
+                error!(shoot = %namespace, panic = %message, ?restart_after, "probe task panicked; restarting it");
+            }
+            _ => {
+                error!(shoot = %namespace, ?restart_after, "probe task ended although nobody stopped it; restarting it");
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(restart_after) => {}
+        }
+    }
+}
+
+/// Whether any test asked a probe task to end ([`end_probe_task_for_test`]): the probe loop
+/// looks at the list only when it is set, so production pays one atomic load per run.
+static END_REQUESTED: AtomicBool = AtomicBool::new(false);
+static END_REQUESTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Test hook: makes the probe task of `namespace` end at the start of its next run, as a
+/// task that died would, so tests can see it restarted. Nothing else calls it.
+#[doc(hidden)]
+pub fn end_probe_task_for_test(namespace: &str) {
+    END_REQUESTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(namespace.to_string());
+    END_REQUESTED.store(true, Ordering::SeqCst);
+}
+
+/// Whether a test asked the probe of `namespace` to end (the request is used up).
+pub(crate) fn end_requested(namespace: &str) -> bool {
+    if !END_REQUESTED.load(Ordering::SeqCst) {
+        return false;
+    }
+    let mut requests = END_REQUESTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(i) = requests.iter().position(|ns| ns == namespace) else {
+        return false;
+    };
+    requests.swap_remove(i);
+    if requests.is_empty() {
+        END_REQUESTED.store(false, Ordering::SeqCst);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Cache;
+    use crate::events::Events;
+    use crate::metrics::{Metrics, ShootLabels};
+    use crate::prober::seed_caches::SeedCaches;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::AtomicUsize;
+
+    const CONFIG: &str = r#"
+kubeConfigSecretName: probe
+probeInterval: 1s
+initialDelay: 30s
+probeTimeout: 1s
+backoffJitterFactor: 0
+kcmNodeMonitorGraceDuration: 40s
+nodeLeaseFailureFraction: 0.6
+dependentResourceInfos:
+  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 0}
+    scaleDown: {level: 0}
+"#;
+
+    /// A context whose seed never answers and whose caches never sync: every probe run is a
+    /// counted "caches not in sync" run, which is all these tests need to see runs happen.
+    fn context() -> Arc<ProberContext> {
+        let config = match dwd_core::ProberConfig::from_yaml(CONFIG) {
+            Ok(loaded) => loaded.config,
+            Err(e) => panic!("config: {e}"),
+        };
+        let never = tower::service_fn(|_req: http::Request<kube::client::Body>| {
+            std::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
+        });
+        let metrics = Arc::new(Metrics::default());
+        Arc::new(ProberContext {
+            config,
+            seed: kube::Client::new(never, "default"),
+            caches: SeedCaches {
+                secrets: Cache::new("secrets"),
+                machines: Cache::new("machines"),
+                targets: Vec::new(),
+            },
+            events: Events::disabled(metrics.clone()),
+            metrics,
+        })
+    }
+
+    fn settings(grace_s: u64) -> EffectiveProbeSettings {
+        EffectiveProbeSettings {
+            node_monitor_grace: Duration::from_secs(grace_s),
+            pool_conditions: BTreeMap::new(),
+        }
+    }
+
+    fn runs(ctx: &ProberContext, ns: &str) -> u64 {
+        ctx.metrics
+            .shoot_probe_runs
+            .get(&ShootLabels { shoot: ns.into() })
+            .map_or(0, |c| c.get())
+    }
+
+    fn restarts(ctx: &ProberContext, cause: RestartCause) -> u64 {
+        ctx.metrics
+            .probe_task_restarts
+            .get(&RestartLabels { cause })
+            .map_or(0, |c| c.get())
+    }
+
+    /// Advances the paused clock by `d` and lets every task catch up.
+    async fn advance(d: Duration) {
+        tokio::time::sleep(d).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_edit_updates_the_running_probe_without_re_arming_the_initial_delay() {
+        let ctx = context();
+        let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
+        assert_eq!(
+            manager.ensure("a", settings(40), Some("uid-1".into())),
+            EnsureOutcome::Started
+        );
+        advance(Duration::from_secs(29)).await;
+        assert_eq!(runs(&ctx, "a"), 0, "ran before its initial delay");
+        advance(Duration::from_secs(2)).await;
+        let before = runs(&ctx, "a");
+        assert!(before >= 1, "no run after the initial delay");
+        // The Cluster changes the grace period, then the pools, then its UID: one probe all
+        // along, and runs go on every second.
+        assert_eq!(
+            manager.ensure("a", settings(40), Some("uid-1".into())),
+            EnsureOutcome::Unchanged
+        );
+        assert_eq!(
+            manager.ensure("a", settings(120), Some("uid-1".into())),
+            EnsureOutcome::Updated
+        );
+        let mut pools = settings(120);
+        pools
+            .pool_conditions
+            .insert("worker-a".into(), vec!["CustomProblem".into()]);
+        assert_eq!(
+            manager.ensure("a", pools.clone(), Some("uid-1".into())),
+            EnsureOutcome::Updated
+        );
+        assert_eq!(
+            manager.ensure("a", pools, Some("uid-2".into())),
+            EnsureOutcome::Updated
+        );
+        advance(Duration::from_secs(3)).await;
+        assert!(
+            runs(&ctx, "a") >= before + 2,
+            "runs stopped after a Cluster edit: {} then {}",
+            before,
+            runs(&ctx, "a")
+        );
+        assert_eq!(restarts(&ctx, RestartCause::Ended), 0);
+        assert!(manager.remove("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_task_that_ends_is_restarted_and_counted_without_a_new_initial_delay() {
+        let ctx = context();
+        let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
+        manager.ensure("b", settings(40), None);
+        advance(Duration::from_secs(31)).await;
+        assert!(runs(&ctx, "b") >= 1);
+        end_probe_task_for_test("b");
+        advance(Duration::from_secs(1)).await;
+        let after_end = runs(&ctx, "b");
+        assert_eq!(restarts(&ctx, RestartCause::Ended), 1);
+        // Back one interval later, not 30 s later.
+        advance(Duration::from_secs(3)).await;
+        assert!(
+            runs(&ctx, "b") >= after_end + 2,
+            "no runs after the restart"
+        );
+        assert!(manager.has_probe("b"));
+        manager.stop_all();
+        assert!(!manager.has_probe("b"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_task_is_restarted_after_the_pause_and_cancel_stops_it_for_good() {
+        let restarts = Family::<RestartLabels, Counter>::default();
+        let starts = Arc::new(AtomicUsize::new(0));
+        let cancel = CancellationToken::new();
+        let seen = starts.clone();
+        let start = move |first: bool| {
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                assert_eq!(first, n == 0);
+                match n {
+                    0 => panic!("probe bug"),
+                    1 => {}
+                    _ => std::future::pending::<()>().await,
+                }
+            }
+        };
+        let supervisor = {
+            let (cancel, restarts) = (cancel.clone(), restarts.clone());
+            tokio::spawn(async move {
+                keep_running("c", start, &cancel, Duration::from_secs(5), &restarts).await;
+            })
+        };
+        advance(Duration::from_secs(4)).await;
+        assert_eq!(
+            starts.load(Ordering::SeqCst),
+            1,
+            "restarted before the pause"
+        );
+        advance(Duration::from_secs(2)).await;
+        assert_eq!(starts.load(Ordering::SeqCst), 2);
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(starts.load(Ordering::SeqCst), 3);
+        let count = |cause| {
+            restarts
+                .get(&RestartLabels { cause })
+                .map_or(0, |c| c.get())
+        };
+        assert_eq!(count(RestartCause::Panicked), 1);
+        assert_eq!(count(RestartCause::Ended), 1);
+        cancel.cancel();
+        advance(Duration::from_secs(60)).await;
+        assert!(supervisor.is_finished());
+        assert_eq!(starts.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_orphan_sweep_spares_a_probe_ensured_after_its_mark() {
+        let ctx = context();
+        let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
+        manager.ensure("old", settings(40), None);
+        // The sweep takes its mark, then reads a store that has neither Cluster...
+        let mark = manager.mark();
+        // ...while "new" is created and "old" is confirmed by reconciles.
+        manager.ensure("new", settings(40), None);
+        manager.ensure("old", settings(40), None);
+        assert!(!manager.remove_unless_ensured_since("new", mark));
+        assert!(!manager.remove_unless_ensured_since("old", mark));
+        // A probe nobody ensured since the mark goes.
+        let mark = manager.mark();
+        assert!(manager.remove_unless_ensured_since("old", mark));
+        assert!(manager.has_probe("new"));
+        assert!(!manager.has_probe("old"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_removed_probe_leaves_no_series_behind_even_when_a_run_ends_later() {
+        let ctx = context();
+        let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
+        manager.ensure("d", settings(40), None);
+        advance(Duration::from_secs(32)).await;
+        assert!(runs(&ctx, "d") >= 1);
+        let series = {
+            let registry = manager.registry();
+            registry.probes.get("d").map(|p| p.series.clone())
+        };
+        manager.remove("d");
+        // A run or flow of the removed probe finishing now writes through its old handle.
+        if let Some(series) = series {
+            ctx.metrics.for_shoot(&series, |l| {
+                ctx.metrics.shoot_probe_runs.get_or_create(l).inc();
+            });
+        }
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(runs(&ctx, "d"), 0);
+        assert!(
+            ctx.metrics
+                .lease_probe_failures
+                .get(&ShootLabels { shoot: "d".into() })
+                .is_none()
+        );
     }
 }

@@ -28,7 +28,7 @@ use super::slim::{NodeLease, ProbedNode};
 use crate::Error;
 use crate::kube_client::{PreparedShootConfig, ResponseLimits, is_response_too_large};
 use crate::metrics::{
-    ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootLabels,
+    ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootSeries,
 };
 
 /// Namespace of node leases in the shoot.
@@ -53,15 +53,65 @@ enum Finding {
     },
 }
 
+/// What the Cluster says a shoot's probe should use; the controller updates it and the probe
+/// takes the newest at the start of each run (SPEC §2.1: no restart, no new initial delay).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeSpec {
+    /// Effective settings (grace period, pool conditions).
+    pub settings: EffectiveProbeSettings,
+    /// UID of the shoot's Cluster.
+    pub cluster_uid: Option<String>,
+}
+
+/// The largest `backoffJitterFactor` the probe loop uses: a run every `probeInterval × 11` at
+/// worst. Larger factors only push runs apart (and at about 1e9 overflow the clock).
+pub const MAX_JITTER_FACTOR: f64 = 10.0;
+
+/// Farthest a probe ever plans ahead: beyond it, time arithmetic could overflow.
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+/// The jitter factor the probe loop uses for `configured`: within `[0, MAX_JITTER_FACTOR]`,
+/// 0 for NaN.
+pub fn effective_jitter(configured: f64) -> f64 {
+    if configured.is_nan() {
+        return 0.0;
+    }
+    configured.clamp(0.0, MAX_JITTER_FACTOR)
+}
+
+/// What to tell the operator, once at start, when [`effective_jitter`] changed the factor.
+pub fn jitter_warning(configured: f64) -> Option<String> {
+    let used = effective_jitter(configured);
+    // NaN never equals itself, so it is reported too.
+    if used == configured {
+        return None;
+    }
+    Some(format!(
+        "backoffJitterFactor {configured} is outside [0, {MAX_JITTER_FACTOR}]: using {used}"
+    ))
+}
+
+/// `now + delay`, without overflowing: at most [`FAR_FUTURE`] ahead.
+fn deadline_after(now: Instant, delay: Duration) -> Instant {
+    now.checked_add(delay.min(FAR_FUTURE))
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
+
 /// One shoot's probe.
 pub struct Probe {
     /// Shoot namespace in the seed (= Cluster name).
     pub namespace: String,
-    /// Effective settings (grace period, pool conditions).
+    /// Effective settings (grace period, pool conditions) of the current run, taken from
+    /// `updates` at its start.
     pub settings: EffectiveProbeSettings,
     /// UID of the shoot's Cluster, which the decision events are about (known from the
-    /// controller's watch, so publishing them costs no lookup).
+    /// controller's watch, so publishing them costs no lookup); taken from `updates` too.
     pub cluster_uid: Option<String>,
+    /// The newest [`ProbeSpec`] the controller wrote.
+    pub updates: tokio::sync::watch::Receiver<ProbeSpec>,
+    /// The right to write this shoot's per-shoot metric series (revoked when it is removed).
+    pub series: ShootSeries,
     /// Shared prober context.
     pub ctx: Arc<ProberContext>,
     /// Cancelled when the probe is removed or the process shuts down.
@@ -83,35 +133,75 @@ pub fn decision_reason(report: &LeaseReport) -> String {
 }
 
 impl Probe {
-    /// Runs until cancelled.
-    pub async fn run(self) {
-        let span = info_span!("probe", shoot = %self.namespace);
-        self.run_loop().instrument(span).await;
+    /// A probe of `namespace` following `updates` (its current value applies to the first run).
+    pub fn new(
+        namespace: String,
+        mut updates: tokio::sync::watch::Receiver<ProbeSpec>,
+        series: ShootSeries,
+        ctx: Arc<ProberContext>,
+        cancel: CancellationToken,
+    ) -> Self {
+        let spec = updates.borrow_and_update().clone();
+        Probe {
+            namespace,
+            settings: spec.settings,
+            cluster_uid: spec.cluster_uid,
+            updates,
+            series,
+            ctx,
+            cancel,
+            shoot_config: Default::default(),
+        }
     }
 
-    async fn run_loop(self) {
-        let cfg = &self.ctx.config;
-        debug!(initial_delay = ?cfg.initial_delay, grace = ?self.settings.node_monitor_grace, "probe started");
-        if !self.sleep_until(Instant::now() + cfg.initial_delay).await {
+    /// Runs until cancelled, the first run after `first_delay` (`initialDelay` for a new
+    /// probe; a restarted one resumes its schedule).
+    pub async fn run(self, first_delay: Duration) {
+        let span = info_span!("probe", shoot = %self.namespace);
+        self.run_loop(first_delay).instrument(span).await;
+    }
+
+    async fn run_loop(mut self, first_delay: Duration) {
+        let ctx = self.ctx.clone();
+        let cfg = &ctx.config;
+        debug!(?first_delay, grace = ?self.settings.node_monitor_grace, "probe started");
+        if !self
+            .sleep_until(deadline_after(Instant::now(), first_delay))
+            .await
+        {
             return;
         }
+        // Clamped (and warned about once, at start, by `prober::run`): an absurd factor must
+        // not overflow the clock.
+        let jitter = effective_jitter(cfg.backoff_jitter_factor);
         let mut hysteresis = Hysteresis::from_config(cfg);
         loop {
+            if super::manager::end_requested(&self.namespace) {
+                warn!("probe task ends: asked to by a test");
+                return;
+            }
+            self.take_updates();
             let started = Instant::now();
-            let outcome = tokio::select! {
-                _ = self.cancel.cancelled() => return,
-                outcome = self.run_once(&mut hysteresis) => outcome,
+            let outcome = match self.unsynced_caches() {
+                // When unsure, do not scale: a cache that fell out of sync may hold a target
+                // or machine as it was minutes ago.
+                Some(pending) => {
+                    self.skipped_run(&pending);
+                    RunOutcome::default()
+                }
+                None => tokio::select! {
+                    _ = self.cancel.cancelled() => return,
+                    outcome = self.run_once(&mut hysteresis) => outcome,
+                },
             };
             self.ctx
                 .metrics
                 .probe_run_duration
                 .0
                 .observe(started.elapsed().as_secs_f64());
-            let delay = dwd_core::schedule::next_delay(
-                cfg.probe_interval,
-                cfg.backoff_jitter_factor,
-                rand::random::<f64>(),
-            );
+            let delay =
+                dwd_core::schedule::next_delay(cfg.probe_interval, jitter, rand::random::<f64>())
+                    .min(FAR_FUTURE);
             let next = dwd_core::schedule::earliest_next_start(
                 Instant::now(),
                 delay,
@@ -126,6 +216,41 @@ impl Probe {
         }
     }
 
+    /// Takes the controller's newest settings and Cluster UID, if they changed.
+    fn take_updates(&mut self) {
+        // An error means the manager dropped this probe; its cancellation ends the loop.
+        if !self.updates.has_changed().unwrap_or(false) {
+            return;
+        }
+        let spec = self.updates.borrow_and_update().clone();
+        if spec.settings != self.settings {
+            info!(grace = ?spec.settings.node_monitor_grace, pools = ?spec.settings.pool_conditions,
+                "the Cluster changed this probe's settings: they apply from this run");
+        }
+        self.settings = spec.settings;
+        self.cluster_uid = spec.cluster_uid;
+    }
+
+    /// The seed caches that are not in sync, in words, or `None` when all are.
+    fn unsynced_caches(&self) -> Option<String> {
+        if self.ctx.caches.is_ready() {
+            return None;
+        }
+        Some(self.ctx.caches.pending().join(", "))
+    }
+
+    /// A run not made because seed caches are out of sync: counted as a failed lease probe
+    /// (as a machine cache not yet synced always was). Logged at debug: the caches and the
+    /// readiness report it once, not every probe at every interval.
+    fn skipped_run(&self, pending: &str) {
+        let m = &self.ctx.metrics;
+        m.for_shoot(&self.series, |l| {
+            m.lease_probe_failures.get_or_create(l).inc()
+        });
+        self.count_run(RunResult::LeaseProbeFailed);
+        debug!(caches = %pending, "seed caches not in sync: no probe, no scaling this run");
+    }
+
     /// Sleeps until `deadline`; false when cancelled first.
     async fn sleep_until(&self, deadline: Instant) -> bool {
         tokio::select! {
@@ -134,27 +259,23 @@ impl Probe {
         }
     }
 
-    fn shoot_labels(&self) -> ShootLabels {
-        ShootLabels {
-            shoot: self.namespace.clone(),
-        }
+    /// Sets this shoot's expired-lease fraction (unless the probe was removed meanwhile).
+    fn set_expired_fraction(&self, fraction: f64) {
+        let m = &self.ctx.metrics;
+        m.for_shoot(&self.series, |l| {
+            m.expired_lease_fraction.get_or_create(l).set(fraction);
+        });
     }
 
     fn count_run(&self, result: RunResult) {
-        // A removed probe must not resurrect the per-shoot series its removal dropped.
+        // A removed probe's last run is not counted; its per-shoot series are guarded by
+        // `series` (a removal revokes it), so they can't come back either.
         if self.cancel.is_cancelled() {
             return;
         }
-        self.ctx
-            .metrics
-            .probe_runs
-            .get_or_create(&RunLabels { result })
-            .inc();
-        self.ctx
-            .metrics
-            .shoot_probe_runs
-            .get_or_create(&self.shoot_labels())
-            .inc();
+        let m = &self.ctx.metrics;
+        m.probe_runs.get_or_create(&RunLabels { result }).inc();
+        m.for_shoot(&self.series, |l| m.shoot_probe_runs.get_or_create(l).inc());
     }
 
     /// One probe run: API-server probe, lease probe, decision, maybe a scaling flow.
@@ -167,11 +288,7 @@ impl Probe {
         let report = match self.probe_shoot(&mut outcome, nodes_may_matter).await {
             Ok(Finding::Report(report)) => report,
             Ok(Finding::AllLeasesFresh { leases }) => {
-                self.ctx
-                    .metrics
-                    .expired_lease_fraction
-                    .get_or_create(&self.shoot_labels())
-                    .set(0.0);
+                self.set_expired_fraction(0.0);
                 self.count_run(RunResult::ScaleUp);
                 debug!(
                     leases,
@@ -182,11 +299,7 @@ impl Probe {
             Err(()) => return outcome,
         };
         let threshold = report.threshold;
-        self.ctx
-            .metrics
-            .expired_lease_fraction
-            .get_or_create(&self.shoot_labels())
-            .set(report.fraction.unwrap_or(0.0));
+        self.set_expired_fraction(report.fraction.unwrap_or(0.0));
         let action = hysteresis.observe(&report.decision);
         self.count_run(match report.decision {
             LeaseDecision::ScaleDown => RunResult::ScaleDown,
@@ -206,14 +319,15 @@ impl Probe {
         }
         info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
             action = %dir, "{report}");
-        self.ctx
-            .metrics
-            .scaling_attempts
-            .get_or_create(&ShootDirectionLabels {
-                shoot: self.namespace.clone(),
-                direction: dir.into(),
-            })
-            .inc();
+        let m = &self.ctx.metrics;
+        m.for_shoot(&self.series, |l| {
+            m.scaling_attempts
+                .get_or_create(&ShootDirectionLabels {
+                    shoot: l.shoot.clone(),
+                    direction: dir.into(),
+                })
+                .inc();
+        });
         let reason = decision_reason(&report);
         let names: Vec<&str> = targets.iter().map(String::as_str).collect();
         self.ctx.events.scaling_decision(
@@ -351,21 +465,19 @@ impl Probe {
     }
 
     fn api_server_probe_failed(&self, error: &Error, consequence: &str) {
-        self.ctx
-            .metrics
-            .api_server_probe_failures
-            .get_or_create(&self.shoot_labels())
-            .inc();
+        let m = &self.ctx.metrics;
+        m.for_shoot(&self.series, |l| {
+            m.api_server_probe_failures.get_or_create(l).inc();
+        });
         self.count_run(RunResult::ApiServerProbeFailed);
         warn!(%error, "API server probe failed; {consequence}");
     }
 
     fn lease_probe_failed(&self, error: &str) {
-        self.ctx
-            .metrics
-            .lease_probe_failures
-            .get_or_create(&self.shoot_labels())
-            .inc();
+        let m = &self.ctx.metrics;
+        m.for_shoot(&self.series, |l| {
+            m.lease_probe_failures.get_or_create(l).inc()
+        });
         self.count_run(RunResult::LeaseProbeFailed);
         warn!(%error, "lease probe failed; no scaling this run");
     }
@@ -436,11 +548,10 @@ impl Probe {
             }),
             Ok(Err(e)) => {
                 if is_response_too_large(&e) {
-                    self.ctx
-                        .metrics
-                        .oversized_responses
-                        .get_or_create(&self.shoot_labels())
-                        .inc();
+                    let m = &self.ctx.metrics;
+                    m.for_shoot(&self.series, |l| {
+                        m.oversized_responses.get_or_create(l).inc()
+                    });
                 }
                 let err = Error::kube(format!("shoot {}: {action}", self.namespace), bounded(e));
                 if err.is_throttled() {
@@ -505,6 +616,33 @@ mod tests {
             fraction: Some(expired as f64 / 5.0),
             threshold: 0.6,
             decision,
+        }
+    }
+
+    #[test]
+    fn absurd_jitter_factors_are_clamped_and_no_schedule_overflows_the_clock() {
+        assert_eq!(effective_jitter(2e18), MAX_JITTER_FACTOR);
+        assert_eq!(effective_jitter(f64::NAN), 0.0);
+        assert_eq!(effective_jitter(-1.0), 0.0);
+        assert_eq!(effective_jitter(0.2), 0.2);
+        assert!(jitter_warning(2e18).is_some_and(|w| w.starts_with("backoffJitterFactor 2")));
+        assert!(jitter_warning(f64::NAN).is_some());
+        assert_eq!(jitter_warning(0.2), None);
+        assert_eq!(jitter_warning(0.0), None);
+        let now = Instant::now();
+        assert_eq!(deadline_after(now, Duration::MAX), now + FAR_FUTURE);
+        assert_eq!(
+            deadline_after(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
+        // The longest interval the config takes (Go's largest duration) with the largest
+        // factor: what the loop computes must not panic.
+        let interval = Duration::from_nanos(i64::MAX as u64);
+        for factor in [2e18, f64::MAX, MAX_JITTER_FACTOR] {
+            let delay = dwd_core::schedule::next_delay(interval, effective_jitter(factor), 1.0)
+                .min(FAR_FUTURE);
+            let next = dwd_core::schedule::earliest_next_start(now, delay, Some(now));
+            assert!(next > now);
         }
     }
 
