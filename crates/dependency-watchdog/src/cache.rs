@@ -8,17 +8,26 @@
 //!
 //! Every change bumps a version on a `watch` channel, so a scaler can wait for "target ready"
 //! by watching instead of polling.
+//!
+//! A cache is ready ([`Cache::is_ready`]) only while it is in sync. kube-runtime's watcher
+//! retries a failing watch forever, re-watching from where it was, and says nothing when a
+//! retry succeeds; while it fails, the cache silently ages. So when the errors keep coming for
+//! [`STALE_AFTER`] ([`FailureStreak`]), the cache is marked [`SyncState::Stale`] (not ready:
+//! no decision is taken from it and `/readyz` fails, naming it) and the watch is started anew,
+//! which lists everything again; the cache is ready again once that list completed.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, RwLock};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
+use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::rate_limit::{Priority, with_priority};
 
@@ -33,13 +42,75 @@ pub enum WaitEnd {
 
 type Shelf<T> = HashMap<String, HashMap<String, Arc<T>>>;
 
+/// How long a watch may keep failing before its cache counts as stale.
+pub const STALE_AFTER: Duration = Duration::from_secs(10);
+/// Errors at least this many apart are separate failures (the watch worked in between, but
+/// the watcher reports only errors, never a successful retry). Longer than the watcher's
+/// largest back-off between retries (30 s, plus up to as much jitter).
+pub const FAILURE_GAP: Duration = Duration::from_secs(90);
+/// Fewest errors of one failure before the cache counts as stale: two isolated errors a
+/// minute apart are not a failing watch.
+pub const STALE_MIN_ERRORS: u32 = 3;
+
+/// Where a cache stands with its watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncState {
+    /// The first list has not completed yet.
+    Listing,
+    /// The last list completed and the watch has not been failing for long.
+    Synced,
+    /// The watch kept failing (why, in words): the content may be stale until a new list
+    /// completes.
+    Stale(String),
+}
+
+/// One run of consecutive watch errors, to tell a failing watch from a passing error.
+#[derive(Debug, Default, Clone)]
+pub struct FailureStreak {
+    first: Option<Instant>,
+    last: Option<Instant>,
+    errors: u32,
+}
+
+impl FailureStreak {
+    /// Records an error at `now`; returns how long the watch has been failing.
+    pub fn failed(&mut self, now: Instant) -> Duration {
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) >= FAILURE_GAP)
+        {
+            *self = FailureStreak::default();
+        }
+        let first = *self.first.get_or_insert(now);
+        self.last = Some(now);
+        self.errors = self.errors.saturating_add(1);
+        now.saturating_duration_since(first)
+    }
+
+    /// Records an event: the watch works.
+    pub fn succeeded(&mut self) {
+        *self = FailureStreak::default();
+    }
+
+    /// Whether the watch has failed for long enough, often enough, to distrust its cache.
+    pub fn is_stale(&self) -> bool {
+        match (self.first, self.last) {
+            (Some(first), Some(last)) => {
+                self.errors >= STALE_MIN_ERRORS
+                    && last.saturating_duration_since(first) >= STALE_AFTER
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A namespace-indexed cache of projections `T` of some Kubernetes kind.
 #[derive(Debug)]
 pub struct Cache<T> {
     what: &'static str,
     objects: RwLock<Shelf<T>>,
     version: watch::Sender<u64>,
-    ready: watch::Sender<bool>,
+    sync: watch::Sender<SyncState>,
 }
 
 impl<T: Send + Sync + 'static> Cache<T> {
@@ -49,7 +120,7 @@ impl<T: Send + Sync + 'static> Cache<T> {
             what,
             objects: RwLock::new(HashMap::new()),
             version: watch::channel(0).0,
-            ready: watch::channel(false).0,
+            sync: watch::channel(SyncState::Listing).0,
         })
     }
 
@@ -58,20 +129,26 @@ impl<T: Send + Sync + 'static> Cache<T> {
         self.what
     }
 
-    /// Whether the initial list has completed.
+    /// Whether the cache is in sync: its last list completed and its watch is not failing
+    /// for long. Decisions are taken only from ready caches.
     pub fn is_ready(&self) -> bool {
-        *self.ready.borrow()
+        *self.sync.borrow() == SyncState::Synced
     }
 
-    /// A receiver of the ready flag (current value marked seen).
-    pub fn subscribe_ready(&self) -> watch::Receiver<bool> {
-        self.ready.subscribe()
+    /// Where the cache stands with its watch.
+    pub fn sync_state(&self) -> SyncState {
+        self.sync.borrow().clone()
     }
 
-    /// Waits until the initial list has completed.
+    /// A receiver of the sync state (current value marked seen).
+    pub fn subscribe_sync(&self) -> watch::Receiver<SyncState> {
+        self.sync.subscribe()
+    }
+
+    /// Waits until the cache is in sync.
     pub async fn wait_ready(&self) {
-        let mut rx = self.ready.subscribe();
-        let _ = rx.wait_for(|r| *r).await;
+        let mut rx = self.sync.subscribe();
+        let _ = rx.wait_for(|s| *s == SyncState::Synced).await;
     }
 
     /// The object `namespace/name`, if cached.
@@ -181,8 +258,12 @@ impl<T: Send + Sync + 'static> Cache<T> {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             *shelf = fresh;
         }
-        self.ready.send_replace(true);
+        self.sync.send_replace(SyncState::Synced);
         self.bump();
+    }
+
+    fn mark_stale(&self, why: String) {
+        self.sync.send_replace(SyncState::Stale(why));
     }
 }
 
@@ -212,19 +293,51 @@ where
     T: Send + Sync + 'static,
     F: Fn(&K) -> Option<T> + Send + 'static,
 {
+    let start = move || {
+        watcher::watcher(api.clone(), config.clone())
+            .default_backoff()
+            .boxed()
+    };
+    feed_from(start, cache, project).await;
+}
+
+/// Feeds `cache` from the watch streams `start` makes: the first at once, a new one (which
+/// lists everything again) when the current one kept failing for [`STALE_AFTER`]; meanwhile
+/// the cache is [`SyncState::Stale`].
+pub async fn feed_from<K, T, F, S>(mut start: impl FnMut() -> S, cache: Arc<Cache<T>>, project: F)
+where
+    K: Resource,
+    T: Send + Sync + 'static,
+    F: Fn(&K) -> Option<T>,
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Unpin,
+{
     let what = cache.what();
     let mut fresh: Option<Shelf<T>> = None;
-    let mut events = watcher::watcher(api, config).default_backoff().boxed();
+    let mut streak = FailureStreak::default();
+    let mut events = start();
     loop {
         let event = match events.try_next().await {
             Ok(Some(event)) => event,
             Ok(None) => break,
             Err(e) => {
-                // default_backoff() already delays the retry; just report it.
-                tracing::warn!(cache = what, error = %e, "watch failed, retrying");
+                let failing_for = streak.failed(Instant::now());
+                if streak.is_stale() && cache.is_ready() {
+                    tracing::warn!(cache = what, error = %e, failing_for = ?failing_for,
+                        "watch keeps failing: cache out of sync (not ready, no decision taken from it) until it has listed everything again");
+                    cache.mark_stale(format!("watch failing for {}s: {e}", failing_for.as_secs()));
+                    // The watcher would resume from its last resourceVersion without a word
+                    // when the seed is back; a new one lists, and its `InitDone` says "in
+                    // sync" again.
+                    fresh = None;
+                    events = start();
+                } else {
+                    // The stream's back-off already delays the retry; just report it.
+                    tracing::warn!(cache = what, error = %e, "watch failed, retrying");
+                }
                 continue;
             }
         };
+        streak.succeeded();
         match event {
             Event::Init => fresh = Some(HashMap::new()),
             Event::InitApply(obj) => {
@@ -237,8 +350,13 @@ where
             Event::InitDone => {
                 let shelf = fresh.take().unwrap_or_default();
                 let count: usize = shelf.values().map(HashMap::len).sum();
+                let was = cache.sync_state();
                 cache.replace(shelf);
-                tracing::debug!(cache = what, objects = count, "cache synced");
+                if matches!(was, SyncState::Stale(_)) {
+                    tracing::info!(cache = what, objects = count, "cache listed again: in sync");
+                } else {
+                    tracing::debug!(cache = what, objects = count, "cache synced");
+                }
             }
             Event::Apply(obj) => {
                 if let Some((ns, name)) = key_of(&obj) {
@@ -265,7 +383,114 @@ fn key_of<K: Resource>(obj: &K) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use futures::channel::mpsc;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    type Feed = mpsc::UnboundedSender<Result<Event<ConfigMap>, watcher::Error>>;
+    type Feeds = Arc<Mutex<VecDeque<Feed>>>;
+    type Starts = Arc<std::sync::atomic::AtomicUsize>;
+
+    fn cm(name: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("ns".into());
+        cm
+    }
+
+    /// A cache fed from watch streams the test writes to; `streams` counts the starts.
+    fn fed_cache() -> (Arc<Cache<String>>, Feeds, Starts) {
+        let cache: Arc<Cache<String>> = Cache::new("config maps");
+        let feeds = Arc::new(Mutex::new(VecDeque::new()));
+        let starts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (f, n) = (feeds.clone(), starts.clone());
+        let start = move || {
+            let (tx, rx) = mpsc::unbounded();
+            f.lock().expect("feeds").push_back(tx);
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            rx
+        };
+        tokio::spawn(feed_from(start, cache.clone(), |c: &ConfigMap| {
+            c.metadata.name.clone()
+        }));
+        (cache, feeds, starts)
+    }
+
+    fn send(feeds: &Mutex<VecDeque<Feed>>, event: Result<Event<ConfigMap>, watcher::Error>) {
+        let feeds = feeds.lock().expect("feeds");
+        let Some(feed) = feeds.back() else {
+            panic!("no watch started");
+        };
+        feed.unbounded_send(event).expect("feed");
+    }
+
+    fn list(feeds: &Mutex<VecDeque<Feed>>, names: &[&str]) {
+        send(feeds, Ok(Event::Init));
+        for name in names {
+            send(feeds, Ok(Event::InitApply(cm(name))));
+        }
+        send(feeds, Ok(Event::InitDone));
+    }
+
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_failing_for_long_makes_the_cache_stale_until_a_new_list_completes() {
+        let (cache, feeds, starts) = fed_cache();
+        settle().await;
+        list(&feeds, &["a"]);
+        settle().await;
+        assert!(cache.is_ready());
+        // The seed goes away: the watcher reports an error at each retry.
+        for _ in 0..10 {
+            send(&feeds, Err(watcher::Error::NoResourceVersion));
+            settle().await;
+            assert!(cache.is_ready(), "stale before {STALE_AFTER:?}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        send(&feeds, Err(watcher::Error::NoResourceVersion));
+        settle().await;
+        let SyncState::Stale(why) = cache.sync_state() else {
+            panic!("still {:?} after 10 s of errors", cache.sync_state());
+        };
+        assert!(why.starts_with("watch failing for 10s"), "{why}");
+        // What it held is still there (nobody decides from it), and a new watch was started.
+        assert!(cache.get("ns", "a").is_some());
+        assert_eq!(starts.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Errors of the new watch keep it stale; its completed list makes it ready again.
+        send(&feeds, Err(watcher::Error::NoResourceVersion));
+        settle().await;
+        assert!(!cache.is_ready());
+        list(&feeds, &["b"]);
+        settle().await;
+        assert!(cache.is_ready());
+        assert!(cache.get("ns", "a").is_none());
+        assert!(cache.get("ns", "b").is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn isolated_watch_errors_leave_the_cache_in_sync() {
+        let (cache, feeds, starts) = fed_cache();
+        settle().await;
+        list(&feeds, &["a"]);
+        settle().await;
+        // Errors far apart (the watch worked in between), and errors between events.
+        for _ in 0..5 {
+            send(&feeds, Err(watcher::Error::NoResourceVersion));
+            tokio::time::sleep(FAILURE_GAP).await;
+        }
+        for _ in 0..5 {
+            send(&feeds, Err(watcher::Error::NoResourceVersion));
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            send(&feeds, Ok(Event::Apply(cm("c"))));
+            settle().await;
+        }
+        assert!(cache.is_ready(), "{:?}", cache.sync_state());
+        assert_eq!(starts.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn wait_until_sees_a_change_made_while_waiting_and_gives_up_at_its_limit() {

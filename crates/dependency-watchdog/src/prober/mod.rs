@@ -53,6 +53,10 @@ pub async fn run(
     own_pod: PodRef,
     shutdown: CancellationToken,
 ) -> Result<()> {
+    // Said once here rather than by every probe.
+    if let Some(warning) = probe::jitter_warning(config.backoff_jitter_factor) {
+        warn!("{warning}");
+    }
     let mut tasks = tokio::task::JoinSet::new();
     let caches = SeedCaches::start(
         &seed,
@@ -71,7 +75,7 @@ pub async fn run(
     });
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
 
-    let (synced_tx, mut synced_rx) = tokio::sync::watch::channel(false);
+    let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
     tasks.spawn({
         let (ctx, manager, shutdown) = (ctx.clone(), manager.clone(), shutdown.clone());
         async move {
@@ -89,34 +93,7 @@ pub async fn run(
     tasks.spawn({
         let (ctx, health) = (ctx.clone(), health.clone());
         async move {
-            // Say what is still missing every 10 s: an operator looking at a 503 from /readyz
-            // should find the reason in the log.
-            let mut report = tokio::time::interval(std::time::Duration::from_secs(10));
-            report.tick().await;
-            loop {
-                let mut receivers = ctx.caches.ready_receivers();
-                let clusters_synced = *synced_rx.borrow_and_update();
-                let mut pending = ctx.caches.pending();
-                if clusters_synced && pending.is_empty() {
-                    break;
-                }
-                let any_cache_changed = futures::future::select_all(
-                    receivers.iter_mut().map(|r| Box::pin(r.changed())),
-                );
-                tokio::select! {
-                    _ = synced_rx.changed() => {}
-                    _ = any_cache_changed => {}
-                    _ = report.tick() => {
-                        if !clusters_synced {
-                            pending.push("clusters".into());
-                        }
-                        warn!(waiting_for = ?pending, "not ready yet: watch caches not synced");
-                    }
-                }
-            }
-            health.set_ready(true);
-            info!("caches synced; prober ready");
-            std::future::pending::<()>().await;
+            track_readiness(&ctx.caches, synced_rx, &health).await;
             "readiness"
         }
     });
@@ -125,4 +102,57 @@ pub async fn run(
     manager.stop_all();
     tasks.shutdown().await;
     result
+}
+
+/// Keeps `/readyz` in step with the caches for the life of the prober: ready once the Clusters
+/// and every seed cache are in sync; not ready, naming which cache and why, while any is not,
+/// at start or because its watch kept failing; ready again once it has listed everything anew.
+/// Says what is missing every 10 s while not ready: an operator looking at a 503 from
+/// `/readyz` should find the reason in the log too.
+async fn track_readiness(
+    caches: &SeedCaches,
+    mut clusters_synced: tokio::sync::watch::Receiver<bool>,
+    health: &Health,
+) {
+    let mut report = tokio::time::interval(std::time::Duration::from_secs(10));
+    report.tick().await;
+    let mut was_ready = false;
+    let mut cluster_watch_open = true;
+    loop {
+        // Subscribed before looking, so that no change in between is missed.
+        let mut receivers = caches.sync_receivers();
+        let synced = *clusters_synced.borrow_and_update();
+        let mut pending = caches.pending();
+        if !synced {
+            pending.insert(0, "clusters (listing)".into());
+        }
+        let ready = pending.is_empty();
+        if ready {
+            if !was_ready {
+                health.set_ready(true);
+                info!("caches synced; prober ready");
+            }
+        } else {
+            let reason = format!("caches not synced: {}", pending.join(", "));
+            health.set_not_ready(reason.clone());
+            if was_ready {
+                warn!(%reason, "prober not ready: a seed cache fell out of sync; no decision is taken from it until it has listed again");
+            }
+        }
+        was_ready = ready;
+        let any_cache_changed =
+            futures::future::select_all(receivers.iter_mut().map(|r| Box::pin(r.changed())));
+        tokio::select! {
+            changed = clusters_synced.changed(), if cluster_watch_open => {
+                // The Cluster controller ended (the prober is going down): stop listening to it.
+                cluster_watch_open = changed.is_ok();
+            }
+            _ = any_cache_changed => {}
+            _ = report.tick() => {
+                if !ready {
+                    warn!(waiting_for = ?pending, "not ready: watch caches not in sync");
+                }
+            }
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! The seed-side watch caches the prober reads instead of issuing GETs on every run:
-//! kubeconfig secrets, Machines, and each configured scaling target.
+//! kubeconfig secrets, Machines, and each configured scaling target. Each is ready only while
+//! in sync (see [`crate::cache`]); the prober's readiness and every probe run ask them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
-use crate::cache::{Cache, run_cache};
+use crate::cache::{Cache, SyncState, run_cache};
 
 /// Key of the kubeconfig in the probe secret.
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
@@ -184,38 +185,41 @@ impl SeedCaches {
         })
     }
 
-    /// Names of the caches whose initial list has not completed.
+    /// The caches that are not in sync, each named with why (still listing, or its watch
+    /// failing).
     pub fn pending(&self) -> Vec<String> {
         let mut pending = Vec::new();
-        if !self.secrets.is_ready() {
-            pending.push("probe kubeconfig secrets".to_string());
-        }
-        if !self.machines.is_ready() {
-            pending.push("machines".to_string());
-        }
+        let mut note = |name: String, cache_state: SyncState| match cache_state {
+            SyncState::Synced => {}
+            SyncState::Listing => pending.push(format!("{name} (listing)")),
+            SyncState::Stale(why) => pending.push(format!("{name} ({why})")),
+        };
+        note(
+            "probe kubeconfig secrets".to_string(),
+            self.secrets.sync_state(),
+        );
+        note("machines".to_string(), self.machines.sync_state());
         for t in &self.targets {
-            if !t.cache.is_ready() {
-                pending.push(format!(
-                    "target {}/{}",
-                    t.info.target.kind, t.info.target.name
-                ));
-            }
+            note(
+                format!("target {}/{}", t.info.target.kind, t.info.target.name),
+                t.cache.sync_state(),
+            );
         }
         pending
     }
 
-    /// Receivers of every cache's ready flag; take them *before* checking [`Self::pending`]
-    /// so that no change in between is missed.
-    pub fn ready_receivers(&self) -> Vec<tokio::sync::watch::Receiver<bool>> {
+    /// Receivers of every cache's sync state; take them *before* checking
+    /// [`Self::pending`] so that no change in between is missed.
+    pub fn sync_receivers(&self) -> Vec<tokio::sync::watch::Receiver<SyncState>> {
         let mut rxs = vec![
-            self.secrets.subscribe_ready(),
-            self.machines.subscribe_ready(),
+            self.secrets.subscribe_sync(),
+            self.machines.subscribe_sync(),
         ];
-        rxs.extend(self.targets.iter().map(|t| t.cache.subscribe_ready()));
+        rxs.extend(self.targets.iter().map(|t| t.cache.subscribe_sync()));
         rxs
     }
 
-    /// Whether every cache has completed its initial list.
+    /// Whether every cache is in sync.
     pub fn is_ready(&self) -> bool {
         self.secrets.is_ready()
             && self.machines.is_ready()
