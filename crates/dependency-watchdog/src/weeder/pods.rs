@@ -7,6 +7,7 @@
 //! other seed requests in the client's budget. A pod is deleted when [`deletion_target`] says so. Deletes carry
 //! the pod's UID as a precondition, so a pod that was re-created under the same name (a
 //! StatefulSet's `etcd-main-0`) is never deleted on the strength of its predecessor's status.
+//! Each deletion attempt has [`DELETE_TIMEOUT`]: the watch that found the pod waits for it.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +33,20 @@ use crate::rate_limit::{Priority, with_priority};
 const DELETE_ATTEMPTS: u32 = 3;
 /// Pause between deletion attempts (times the attempt number).
 const DELETE_RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// How long one deletion attempt may take, waiting for the seed budget included. The pod's
+/// watch waits for it, so a seed that never answers must not stall the weeder for good.
+pub const DELETE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a deletion failed.
+#[derive(Debug, thiserror::Error)]
+enum DeleteError {
+    /// The apiserver refused or the request failed.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// No answer within [`DELETE_TIMEOUT`].
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+}
 
 /// One weeder: a slice of `service` in `namespace` turned ready.
 pub struct Weeder {
@@ -90,6 +105,7 @@ pub fn deletion_target(
 }
 
 /// How one deletion ended.
+#[derive(Debug)]
 enum Deleted {
     /// The apiserver accepted the delete.
     Now,
@@ -175,7 +191,7 @@ impl Weeder {
             if !lock(handled).insert(target.uid.clone()) {
                 continue;
             }
-            match self.delete(&api, &target).await {
+            match delete_pod(&api, &target).await {
                 Ok(Deleted::Now) => {
                     self.metrics
                         .pods_deleted
@@ -219,36 +235,38 @@ impl Weeder {
             }
         }
     }
+}
 
-    async fn delete(
-        &self,
-        api: &Api<Pod>,
-        target: &DeletionTarget,
-    ) -> Result<Deleted, kube::Error> {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(target.uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
+/// Deletes `target` (UID precondition), each attempt limited to [`DELETE_TIMEOUT`].
+async fn delete_pod(api: &Api<Pod>, target: &DeletionTarget) -> Result<Deleted, DeleteError> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(target.uid.clone()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let mut attempt = 1;
+    loop {
+        // Deleting is what the weeder is for: ahead of other seed requests in the budget.
+        let deleting = with_priority(Priority::WEEDER_DELETE, api.delete(&target.name, &params));
+        let result = match tokio::time::timeout(DELETE_TIMEOUT, deleting).await {
+            Ok(answer) => answer.map_err(DeleteError::from),
+            Err(_) => Err(DeleteError::TimedOut(DELETE_TIMEOUT)),
         };
-        let mut attempt = 1;
-        loop {
-            // Deleting is what the weeder is for: ahead of other seed requests in the budget.
-            match with_priority(Priority::WEEDER_DELETE, api.delete(&target.name, &params)).await {
-                Ok(_) => return Ok(Deleted::Now),
-                // 404: gone; 409: the UID precondition failed, so the pod we saw is gone and
-                // a new one took its name.
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-                    return Ok(Deleted::AlreadyGone);
-                }
-                Err(e) if attempt < DELETE_ATTEMPTS => {
-                    debug!(pod = %target.name, attempt, error = %e, "delete failed, retrying");
-                    tokio::time::sleep(DELETE_RETRY_PAUSE * attempt).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
+        match result {
+            Ok(_) => return Ok(Deleted::Now),
+            // 404: gone; 409: the UID precondition failed, so the pod we saw is gone and
+            // a new one took its name.
+            Err(DeleteError::Api(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => {
+                return Ok(Deleted::AlreadyGone);
             }
+            Err(e) if attempt < DELETE_ATTEMPTS => {
+                debug!(pod = %target.name, attempt, error = %e, "delete failed, retrying");
+                tokio::time::sleep(DELETE_RETRY_PAUSE * attempt).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
         }
     }
 }
@@ -276,6 +294,32 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deletion_the_seed_never_answers_gives_up_after_its_timeouts() {
+        let never = tower::service_fn(|_req: http::Request<kube::client::Body>| {
+            std::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
+        });
+        let api: Api<Pod> = Api::namespaced(Client::new(never, "default"), "shoot--p--s");
+        let target = DeletionTarget {
+            name: "kube-apiserver-0".into(),
+            uid: "uid".into(),
+            container: "kube-apiserver".into(),
+        };
+        let started = tokio::time::Instant::now();
+        // Bounded by the test, so a deletion without timeout fails here instead of hanging.
+        let result =
+            tokio::time::timeout(Duration::from_secs(600), delete_pod(&api, &target)).await;
+        let Ok(Err(DeleteError::TimedOut(t))) = result else {
+            panic!("expected a timed-out deletion, got {result:?}");
+        };
+        assert_eq!(t, DELETE_TIMEOUT);
+        // Three attempts of 10 s, with pauses of 100 and 200 ms between them.
+        assert_eq!(
+            started.elapsed(),
+            DELETE_TIMEOUT * DELETE_ATTEMPTS + Duration::from_millis(300)
+        );
+    }
     use dwd_core::selector::RawRequirement;
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateWaiting, ContainerStatus, PodStatus,
