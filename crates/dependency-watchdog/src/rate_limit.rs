@@ -28,6 +28,35 @@ use tower::buffer::Buffer;
 pub const DEFAULT_QPS: f32 = 5.0;
 /// client-go's default burst, used when `--kube-api-burst` is 0.
 pub const DEFAULT_BURST: u32 = 10;
+/// The smallest `--kube-api-qps` used (one request every 100 s); smaller rates are raised to
+/// it. client-go's arithmetic overflows on rates like `1e-20` and waits for garbage times.
+pub const MIN_QPS: f64 = 0.01;
+/// Longest wait for one token (what [`MIN_QPS`] implies, and a bound for any arithmetic).
+const MAX_TOKEN_WAIT: Duration = Duration::from_secs(100);
+/// Shortest wait for one token: tokio's timer resolution.
+const MIN_TOKEN_WAIT: Duration = Duration::from_millis(1);
+
+/// Set once the clamped `--kube-api-qps` was warned about: every client of the process gets
+/// the same flag, and the operator needs to hear it once.
+static QPS_CLAMP_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The rate used for `--kube-api-qps=qps`: the default for 0 or anything not a positive
+/// number, [`MIN_QPS`] for smaller positive rates; and what to warn about, if anything.
+pub fn effective_qps(qps: f32) -> (f64, Option<String>) {
+    if !(qps.is_finite() && qps > 0.0) {
+        return (f64::from(DEFAULT_QPS), None);
+    }
+    let qps = f64::from(qps);
+    if qps < MIN_QPS {
+        return (
+            MIN_QPS,
+            Some(format!(
+                "--kube-api-qps={qps} is below the smallest rate this watchdog waits for: using {MIN_QPS} requests per second"
+            )),
+        );
+    }
+    (qps, None)
+}
 
 /// How urgent a request is: lower values get tokens first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -138,13 +167,15 @@ impl Drop for Ticket<'_> {
 }
 
 impl PriorityBucket {
-    /// A full bucket; a `qps` that is not a positive number or a `burst` of 0 mean the defaults.
+    /// A full bucket; a `qps` that is not a positive number or a `burst` of 0 mean the
+    /// defaults, a `qps` below [`MIN_QPS`] is raised to it (warned about once per process).
     pub fn new(qps: f32, burst: u32) -> Self {
-        let qps = if qps.is_finite() && qps > 0.0 {
-            f64::from(qps)
-        } else {
-            f64::from(DEFAULT_QPS)
-        };
+        let (qps, warning) = effective_qps(qps);
+        if let Some(warning) = warning
+            && !QPS_CLAMP_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!("{warning}");
+        }
         let burst = f64::from(if burst == 0 { DEFAULT_BURST } else { burst });
         PriorityBucket {
             qps,
@@ -199,7 +230,14 @@ impl PriorityBucket {
                     return;
                 }
                 // Only the head sleeps until the next token; the others wait to become head.
-                is_head.then(|| Duration::from_secs_f64((1.0 - state.tokens) / self.qps))
+                // Checked: the rate is clamped, but no number may make this panic. At least
+                // the timer's resolution: a wait that rounds to zero would not let the clock
+                // (a paused one in tests) move on to refill anything.
+                is_head.then(|| {
+                    Duration::try_from_secs_f64((1.0 - state.tokens) / self.qps)
+                        .unwrap_or(MAX_TOKEN_WAIT)
+                        .clamp(MIN_TOKEN_WAIT, MAX_TOKEN_WAIT)
+                })
             };
             match wait {
                 Some(wait) => {
@@ -548,6 +586,36 @@ mod tests {
         // Without the hand-over the second would wait for a wake-up that never comes.
         let at = second.await.unwrap_or_default();
         assert!(close(at, 100), "{at:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn absurdly_small_rates_are_raised_and_never_panic() {
+        for qps in [1e-20_f32, f32::MIN_POSITIVE, 1e-45] {
+            assert_eq!(PriorityBucket::new(qps, 1).limits(), (MIN_QPS, 1.0));
+            let (used, warning) = effective_qps(qps);
+            assert_eq!(used, MIN_QPS);
+            assert!(
+                warning.is_some_and(|w| w.starts_with("--kube-api-qps=")),
+                "{qps}"
+            );
+        }
+        assert_eq!(effective_qps(0.5), (0.5, None));
+        assert_eq!(effective_qps(f32::MAX).0, f64::from(f32::MAX));
+        // The second request of a 1-token bucket at 1e-20 qps waits 100 s, not forever.
+        let bucket = PriorityBucket::new(1e-20, 1);
+        let started = Instant::now();
+        bucket.acquire(Priority::DEFAULT).await;
+        bucket.acquire(Priority::DEFAULT).await;
+        assert!(
+            started.elapsed() <= Duration::from_secs(101),
+            "{:?}",
+            started.elapsed()
+        );
+        // A huge rate refills at once and never overflows either.
+        let bucket = PriorityBucket::new(f32::MAX, 1);
+        for _ in 0..3 {
+            bucket.acquire(Priority::DEFAULT).await;
+        }
     }
 
     #[test]
