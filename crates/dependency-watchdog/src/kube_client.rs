@@ -25,6 +25,7 @@ use crate::{Error, Result};
 use crate::metrics::CountRequestsLayer;
 use crate::rate_limit::RateLimitLayer;
 pub use crate::rate_limit::{DEFAULT_BURST, DEFAULT_QPS};
+use crate::retry_after::{self, RetryAfterLayer};
 
 /// The seed's client configuration: `--kubeconfig` when given, else in-cluster (or
 /// `$KUBECONFIG`), with kube's own retries off.
@@ -62,9 +63,13 @@ pub fn rate_limited_client(config: Config, qps: f32, burst: u32) -> Result<Clien
     let builder = ClientBuilder::try_from(config)
         .map_err(|e| Error::SeedClient(format!("building the client: {e}")))?;
     // Counted inside the limiter: only requests that were sent count (client-go's metric).
+    // Retries of a `Retry-After` answer go outermost: each attempt takes a token again and is
+    // counted, as client-go's do. No budget of its own: the seed is ours, and the callers
+    // bound their calls (the scaler with its call timeout, see `retry_after::with_deadline`).
     Ok(builder
         .with_layer(&count)
         .with_layer(&RateLimitLayer::new(qps, burst))
+        .with_layer(&RetryAfterLayer::new(retry_after::MAX_RETRIES, None))
         .build())
 }
 
@@ -195,6 +200,13 @@ impl PreparedShootConfig {
         let http_client = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
             .build::<_, kube::client::Body>(connector);
         let service = tower::ServiceBuilder::new()
+            // Outermost, so each attempt is counted. Its budget is the probe timeout, which
+            // bounds every shoot call: a tenant's long `Retry-After` can't hold the run, and
+            // a wait that would pass it returns the 429 (so the next run is spaced out).
+            .layer(RetryAfterLayer::new(
+                retry_after::MAX_RETRIES,
+                config.read_timeout,
+            ))
             .layer(count)
             .layer(ResponseBudgetLayer::new(limits))
             .layer(config.base_uri_layer())
