@@ -575,8 +575,9 @@ mod tests {
     #[test]
     fn repeated_scale_down_never_records_a_lower_count() {
         // (replicas now, annotations) → count recorded.
+        type Case<'a> = (i32, Vec<(&'a str, &'a str)>, i32);
         let m = (MELTDOWN_ANNOTATION, "");
-        let cases: [(i32, Vec<(&str, &str)>, i32); 6] = [
+        let cases: [Case; 6] = [
             // Scaled down by us to 0 (recording 3), then something brought it back to 1
             // during the outage: the count to restore is still 3.
             (1, vec![(REPLICAS_ANNOTATION, "3"), m], 3),
