@@ -2,21 +2,28 @@
 //! concurrently, a level only after every earlier level succeeded; each target tried up to
 //! three times, 100 ms apart. What to do with a target is decided by `dwd_core::scaling`
 //! from the watch cache; this module only performs the writes and waits (by watching the
-//! cache) until the target reaches its goal.
+//! cache) until the target reaches its goal, at most
+//! [`READINESS_WAIT`](dwd_core::scaling::READINESS_WAIT): a lagging seed
+//! never holds the next level back longer than the reference's fixed wait.
 //!
 //! For apps/v1 workloads (Deployment, StatefulSet, ReplicaSet) each step is one merge patch
 //! that changes annotations and `spec.replicas` together, with the cached resourceVersion as
 //! precondition: atomic, so a crash can't split it, and half the writes of the reference's
 //! annotate-then-scale (which matters when a thousand shoots share the seed's QPS budget).
 //! Other kinds keep the two writes, in the crash-safe order (annotations first on the way
-//! down, replicas first on the way up). Each flow's writes are ranked by level on the seed
-//! client's budget ([`crate::rate_limit`]).
+//! down, replicas first on the way up), each with the version the previous one returned as
+//! precondition (a Scale carries its parent's resourceVersion). Each flow's writes are
+//! ranked by level on the seed client's budget ([`crate::rate_limit`]). Every call is
+//! bounded by the target's `timeout`, `Retry-After` waits included ([`crate::retry_after`]).
 
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use dwd_core::scaling::{
-    clear_annotations_patch, clear_meltdown_patch, decide_target_action, plan_levels,
-    replicas_in_spec, scale_down_annotation_patch, scale_down_patch, scale_up_patch,
+    TargetPlan, call_timeout, clear_annotations_patch, clear_meltdown_patch, plan_levels,
+    plan_target, readiness_wait, replicas_in_spec, scale_down_annotation_patch, scale_down_patch,
+    scale_subresource_patch, scale_up_patch, with_resource_version,
 };
 use dwd_core::{Direction, TargetAction, TargetSnapshot};
 use kube::Api;
@@ -29,14 +36,13 @@ use crate::cache::WaitEnd;
 use crate::events::TargetRef;
 use crate::metrics::{ApiLabel, ApiLabels, Outcome, ScaleOpLabels};
 use crate::rate_limit::{Priority, with_priority};
+use crate::retry_after::with_deadline;
 use crate::{Error, Result};
 
 /// Attempts per target.
 pub const ATTEMPTS: u32 = 3;
 /// Pause between attempts.
 pub const ATTEMPT_INTERVAL: Duration = Duration::from_millis(100);
-/// Limit for one API call of the scaler.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What happened to one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,11 +97,12 @@ pub fn targets_to_scale(ctx: &ProberContext, namespace: &str, dir: Direction) ->
         .iter()
         .flat_map(|level| level.targets.iter())
         .filter(|info| {
-            ctx.caches
-                .targets
-                .iter()
-                .find(|t| t.info == **info)
-                .is_some_and(|t| target_needs_flow(t, namespace, dir))
+            match ctx.caches.targets.iter().find(|t| t.info == **info) {
+                Some(t) => target_needs_flow(t, namespace, dir),
+                // No cache: its kind is not served by the seed. Nothing to do for an optional
+                // target; a mandatory one makes the flow fail, naming it.
+                None => !info.optional,
+            }
         })
         .map(|info| info.target.name.clone())
         .collect()
@@ -113,12 +120,12 @@ fn target_needs_flow(t: &TargetCache, namespace: &str, dir: Direction) -> bool {
                 annotations: state.annotations.clone(),
             };
             !matches!(
-                decide_target_action(dir, &snapshot),
-                Ok(TargetAction::AlreadyDone {
+                plan_target(dir, &snapshot).action,
+                TargetAction::AlreadyDone {
                     clear_marker: false
-                }) | Ok(TargetAction::Ignored {
+                } | TargetAction::Ignored {
                     clear_marker: false
-                })
+                }
             )
         }
     }
@@ -148,7 +155,15 @@ pub async fn run_flow(
                         info_span!("scale", target = %name, direction = %dir, level = level.level),
                     )
                     .await,
-                    None => Err(Error::Scaling(format!("target {name} has no cache"))),
+                    // An optional target whose kind the seed does not serve is as absent as
+                    // an optional target that does not exist: the level goes on.
+                    None if info.optional => Ok(TargetOutcome::Skipped(
+                        "optional target: its kind is not served by the seed".into(),
+                    )),
+                    None => Err(Error::Scaling(format!(
+                        "target {name}: its kind {}/{} is not served by the seed",
+                        info.target.api_version, info.target.kind
+                    ))),
                 };
                 (name, result)
             }
@@ -205,9 +220,14 @@ async fn scale_target(
         Direction::Up => &target.info.scale_up,
         Direction::Down => &target.info.scale_down,
     };
+    // Once per flow, not once per attempt as in the reference: the delay gives the earlier
+    // levels time to take effect, which a retry 100 ms later does not need again. Sleeping
+    // it per attempt would add a whole `initialDelay` (KCM's is 30 s on the way up) to a
+    // restoration for every transient write error.
     if !scale_info.initial_delay.is_zero() {
         tokio::time::sleep(scale_info.initial_delay).await;
     }
+    let limit = call_timeout(scale_info.timeout);
     let mut attempt = 1;
     loop {
         let seen = cached_version(target, namespace);
@@ -220,7 +240,7 @@ async fn scale_target(
                 if error.is_conflict() {
                     // The write was based on an older version than the apiserver's; retrying
                     // before the watch has brought the newer one would only conflict again.
-                    wait_for_newer(target, namespace, &seen, CALL_TIMEOUT).await;
+                    wait_for_newer(target, namespace, &seen, limit).await;
                 }
             }
             Err(error) => {
@@ -271,9 +291,13 @@ async fn wait_for_newer(
     }
 }
 
+/// One seed call of a scaling step, bounded by `limit`: the target's call timeout, which also
+/// bounds any `Retry-After` wait within it (a wait that would pass it is not started, so a
+/// 429 comes back as a 429, not as a timeout).
 async fn call<T>(
     ctx: &ProberContext,
     action: String,
+    limit: Duration,
     fut: impl std::future::Future<Output = kube::Result<T>>,
 ) -> Result<T> {
     ctx.metrics
@@ -282,10 +306,11 @@ async fn call<T>(
             api: ApiLabel::Seed,
         })
         .inc();
-    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+    let deadline = tokio::time::Instant::now() + limit;
+    match tokio::time::timeout(limit, with_deadline(deadline, fut)).await {
         Err(_) => Err(Error::Timeout {
             action,
-            timeout: CALL_TIMEOUT,
+            timeout: limit,
         }),
         Ok(Err(e)) => {
             let err = Error::kube(action, e);
@@ -309,14 +334,55 @@ async fn merge_patch(
     api: &Api<DynamicObject>,
     name: &str,
     action: String,
+    limit: Duration,
     patch: &serde_json::Value,
 ) -> Result<DynamicObject> {
     call(
         ctx,
         action,
+        limit,
         api.patch(name, &PatchParams::default(), &Patch::Merge(patch)),
     )
     .await
+}
+
+/// One merge patch of the target's `scale` subresource, through [`call`]; returns the
+/// target's new resourceVersion and UID (a Scale carries its parent's).
+async fn scale_patch(
+    ctx: &ProberContext,
+    api: &Api<DynamicObject>,
+    name: &str,
+    action: String,
+    limit: Duration,
+    patch: &serde_json::Value,
+) -> Result<(Option<String>, Option<String>)> {
+    let scale = call(
+        ctx,
+        action,
+        limit,
+        api.patch_scale(name, &PatchParams::default(), &Patch::Merge(patch)),
+    )
+    .await?;
+    Ok((scale.metadata.resource_version, scale.metadata.uid))
+}
+
+/// Problems with a target's `replicas` annotation already warned about, per (namespace,
+/// target): an unchanged problem is said once, not on every run that meets it. Process-wide
+/// (one prober per process); an entry goes when its target is seen without the problem.
+static WARNED: Mutex<BTreeMap<(String, String), String>> = Mutex::new(BTreeMap::new());
+
+/// Whether `problem` of `namespace/target` is new (or changed) and should be warned about;
+/// `None` forgets the target's last problem.
+fn first_time(namespace: &str, target: &str, problem: Option<&str>) -> bool {
+    let mut warned = WARNED.lock().unwrap_or_else(PoisonError::into_inner);
+    let key = (namespace.to_owned(), target.to_owned());
+    match problem {
+        None => {
+            warned.remove(&key);
+            false
+        }
+        Some(p) => warned.insert(key, p.to_owned()).as_deref() != Some(p),
+    }
 }
 
 /// `target` in `namespace` as its events name it.
@@ -363,22 +429,50 @@ async fn attempt_once(
         spec_replicas: state.spec_replicas,
         annotations: state.annotations.clone(),
     };
-    let action =
-        decide_target_action(dir, &snapshot).map_err(|e| Error::Scaling(format!("{what}: {e}")))?;
+    let TargetPlan {
+        action,
+        replicas_problem,
+    } = plan_target(dir, &snapshot);
+    let problem = replicas_problem.map(|p| {
+        let text = match action {
+            TargetAction::ScaleUp { replicas } => {
+                format!("{what}: {p}; restoring {replicas} replica(s) instead")
+            }
+            _ => format!(
+                "{what}: {p}; recording the current {} replica(s) instead",
+                state.spec_replicas
+            ),
+        };
+        if first_time(namespace, &r.name, Some(&text)) {
+            warn!("{text}");
+        }
+        text
+    });
+    if problem.is_none() {
+        first_time(namespace, &r.name, None);
+    }
+    // The event on the target says why it got the count it got.
+    let reason = match &problem {
+        Some(p) => format!("{reason}; {p}"),
+        None => reason.to_owned(),
+    };
+    let reason = reason.as_str();
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.seed.clone(), namespace, &target.resource);
-    let pp = PatchParams::default();
+    let limit = call_timeout(timeout);
+    let rv = state.resource_version.as_deref();
     // apps/v1 workloads: one write per step; other kinds: annotations and scale subresource.
     let one_patch = replicas_in_spec(&r.api_version, &r.kind);
     match action {
         TargetAction::Ignored { clear_marker } => {
             if clear_marker {
-                let patch = clear_meltdown_patch();
+                let patch = with_resource_version(clear_meltdown_patch(), rv);
                 merge_patch(
                     ctx,
                     &api,
                     &r.name,
                     format!("removing meltdown annotation of {what}"),
+                    limit,
                     &patch,
                 )
                 .await?;
@@ -388,12 +482,13 @@ async fn attempt_once(
         }
         TargetAction::AlreadyDone { clear_marker } => {
             if clear_marker {
-                let patch = clear_annotations_patch();
+                let patch = with_resource_version(clear_annotations_patch(), rv);
                 merge_patch(
                     ctx,
                     &api,
                     &r.name,
                     format!("removing annotations of {what}"),
+                    limit,
                     &patch,
                 )
                 .await?;
@@ -406,86 +501,103 @@ async fn attempt_once(
         TargetAction::ScaleDown { record_replicas } => {
             let uid = if one_patch {
                 // Annotations and replicas in one atomic write.
-                let patch = scale_down_patch(record_replicas, state.resource_version.as_deref());
+                let patch = scale_down_patch(record_replicas, rv);
                 let patched = merge_patch(
                     ctx,
                     &api,
                     &r.name,
                     format!("scaling {what} to 0 (recording {record_replicas} replicas)"),
+                    limit,
                     &patch,
                 )
                 .await?;
                 patched.metadata.uid
             } else {
                 // Record first, then scale: a crash in between leaves the recorded count behind.
-                let patch = scale_down_annotation_patch(record_replicas);
+                // The scale write is conditional on the version the first write produced, so
+                // nothing that changed the target in between is overwritten unseen.
+                let patch = with_resource_version(scale_down_annotation_patch(record_replicas), rv);
                 let recorded = merge_patch(
                     ctx,
                     &api,
                     &r.name,
                     format!("recording replicas of {what}"),
+                    limit,
                     &patch,
                 )
                 .await?;
-                let scale = serde_json::json!({"spec": {"replicas": 0}});
-                call(
+                let scale =
+                    scale_subresource_patch(0, recorded.metadata.resource_version.as_deref());
+                scale_patch(
                     ctx,
+                    &api,
+                    &r.name,
                     format!("scaling {what} to 0"),
-                    api.patch_scale(&r.name, &pp, &Patch::Merge(&scale)),
+                    limit,
+                    &scale,
                 )
                 .await?;
                 recorded.metadata.uid
             };
-            info!(from = record_replicas, to = 0, "scaled down");
+            info!(
+                from = state.spec_replicas,
+                to = 0,
+                recorded = record_replicas,
+                "scaled down"
+            );
             // Reported when the replicas changed, not when the goal is reached: a retry after
             // a slow goal finds the target already scaled and would report nothing.
             ctx.events.target_scaled(
                 target_ref(namespace, target, uid.as_deref()),
                 dir,
-                record_replicas,
+                state.spec_replicas,
                 0,
                 reason,
             );
-            wait_for_goal(target, namespace, &what, timeout, |s| {
+            wait_for_goal(target, namespace, timeout, |s| {
                 s.spec_replicas == 0 && s.ready_replicas == 0
             })
             .await?;
             Ok(TargetOutcome::Scaled {
-                from: record_replicas,
+                from: state.spec_replicas,
                 to: 0,
             })
         }
         TargetAction::ScaleUp { replicas } => {
             let uid = if one_patch {
-                let patch = scale_up_patch(replicas, state.resource_version.as_deref());
+                let patch = scale_up_patch(replicas, rv);
                 let patched = merge_patch(
                     ctx,
                     &api,
                     &r.name,
                     format!("scaling {what} to {replicas}"),
+                    limit,
                     &patch,
                 )
                 .await?;
                 patched.metadata.uid
             } else {
-                let scale = serde_json::json!({"spec": {"replicas": replicas}});
-                let scaled = call(
+                let scale = scale_subresource_patch(replicas, rv);
+                let (scaled_rv, uid) = scale_patch(
                     ctx,
+                    &api,
+                    &r.name,
                     format!("scaling {what} to {replicas}"),
-                    api.patch_scale(&r.name, &pp, &Patch::Merge(&scale)),
+                    limit,
+                    &scale,
                 )
                 .await?;
-                let patch = clear_annotations_patch();
+                let patch = with_resource_version(clear_annotations_patch(), scaled_rv.as_deref());
                 merge_patch(
                     ctx,
                     &api,
                     &r.name,
                     format!("removing annotations of {what}"),
+                    limit,
                     &patch,
                 )
                 .await?;
-                // The Scale subresource carries its parent's UID.
-                scaled.metadata.uid
+                uid
             };
             ctx.events.target_scaled(
                 target_ref(namespace, target, uid.as_deref()),
@@ -495,7 +607,7 @@ async fn attempt_once(
                 reason,
             );
             info!(from = 0, to = replicas, "scaled up");
-            wait_for_goal(target, namespace, &what, timeout, |s| {
+            wait_for_goal(target, namespace, timeout, |s| {
                 s.spec_replicas == replicas && s.ready_replicas >= 1
             })
             .await?;
@@ -507,27 +619,754 @@ async fn attempt_once(
     }
 }
 
-/// Waits (watching the cache, no polling) until the target's state satisfies `goal`.
+/// Waits (watching the cache, no polling) until the target's state satisfies `goal`, at
+/// most [`readiness_wait`]`(timeout)`: as soon as it is there, and never longer than the
+/// reference's fixed wait. A target that is not there by then does not fail its level (the
+/// reference's level goes on too: its retry finds the target scaled and succeeds); its
+/// replicas are set, and readiness is the target's own business.
 async fn wait_for_goal(
     target: &TargetCache,
     namespace: &str,
-    what: &str,
     timeout: Duration,
     goal: impl Fn(&super::seed_caches::TargetState) -> bool,
 ) -> Result<()> {
     let name = &target.info.target.name;
+    let limit = readiness_wait(timeout);
     let reached = target
         .cache
-        .wait_until(namespace, name, timeout, |s| s.is_some_and(&goal))
+        .wait_until(namespace, name, limit, |s| s.is_some_and(&goal))
         .await;
     match reached {
         Ok(()) => Ok(()),
         Err(WaitEnd::Closed) => Err(Error::Scaling(format!(
-            "{what}: target cache closed while waiting"
+            "{} {namespace}/{name}: target cache closed while waiting",
+            target.info.target.kind
         ))),
-        Err(WaitEnd::TimedOut) => Err(Error::Timeout {
-            action: format!("waiting for {what} to reach its replicas"),
-            timeout,
-        }),
+        Err(WaitEnd::TimedOut) => {
+            info!(waited = ?limit, "replicas set; target not ready yet, the next level starts anyway");
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The executor against a fake seed apiserver (list, watch and merge patches of targets,
+    //! preconditions enforced), on a paused clock: waits of seconds take no time, and the
+    //! instants of the writes are exact.
+
+    use super::*;
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use futures::channel::mpsc;
+    use http::{Request, Response};
+    use http_body::Frame;
+    use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+    use kube::api::{ApiResource, GroupVersionKind};
+    use serde_json::{Value, json};
+    use tokio::time::Instant;
+
+    use crate::cache::{Cache, run_cache};
+    use crate::events::Events;
+    use crate::metrics::Metrics;
+    use crate::prober::seed_caches::{SeedCaches, project_target};
+    use crate::retry_after::{MAX_RETRIES, RetryAfterLayer};
+    use dwd_core::scaling::{MELTDOWN_ANNOTATION, READINESS_WAIT, REPLICAS_ANNOTATION};
+
+    type Body = BoxBody<Bytes, std::convert::Infallible>;
+
+    /// One write the fake seed answered: (path, patch, when, status).
+    #[derive(Debug, Clone)]
+    struct Write {
+        path: String,
+        patch: Value,
+        at: Instant,
+        status: u16,
+    }
+
+    /// Where a watch's event lines go.
+    type EventSender = mpsc::UnboundedSender<Result<Frame<Bytes>, std::convert::Infallible>>;
+
+    /// A kind the fake serves.
+    struct Kind {
+        api_version: &'static str,
+        kind: &'static str,
+        plural: &'static str,
+    }
+
+    const DEPLOYMENT: Kind = Kind {
+        api_version: "apps/v1",
+        kind: "Deployment",
+        plural: "deployments",
+    };
+
+    /// Core v1's kind with a scale subresource: scaled through it, not through spec.
+    const RC: Kind = Kind {
+        api_version: "v1",
+        kind: "ReplicationController",
+        plural: "replicationcontrollers",
+    };
+
+    #[derive(Default)]
+    struct FakeState {
+        rv: u64,
+        /// (plural, namespace, name) → object.
+        objects: BTreeMap<(String, String, String), Value>,
+        /// (plural, name) of each open watch and where its events go.
+        watchers: Vec<(String, String, EventSender)>,
+        writes: Vec<Write>,
+        /// Answers (status, Retry-After) for the next writes, before they are applied.
+        fail_writes: VecDeque<(u16, Option<&'static str>)>,
+        /// Time from a change of spec.replicas until status.readyReplicas follows; `None`:
+        /// never (a seed whose status lags without end).
+        status_delay: Option<Duration>,
+    }
+
+    #[derive(Clone, Default)]
+    struct FakeSeed(Arc<Mutex<FakeState>>);
+
+    fn status(code: u16, reason: &str) -> Response<Body> {
+        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": reason, "reason": reason, "code": code});
+        Response::builder()
+            .status(code)
+            .header("Content-Type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())).boxed())
+            .expect("response")
+    }
+
+    fn ok(body: &Value) -> Response<Body> {
+        Response::builder()
+            .header("Content-Type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())).boxed())
+            .expect("response")
+    }
+
+    /// RFC 7386 merge patch.
+    fn merge(target: &mut Value, patch: &Value) {
+        let Value::Object(patch) = patch else {
+            *target = patch.clone();
+            return;
+        };
+        if !target.is_object() {
+            *target = json!({});
+        }
+        let object = target.as_object_mut().expect("object");
+        for (k, v) in patch {
+            if v.is_null() {
+                object.remove(k);
+            } else {
+                merge(object.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+
+    impl FakeSeed {
+        fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
+            self.0.lock().expect("fake seed")
+        }
+
+        /// Creates a `kind` `namespace/name` with `replicas`, ready.
+        fn create(
+            &self,
+            kind: &Kind,
+            namespace: &str,
+            name: &str,
+            replicas: i32,
+            annotations: &[(&str, &str)],
+        ) {
+            let mut s = self.lock();
+            s.rv += 1;
+            let annotations: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+            let object = json!({
+                "apiVersion": kind.api_version, "kind": kind.kind,
+                "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
+                             "resourceVersion": s.rv.to_string(), "annotations": annotations},
+                "spec": {"replicas": replicas},
+                "status": {"readyReplicas": replicas},
+            });
+            s.objects
+                .insert((kind.plural.into(), namespace.into(), name.into()), object);
+        }
+
+        fn object(&self, plural: &str, namespace: &str, name: &str) -> Value {
+            self.lock().objects[&(plural.to_owned(), namespace.to_owned(), name.to_owned())].clone()
+        }
+
+        fn writes(&self) -> Vec<Write> {
+            self.lock().writes.clone()
+        }
+
+        fn client(&self) -> kube::Client {
+            let fake = self.clone();
+            let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+                let fake = fake.clone();
+                async move { Ok::<_, std::convert::Infallible>(fake.serve(req).await) }
+            });
+            // The seed client's retry layer, as `rate_limited_client` stacks it.
+            let service = tower::ServiceBuilder::new()
+                .layer(RetryAfterLayer::new(MAX_RETRIES, None))
+                .service(service);
+            kube::Client::new(service, "default")
+        }
+
+        /// Sends `object` as a watch event to the watches of its kind and name.
+        fn notify(s: &mut FakeState, plural: &str, object: &Value) {
+            let name = object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let line = format!("{}\n", json!({"type": "MODIFIED", "object": object}));
+            s.watchers.retain(|(p, n, tx)| {
+                p != plural
+                    || n != &name
+                    || tx
+                        .unbounded_send(Ok(Frame::data(Bytes::from(line.clone()))))
+                        .is_ok()
+            });
+        }
+
+        /// Makes status follow spec `delay` after a change, if the fake is set to.
+        fn follow_status(&self, key: (String, String, String)) {
+            let Some(delay) = self.lock().status_delay else {
+                return;
+            };
+            let fake = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let mut s = fake.lock();
+                s.rv += 1;
+                let rv = s.rv.to_string();
+                let Some(object) = s.objects.get_mut(&key) else {
+                    return;
+                };
+                object["status"]["readyReplicas"] = object["spec"]["replicas"].clone();
+                object["metadata"]["resourceVersion"] = json!(rv);
+                let object = object.clone();
+                Self::notify(&mut s, &key.0, &object);
+            });
+        }
+
+        async fn serve(&self, req: Request<kube::client::Body>) -> Response<Body> {
+            let (parts, body) = req.into_parts();
+            let body = body.collect_bytes().await.unwrap_or_default();
+            let path = parts.uri.path().to_owned();
+            let query = parts.uri.query().unwrap_or_default().replace("%3D", "=");
+            let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+            let Some(ns_at) = segments.iter().position(|s| *s == "namespaces") else {
+                // Cluster-wide list or watch of one kind, selected by name.
+                let plural = segments.last().copied().unwrap_or_default().to_owned();
+                let name = query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("fieldSelector=metadata.name="))
+                    .unwrap_or_default()
+                    .to_owned();
+                let mut s = self.lock();
+                if query.contains("watch=true") {
+                    let (tx, rx) = mpsc::unbounded();
+                    s.watchers.push((plural, name, tx));
+                    return Response::builder()
+                        .header("Content-Type", "application/json")
+                        .body(BodyExt::boxed(StreamBody::new(rx)))
+                        .expect("response");
+                }
+                let items: Vec<Value> = s
+                    .objects
+                    .iter()
+                    .filter(|((p, _, n), _)| *p == plural && *n == name)
+                    .map(|(_, o)| o.clone())
+                    .collect();
+                return ok(&json!({"kind": "List", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}));
+            };
+            let (Some(ns), Some(plural), Some(name)) = (
+                segments.get(ns_at + 1),
+                segments.get(ns_at + 2),
+                segments.get(ns_at + 3),
+            ) else {
+                return status(404, "NotFound");
+            };
+            let scale = segments.get(ns_at + 4) == Some(&"scale");
+            if parts.method != http::Method::PATCH {
+                return status(405, "MethodNotAllowed");
+            }
+            let patch: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let key = ((*plural).to_owned(), (*ns).to_owned(), (*name).to_owned());
+            let mut s = self.lock();
+            let mut write = Write {
+                path: path.clone(),
+                patch: patch.clone(),
+                at: Instant::now(),
+                status: 200,
+            };
+            if let Some((code, retry_after)) = s.fail_writes.pop_front() {
+                write.status = code;
+                s.writes.push(write);
+                let mut response = status(code, "Injected");
+                if let Some(v) = retry_after {
+                    response
+                        .headers_mut()
+                        .insert("Retry-After", http::HeaderValue::from_static(v));
+                }
+                return response;
+            }
+            s.rv += 1;
+            let rv = s.rv.to_string();
+            let Some(object) = s.objects.get_mut(&key) else {
+                write.status = 404;
+                s.writes.push(write);
+                return status(404, "NotFound");
+            };
+            let precondition = patch["metadata"]["resourceVersion"].as_str();
+            if precondition
+                .is_some_and(|p| Some(p) != object["metadata"]["resourceVersion"].as_str())
+            {
+                write.status = 409;
+                s.writes.push(write);
+                return status(409, "Conflict");
+            }
+            let replicas_before = object["spec"]["replicas"].clone();
+            if scale {
+                // A Scale: only spec.replicas reaches the parent.
+                if let Some(r) = patch.pointer("/spec/replicas") {
+                    object["spec"]["replicas"] = r.clone();
+                }
+            } else {
+                let mut patch = patch.clone();
+                if let Some(m) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("resourceVersion");
+                }
+                merge(object, &patch);
+            }
+            object["metadata"]["resourceVersion"] = json!(rv);
+            let object = object.clone();
+            let answer = if scale {
+                json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                    "metadata": {"name": name, "namespace": ns, "uid": object["metadata"]["uid"],
+                                 "resourceVersion": rv},
+                    "spec": {"replicas": object["spec"]["replicas"]},
+                    "status": {"replicas": object["status"]["readyReplicas"]}})
+            } else {
+                object.clone()
+            };
+            s.writes.push(write);
+            Self::notify(&mut s, plural, &object);
+            drop(s);
+            if replicas_before != object["spec"]["replicas"] {
+                self.follow_status(key);
+            }
+            ok(&answer)
+        }
+    }
+
+    /// A prober context on `fake` for `config` (YAML of dependentResourceInfos entries, with
+    /// plural names: Deployments and ReplicationControllers), the target caches fed by the
+    /// fake's watch; returns once they are synced.
+    async fn context(fake: &FakeSeed, infos: &str, skip_caches: &[&str]) -> ProberContext {
+        let config = dwd_core::ProberConfig::from_yaml(&format!(
+            "kubeConfigSecretName: probe\ndependentResourceInfos:\n{infos}"
+        ))
+        .expect("config")
+        .config;
+        let seed = fake.client();
+        let mut targets = Vec::new();
+        for info in &config.dependent_resource_infos {
+            if skip_caches.contains(&info.target.name.as_str()) {
+                continue;
+            }
+            let resource = match info.target.kind.as_str() {
+                "Deployment" => ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+                    "deployments",
+                ),
+                _ => ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("", "v1", "ReplicationController"),
+                    "replicationcontrollers",
+                ),
+            };
+            let cache = Cache::new("scaling targets");
+            let api: Api<DynamicObject> = Api::all_with(seed.clone(), &resource);
+            let watch = kube::runtime::watcher::Config::default()
+                .fields(&format!("metadata.name={}", info.target.name));
+            tokio::spawn(run_cache(api, watch, cache.clone(), project_target));
+            cache.wait_ready().await;
+            targets.push(TargetCache {
+                info: info.clone(),
+                resource,
+                cache,
+            });
+        }
+        let metrics = Arc::new(Metrics::default());
+        ProberContext {
+            config,
+            seed,
+            caches: SeedCaches {
+                secrets: Cache::new("secrets"),
+                machines: Cache::new("machines"),
+                targets,
+            },
+            events: Events::disabled(metrics.clone()),
+            metrics,
+        }
+    }
+
+    const KCM_MCM: &str = "
+- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
+  scaleUp: {level: 1}
+  scaleDown: {level: 0}
+- ref: {apiVersion: apps/v1, kind: Deployment, name: mcm}
+  scaleUp: {level: 1}
+  scaleDown: {level: 1}
+";
+
+    fn deployments(fake: &FakeSeed, ns: &str, replicas: i32, annotations: &[(&str, &str)]) {
+        for name in ["kcm", "mcm"] {
+            fake.create(&DEPLOYMENT, ns, name, replicas, annotations);
+        }
+    }
+
+    /// When the first successful write to `name` happened.
+    fn written_at(writes: &[Write], name: &str) -> Instant {
+        writes
+            .iter()
+            .find(|w| w.status == 200 && w.path.contains(&format!("/{name}")))
+            .unwrap_or_else(|| panic!("no write to {name}: {writes:?}"))
+            .at
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lagging_target_holds_its_level_at_most_five_seconds() {
+        let fake = FakeSeed::default();
+        fake.lock().status_delay = None; // status never follows
+        deployments(&fake, "lag", 2, &[]);
+        let ctx = context(&fake, KCM_MCM, &[]).await;
+        let start = Instant::now();
+        let report = run_flow(&ctx, "lag", Direction::Down, "test")
+            .await
+            .expect("flow");
+        assert_eq!(report.changed(), ["kcm", "mcm"]);
+        let writes = fake.writes();
+        assert_eq!(written_at(&writes, "kcm") - start, Duration::ZERO);
+        // The reference's fixed wait, not the target's 30 s timeout.
+        assert_eq!(written_at(&writes, "mcm") - start, READINESS_WAIT);
+        assert_eq!(writes.len(), 2, "{writes:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_level_starts_as_soon_as_the_targets_are_ready() {
+        let fake = FakeSeed::default();
+        fake.lock().status_delay = Some(Duration::from_millis(1200));
+        deployments(&fake, "quick", 2, &[]);
+        let ctx = context(&fake, KCM_MCM, &[]).await;
+        let start = Instant::now();
+        run_flow(&ctx, "quick", Direction::Down, "test")
+            .await
+            .expect("flow");
+        let writes = fake.writes();
+        assert_eq!(
+            written_at(&writes, "mcm") - start,
+            Duration::from_millis(1200)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn initial_delay_is_slept_once_per_flow_not_once_per_attempt() {
+        let fake = FakeSeed::default();
+        deployments(&fake, "delay", 2, &[]);
+        fake.lock().fail_writes.push_back((500, None));
+        let ctx = context(
+            &fake,
+            "
+- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
+  scaleUp: {level: 0}
+  scaleDown: {level: 0, initialDelay: 2s}
+",
+            &[],
+        )
+        .await;
+        let start = Instant::now();
+        run_flow(&ctx, "delay", Direction::Down, "test")
+            .await
+            .expect("flow");
+        let writes = fake.writes();
+        let at: Vec<(u16, Duration)> = writes.iter().map(|w| (w.status, w.at - start)).collect();
+        // Failed at 2 s, retried 100 ms later (the reference sleeps the 2 s again).
+        assert_eq!(
+            at,
+            [
+                (500, Duration::from_secs(2)),
+                (200, Duration::from_millis(2100))
+            ]
+        );
+    }
+
+    /// Collects what `tracing` writes while it lives (this thread only).
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("logs").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Logs {
+        fn capture(&self) -> tracing::subscriber::DefaultGuard {
+            let logs = self.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || logs.clone())
+                .with_ansi(false)
+                .with_max_level(tracing::Level::WARN)
+                .finish();
+            tracing::subscriber::set_default(subscriber)
+        }
+
+        fn count(&self, needle: &str) -> usize {
+            String::from_utf8_lossy(&self.0.lock().expect("logs"))
+                .matches(needle)
+                .count()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unusable_record_restores_one_replica_and_is_warned_about_once() {
+        let logs = Logs::default();
+        let _guard = logs.capture();
+        let fake = FakeSeed::default();
+        for (name, record) in [("kcm", "0"), ("mcm", "garbage")] {
+            fake.create(
+                &DEPLOYMENT,
+                "bad",
+                name,
+                0,
+                &[(REPLICAS_ANNOTATION, record), (MELTDOWN_ANNOTATION, "")],
+            );
+        }
+        let ctx = context(&fake, KCM_MCM, &[]).await;
+        // Two runs whose writes are refused: the problem stays, the warning is said once.
+        for _ in 0..2 {
+            fake.lock().fail_writes.extend([(403, None); 6]);
+            run_flow(&ctx, "bad", Direction::Up, "test")
+                .await
+                .expect_err("refused");
+        }
+        assert_eq!(logs.count("\"garbage\" is not a valid replica count"), 1);
+        assert_eq!(logs.count("\"0\" is not a valid replica count"), 1);
+        // Then the write goes through: 1 replica, neither annotation left behind.
+        fake.lock().status_delay = Some(Duration::ZERO);
+        let report = run_flow(&ctx, "bad", Direction::Up, "test")
+            .await
+            .expect("flow");
+        assert_eq!(report.changed(), ["kcm", "mcm"]);
+        for name in ["kcm", "mcm"] {
+            let object = fake.object("deployments", "bad", name);
+            assert_eq!(object["spec"]["replicas"], 1, "{object}");
+            assert_eq!(object["metadata"]["annotations"], json!({}), "{object}");
+        }
+        // The same problem on another shoot is its own.
+        assert!(first_time("other", "kcm", Some("x")));
+        assert!(!first_time("other", "kcm", Some("x")));
+        assert!(first_time("other", "kcm", Some("y")));
+        assert!(!first_time("other", "kcm", None));
+        assert!(first_time("other", "kcm", Some("y")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn scale_subresource_writes_carry_the_version_they_were_decided_from() {
+        let fake = FakeSeed::default();
+        fake.lock().status_delay = Some(Duration::ZERO);
+        fake.create(&RC, "rc", "kcm", 3, &[]);
+        let ctx = context(
+            &fake,
+            "
+- ref: {apiVersion: v1, kind: ReplicationController, name: kcm}
+  scaleUp: {level: 0}
+  scaleDown: {level: 0}
+",
+            &[],
+        )
+        .await;
+        let rv = |o: &Value| {
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .expect("rv")
+                .to_owned()
+        };
+        let before = rv(&fake.object("replicationcontrollers", "rc", "kcm"));
+        run_flow(&ctx, "rc", Direction::Down, "test")
+            .await
+            .expect("down");
+        let writes = fake.writes();
+        assert_eq!(writes.len(), 2, "{writes:?}");
+        // Annotations first, conditional on the cached version; then the scale, conditional
+        // on the version the first write produced.
+        assert!(!writes[0].path.ends_with("/scale"));
+        assert_eq!(
+            writes[0].patch["metadata"]["resourceVersion"],
+            json!(before)
+        );
+        assert_eq!(
+            writes[0].patch["metadata"]["annotations"][REPLICAS_ANNOTATION],
+            "3"
+        );
+        assert!(writes[1].path.ends_with("/scale"));
+        assert_eq!(writes[1].patch["spec"]["replicas"], 0);
+        let after_first: u64 = before.parse::<u64>().expect("rv") + 1;
+        assert_eq!(
+            writes[1].patch["metadata"]["resourceVersion"],
+            json!(after_first.to_string())
+        );
+
+        // Up: the scale first, conditional on the cached version; then the annotations'
+        // removal, conditional on the version the scale produced.
+        let cached = rv(&fake.object("replicationcontrollers", "rc", "kcm"));
+        run_flow(&ctx, "rc", Direction::Up, "test")
+            .await
+            .expect("up");
+        let writes = &fake.writes()[2..];
+        assert!(writes[0].path.ends_with("/scale"));
+        assert_eq!(
+            writes[0].patch["metadata"]["resourceVersion"],
+            json!(cached)
+        );
+        assert_eq!(writes[0].patch["spec"]["replicas"], 3);
+        let scaled: u64 = cached.parse::<u64>().expect("rv") + 1;
+        assert_eq!(
+            writes[1].patch["metadata"]["resourceVersion"],
+            json!(scaled.to_string())
+        );
+        let object = fake.object("replicationcontrollers", "rc", "kcm");
+        assert_eq!(object["spec"]["replicas"], 3);
+        assert_eq!(object["metadata"]["annotations"], json!({}));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_version_conflicts_instead_of_overwriting() {
+        let fake = FakeSeed::default();
+        fake.create(&RC, "stale", "kcm", 3, &[]);
+        let ctx = context(
+            &fake,
+            "
+- ref: {apiVersion: v1, kind: ReplicationController, name: kcm}
+  scaleUp: {level: 0}
+  scaleDown: {level: 0}
+",
+            &[],
+        )
+        .await;
+        // The apiserver has moved on without the watch telling us (yet).
+        {
+            let mut s = fake.lock();
+            s.rv += 1;
+            let rv = s.rv.to_string();
+            let key = (
+                "replicationcontrollers".to_owned(),
+                "stale".to_owned(),
+                "kcm".to_owned(),
+            );
+            s.objects.get_mut(&key).expect("rc")["metadata"]["resourceVersion"] = json!(rv);
+        }
+        let failure = run_flow(&ctx, "stale", Direction::Down, "test")
+            .await
+            .expect_err("every attempt conflicts");
+        assert!(failure.error.is_conflict(), "{}", failure.error);
+        let object = fake.object("replicationcontrollers", "stale", "kcm");
+        assert_eq!(
+            object["spec"]["replicas"], 3,
+            "nothing overwritten: {object}"
+        );
+        assert!(fake.writes().iter().all(|w| w.status == 409));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_optional_target_whose_kind_is_not_served_is_skipped_a_mandatory_one_fails() {
+        let fake = FakeSeed::default();
+        deployments(&fake, "kinds", 2, &[]);
+        let infos = "
+- ref: {apiVersion: example.com/v1, kind: Gadget, name: gadget}
+  optional: true
+  scaleUp: {level: 0}
+  scaleDown: {level: 0}
+- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
+  scaleUp: {level: 1}
+  scaleDown: {level: 1}
+";
+        let ctx = context(&fake, infos, &["gadget"]).await;
+        assert_eq!(targets_to_scale(&ctx, "kinds", Direction::Down), ["kcm"]);
+        let report = run_flow(&ctx, "kinds", Direction::Down, "test")
+            .await
+            .expect("flow");
+        assert_eq!(report.changed(), ["kcm"]);
+
+        let mandatory = infos.replace("  optional: true\n", "");
+        let ctx = context(&fake, &mandatory, &["gadget"]).await;
+        assert_eq!(
+            targets_to_scale(&ctx, "kinds", Direction::Up),
+            ["gadget", "kcm"]
+        );
+        let failure = run_flow(&ctx, "kinds", Direction::Up, "test")
+            .await
+            .expect_err("mandatory target without a served kind");
+        assert_eq!(failure.target, "gadget");
+        assert!(
+            failure.error.to_string().contains("example.com/v1/Gadget"),
+            "{}",
+            failure.error
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_429_with_retry_after_is_retried_within_the_call_and_a_long_one_returns_the_429() {
+        let fake = FakeSeed::default();
+        fake.lock().status_delay = Some(Duration::ZERO);
+        fake.create(&DEPLOYMENT, "busy", "kcm", 2, &[]);
+        let ctx = context(
+            &fake,
+            "
+- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
+  scaleUp: {level: 0, timeout: 3s}
+  scaleDown: {level: 0, timeout: 3s}
+",
+            &[],
+        )
+        .await;
+        let start = Instant::now();
+        fake.lock()
+            .fail_writes
+            .extend([(429, Some("1")), (503, Some("1"))]);
+        let report = run_flow(&ctx, "busy", Direction::Down, "test")
+            .await
+            .expect("flow");
+        assert_eq!(report.changed(), ["kcm"]);
+        assert!(!report.throttled);
+        // One attempt: answered 429 and 503, each retried after its second.
+        let at: Vec<(u16, Duration)> = fake
+            .writes()
+            .iter()
+            .map(|w| (w.status, w.at - start))
+            .collect();
+        assert_eq!(
+            at,
+            [
+                (429, Duration::ZERO),
+                (503, Duration::from_secs(1)),
+                (200, Duration::from_secs(2))
+            ]
+        );
+
+        // A wait longer than the call's 3 s is not started: each attempt sees its 429 (not a
+        // timeout), and the flow reports being throttled (the next run is spaced out).
+        fake.lock().fail_writes.extend([(429, Some("5")); 3]);
+        let failure = run_flow(&ctx, "busy", Direction::Up, "test")
+            .await
+            .expect_err("throttled");
+        assert!(failure.error.is_throttled(), "{}", failure.error);
+        assert_eq!(fake.writes().len(), 6);
     }
 }
