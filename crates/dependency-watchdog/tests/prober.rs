@@ -844,3 +844,262 @@ async fn healthy_runs_skip_the_node_list_until_leases_expire() {
     .await
     .expect("node lists after expiry");
 }
+
+/// `(deployment, spec.replicas, when)` changes in the order the watch delivered them.
+type StampedLog = Arc<Mutex<Vec<(String, i32, Instant)>>>;
+
+/// Like [`record_replica_changes`], with the moment each change arrived.
+fn record_stamped_replica_changes(
+    client: kube::Client,
+    ns: &str,
+) -> (StampedLog, tokio::task::JoinHandle<()>) {
+    let log: StampedLog = Arc::default();
+    let api: Api<Deployment> = Api::namespaced(client, ns);
+    let sink = log.clone();
+    let task = tokio::spawn(async move {
+        let mut last = std::collections::HashMap::<String, i32>::new();
+        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+        while let Ok(Some(d)) = stream.try_next().await {
+            let name = d.metadata.name.clone().unwrap_or_default();
+            let replicas = d.spec.and_then(|s| s.replicas).unwrap_or(1);
+            if last.insert(name.clone(), replicas) != Some(replicas) {
+                sink.lock()
+                    .expect("log")
+                    .push((name, replicas, Instant::now()));
+            }
+        }
+    });
+    (log, task)
+}
+
+fn stamp(log: &[(String, i32, Instant)], name: &str, replicas: i32) -> Instant {
+    log.iter()
+        .find(|(n, r, _)| n == name && *r == replicas)
+        .map(|(_, _, at)| *at)
+        .unwrap_or_else(|| panic!("{name} never reached {replicas}: {log:?}"))
+}
+
+/// Merge-patches Deployment `name` in `ns` on the seed.
+async fn patch_deployment(seed: &kube::Client, ns: &str, name: &str, patch: serde_json::Value) {
+    Api::<Deployment>::namespaced(seed.clone(), ns)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("patch deployment");
+}
+
+#[tokio::test]
+async fn a_seed_whose_status_lags_holds_no_level_longer_than_five_seconds() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    // A seed whose Deployment status never follows spec: written once (ready), then left
+    // as it is, so no target is ever seen to reach its goal (the targets' timeout is 10 s;
+    // the reference waits a fixed 5 s).
+    let shoot = h
+        .shoot("lagging", &h.shoots, |o| o.deployment_status_delay = None)
+        .await;
+    let ns = shoot.namespace().to_string();
+    for (name, ready) in [(KCM, 3), (MCM, 2), (CA, 2)] {
+        Api::<Deployment>::namespaced(seed.clone(), &ns)
+            .patch_status(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"status": {
+                    "replicas": ready, "readyReplicas": ready, "availableReplicas": ready}})),
+            )
+            .await
+            .expect("status");
+    }
+    h.wait_runs(&ns, 2).await;
+    let (log, watch) = record_stamped_replica_changes(seed.clone(), &ns);
+    shoot.kubelets().silence_count(4);
+    wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
+    let log = log.lock().expect("log").clone();
+    let (kcm, mcm, ca) = (stamp(&log, KCM, 0), stamp(&log, MCM, 0), stamp(&log, CA, 0));
+    for (what, gap) in [("KCM → MCM", mcm - kcm), ("MCM → CA", ca - mcm)] {
+        assert!(
+            gap >= Duration::from_millis(4_500) && gap <= Duration::from_millis(7_500),
+            "{what}: the next level must start 5 s after the last one when status lags, not after the 10 s timeout: {gap:?}\n{log:?}"
+        );
+    }
+    // Recovery is not queued behind anything either: back within a few waits.
+    let resumed = Instant::now();
+    shoot.kubelets().resume_all();
+    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
+    wait_annotations_cleared(&seed, &ns, &[KCM, MCM, CA]).await;
+    assert!(
+        resumed.elapsed() < Duration::from_secs(20),
+        "restored after {:?}",
+        resumed.elapsed()
+    );
+    watch.abort();
+}
+
+#[tokio::test]
+async fn an_unusable_replicas_record_never_leaves_a_healthy_shoots_target_at_zero() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    let shoot = h.shoot("badrecord", &h.shoots, |_| {}).await;
+    let ns = shoot.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+    // Someone (not the watchdog) left each target at 0 behind the marker with a record the
+    // watchdog can't restore: "0", text, and a count above the 1000 it restores at most.
+    for (name, record) in [(KCM, "0"), (MCM, "garbage"), (CA, "5000")] {
+        patch_deployment(
+            &seed,
+            &ns,
+            name,
+            serde_json::json!({
+                "metadata": {"annotations": {REPLICAS_ANNOTATION: record, MELTDOWN_ANNOTATION: ""}},
+                "spec": {"replicas": 0}
+            }),
+        )
+        .await;
+    }
+    // The shoot is healthy: each comes back with one replica, and neither annotation stays
+    // (the marker would keep gardenlet from scaling it).
+    wait_replicas(&seed, &ns, &[(KCM, 1), (MCM, 1), (CA, 1)]).await;
+    wait_annotations_cleared(&seed, &ns, &[KCM, MCM, CA]).await;
+    h.wait_runs(&ns, 3).await;
+    for name in [KCM, MCM, CA] {
+        assert_eq!(deployment_state(&seed, &ns, name).await.0, 1, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_scale_down_keeps_the_higher_recorded_count() {
+    let h = harness().await;
+    let seed = h.seed_client().await;
+    let shoot = h.shoot("rescaled", &h.shoots, |_| {}).await;
+    let ns = shoot.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+    shoot.kubelets().silence_count(4);
+    wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
+    let recorded =
+        |a: &std::collections::BTreeMap<String, String>| a.get(REPLICAS_ANNOTATION).cloned();
+    assert_eq!(
+        recorded(&deployment_state(&seed, &ns, KCM).await.1).as_deref(),
+        Some("3")
+    );
+    // During the outage something brings KCM partly back; the watchdog scales it down again
+    // and must keep the count from before the outage.
+    patch_deployment(
+        &seed,
+        &ns,
+        KCM,
+        serde_json::json!({"spec": {"replicas": 1}}),
+    )
+    .await;
+    eventually(
+        DEADLINE,
+        "KCM seen at 1, then scaled down again",
+        || async {
+            let (replicas, a) = deployment_state(&seed, &ns, KCM).await;
+            Ok((replicas == 0 && a.contains_key(MELTDOWN_ANNOTATION)).then_some(a))
+        },
+    )
+    .await
+    .expect("scaled down again");
+    // (The patch above and the re-scale may pass unseen between two polls: the record is
+    // what matters.)
+    assert_eq!(
+        recorded(&deployment_state(&seed, &ns, KCM).await.1).as_deref(),
+        Some("3"),
+        "a repeated scale-down overwrote the record with a lower count"
+    );
+    shoot.kubelets().resume_all();
+    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
+    wait_annotations_cleared(&seed, &ns, &[KCM, MCM, CA]).await;
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_is_retried_within_the_call_by_seed_and_shoot_clients() {
+    use dependency_watchdog::kube_client::{rate_limited_client, seed_config};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let h = harness().await;
+    // An apiserver of its own: nothing else may take its throttled answers.
+    let api = h
+        .env
+        .start_apiserver("prober-retry-after")
+        .await
+        .expect("apiserver");
+    api.set_retry_after(Some(1));
+
+    // The seed client, as the binary builds it. A fresh client per step: its first request
+    // opens a new connection, which is what the front door throttles.
+    let seed_client = || async {
+        let path = api.kubeconfig_path();
+        let config = seed_config(Some(path.as_path())).await.expect("config");
+        rate_limited_client(config, 5.0, 10).expect("client")
+    };
+    let maps = |c: kube::Client| Api::<ConfigMap>::namespaced(c, "default");
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("retry-after".into());
+    maps(seed_client().await)
+        .create(&kube::api::PostParams::default(), &cm)
+        .await
+        .expect("create");
+    let patch = serde_json::json!({"data": {"k": "v"}});
+    let patch = kube::api::Patch::Merge(&patch);
+    let pp = kube::api::PatchParams::default();
+
+    // Two 429s with Retry-After: 1, then the write goes through, within the same call.
+    let before = api.throttled_responses();
+    api.throttle_next(2);
+    let started = Instant::now();
+    maps(seed_client().await)
+        .patch("retry-after", &pp, &patch)
+        .await
+        .expect("the write passes after two Retry-After waits");
+    assert_eq!(api.throttled_responses() - before, 2);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Within a caller's deadline (the scaler's call timeout) no wait is started that would
+    // end past it: the 429 comes back, not a timeout.
+    api.throttle_next(3);
+    let started = Instant::now();
+    let client = seed_client().await;
+    let result = dependency_watchdog::retry_after::with_deadline(
+        tokio::time::Instant::now() + Duration::from_millis(1_500),
+        maps(client).patch("retry-after", &pp, &patch),
+    )
+    .await;
+    match result {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 429),
+        other => panic!("expected the 429 back: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(1_900),
+        "{:?}",
+        started.elapsed()
+    );
+    api.throttle_next(0);
+
+    // A shoot's probe call: its GET /version answered 429 twice is retried within the
+    // probe timeout (3 s), so the run succeeds and no API-server probe failure is recorded.
+    let shoot = h.shoot("retryafter", &api, |_| {}).await;
+    let ns = shoot.namespace().to_string();
+    h.wait_runs(&ns, 2).await;
+    let failures = h.api_failures(&ns);
+    let before = api.throttled_responses();
+    api.throttle_next(2);
+    eventually(DEADLINE, "both 429s sent", || async {
+        Ok((api.throttled_responses() - before >= 2).then_some(()))
+    })
+    .await
+    .expect("throttled");
+    h.wait_runs(&ns, 2).await;
+    assert_eq!(
+        h.api_failures(&ns),
+        failures,
+        "a 429 with Retry-After within the probe timeout must not fail the run"
+    );
+    api.stop().await.expect("stop");
+}
