@@ -642,7 +642,8 @@ async fn changed_pool_conditions_restart_the_probe_with_the_new_candidates() {
         3,
         "a single candidate never scales"
     );
-    // The pool goes back to the default conditions: the probe restarts, all five nodes vote.
+    // The pool goes back to the default conditions: from its next run on (no restart), the
+    // probe lets all five nodes vote.
     shoot
         .set_shoot_state(&pool_with_custom(None))
         .await
