@@ -88,14 +88,14 @@ pub async fn shoot_client(
         .client(ResponseLimits::DEFAULT)
 }
 
+/// The longest a shoot connection may take to establish, as client-go's dialer.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Resumable TLS sessions kept per shoot: a run needs one, the rest is slack.
 const TLS_SESSIONS_PER_SHOOT: usize = 4;
 
 /// A shoot kubeconfig parsed once, with the TLS client configuration built from it, for as
 /// long as the probe secret's kubeconfig stays the same text.
-/// The longest a shoot connection may take to establish, as client-go's dialer.
-const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-
 ///
 /// Parsing the YAML and building the TLS configuration (certificates, key, root store) cost
 /// more CPU than the rest of a healthy probe run together; a rotated secret is different
