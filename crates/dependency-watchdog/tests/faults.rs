@@ -865,17 +865,25 @@ impl World {
         )
     }
 
-    /// Stops the seed apiserver (the shared shoot apiserver stays) and prints the runtime.
+    /// Prints the runtime and stops the seed apiserver in the background (its graceful stop
+    /// takes seconds the next scenario need not wait for; the shared shoot apiserver stays).
     async fn finish(self) -> Result<()> {
         reset_switches(&self.shoots_api);
-        let name = self.name;
-        let runtime = self.started.elapsed();
-        self.seed.stop().await?;
         eprintln!(
-            "[faults {name}] passed in {:.1}s (seed {})",
-            runtime.as_secs_f64(),
+            "[faults {}] passed in {:.1}s (seed {})",
+            self.name,
+            self.started.elapsed().as_secs_f64(),
             fault_seed()
         );
+        let seed = self.seed.clone();
+        std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                let _ = rt.block_on(seed.stop());
+            }
+        });
         Ok(())
     }
 }
@@ -998,7 +1006,7 @@ async fn seed_apiserver_restarted_mid_flow() -> Result<()> {
             hold(millis(&mut rng, 0, 1200)).await;
             let at = w.describe(0).await;
             w.seed.stop().await?;
-            let downtime = millis(&mut rng, 500, 3000);
+            let downtime = millis(&mut rng, 300, 2000);
             w.log(&format!(
                 "round {round} {dir}: seed stopped for {downtime:?} with o at {at}"
             ));
@@ -1048,13 +1056,13 @@ async fn shoot_apiserver_flapping() -> Result<()> {
             hold(millis(&mut rng, 200, 1500)).await;
             w.shoots_api.start().await?;
         } else {
-            let spell = millis(&mut rng, 200, 3000);
+            let spell = millis(&mut rng, 200, 2600);
             w.log(&format!("flap {k}: partitioned for {spell:?}"));
             w.shoots_api.set_partitioned(true);
             hold(spell).await;
             w.shoots_api.set_partitioned(false);
         }
-        hold(millis(&mut rng, 100, 1200)).await;
+        hold(millis(&mut rng, 100, 800)).await;
     }
     // Probed again after the flaps: a run succeeds for the healthy shoot.
     let h = w.shoot(1).ns.clone();
@@ -1125,7 +1133,7 @@ async fn retry_after_storms_on_seed_and_shoot() -> Result<()> {
         hold(Duration::from_millis(1000)).await;
         w.recover(&[0]);
         let recovered_at = Instant::now();
-        hold(millis(&mut rng, 3000, 5000)).await;
+        hold(millis(&mut rng, 2500, 4000)).await;
         let runs_in_storm = dog.runs(&o).await? - runs_before;
         w.shoots_api.set_throttled(false);
         let storm_end = Instant::now();
