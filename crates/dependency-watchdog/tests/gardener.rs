@@ -470,6 +470,17 @@ impl ReplicaLog {
         ReplicaLog { changes, task }
     }
 
+    /// The replicas `target` had when last seen.
+    fn latest(&self, target: &str) -> Option<i32> {
+        self.changes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .rev()
+            .find(|(_, name, _)| name == target)
+            .map(|(_, _, r)| *r)
+    }
+
     /// When `target` last changed to `replicas`, if it did.
     fn when(&self, target: &str, replicas: impl Fn(i32) -> bool) -> Option<Instant> {
         self.changes
@@ -557,10 +568,10 @@ async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_token
     let silenced = shoot.kubelets().silence_count(4);
     ensure!(silenced.len() == 4);
     wd.until("KCM, MCM and CA at 0", || async {
-        let mut all = true;
-        for target in [KCM, MCM, CA] {
-            all &= replicas(&w.admin, ns, target).await?.0 == 0;
-        }
+        // As the replica log saw it: its times are what the order is judged by.
+        let all = [KCM, MCM, CA]
+            .iter()
+            .all(|t| replica_log.latest(t) == Some(0));
         Ok(all.then_some(()))
     })
     .await?;
@@ -592,6 +603,7 @@ async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_token
         for (target, want) in [(KCM, 2), (MCM, 1), (CA, 1)] {
             let (r, annotations) = replicas(&w.admin, ns, target).await?;
             all &= r == want
+                && replica_log.latest(target) == Some(want)
                 && !annotations.contains_key(MELTDOWN_ANNOTATION)
                 && !annotations.contains_key(REPLICAS_ANNOTATION);
         }
