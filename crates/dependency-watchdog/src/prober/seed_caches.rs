@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
 use kube::{Api, Client};
+use tracing::warn;
 
 use crate::cache::{Cache, SyncState, run_cache};
 
@@ -105,6 +106,19 @@ pub fn project_target(obj: &DynamicObject) -> Option<TargetState> {
     })
 }
 
+/// Whether discovery failed because the seed does not serve the kind: its group/version is
+/// unknown (404) or the group/version lacks the kind.
+fn is_not_served(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code == 404,
+        kube::Error::Discovery(
+            kube::error::DiscoveryError::MissingKind(_)
+            | kube::error::DiscoveryError::MissingApiGroup(_),
+        ) => true,
+        _ => false,
+    }
+}
+
 /// `apiVersion` → (group, version).
 pub fn split_api_version(api_version: &str) -> (&str, &str) {
     match api_version.split_once('/') {
@@ -115,8 +129,9 @@ pub fn split_api_version(api_version: &str) -> (&str, &str) {
 
 impl SeedCaches {
     /// Creates the caches and spawns the watches feeding them (they run until `shutdown`).
-    /// Target kinds are resolved through discovery; a kind the seed does not serve is an
-    /// error naming it, since scaling could never succeed.
+    /// Target kinds are resolved through discovery. A kind the seed does not serve is an
+    /// error naming the target, since scaling it could never succeed, unless the target is
+    /// optional: then it is warned about once and gets no cache (the scaler skips it).
     pub async fn start(
         seed: &Client,
         secret_name: &str,
@@ -149,18 +164,40 @@ impl SeedCaches {
         for info in targets {
             let (group, version) = split_api_version(&info.target.api_version);
             let gvk = GroupVersionKind::gvk(group, version, &info.target.kind);
-            let (resource, _caps) =
-                kube::discovery::pinned_kind(seed, &gvk)
-                    .await
-                    .map_err(|e| {
-                        crate::Error::kube(
-                            format!(
-                                "discovering {}/{} for target {}",
-                                info.target.api_version, info.target.kind, info.target.name
-                            ),
-                            e,
-                        )
-                    })?;
+            let resource = match kube::discovery::pinned_kind(seed, &gvk).await {
+                Ok((resource, _caps)) => resource,
+                // An optional target may be absent; a kind this seed does not serve (e.g. a
+                // CRD not installed here) is the same absence, for good. Startup goes on
+                // without its cache and the scaler skips it in every flow, so the other
+                // targets stay protected.
+                Err(e) if is_not_served(&e) && info.optional => {
+                    warn!(
+                        target = %info.target.name,
+                        kind = %format!("{}/{}", info.target.api_version, info.target.kind),
+                        "optional target: its kind is not served by the seed; it is skipped \
+                         in every scaling flow (restart the prober once the kind is served)"
+                    );
+                    continue;
+                }
+                Err(e) if is_not_served(&e) => {
+                    return Err(crate::Error::Scaling(format!(
+                        "target {}: its kind {}/{} is not served by the seed and the target \
+                         is not optional ({e})",
+                        info.target.name, info.target.api_version, info.target.kind
+                    )));
+                }
+                // Anything else (seed unreachable, forbidden, 5xx) says nothing about the
+                // kind: fail startup rather than drop a target that may well exist.
+                Err(e) => {
+                    return Err(crate::Error::kube(
+                        format!(
+                            "discovering {}/{} for target {}",
+                            info.target.api_version, info.target.kind, info.target.name
+                        ),
+                        e,
+                    ));
+                }
+            };
             let cache = Cache::new("scaling targets");
             tasks.spawn({
                 let api: Api<DynamicObject> = Api::all_with(seed.clone(), &resource);

@@ -1,0 +1,266 @@
+//! An optional target whose kind the seed does not serve, against a real seed apiserver.
+//!
+//! The prober config is the shared one (`common::PROBER_CONFIG`) plus a target of a made-up
+//! kind, `example.com/v1` `Widget`, that no seed serves. Optional, it is warned about once at
+//! startup and skipped: the prober gets ready, an outage scales the other targets down in level
+//! order and recovery restores them, although the widget sits in a level of both flows (the
+//! reference fails that level on every run and never reaches the later ones). Not optional, it
+//! stops startup with an error naming it. Its own test binary: it runs its own prober, not
+//! the shared harness's.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use dependency_watchdog::health::Health;
+use dependency_watchdog::metrics::Metrics;
+use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use dwd_sim::{SimShoot, SimShootOptions};
+use dwd_testenv::{TestEnv, eventually};
+use futures::TryStreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+/// The widget target: scale-down level 1 (between KCM and CA), scale-up level 0 (before KCM
+/// and MCM), so in both flows a later level runs only if its level goes on.
+fn config_with_widget(optional: bool) -> dwd_core::ProberConfig {
+    let widget = format!(
+        "  - ref: {{kind: Widget, name: widget, apiVersion: example.com/v1}}\n    optional: {optional}\n    scaleUp: {{level: 0}}\n    scaleDown: {{level: 1}}\n"
+    );
+    dwd_core::ProberConfig::from_yaml(&format!("{PROBER_CONFIG}{widget}"))
+        .expect("config")
+        .config
+}
+
+/// Log output shared with the global subscriber (every thread, the prober's runtime too).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(buf);
+        std::io::stderr().write_all(buf)?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log")).into_owned()
+    }
+}
+
+fn runs(registry: &Mutex<Registry>, ns: &str) -> u64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry.lock().expect("registry"))
+        .expect("encode");
+    let prefix = format!("dwd_prober_shoot_probe_runs_total{{shoot=\"{ns}\"");
+    text.lines()
+        .find(|l| l.starts_with(&prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0) as u64
+}
+
+/// `(deployment, spec.replicas)` changes in the order the watch delivered them.
+type ReplicaLog = Arc<Mutex<Vec<(String, i32)>>>;
+
+/// Records, in watch order, every change of a Deployment's `spec.replicas` in `ns`.
+fn record_replica_changes(
+    client: kube::Client,
+    ns: &str,
+) -> (ReplicaLog, tokio::task::JoinHandle<()>) {
+    let log = Arc::new(Mutex::new(Vec::<(String, i32)>::new()));
+    let api: Api<Deployment> = Api::namespaced(client, ns);
+    let sink = log.clone();
+    let task = tokio::spawn(async move {
+        let mut last = std::collections::HashMap::<String, i32>::new();
+        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+        while let Ok(Some(d)) = stream.try_next().await {
+            let name = d.metadata.name.clone().unwrap_or_default();
+            let replicas = d.spec.and_then(|s| s.replicas).unwrap_or(1);
+            if last.insert(name.clone(), replicas) != Some(replicas) {
+                sink.lock().expect("log").push((name, replicas));
+            }
+        }
+    });
+    (log, task)
+}
+
+fn position(log: &[(String, i32)], name: &str, replicas: i32) -> usize {
+    log.iter()
+        .position(|(n, r)| n == name && *r == replicas)
+        .unwrap_or_else(|| panic!("{name} never reached {replicas}: {log:?}"))
+}
+
+#[tokio::test]
+async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_run() {
+    let logs = Captured::default();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("warn,dependency_watchdog=info")
+        .with_ansi(false)
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .try_init();
+    let env = TestEnv::shared().await.expect("test environment");
+    let seed_api = env.apiserver("seed").expect("seed apiserver");
+    let shoots = env
+        .start_apiserver("shoots")
+        .await
+        .expect("shoot apiserver");
+    let seed = seed_api.client().await.expect("seed client");
+    let own_pod = || dependency_watchdog::events::PodRef {
+        namespace: "default".into(),
+        name: "dwd-prober-test".into(),
+    };
+
+    // Not optional: startup stops, naming the target and its kind.
+    let mandatory = tokio::time::timeout(
+        Duration::from_secs(60),
+        dependency_watchdog::prober::run(
+            config_with_widget(false),
+            seed.clone(),
+            Arc::new(Metrics::default()),
+            Arc::new(Health::default()),
+            4,
+            own_pod(),
+            CancellationToken::new(),
+        ),
+    )
+    .await
+    .expect("a mandatory target of an unserved kind ends startup at once");
+    let error = mandatory
+        .expect_err("a mandatory target of an unserved kind must stop startup")
+        .to_string();
+    assert!(
+        error.contains("target widget")
+            && error.contains("example.com/v1/Widget")
+            && error.contains("not optional"),
+        "{error}"
+    );
+
+    // Optional: the prober starts and gets ready.
+    let metrics = Arc::new(Metrics::default());
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let health = Arc::new(Health::default());
+    let shutdown = CancellationToken::new();
+    let prober = tokio::spawn(dependency_watchdog::prober::run(
+        config_with_widget(true),
+        seed.clone(),
+        metrics,
+        health.clone(),
+        4,
+        own_pod(),
+        shutdown.clone(),
+    ));
+    eventually(Duration::from_secs(90), "prober ready", || {
+        let (health, done) = (health.clone(), prober.is_finished());
+        async move {
+            if done {
+                return Err("the prober ended".into());
+            }
+            Ok(health.is_ready().then_some(()))
+        }
+    })
+    .await
+    .expect("prober ready with an optional target of an unserved kind");
+    let warnings: Vec<String> = logs
+        .text()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("not served"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warnings.len(), 1, "one startup warning: {warnings:?}");
+    assert!(
+        warnings[0].contains("widget") && warnings[0].contains("example.com/v1/Widget"),
+        "the warning names the target and its kind: {warnings:?}"
+    );
+
+    let mut options = SimShootOptions::new("shoot--it--widget")
+        .with_nodes(5)
+        .with_renew_interval(RENEW);
+    options.node_prefix = "widget-".into();
+    options.deployments = vec![(KCM.into(), 3), (MCM.into(), 2), (CA.into(), 2)];
+    let shoot = SimShoot::create(
+        seed.clone(),
+        shoots.client().await.expect("shoot client"),
+        shoots.kubeconfig(),
+        options,
+    )
+    .await
+    .expect("simulated shoot");
+    let ns = shoot.namespace().to_string();
+    let registry = Mutex::new(registry);
+    eventually(DEADLINE, "2 probe runs", || {
+        let n = runs(&registry, &ns);
+        async move { Ok((n >= 2).then_some(())) }
+    })
+    .await
+    .expect("probe runs");
+
+    // Scale-down: KCM (0), then MCM past the widget's level (1), then CA (2).
+    let (log, watch) = record_replica_changes(seed.clone(), &ns);
+    shoot.kubelets().silence_count(4);
+    wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
+    {
+        let log = log.lock().expect("log").clone();
+        let (kcm, mcm, ca) = (
+            position(&log, KCM, 0),
+            position(&log, MCM, 0),
+            position(&log, CA, 0),
+        );
+        assert!(
+            kcm < mcm && mcm < ca,
+            "scale-down order must be KCM (0) < MCM (1, with the widget) < CA (2): {log:?}"
+        );
+    }
+    for (name, recorded) in [(KCM, "3"), (MCM, "2"), (CA, "2")] {
+        let (_, a) = deployment_state(&seed, &ns, name).await;
+        assert_eq!(
+            a.get(REPLICAS_ANNOTATION).map(String::as_str),
+            Some(recorded),
+            "{name}: {a:?}"
+        );
+        assert!(a.contains_key(MELTDOWN_ANNOTATION), "{name}: {a:?}");
+    }
+
+    // Scale-up: CA with the widget (0), then KCM and MCM (1).
+    shoot.kubelets().resume_all();
+    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
+    {
+        let log = log.lock().expect("log").clone();
+        let (ca, kcm, mcm) = (
+            position(&log, CA, 2),
+            position(&log, KCM, 3),
+            position(&log, MCM, 2),
+        );
+        assert!(
+            ca < kcm && ca < mcm,
+            "scale-up order must be CA (0, with the widget) before KCM and MCM (1): {log:?}"
+        );
+    }
+    wait_annotations_cleared(&seed, &ns, &[KCM, MCM, CA]).await;
+    watch.abort();
+
+    // Still exactly one warning about the widget: runs skip it silently.
+    let count = logs
+        .text()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("not served"))
+        .count();
+    assert_eq!(count, 1, "warned once, not per run");
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(30), prober).await;
+}
