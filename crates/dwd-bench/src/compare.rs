@@ -16,7 +16,7 @@ enum Unit {
 }
 
 /// The compared metrics: key in `ratios`, row title, JSON pointer into a run's result.
-const METRICS: [(&str, &str, &str, Unit); 20] = [
+const METRICS: [(&str, &str, &str, Unit); 22] = [
     (
         "steady_rss",
         "steady RSS (median)",
@@ -130,6 +130,18 @@ const METRICS: [(&str, &str, &str, Unit); 20] = [
         "weeder: ready → deleted max, s",
         "/weeder/deletion_latency_s/max",
         Unit::Seconds,
+    ),
+    (
+        "hostile_normal_max_gap",
+        "hostile: normal shoots' max probe gap, s",
+        "/hostile/normal/max_gap_s",
+        Unit::Seconds,
+    ),
+    (
+        "hostile_normal_missed_runs",
+        "hostile: normal shoots' missed runs",
+        "/hostile/normal/missed_runs",
+        Unit::Count,
     ),
     (
         "weeder_deleted",

@@ -13,6 +13,7 @@ mod compare;
 #[path = "../../dwd-sandbox/src/gardener.rs"]
 #[allow(dead_code)]
 mod gardener;
+mod hostile;
 mod metrics;
 mod procstat;
 mod report;
@@ -43,6 +44,11 @@ pub enum Scenario {
     /// not-ready `etcd-main-client` EndpointSlice; all slices turn ready at once and the
     /// weeder must delete every crash-looping pod (and keep the healthy ones).
     WeederStorm,
+    /// `--shoots` normal shoots next to two hostile ones, each on its own shoot apiserver:
+    /// one with `--hostile-leases` plain leases, one with `--fat-leases` leases of
+    /// `--fat-lease-kib` KiB of annotations each; measures memory, the normal shoots' probe
+    /// schedule and what became of the hostile ones (issue 17, item 1).
+    Hostile,
 }
 
 /// Command line.
@@ -129,6 +135,21 @@ pub struct Cli {
     /// Compare mode: how many A B pairs to run.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
+    /// Hostile scenario: plain small leases in the `kube-node-lease` namespace of shoot
+    /// `hostile-many`.
+    #[arg(long, default_value_t = 100_000)]
+    pub hostile_leases: usize,
+    /// Hostile scenario: fat leases in the `kube-node-lease` namespace of shoot `hostile-fat`.
+    #[arg(long, default_value_t = 1_000)]
+    pub fat_leases: usize,
+    /// Hostile scenario: KiB of annotations per fat lease (the apiserver allows 256 KiB of
+    /// annotations per object, keys included).
+    #[arg(long, default_value_t = 250)]
+    pub fat_lease_kib: usize,
+    /// Hostile scenario: the bench stops the watchdog once its RSS passes this many MiB (and
+    /// reports it): a binary that balloons must not take the shared machine down.
+    #[arg(long, default_value_t = 3072)]
+    pub rss_limit_mib: u64,
     /// Write the machine-readable result here.
     #[arg(long)]
     pub output: Option<PathBuf>,
@@ -242,6 +263,9 @@ fn validate(cli: &Cli) -> Result<()> {
         && (cli.stop_shoot_apiserver.is_some() || cli.slow_shoot_apiserver.is_some())
     {
         bail!("--scenario weeder-storm has no shoot apiservers to stop or slow down");
+    }
+    if cli.scenario == Scenario::Hostile && cli.fat_lease_kib >= 256 {
+        bail!("--fat-lease-kib must be below 256 (the apiserver refuses more annotations)");
     }
     if cli.scenario != Scenario::WeederStorm {
         // A lease is valid 0.75 × grace after its renewal; the next renewal comes one

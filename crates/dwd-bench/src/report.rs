@@ -127,6 +127,7 @@ pub fn table(r: &Value) -> String {
     }
     outage_rows(&mut rows, &r["outage"]);
     weeder_rows(&mut rows, &r["weeder"]);
+    crate::hostile::rows(&mut rows, &r["hostile"]);
     let width = rows
         .iter()
         .map(|(k, _)| k.chars().count())

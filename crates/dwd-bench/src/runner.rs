@@ -39,6 +39,11 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
         renew_interval: cli.renew_interval,
         with_shoots: !storm,
         shoot_fronts: !cli.shared_shoot_lists,
+        hostile: (cli.scenario == Scenario::Hostile).then_some(crate::hostile::HostileShape {
+            many_leases: cli.hostile_leases,
+            fat_leases: cli.fat_leases,
+            fat_bytes: cli.fat_lease_kib * 1024,
+        }),
     };
     let mut world = setup::build(shape).await?;
     if storm {

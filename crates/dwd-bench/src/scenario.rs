@@ -17,7 +17,7 @@ use crate::chart::{self, Dists};
 use crate::gardener::{self, Derived, ProberChanges};
 use crate::setup::{self, WATCHDOG_USER, World, lock};
 use crate::stats::Summary;
-use crate::{Cli, Scenario, Subject, audit, metrics, procstat};
+use crate::{Cli, Scenario, Subject, audit, hostile, metrics, procstat};
 
 /// Writes per scaled target (annotate, then scale): used for the mass-outage bound.
 const WRITES_PER_TARGET: f64 = 2.0;
@@ -60,6 +60,8 @@ pub struct Watchdog {
     /// The process.
     pub process: ManagedProcess,
     log: std::path::PathBuf,
+    /// Where it serves its metrics (the prober; `None` when not known).
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl Watchdog {
@@ -67,7 +69,11 @@ impl Watchdog {
     pub fn spawn(bin: &Path, args: &[String], log: std::path::PathBuf) -> Result<Watchdog> {
         let process = ManagedProcess::spawn("watchdog", bin, args, &log)
             .with_context(|| format!("start {}", bin.display()))?;
-        Ok(Watchdog { process, log })
+        Ok(Watchdog {
+            process,
+            log,
+            metrics_addr: None,
+        })
     }
 
     /// Starts the prober with exactly the reference's flags, so any drop-in binary runs
@@ -92,7 +98,9 @@ impl Watchdog {
             format!("--metrics-bind-addr={metrics}"),
             format!("--health-bind-addr={health}"),
         ];
-        Watchdog::spawn(&subject.bin, &args, log_path(world, subject, run))
+        let mut watchdog = Watchdog::spawn(&subject.bin, &args, log_path(world, subject, run))?;
+        watchdog.metrics_addr = Some(metrics);
+        Ok(watchdog)
     }
 
     /// Pid of the running process.
@@ -267,6 +275,12 @@ pub async fn run_once(
     // Warm-up: start-up, cache sync and the first two probe rounds are not steady state.
     let warmup = cli.initial_delay + cli.probe_interval * 2;
     eprintln!("run {run}: warm-up {warmup:?}");
+    if cli.scenario == Scenario::Hostile {
+        return run_hostile(
+            cli, &prober, subject, world, watchdog, sampler, started, warmup,
+        )
+        .await;
+    }
     sleep_watching(&mut watchdog, warmup).await?;
     if let Some(j) = cli.stop_shoot_apiserver {
         eprintln!("run {run}: stopping shoot apiserver {j}");
@@ -310,6 +324,7 @@ pub async fn run_once(
             )
         }
         Scenario::WeederStorm => bail!("the weeder storm is not a prober scenario"),
+        Scenario::Hostile => bail!("the hostile scenario runs in run_hostile"),
     };
     let window_to = Utc::now();
     let sizes_to = WindowSizes::scrape(world).await;
@@ -327,6 +342,66 @@ pub async fn run_once(
         sizes: sizes_from.delta(&sizes_to),
     };
     analyse(cli, &prober, subject, world, &measured, outage.as_ref()).await
+}
+
+// The pieces of one run, handed over from `run_once` after the watchdog started.
+#[allow(clippy::too_many_arguments)]
+/// The hostile scenario's run: warm-up and window watched for the RSS limit (a binary that
+/// passes it is stopped and the run still analysed), the watchdog's metrics read before it
+/// stops, then the common analysis plus the `hostile` object.
+async fn run_hostile(
+    cli: &Cli,
+    prober: &Derived<ProberConfig>,
+    subject: &Subject,
+    world: &World,
+    mut watchdog: Watchdog,
+    sampler: procstat::Sampler,
+    started: DateTime<Utc>,
+    warmup: Duration,
+) -> Result<RunOutput> {
+    let limit = cli.rss_limit_mib.saturating_mul(1 << 20);
+    let mut ended = hostile::watch(&mut watchdog, warmup, limit).await?;
+    let window_from = Utc::now();
+    let sizes_from = WindowSizes::scrape(world).await;
+    if ended.running() {
+        eprintln!(
+            "run: hostile shoots next to normal ones for {:?}",
+            cli.duration
+        );
+        ended = hostile::watch(&mut watchdog, cli.duration, limit).await?;
+    }
+    let window_to = Utc::now();
+    let sizes_to = WindowSizes::scrape(world).await;
+    let metrics = match (ended.running(), watchdog.metrics_addr) {
+        (true, Some(addr)) => hostile::scrape_watchdog(addr).await,
+        _ => None,
+    };
+    eprintln!("run: stopping the watchdog ({})", ended.to_json()["how"]);
+    let samples = sampler.samples();
+    watchdog.process.stop(Duration::from_secs(3));
+    // The audit logs are written in batches of at most 1 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let measured = Measured {
+        started,
+        window_from,
+        window_to,
+        samples: &samples,
+        sizes: sizes_from.delta(&sizes_to),
+    };
+    let mut out = analyse(cli, prober, subject, world, &measured, None).await?;
+    out.json["hostile"] = hostile::analyse(
+        cli,
+        world,
+        &hostile::Observed {
+            started,
+            window_from,
+            window_to,
+            samples: &samples,
+            ended: &ended,
+            metrics,
+        },
+    )?;
+    Ok(out)
 }
 
 /// Response-size counters of the seed and every reachable shoot apiserver at one moment.

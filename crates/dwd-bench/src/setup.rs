@@ -53,6 +53,8 @@ pub struct Shape {
     /// Whether each shoot's probe kubeconfig goes through its own front
     /// ([`crate::shoot_proxy`]), so that it sees only its own nodes and leases.
     pub shoot_fronts: bool,
+    /// The hostile shoots to add (hostile scenario), each on an apiserver of its own.
+    pub hostile: Option<crate::hostile::HostileShape>,
 }
 
 /// One shoot of the benchmark.
@@ -101,6 +103,9 @@ pub struct World {
     pub storm: Option<crate::weeder::Storm>,
     /// The shoots, by index.
     pub shoots: Vec<BenchShoot>,
+    /// The hostile shoots (hostile scenario only), apart from the normal ones: their
+    /// apiservers are their own, not among `shoot_apis`.
+    pub hostile: Vec<crate::hostile::HostileShoot>,
     /// The seed apiserver.
     pub seed: ApiServer,
     /// The shoot apiservers.
@@ -252,7 +257,15 @@ pub async fn build(shape: Shape) -> Result<World> {
         eprintln!();
     }
     shoots.sort_by_key(|s| s.index);
+    let hostile = match shape.hostile {
+        Some(h) => {
+            crate::hostile::build(&env, &seed_client, h, shape.renew_interval, limiter.clone())
+                .await?
+        }
+        None => Vec::new(),
+    };
     Ok(World {
+        hostile,
         seed_client,
         shoot_clients,
         setup_seconds: started.elapsed().as_secs_f64(),

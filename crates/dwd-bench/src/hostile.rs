@@ -1,0 +1,705 @@
+//! The hostile scenario (issue 17, item 1): the normal world of `--shoots` shoots next to two
+//! shoots whose tenants turned against the watchdog, each on a shoot apiserver of its own (so
+//! what they cost their apiserver is not charged to the normal shoots' apiservers):
+//!
+//! - `hostile-many`: a few healthy nodes, plus `--hostile-leases` (default 100,000) plain small
+//!   leases in its `kube-node-lease` namespace;
+//! - `hostile-fat`: a few healthy nodes, plus `--fat-leases` (default 1,000) leases carrying
+//!   `--fat-lease-kib` (default 250) KiB of annotations each (the apiserver allows 256 KiB of
+//!   annotations per object). The filler is pseudo-random text, so gzip on the wire can't hide
+//!   its size.
+//!
+//! The watchdog runs as in `steady`; the bench reads its memory from `/proc` every second and
+//! stops it if its RSS passes `--rss-limit-mib` (a finding, not a crash of the bench). What it
+//! reports: peak RSS and RSS over time; for every normal shoot the probe schedule (the shoot
+//! apiservers' audit logs: runs, gaps between consecutive runs, runs missed); whether anything
+//! was scaled; and what happened to each hostile shoot (its apiserver's audit log: requests,
+//! their codes and durations; and, where the binary serves them, its per-shoot metrics such
+//! as `dwd_prober_oversized_responses_total`).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write as _};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use dwd_sim::shoot::DEFAULT_POOL;
+use dwd_sim::{SimShoot, SimShootOptions, node_specs_with_prefix};
+use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::scenario::{Watchdog, secs};
+use crate::setup::{self, World, lock};
+use crate::stats::Summary;
+use crate::{Cli, procstat};
+
+/// Healthy nodes (with kubelets) of each hostile shoot, next to its filler leases.
+const HOSTILE_NODES: usize = 3;
+
+/// Small filler leases created at once (the apiserver takes a few thousand a second).
+const SMALL_CREATE_CONCURRENCY: usize = 48;
+
+/// Fat filler leases created at once (each is a 250 KiB etcd write).
+const FAT_CREATE_CONCURRENCY: usize = 8;
+
+/// Attempts per filler lease (a busy apiserver may answer 429 or 5xx, or time out).
+const CREATE_ATTEMPTS: usize = 6;
+
+/// What the hostile shoots hold.
+#[derive(Debug, Clone, Copy)]
+pub struct HostileShape {
+    /// Plain small leases of `hostile-many`.
+    pub many_leases: usize,
+    /// Fat leases of `hostile-fat`.
+    pub fat_leases: usize,
+    /// Annotation bytes per fat lease.
+    pub fat_bytes: usize,
+}
+
+/// One hostile shoot: its own apiserver, a simulated shoot with a few healthy nodes, and a
+/// tenant's filler leases.
+pub struct HostileShoot {
+    /// `many` or `fat`.
+    pub kind: &'static str,
+    /// Namespace in the seed (and Cluster name).
+    pub namespace: String,
+    /// The client-certificate user of its probe secret (names it in its audit log).
+    pub user: String,
+    /// Filler leases created.
+    pub filler_leases: usize,
+    /// Annotation bytes per filler lease.
+    pub filler_bytes: usize,
+    /// How long creating the filler leases took.
+    pub fill_seconds: f64,
+    /// The simulated shoot, held for its kubelets (they stop when it is dropped).
+    _sim: SimShoot,
+    /// Its own shoot apiserver.
+    pub api: ApiServer,
+}
+
+/// Namespace of hostile shoot `kind`.
+pub fn namespace(kind: &str) -> String {
+    format!("shoot--bench--hostile-{kind}")
+}
+
+/// Starts the two hostile shoots' apiservers, creates the shoots and fills their
+/// `kube-node-lease` namespaces, printing progress to stderr.
+pub async fn build(
+    env: &TestEnv,
+    seed_client: &kube::Client,
+    shape: HostileShape,
+    renew_interval: Duration,
+    limiter: Arc<tokio::sync::Semaphore>,
+) -> Result<Vec<HostileShoot>> {
+    let mut out = Vec::new();
+    for (kind, count, bytes) in [
+        ("many", shape.many_leases, 0usize),
+        ("fat", shape.fat_leases, shape.fat_bytes),
+    ] {
+        let api = env
+            .start_apiserver_with(
+                &format!("hostile-{kind}"),
+                ApiServerOptions {
+                    install_crds: false,
+                    audit_log: true,
+                    extra_args: Vec::new(),
+                },
+            )
+            .await
+            .with_context(|| format!("start the apiserver of hostile shoot {kind}"))?;
+        let user = format!("hostile-{kind}");
+        let kubeconfig = api
+            .kubeconfig_for(&user, &["system:masters"])
+            .with_context(|| format!("kubeconfig of hostile shoot {kind}"))?;
+        let admin = api.client().await.context("hostile shoot admin client")?;
+        let ns = namespace(kind);
+        let mut options = SimShootOptions::new(ns.clone())
+            .with_nodes(HOSTILE_NODES)
+            .with_renew_interval(renew_interval);
+        options.node_specs = Some(node_specs_with_prefix(
+            &format!("h{kind}-node-"),
+            HOSTILE_NODES,
+            &[DEFAULT_POOL],
+        ));
+        options.renew_limiter = Some(limiter.clone());
+        options.deployment_status_delay = None;
+        let sim = SimShoot::create(seed_client.clone(), admin.clone(), &kubeconfig, options)
+            .await
+            .with_context(|| format!("create hostile shoot {kind}"))?;
+        let started = Instant::now();
+        fill(&admin, kind, count, bytes).await?;
+        let fill_seconds = started.elapsed().as_secs_f64();
+        eprintln!(
+            "setup: hostile shoot {kind}: {count} filler leases ({} KiB of annotations each) in {fill_seconds:.1}s",
+            bytes / 1024
+        );
+        out.push(HostileShoot {
+            kind,
+            namespace: ns,
+            user,
+            filler_leases: count,
+            filler_bytes: bytes,
+            fill_seconds,
+            _sim: sim,
+            api,
+        });
+    }
+    Ok(out)
+}
+
+/// `n` pseudo-random letters and digits (xorshift; no dependency, deterministic): a tenant's
+/// filler that gzip can shrink only to ~¾, unlike a run of one letter.
+fn filler_text(n: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ALPHABET[(x % ALPHABET.len() as u64) as usize] as char
+        })
+        .collect()
+}
+
+/// Creates `count` filler leases `tenant-<i>` in `kube-node-lease`, `bytes` of annotations
+/// each (none when 0), with bounded concurrency and retries.
+async fn fill(client: &kube::Client, kind: &str, count: usize, bytes: usize) -> Result<()> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let filler = Arc::new(filler_text(bytes));
+    let concurrency = if bytes > 0 {
+        FAT_CREATE_CONCURRENCY
+    } else {
+        SMALL_CREATE_CONCURRENCY
+    };
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    let mut done = 0usize;
+    let mut stream = futures::stream::iter(0..count)
+        .map(|i| {
+            let api = api.clone();
+            let filler = filler.clone();
+            async move {
+                let name = format!("tenant-{i:06}");
+                let mut metadata = json!({"name": name});
+                if !filler.is_empty() {
+                    metadata["annotations"] = json!({"tenant.example/filler": *filler});
+                }
+                let lease: Lease = serde_json::from_value(json!({
+                    "metadata": metadata,
+                    "spec": {
+                        "holderIdentity": name,
+                        "leaseDurationSeconds": 40,
+                        "renewTime": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                    }
+                }))
+                .context("filler lease")?;
+                let mut last_error = None;
+                for attempt in 0..CREATE_ATTEMPTS {
+                    match api.create(&PostParams::default(), &lease).await {
+                        Ok(_) => return anyhow::Ok(()),
+                        // A retried create that had gone through the first time.
+                        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+                        Err(e) => last_error = Some(e),
+                    }
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
+                Err(anyhow::anyhow!(
+                    "create filler lease {name}: {last_error:?}"
+                ))
+            }
+        })
+        .buffer_unordered(concurrency);
+    while let Some(r) = stream.next().await {
+        r?;
+        done += 1;
+        if last_report.elapsed() >= Duration::from_secs(2) {
+            last_report = Instant::now();
+            eprint!(
+                "\rsetup: hostile shoot {kind}: {done}/{count} filler leases after {:.1}s   ",
+                started.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    if count > 0 {
+        eprintln!();
+    }
+    Ok(())
+}
+
+/// How the watchdog's run ended.
+#[derive(Debug, Clone)]
+pub enum Ended {
+    /// It ran for the whole time.
+    Completed,
+    /// Its RSS passed the limit; the bench stopped it.
+    KilledAtLimit {
+        /// When.
+        at: DateTime<Utc>,
+        /// The RSS seen, bytes.
+        rss: u64,
+    },
+    /// It exited on its own.
+    Exited {
+        /// When the bench noticed.
+        at: DateTime<Utc>,
+        /// The end of its log.
+        log_tail: String,
+    },
+}
+
+impl Ended {
+    /// Whether the process still runs.
+    pub fn running(&self) -> bool {
+        matches!(self, Ended::Completed)
+    }
+
+    /// The `ended` object of the result.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Ended::Completed => json!({"how": "ran the whole time"}),
+            Ended::KilledAtLimit { at, rss } => json!({
+                "how": "stopped by the bench: RSS passed --rss-limit-mib",
+                "at": at.to_rfc3339(), "rss_bytes": rss,
+            }),
+            Ended::Exited { at, log_tail } => json!({
+                "how": "exited on its own", "at": at.to_rfc3339(), "log_tail": log_tail,
+            }),
+        }
+    }
+}
+
+/// Lets the watchdog run for `d`, reading its RSS every 250 ms: past `limit` bytes it is
+/// stopped (a balloon is a finding, not a reason to take the shared machine down).
+pub async fn watch(watchdog: &mut Watchdog, d: Duration, limit: u64) -> Result<Ended> {
+    let pid = watchdog.pid()?;
+    let end = tokio::time::Instant::now() + d;
+    while tokio::time::Instant::now() < end {
+        if watchdog.process.has_exited() {
+            return Ok(Ended::Exited {
+                at: Utc::now(),
+                log_tail: watchdog.process.log_tail(2000),
+            });
+        }
+        if let Some(s) = procstat::read(pid)
+            && s.rss > limit
+        {
+            eprintln!(
+                "run: the watchdog's RSS {:.0} MiB passed the limit {:.0} MiB: stopping it",
+                s.rss as f64 / 1048576.0,
+                limit as f64 / 1048576.0
+            );
+            watchdog.process.kill();
+            return Ok(Ended::KilledAtLimit {
+                at: Utc::now(),
+                rss: s.rss,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(Ended::Completed)
+}
+
+/// The watchdog's own `/metrics` text (any binary serving Prometheus text there), or `None`.
+pub async fn scrape_watchdog(addr: SocketAddr) -> Option<String> {
+    let read = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await
+            .ok()?;
+        let mut body = Vec::new();
+        stream.read_to_end(&mut body).await.ok()?;
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let (_, body) = text.split_once("\r\n\r\n")?;
+        Some(body.to_string())
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Per-shoot series of the watchdog's metrics for namespace `ns`: `{metric: value}` (the
+/// label spelling of ours is `shoot="<ns>"`; any series naming the namespace is taken).
+fn series_for(metrics: &str, ns: &str) -> BTreeMap<String, f64> {
+    let quoted = format!("\"{ns}\"");
+    let mut out = BTreeMap::new();
+    for line in metrics.lines() {
+        if line.starts_with('#') || !line.contains(&quoted) {
+            continue;
+        }
+        let Some((head, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let name = head.split('{').next().unwrap_or(head).to_string();
+        *out.entry(name).or_insert(0.0) += v;
+    }
+    out
+}
+
+/// Sum of every series of `name` whose `shoot` label starts with `prefix`.
+fn sum_shoots(metrics: &str, name: &str, prefix: &str) -> f64 {
+    let label = format!("shoot=\"{prefix}");
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (head, v) = l.rsplit_once(' ')?;
+            (head.split('{').next() == Some(name) && head.contains(&label))
+                .then(|| v.trim().parse::<f64>().ok())
+                .flatten()
+        })
+        // An empty sum is -0.0; +0.0 makes it print as 0.
+        .sum::<f64>()
+        + 0.0
+}
+
+/// One request of a hostile shoot's user, with how long it took.
+struct Timed {
+    received: DateTime<Utc>,
+    verb: String,
+    what: String,
+    code: i64,
+    seconds: f64,
+}
+
+/// The requests of `user` in an audit log since `since` (`ResponseComplete`), with their
+/// durations (`stageTimestamp − requestReceivedTimestamp`). Lines of other users (the filler's
+/// 100,000 creates) are skipped before parsing.
+fn timed_requests(path: &std::path::Path, user: &str, since: DateTime<Utc>) -> Result<Vec<Timed>> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("open {}", path.display())),
+    };
+    let needle = format!("\"username\":\"{user}\"");
+    let mut out = Vec::new();
+    for line in BufReader::new(file).lines() {
+        let line = line.with_context(|| format!("read {}", path.display()))?;
+        if !line.contains(&needle) {
+            continue;
+        }
+        let Ok(e) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if e["stage"].as_str() != Some("ResponseComplete") {
+            continue;
+        }
+        let t = |k: &str| {
+            e[k].as_str()
+                .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+                .map(|t| t.with_timezone(&Utc))
+        };
+        let (Some(received), Some(done)) = (t("requestReceivedTimestamp"), t("stageTimestamp"))
+        else {
+            continue;
+        };
+        if received < since {
+            continue;
+        }
+        let what = match e["objectRef"]["resource"].as_str() {
+            Some(r) => r.to_string(),
+            None => e["requestURI"]
+                .as_str()
+                .unwrap_or_default()
+                .split('?')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        };
+        out.push(Timed {
+            received,
+            verb: e["verb"].as_str().unwrap_or_default().to_string(),
+            what,
+            code: e["responseStatus"]["code"].as_i64().unwrap_or(0),
+            seconds: secs(received, done),
+        });
+    }
+    Ok(out)
+}
+
+/// Replica changes to 0 of any target in `namespaces` since `since`: `[ns, target, when]`.
+fn scaled_down(world: &World, since: DateTime<Utc>, namespaces: &[String]) -> Vec<Value> {
+    let log = lock(&world.replicas);
+    let mut out = Vec::new();
+    for ((ns, target), changes) in log.iter() {
+        if !namespaces.contains(ns) {
+            continue;
+        }
+        for (t, r) in changes {
+            if *t >= since && *r == 0 {
+                out.push(json!({"namespace": ns, "target": target, "at": t.to_rfc3339()}));
+            }
+        }
+    }
+    out
+}
+
+/// What the run measured besides the common prober numbers.
+pub struct Observed<'a> {
+    /// When the watchdog was started.
+    pub started: DateTime<Utc>,
+    /// The measured window (after warm-up).
+    pub window_from: DateTime<Utc>,
+    /// End of the window.
+    pub window_to: DateTime<Utc>,
+    /// `/proc` samples of the whole run.
+    pub samples: &'a [procstat::Sample],
+    /// How the run ended.
+    pub ended: &'a Ended,
+    /// The watchdog's `/metrics` at the end of the window, if it serves them.
+    pub metrics: Option<String>,
+}
+
+/// The `hostile` object of a run's result.
+pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
+    let interval = cli.probe_interval.as_secs_f64();
+    // The next run starts interval × (1 + rand·jitter) after the previous one ended: a gap
+    // up to that (plus the run itself) is on schedule; one of 2 × interval or more means a run
+    // that should have started did not.
+    let on_schedule = interval * (1.0 + cli.jitter) + 1.0;
+    let missed_from = 2.0 * interval;
+    let window_secs = secs(o.window_from, o.window_to).max(1e-3);
+
+    // Normal shoots: every `GET /version` of user shoot-<i> on the shared apiservers.
+    let mut requests = Vec::new();
+    for api in &world.shoot_apis {
+        requests.extend(crate::audit::read(&api.audit_log_path(), o.started, |u| {
+            u.starts_with("shoot-")
+        })?);
+    }
+    let probes = crate::audit::version_probes(&requests);
+    let failures = crate::audit::failures_by_code(
+        requests
+            .iter()
+            .filter(|r| r.received >= o.window_from && r.received <= o.window_to),
+    );
+    let mut runs_per_shoot = Vec::new();
+    let mut max_gap_per_shoot = Vec::new();
+    let mut late_gaps = 0usize;
+    let mut missed = 0usize;
+    let mut shoots_missing_runs = Vec::new();
+    let mut never = 0usize;
+    for shoot in &world.shoots {
+        let times: Vec<DateTime<Utc>> = probes
+            .get(&shoot.user())
+            .map(|v| {
+                v.iter()
+                    .copied()
+                    .filter(|t| *t >= o.window_from && *t <= o.window_to)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if times.is_empty() {
+            never += 1;
+            shoots_missing_runs.push(setup::shoot_namespace(shoot.index));
+            continue;
+        }
+        runs_per_shoot.push(times.len() as f64);
+        // The time before the first and after the last run count: a probe that stopped is late.
+        let mut gaps: Vec<f64> = times.windows(2).map(|w| secs(w[0], w[1])).collect();
+        gaps.push(secs(o.window_from, times[0]));
+        if let Some(last) = times.last() {
+            gaps.push(secs(*last, o.window_to));
+        }
+        let worst = gaps.iter().copied().fold(0.0, f64::max);
+        late_gaps += gaps.iter().filter(|g| **g > on_schedule).count();
+        let m = gaps
+            .iter()
+            .filter(|g| **g >= missed_from)
+            .map(|g| (g / interval).floor() as usize - 1)
+            .sum::<usize>();
+        if m > 0 {
+            shoots_missing_runs.push(setup::shoot_namespace(shoot.index));
+        }
+        missed += m;
+        max_gap_per_shoot.push(worst);
+    }
+    let normal_namespaces: Vec<String> = world
+        .shoots
+        .iter()
+        .map(|s| setup::shoot_namespace(s.index))
+        .collect();
+    let hostile_namespaces: Vec<String> =
+        world.hostile.iter().map(|h| h.namespace.clone()).collect();
+    let metrics = o.metrics.as_deref();
+    let normal_metric = |name: &str| metrics.map(|m| sum_shoots(m, name, "shoot--bench--s"));
+    let normal = json!({
+        "shoots": world.shoots.len(),
+        "probe_interval_s": interval,
+        "expected_runs_per_shoot": window_secs / (interval * (1.0 + cli.jitter / 2.0)),
+        "runs_per_shoot": {
+            "min": runs_per_shoot.iter().copied().fold(f64::INFINITY, f64::min),
+            "p50": Summary::of(&runs_per_shoot).p50,
+            "max": Summary::of(&runs_per_shoot).max,
+        },
+        "max_gap_per_shoot_s": Summary::of(&max_gap_per_shoot).to_json(),
+        "max_gap_s": max_gap_per_shoot.iter().copied().fold(0.0, f64::max),
+        "on_schedule_gap_s": on_schedule,
+        "gaps_longer_than_on_schedule": late_gaps,
+        "missed_runs": missed,
+        "missed_run_means": format!("a gap of g ≥ 2 × interval counts floor(g / interval) − 1 missed runs"),
+        "shoots_never_probed": never,
+        "shoots_with_missed_runs": shoots_missing_runs,
+        "failed_requests_by_code": failures,
+        "scaled_down": scaled_down(world, o.started, &normal_namespaces),
+        "watchdog_metrics": {
+            "lease_probe_failures": normal_metric("dwd_prober_lease_probe_failures_total"),
+            "api_server_probe_failures": normal_metric("dwd_prober_api_server_probe_failures_total"),
+            "oversized_responses": normal_metric("dwd_prober_oversized_responses_total"),
+        },
+    });
+
+    let mut hostile = serde_json::Map::new();
+    for h in &world.hostile {
+        let reqs = timed_requests(&h.api.audit_log_path(), &h.user, o.started)?;
+        let window: Vec<&Timed> = reqs
+            .iter()
+            .filter(|r| r.received >= o.window_from && r.received <= o.window_to)
+            .collect();
+        let mut by: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for r in &reqs {
+            let key = format!("{} {}", r.verb, r.what);
+            *by.entry(key.clone())
+                .or_default()
+                .entry(r.code.to_string())
+                .or_insert(0) += 1;
+            durations.entry(key).or_default().push(r.seconds);
+        }
+        let runs = window
+            .iter()
+            .filter(|r| r.verb == "get" && r.what == "/version")
+            .count();
+        hostile.insert(
+            h.kind.to_string(),
+            json!({
+                "namespace": h.namespace,
+                "filler_leases": h.filler_leases,
+                "filler_annotation_bytes_each": h.filler_bytes,
+                "healthy_nodes": HOSTILE_NODES,
+                "fill_seconds": h.fill_seconds,
+                "probe_runs_in_window": runs,
+                "requests_since_start_by_verb_resource_and_code": by,
+                "request_seconds_since_start": durations
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Summary::of(v).to_json()))
+                    .collect::<serde_json::Map<_, _>>(),
+                "scaled_down": scaled_down(world, o.started, std::slice::from_ref(&h.namespace)),
+                "watchdog_metrics": metrics.map(|m| series_for(m, &h.namespace)),
+            }),
+        );
+    }
+
+    // RSS over time: every 5 s from the start, MiB.
+    let mut rss = Vec::new();
+    let mut next = 0.0;
+    // A sample taken before the process had mapped anything reads 0: not a measurement.
+    for s in o.samples.iter().filter(|s| s.rss > 0) {
+        let t = secs(o.started, s.at);
+        if t >= next {
+            rss.push(json!([
+                (t * 10.0).round() / 10.0,
+                (s.rss as f64 / 1048576.0 * 10.0).round() / 10.0
+            ]));
+            next = t + 5.0;
+        }
+    }
+    let window_rss: Vec<f64> = o
+        .samples
+        .iter()
+        .filter(|s| s.at >= o.window_from && s.at <= o.window_to)
+        .map(|s| s.rss as f64 / 1048576.0)
+        .collect();
+    Ok(json!({
+        "ended": o.ended.to_json(),
+        "rss_limit_mib": cli.rss_limit_mib,
+        "rss_window_mib": Summary::of(&window_rss).to_json(),
+        "rss_over_time_s_mib": rss,
+        "normal": normal,
+        "hostile": hostile,
+        "hostile_namespaces": hostile_namespaces,
+    }))
+}
+
+/// Rows of the summary table.
+pub fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
+    if !h.is_object() {
+        return;
+    }
+    let n = &h["normal"];
+    rows.push(("hostile: run ended".into(), h["ended"]["how"].to_string()));
+    rows.push((
+        "hostile: RSS in window p50/p99/max MiB".into(),
+        format!(
+            "{:.1} / {:.1} / {:.1}",
+            h["rss_window_mib"]["p50"].as_f64().unwrap_or(0.0),
+            h["rss_window_mib"]["p99"].as_f64().unwrap_or(0.0),
+            h["rss_window_mib"]["max"].as_f64().unwrap_or(0.0)
+        ),
+    ));
+    rows.push((
+        "normal shoots: runs per shoot min/p50 (expected)".into(),
+        format!(
+            "{} / {} ({:.1})",
+            n["runs_per_shoot"]["min"],
+            n["runs_per_shoot"]["p50"],
+            n["expected_runs_per_shoot"].as_f64().unwrap_or(0.0)
+        ),
+    ));
+    rows.push((
+        "normal shoots: max gap between runs, s".into(),
+        format!(
+            "{:.2} (on schedule ≤ {:.1}; interval {})",
+            n["max_gap_s"].as_f64().unwrap_or(0.0),
+            n["on_schedule_gap_s"].as_f64().unwrap_or(0.0),
+            n["probe_interval_s"]
+        ),
+    ));
+    rows.push((
+        "normal shoots: missed runs / never probed".into(),
+        format!("{} / {}", n["missed_runs"], n["shoots_never_probed"]),
+    ));
+    rows.push((
+        "normal shoots: scaled down".into(),
+        n["scaled_down"]
+            .as_array()
+            .map(|a| a.len())
+            .unwrap_or(0)
+            .to_string(),
+    ));
+    if let Some(hs) = h["hostile"].as_object() {
+        for (kind, v) in hs {
+            rows.push((
+                format!("hostile {kind}: probe runs (window) / scaled"),
+                format!(
+                    "{} / {}",
+                    v["probe_runs_in_window"],
+                    v["scaled_down"].as_array().map(|a| a.len()).unwrap_or(0)
+                ),
+            ));
+            if let Some(m) = v["watchdog_metrics"].as_object() {
+                for (k, x) in m {
+                    rows.push((format!("  {k}"), x.to_string()));
+                }
+            }
+            if let Some(by) = v["requests_since_start_by_verb_resource_and_code"].as_object() {
+                for (k, x) in by {
+                    rows.push((format!("  {k}"), x.to_string()));
+                }
+            }
+        }
+    }
+}
