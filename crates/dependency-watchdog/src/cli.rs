@@ -1,4 +1,4 @@
-//! The command line: the reference's subcommands and flags (SPEC §4), plus ours.
+//! The command line: the reference's subcommands and flags (docs/behaviour.md §4.1), plus ours.
 //!
 //! The reference parses its flags with Go's flag package, so ours take the same syntax:
 //! `-flag value`, `-flag=value`, `--flag value`, `--flag=value` ([`normalize_go_flags`]

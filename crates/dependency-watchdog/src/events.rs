@@ -1,7 +1,7 @@
-//! Kubernetes Events for what the watchdog decides and does (SPEC §5): every scaling decision
-//! on the shoot's `Cluster`, every replica change (or failure) on each scaling target, every
-//! crash-looping pod the weeder deletes — each with the reason in its message, so
-//! `kubectl describe` / `kubectl get events` tells an operator why their control plane moved.
+//! Kubernetes Events for what the watchdog decides and does (docs/behaviour.md §4.4): every scaling
+//! decision on the shoot's `Cluster`, every replica change (or failure) on each scaling target,
+//! every crash-looping pod the weeder deletes — each with the reason in its message, so `kubectl
+//! describe` / `kubectl get events` tells an operator why their control plane moved.
 //!
 //! Events are a side channel: they must never slow down or fail a probe, a scaling flow or a
 //! weeder. So the callers only put an event on a bounded queue ([`Events`] never awaits) and a

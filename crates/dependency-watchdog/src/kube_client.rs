@@ -2,7 +2,7 @@
 //! per-run shoot clients (from the probe secret's kubeconfig).
 //!
 //! kube's default retry of 429/503/504 is turned off for both: the prober must see a 429 to
-//! space its runs out (SPEC §2.2.6), and the scaler has its own three attempts (§2.3).
+//! space its runs out (docs/behaviour.md §2.10), and the scaler has its own three attempts (§2.12).
 //!
 //! The seed client is rate limited on the client side like client-go's (`--kube-api-qps`,
 //! `--kube-api-burst`), with priorities (see [`crate::rate_limit`]). Shoot clients are not

@@ -12,10 +12,10 @@
 //! Differences, both about deadlines: client-go sleeps into an expiring context and then
 //! fails with "context deadline exceeded"; here a wait that would end at or after the
 //! deadline is not started and the server's answer is returned as it is, so the caller
-//! still sees the 429 (SPEC §2.2.6 spaces the next probe run out after a 429 that ended a
-//! run). The deadline is the earlier of the layer's budget (per request; a shoot client's is
-//! its probe timeout, so a tenant's `Retry-After: 86400` costs nothing) and the one the
-//! calling task set with [`with_deadline`] (the scaler does, from its call timeout).
+//! still sees the 429 (docs/behaviour.md §2.10 spaces the next probe run out after a 429 that ended
+//! a run). The deadline is the earlier of the layer's budget (per request; a shoot client's is its
+//! probe timeout, so a tenant's `Retry-After: 86400` costs nothing) and the one the calling task
+//! set with [`with_deadline`] (the scaler does, from its call timeout).
 //!
 //! The layer goes outermost: every attempt passes the client's rate limiter again and is
 //! counted in `rest_client_requests_total`, as client-go's attempts are.

@@ -770,10 +770,10 @@ fn count(requests: &[(String, String)], verb: &str, what: &str) -> usize {
 /// outcome); once leases expire the nodes are listed and the shoot is scaled down. Counted
 /// from the shoot apiserver's audit log, under a user only the probe secret carries.
 ///
-/// Also: every run connects anew (SPEC 2.2.1) although the kubeconfig is parsed and its TLS
-/// configuration built only once, and runs that may resume the previous run's TLS session
-/// are still authenticated as the probe user (else the lists would fail and nothing would be
-/// scaled down).
+/// Also: every run connects anew (docs/behaviour.md §2.5) although the kubeconfig is parsed and its
+/// TLS configuration built only once, and runs that may resume the previous run's TLS session are
+/// still authenticated as the probe user (else the lists would fail and nothing would be scaled
+/// down).
 #[tokio::test]
 async fn healthy_runs_skip_the_node_list_until_leases_expire() {
     const PROBE_USER: &str = "dwd-probe";

@@ -1,4 +1,4 @@
-//! Optional hysteresis between lease decisions and scaling (SPEC §5).
+//! Optional hysteresis between lease decisions and scaling (docs/behaviour.md §2.9).
 //!
 //! The redesign document proposed `successThreshold`/`failureThreshold` so that one flaky probe
 //! run does not scale a control plane down. The reference never shipped it, so the default of 1/1

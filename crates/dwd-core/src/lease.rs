@@ -1,4 +1,4 @@
-//! The lease probe's verdict (SPEC §2.2 steps 3–5).
+//! The lease probe's verdict (docs/behaviour.md §2.7, §2.8).
 //!
 //! Given what the API servers returned (nodes, machines, node leases) and the time, decide which
 //! nodes may vote, which of their leases expired and whether the control plane should scale down

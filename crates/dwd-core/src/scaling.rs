@@ -1,4 +1,4 @@
-//! Scaling flows: level plans and the per-target decision (SPEC §2.3).
+//! Scaling flows: level plans and the per-target decision (docs/behaviour.md §2.11–2.15).
 //!
 //! The controller performs the I/O (read target, patch annotations, set the scale subresource,
 //! wait for readiness); this module decides *what* to do from a snapshot of the target, so the

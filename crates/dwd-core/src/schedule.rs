@@ -1,4 +1,4 @@
-//! When the next probe run may start (SPEC §2.2 and step 6).
+//! When the next probe run may start (docs/behaviour.md §2.4, §2.10).
 //!
 //! Runs are spaced with sliding jitter, like the reference's `wait.JitterUntil(…, sliding=true)`:
 //! the delay is measured from the end of the previous run. After a `429 Too Many Requests` the next

@@ -1,4 +1,4 @@
-//! Which shoots get a probe, and with which per-shoot settings (SPEC §2.1).
+//! Which shoots get a probe, and with which per-shoot settings (docs/behaviour.md §2.2, §2.3).
 //!
 //! The Cluster object carries the whole Shoot as raw JSON. We extract only the few fields the
 //! lifecycle rules need into a [`ShootView`], so the rules are plain functions that can be tested
@@ -273,7 +273,8 @@ pub enum ProbeLifecycle {
     NotYet(WaitReason),
 }
 
-/// Applies the lifecycle rules of SPEC §2.1. `shoot` is `None` when the Cluster is gone.
+/// Applies the lifecycle rules of docs/behaviour.md §2.2. `shoot` is `None` when the Cluster is
+/// gone.
 pub fn probe_lifecycle(shoot: Option<&ShootView>, base: &ProberConfig) -> ProbeLifecycle {
     let Some(shoot) = shoot else {
         return ProbeLifecycle::Remove(RemoveReason::ClusterGone);

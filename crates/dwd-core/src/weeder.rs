@@ -1,4 +1,4 @@
-//! The weeder's event rules (SPEC §3).
+//! The weeder's event rules (docs/behaviour.md §3.2, §3.3).
 //!
 //! When a service comes back, pods that crash-looped while it was gone sit in a growing back-off;
 //! the weeder deletes them so they restart at once. These functions decide which EndpointSlice

@@ -1,6 +1,6 @@
 //! The Cluster controller (kube-runtime `Controller`): keeps one probe per shoot whose
-//! Cluster says it should have one (SPEC §2.1), by feeding `dwd_core::probe_lifecycle` into
-//! the [`ProbeManager`].
+//! Cluster says it should have one (docs/behaviour.md §2.2), by feeding `dwd_core::probe_lifecycle`
+//! into the [`ProbeManager`].
 //!
 //! Cluster objects embed the whole Shoot, Seed and CloudProfile; a thousand of them would
 //! cost hundreds of megabytes. The watch stream strips each object down to the few Shoot

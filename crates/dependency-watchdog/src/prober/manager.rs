@@ -13,7 +13,7 @@
 //!
 //! New settings from the Cluster (grace period, pool conditions, a new Cluster UID) reach the
 //! running probe through a `watch` channel and apply from its next run: a Cluster edit never
-//! restarts the probe, so it never re-arms `initialDelay` (SPEC §2.1).
+//! restarts the probe, so it never re-arms `initialDelay` (docs/behaviour.md §2.3).
 
 use std::collections::HashMap;
 use std::future::Future;

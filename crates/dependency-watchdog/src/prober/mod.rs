@@ -1,4 +1,4 @@
-//! The prober: one probe per shoot control plane hosted by this seed (SPEC §2).
+//! The prober: one probe per shoot control plane hosted by this seed (docs/behaviour.md §2).
 //!
 //! - [`seed_caches`]: watch caches of probe secrets, Machines and scaling targets;
 //! - [`controller`]: the Cluster controller deciding which shoots get a probe;

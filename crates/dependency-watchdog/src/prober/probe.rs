@@ -54,7 +54,8 @@ enum Finding {
 }
 
 /// What the Cluster says a shoot's probe should use; the controller updates it and the probe
-/// takes the newest at the start of each run (SPEC §2.1: no restart, no new initial delay).
+/// takes the newest at the start of each run (docs/behaviour.md §2.3: no restart, no new initial
+/// delay).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeSpec {
     /// Effective settings (grace period, pool conditions).

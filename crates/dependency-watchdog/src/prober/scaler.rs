@@ -1,10 +1,9 @@
-//! Executes scaling flows (SPEC §2.3): levels in ascending order, the targets of one level
-//! concurrently, a level only after every earlier level succeeded; each target tried up to
-//! three times, 100 ms apart. What to do with a target is decided by `dwd_core::scaling`
-//! from the watch cache; this module only performs the writes and waits (by watching the
-//! cache) until the target reaches its goal, at most
-//! [`READINESS_WAIT`](dwd_core::scaling::READINESS_WAIT): a lagging seed
-//! never holds the next level back longer than the reference's fixed wait.
+//! Executes scaling flows (docs/behaviour.md §2.11–2.13): levels in ascending order, the targets of
+//! one level concurrently, a level only after every earlier level succeeded; each target tried up
+//! to three times, 100 ms apart. What to do with a target is decided by `dwd_core::scaling` from
+//! the watch cache; this module only performs the writes and waits (by watching the cache) until
+//! the target reaches its goal, at most [`READINESS_WAIT`](dwd_core::scaling::READINESS_WAIT): a
+//! lagging seed never holds the next level back longer than the reference's fixed wait.
 //!
 //! For apps/v1 workloads (Deployment, StatefulSet, ReplicaSet) each step is one merge patch
 //! that changes annotations and `spec.replicas` together, with the cached resourceVersion as

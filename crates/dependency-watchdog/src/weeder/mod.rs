@@ -1,4 +1,5 @@
-//! The weeder: when a service comes back, delete its dependants that crash-loop (SPEC §3).
+//! The weeder: when a service comes back, delete its dependants that crash-loop
+//! (docs/behaviour.md §3).
 //!
 //! While etcd or kube-apiserver of a shoot control plane is down, the pods depending on it
 //! crash and sit in a growing `CrashLoopBackOff`; once the dependency is back they would wait

@@ -1,9 +1,9 @@
 //! The registry of running weeders: at most one per `namespace/slice`.
 //!
 //! A slice that turns ready again while its weeder still runs gets a fresh weeder with a fresh
-//! `watchDuration` (SPEC §3); the old one is cancelled first, so a namespace never has two sets
-//! of pod watches for the same slice. Entries carry a generation so that a replaced weeder
-//! finishing late cannot remove its successor's entry.
+//! `watchDuration` (docs/behaviour.md §3.4); the old one is cancelled first, so a namespace never
+//! has two sets of pod watches for the same slice. Entries carry a generation so that a replaced
+//! weeder finishing late cannot remove its successor's entry.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -1,4 +1,4 @@
-//! The prober's configuration file (SPEC §2.4).
+//! The prober's configuration file (docs/behaviour.md §2.1).
 //!
 //! Field names, defaults and the meaning of every value match the reference (v1.7.0,
 //! `internal/prober/config.go`), so any file it loads loads here with the same effect; see

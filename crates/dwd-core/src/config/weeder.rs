@@ -1,4 +1,4 @@
-//! The weeder's configuration file (SPEC §3).
+//! The weeder's configuration file (docs/behaviour.md §3.1).
 //!
 //! Maps a service name to the selectors of pods that depend on it. Every file the reference
 //! (v1.7.0, `internal/weeder/config.go`) accepts loads here with the same meaning, including
