@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::prober::controller::cluster_gvk;
 use crate::prober::probe::{NODE_LEASE_NAMESPACE, bounded};
 use crate::prober::seed_caches::{
-    KUBECONFIG_KEY, machine_gvk, project_machine, project_target, split_api_version,
+    KUBECONFIG_KEY, is_not_served, machine_gvk, project_machine, project_target, split_api_version,
 };
 use crate::prober::shoot_reads::{LEASE_PAGE, NODE_PAGE, list_all};
 use crate::{Error, Result};
@@ -338,6 +338,9 @@ async fn explain_flow(
             let (group, version) = split_api_version(&r.api_version);
             let gvk = GroupVersionKind::gvk(group, version, &r.kind);
             let action = match kube::discovery::pinned_kind(seed, &gvk).await {
+                Err(e) if info.optional && is_not_served(&e) => {
+                    "kind not served by the seed; optional, so every flow skips it".into()
+                }
                 Err(e) => format!("cannot resolve {}/{}: {e}", r.api_version, r.kind),
                 Ok((resource, _)) => {
                     let api: Api<DynamicObject> =

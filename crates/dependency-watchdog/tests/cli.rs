@@ -11,7 +11,7 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
 }
 
-/// SPEC §4 plus our additive `--log-format`.
+/// docs/behaviour.md §4.1 plus our additive `--log-format`.
 const CONTRACT_FLAGS: &[&str] = &[
     "concurrent-reconciles",
     "config-file",

@@ -261,7 +261,7 @@ fn with_entry(entry: &str) -> String {
 }
 
 /// The `dep-config.yaml` key of the ConfigMap in one of deploy/gardener's manifests: the
-/// configs gardenlet generates (see /work/shared/gardener-deployment.md).
+/// configs gardenlet generates (see deploy/gardener/).
 fn gardener_config(manifest: &str) -> String {
     let mut out = String::new();
     let mut inside = false;

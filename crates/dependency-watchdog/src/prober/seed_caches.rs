@@ -108,7 +108,7 @@ pub fn project_target(obj: &DynamicObject) -> Option<TargetState> {
 
 /// Whether discovery failed because the seed does not serve the kind: its group/version is
 /// unknown (404) or the group/version lacks the kind.
-fn is_not_served(e: &kube::Error) -> bool {
+pub(crate) fn is_not_served(e: &kube::Error) -> bool {
     match e {
         kube::Error::Api(status) => status.code == 404,
         kube::Error::Discovery(
