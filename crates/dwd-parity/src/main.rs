@@ -1,0 +1,153 @@
+//! `dwd-parity`: runs the parity scenarios on our binary alone (checking each expected
+//! timeline) or on ours and the reference side by side. See the library's documentation.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use dwd_parity::{Lanes, catalogue, check, compare, render_checked, runner, select};
+
+/// Scripted scenarios on a simulated seed and shoot, run on one or two dependency-watchdog
+/// binaries; timelines compared side by side.
+#[derive(Parser, Debug)]
+#[command(name = "dwd-parity")]
+struct Cli {
+    /// Our binary (default: `cargo build -p dependency-watchdog`, or DWD_PARITY_OURS).
+    #[arg(long)]
+    ours: Option<PathBuf>,
+    /// The reference binary (crates/dwd-bench/build-reference.sh builds it); with it every
+    /// scenario runs on both and the timelines are printed side by side.
+    #[arg(long)]
+    reference: Option<PathBuf>,
+    /// Seconds two runs' same event may lie apart before it is marked `~`.
+    #[arg(long, default_value_t = 1.5)]
+    tolerance: f64,
+    /// Lanes (scenarios at once) when running ours alone.
+    #[arg(long, default_value_t = 2)]
+    lanes: usize,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    list: bool,
+    /// Keep the environment's directory (configs, logs) after the run.
+    #[arg(long)]
+    keep: bool,
+    /// Scenarios to run (default: all).
+    scenarios: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("dwd-parity: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<bool> {
+    if cli.list {
+        for s in catalogue::all() {
+            println!("{:<28} {:?}  {}", s.name, s.role, s.about);
+        }
+        return Ok(true);
+    }
+    if cli.keep {
+        // SAFETY: set before any other thread reads the environment (the runtime's workers
+        // don't read it).
+        unsafe { std::env::set_var("DWD_TESTENV_KEEP", "1") };
+    }
+    let scenarios = select(&cli.scenarios)?;
+    let ours = match cli.ours {
+        Some(p) => p,
+        None => dwd_parity::locate_ours()?,
+    };
+    let lanes_wanted = if cli.reference.is_some() {
+        2
+    } else {
+        cli.lanes.max(1)
+    };
+    eprintln!("starting etcd and {lanes_wanted} lane(s) of seed + shoot kube-apiservers…");
+    let lanes = Lanes::start(lanes_wanted).await?;
+    eprintln!("environment in {}", lanes.env.dir().display());
+
+    let Some(reference) = cli.reference else {
+        let results = dwd_parity::run_checked(&lanes.lanes, &scenarios, &ours, &|c| {
+            println!("{}", render_checked(c));
+        })
+        .await;
+        let failed: Vec<&str> = results
+            .iter()
+            .filter(|c| !c.failures.is_empty())
+            .map(|c| c.scenario.name)
+            .collect();
+        println!(
+            "{} scenarios, {} passed{}",
+            results.len(),
+            results.len() - failed.len(),
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!(", failed: {}", failed.join(", "))
+            }
+        );
+        return Ok(failed.is_empty());
+    };
+
+    let (a, b) = (&lanes.lanes[0], &lanes.lanes[1]);
+    let mut differing = Vec::new();
+    let mut ours_failed = Vec::new();
+    for s in &scenarios {
+        eprintln!("running {} on both…", s.name);
+        let (ra, rb) = tokio::join!(
+            runner::run(a, s, &ours, "ours"),
+            runner::run(b, s, &reference, "reference")
+        );
+        let ra = ra.with_context(|| format!("{}: ours", s.name))?;
+        let rb = rb.with_context(|| format!("{}: reference", s.name))?;
+        let sbs = compare::side_by_side(
+            &format!("ours ({})", ours.display()),
+            &ra.timeline,
+            &format!("reference ({})", reference.display()),
+            &rb.timeline,
+            cli.tolerance,
+        );
+        println!("== {} — {}", s.name, s.about);
+        print!("{}", sbs.text);
+        let failures = check::check(s, &ra.timeline);
+        for f in &failures {
+            println!("   ours misses an expectation: {f}");
+        }
+        println!(
+            "   {} marked row(s); logs: {} | {}\n",
+            sbs.differences,
+            ra.log.display(),
+            rb.log.display()
+        );
+        if sbs.differences > 0 {
+            differing.push(format!("{} ({})", s.name, sbs.differences));
+        }
+        if !failures.is_empty() {
+            ours_failed.push(s.name);
+        }
+    }
+    println!(
+        "{} scenarios; differing: {}; ours missed expectations in: {}",
+        scenarios.len(),
+        if differing.is_empty() {
+            "none".to_string()
+        } else {
+            differing.join(", ")
+        },
+        if ours_failed.is_empty() {
+            "none".to_string()
+        } else {
+            ours_failed.join(", ")
+        }
+    );
+    let _ = runner::role_name;
+    Ok(ours_failed.is_empty())
+}
