@@ -50,6 +50,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 mod support;
+use dwd_testenv::front_door::Trickle;
+use k8s_openapi::api::coordination::v1::Lease;
 use support::{Watchdog, sum};
 
 const KCM: &str = "kube-controller-manager";
@@ -249,6 +251,7 @@ fn connections_by_port(pid: u32) -> Result<BTreeMap<u16, usize>> {
 struct Dog {
     wd: Watchdog,
     label: String,
+    health_port: u16,
 }
 
 impl Dog {
@@ -276,6 +279,20 @@ impl Dog {
             "dwd_prober_api_server_probe_failures_total",
             &[("shoot", ns)],
         ))
+    }
+
+    /// `dwd_prober_lease_probe_failures_total{shoot}`.
+    async fn lease_failures(&self, ns: &str) -> Result<f64> {
+        Ok(sum(
+            &self.metrics().await?,
+            "dwd_prober_lease_probe_failures_total",
+            &[("shoot", ns)],
+        ))
+    }
+
+    /// `/readyz`: its status and body.
+    async fn readyz(&self) -> Result<(u16, String)> {
+        support::http_get(self.health_port, "/readyz").await
     }
 
     /// Whether this incarnation leads (`leader_election_master_status` is 1).
@@ -384,12 +401,24 @@ struct ShootSpec {
     name: &'static str,
     /// The probe kubeconfig, when not the shoot apiserver's own front door.
     kubeconfig: Option<String>,
+    /// The Shoot's `nodeMonitorGracePeriod` (in its Cluster), when not the config's.
+    grace: Option<&'static str>,
 }
 
 fn shoot(name: &'static str) -> ShootSpec {
     ShootSpec {
         name,
         kubeconfig: None,
+        grace: None,
+    }
+}
+
+/// A shoot probed through `kubeconfig` (a door of its own).
+fn shoot_via(name: &'static str, kubeconfig: &str) -> ShootSpec {
+    ShootSpec {
+        name,
+        kubeconfig: Some(kubeconfig.to_string()),
+        grace: None,
     }
 }
 
@@ -448,6 +477,11 @@ impl World {
             options.node_prefix = format!("{name}-{}-", spec.name);
             options.deployments = TARGETS.iter().map(|(n, r)| (n.to_string(), *r)).collect();
             options.deployment_status_delay = Some(Duration::from_millis(150));
+            if let Some(grace) = spec.grace {
+                let mut state = options.resolved_shoot_state();
+                state.node_monitor_grace_period = Some(grace.to_string());
+                options.shoot_state = Some(state);
+            }
             let kubeconfig = spec
                 .kubeconfig
                 .unwrap_or_else(|| shoots_api.kubeconfig().to_string());
@@ -534,7 +568,11 @@ impl World {
         ];
         args.extend(extra.iter().cloned());
         let wd = Watchdog::spawn(&label, &args, &[], &self.dir, metrics_port)?;
-        Ok(Dog { wd, label })
+        Ok(Dog {
+            wd,
+            label,
+            health_port,
+        })
     }
 
     fn spawn(&self) -> Result<Dog> {
@@ -557,7 +595,7 @@ impl World {
     /// SIGKILL (peak RSS read just before).
     fn kill(&self, dog: Dog) {
         let peak = dog.wd.pid().and_then(peak_rss_mib);
-        let Dog { wd, label } = dog;
+        let Dog { wd, label, .. } = dog;
         // Dropping the handle SIGKILLs and reaps the process; its log stays.
         drop(wd);
         let log =
@@ -900,7 +938,9 @@ fn reset_switches(api: &ApiServer) {
     api.set_latency(Duration::ZERO);
     api.set_hang_after_handshake(false);
     api.set_partitioned(false);
+    api.set_retry_after(Some(0));
     let _ = api.set_conflict_on_first_write(false);
+    let _ = api.set_trickle(None);
 }
 
 // --- the scenarios --------------------------------------------------------------------------
@@ -1184,14 +1224,8 @@ async fn slow_and_hanging_shoot_apiservers() -> Result<()> {
         vec![
             shoot("o"),
             shoot("h"),
-            ShootSpec {
-                name: "slow",
-                kubeconfig: Some(slow_door.kubeconfig().to_string()),
-            },
-            ShootSpec {
-                name: "hang",
-                kubeconfig: Some(hang_door.kubeconfig().to_string()),
-            },
+            shoot_via("slow", slow_door.kubeconfig()),
+            shoot_via("hang", hang_door.kubeconfig()),
         ],
     )
     .await?;
@@ -1264,12 +1298,301 @@ async fn slow_and_hanging_shoot_apiservers() -> Result<()> {
     w.finish().await
 }
 
+/// `nodeMonitorGracePeriod` of the trickling shoot: its leases expire 3 s after renewal.
+const TRICKLE_GRACE: &str = "4s";
+
+/// Response bodies that trickle: the shoot apiserver (through a door of its own) sends each
+/// response's headers at once, then its body a few bytes every 100 ms, so that no read ever
+/// waits long enough for a read timeout. First every body trickles (4 bytes per 100 ms:
+/// `/version` alone would take ~7 s): each call fails within `probeTimeout` and the next run
+/// comes; nothing of that shoot is scaled though its kubelets are silent; a shoot in outage
+/// next to it is scaled down on schedule. Then only lease lists trickle, spread over 4.5 s
+/// (`probeTimeout` raised to 6 s, the shoot's leases expiring 3 s after renewal): the lists
+/// succeed, lease expiry is judged at the moment each list was asked for, and the healthy
+/// shoot is never scaled down although every list ends after its leases' expiry.
+#[tokio::test]
+async fn trickling_response_bodies_from_a_shoot_apiserver() -> Result<()> {
+    let _serial = serial().await;
+    let shoots = shoots_api().await?;
+    let door = shoots.side_door().await?;
+    door.set_trickle(Some(Trickle::bytes(4, Duration::from_millis(100))));
+    let w = World::new(
+        "trickle",
+        CONFIG,
+        vec![
+            shoot("o"),
+            shoot("h"),
+            ShootSpec {
+                grace: Some(TRICKLE_GRACE),
+                ..shoot_via("trickle", door.kubeconfig())
+            },
+        ],
+    )
+    .await?;
+    let (o, tr) = (0, 2);
+    let tr_ns = w.shoot(tr).ns.clone();
+    let dog = w.spawn()?;
+    dog.wd
+        .until(&format!("{tr_ns}'s runs fail"), || async {
+            Ok((dog.api_failures(&tr_ns).await? >= 1.0).then_some(()))
+        })
+        .await?;
+    // Its kubelets stop too: a run that cannot finish must scale nothing, up or down.
+    let t = Instant::now();
+    let failures0 = dog.api_failures(&tr_ns).await?;
+    w.outage(&[o, tr]);
+    w.wait_scaled_down(&[o], Duration::from_secs(10)).await?;
+    let scaled_in = t.elapsed();
+    dog.wd
+        .until("6 s of trickled runs", || async {
+            Ok((t.elapsed() >= Duration::from_secs(6)).then_some(()))
+        })
+        .await?;
+    let failed = dog.api_failures(&tr_ns).await? - failures0;
+    let trickled = door.state().trickled_responses();
+    w.log(&format!(
+        "in {:.1}s: {failed} failed runs of the trickling shoot ({trickled} bodies trickled); o scaled down in {:.1}s",
+        t.elapsed().as_secs_f64(),
+        scaled_in.as_secs_f64()
+    ));
+    ensure!(trickled > 0, "no body was trickled");
+    // Each failed run ends within probeTimeout (2 s): over 6 s, at least 2.
+    ensure!(
+        failed >= 2.0,
+        "runs of a trickling shoot are not bounded by probeTimeout: {failed} failures in 6 s"
+    );
+    let touched = |since: Instant| -> Vec<String> {
+        w.observer
+            .snapshot()
+            .into_iter()
+            .filter(|s| s.ns == tr_ns && s.at >= since)
+            .filter(|s| {
+                TARGETS
+                    .iter()
+                    .any(|(n, r)| *n == s.name && (s.replicas < *r || s.record.is_some()))
+            })
+            .map(|s| {
+                format!(
+                    "{}/{} at {} (record {:?})",
+                    s.ns, s.name, s.replicas, s.record
+                )
+            })
+            .collect()
+    };
+    let seen = touched(w.started);
+    ensure!(
+        seen.is_empty(),
+        "the trickling shoot was scaled while its runs failed: {seen:?}"
+    );
+    w.check_invariants("trickled bodies", &[&dog]).await?;
+    w.recover(&[o, tr]);
+    w.stop(dog).await?;
+
+    // Only lease lists trickle now, each spread over 4.5 s: longer than the 3 s in which the
+    // shoot's leases expire, shorter than probeTimeout.
+    std::fs::write(
+        &w.config_path,
+        CONFIG.replace("probeTimeout: 2s", "probeTimeout: 6s"),
+    )?;
+    door.set_trickle(Some(
+        Trickle::over(Duration::from_millis(4500)).on_paths_containing("/leases"),
+    ));
+    let since = Instant::now();
+    let dog = w.spawn()?;
+    // The fault as the watchdog meets it: a lease list through the door outlives the window.
+    let client = dwd_testenv::client_from_kubeconfig("trickle", door.kubeconfig()).await?;
+    let t = Instant::now();
+    let leases = Api::<Lease>::namespaced(client, "kube-node-lease")
+        .list(&Default::default())
+        .await?;
+    let list_took = t.elapsed();
+    ensure!(
+        list_took >= Duration::from_secs(4),
+        "a lease list ({} leases) through the trickling door took only {list_took:?}",
+        leases.items.len()
+    );
+    dog.wd
+        .until("3 runs of the trickling shoot", || async {
+            Ok((dog.runs(&tr_ns).await? >= 3.0).then_some(()))
+        })
+        .await?;
+    let (runs, api_failed, lease_failed) = (
+        dog.runs(&tr_ns).await?,
+        // `+ 0.0`: a sum of no series is -0.
+        dog.api_failures(&tr_ns).await? + 0.0,
+        dog.lease_failures(&tr_ns).await? + 0.0,
+    );
+    w.log(&format!(
+        "lease lists trickled over {:.1}s: {runs} runs of the trickling shoot, {api_failed} API server and {lease_failed} lease probe failures",
+        list_took.as_secs_f64()
+    ));
+    ensure!(
+        api_failed == 0.0 && lease_failed == 0.0,
+        "runs whose lease list trickled for 4.5 s failed ({api_failed} / {lease_failed}) under a 6 s probeTimeout"
+    );
+    let seen = touched(since);
+    ensure!(
+        seen.is_empty(),
+        "the healthy trickling shoot was scaled down (its leases judged when the list ended?): {seen:?}"
+    );
+    w.check_invariants("lease lists trickled past the expiry window", &[&dog])
+        .await?;
+    w.stop(dog).await?;
+    drop(door);
+    w.finish().await
+}
+
+/// The seed goes silent in the middle of a scale-down, in two ways: its door completes the
+/// TLS handshake and never answers, or it answers every new connection 12 s late (past the
+/// scaler's 10 s call timeout); open connections, pooled ones and watches included, are
+/// dropped as the spell starts, so every call meets it. Connections that hung stay hung
+/// until the client gives up. Once the seed is healthy again the flow finishes, no target
+/// of the healthy shoot moves, no record is lost, and `/readyz` is 200 again.
+#[tokio::test]
+async fn seed_hanging_or_slower_than_the_client_mid_flow() -> Result<()> {
+    let _serial = serial().await;
+    let mut rng = rng_for("seed-hang");
+    let w = World::new("seed-hang", CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    let dog = w.spawn()?;
+    w.wait_probing(&dog).await?;
+    for round in 1..=pick(1, 3) {
+        for hang in [false, true] {
+            let what = if hang {
+                "hangs after the TLS handshake"
+            } else {
+                "answers 12 s late"
+            };
+            w.outage(&[0]);
+            hold(millis(&mut rng, 0, 1200)).await;
+            let spell = millis(&mut rng, 1500, 4000);
+            w.log(&format!(
+                "round {round}: the seed {what} for {spell:?} with o at {}",
+                w.describe(0).await
+            ));
+            if hang {
+                w.seed.set_hang_after_handshake(true);
+            } else {
+                w.seed.set_latency(Duration::from_secs(12));
+            }
+            w.seed.drop_connections();
+            hold(spell).await;
+            let (during, _) = dog.readyz().await?;
+            w.seed.set_hang_after_handshake(false);
+            w.seed.set_latency(Duration::ZERO);
+            let healed = Instant::now();
+            w.wait_scaled_down(&[0], DEADLINE).await?;
+            let finished = healed.elapsed();
+            let ready = w
+                .wait("/readyz 200 again", DEADLINE, || async {
+                    Ok((dog.readyz().await?.0 == 200).then_some(()))
+                })
+                .await;
+            w.log(&format!(
+                "the seed is healthy again: flow finished {:.1}s later; /readyz {during} during the spell, 200 again after {:.1}s; {} connections hung so far",
+                finished.as_secs_f64(),
+                healed.elapsed().as_secs_f64(),
+                w.seed.hung_connections()
+            ));
+            ready?;
+            w.check_invariants(&format!("round {round}: seed {what}"), &[&dog])
+                .await?;
+            w.recover(&[0]);
+            w.check_invariants(&format!("round {round}: recovery"), &[&dog])
+                .await?;
+        }
+    }
+    w.stop(dog).await?;
+    w.finish().await
+}
+
+/// `Retry-After: 30` — longer than every deadline of the calls it answers (the scaler's 10 s
+/// call timeout, the 2 s `probeTimeout`) — in a 429 storm on the seed mid scale-down, then on
+/// the shoot apiserver while a shoot in outage recovers. No call sleeps for it: a throttled
+/// write returns the 429 and the flow stops, to be retried by a later run; the flow completes
+/// well within 30 s of the storm's end. A throttled shoot run fails and scales nothing; after
+/// the storm the shoot is restored well within 30 s.
+#[tokio::test]
+async fn retry_after_longer_than_the_calls_deadline() -> Result<()> {
+    let _serial = serial().await;
+    let mut rng = rng_for("long-retry-after");
+    let w = World::new("long-retry-after", CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    w.seed.set_retry_after(Some(30));
+    w.shoots_api.set_retry_after(Some(30));
+    let dog = w.spawn()?;
+    w.wait_probing(&dog).await?;
+    let within = Duration::from_secs(25);
+    for round in 1..=pick(1, 3) {
+        w.outage(&[0]);
+        hold(millis(&mut rng, 0, 1500)).await;
+        let storm = millis(&mut rng, 1500, 3000);
+        w.log(&format!(
+            "round {round}: seed storm (Retry-After: 30) for {storm:?} with o at {}",
+            w.describe(0).await
+        ));
+        let answered = w.seed.throttled_responses();
+        w.seed.set_throttled(true);
+        w.seed.drop_connections();
+        hold(storm).await;
+        w.seed.set_throttled(false);
+        let storm_end = Instant::now();
+        let throttled = w.seed.throttled_responses() - answered;
+        ensure!(throttled > 0, "the seed storm reached no request");
+        w.wait_scaled_down(&[0], within).await?;
+        w.log(&format!(
+            "seed storm over: {throttled} requests answered 429; o scaled down {:.1}s after it",
+            storm_end.elapsed().as_secs_f64()
+        ));
+        w.check_invariants(&format!("round {round} seed storm"), &[&dog])
+            .await?;
+
+        let o = w.shoot(0).ns.clone();
+        // A flow that met a 429 spaces the shoot's next run out by 10 s: the storm must meet
+        // runs on their normal schedule again.
+        let runs = dog.runs(&o).await?;
+        dog.wd
+            .until("o probed on schedule again", || async {
+                Ok((dog.runs(&o).await? >= runs + 2.0).then_some(()))
+            })
+            .await?;
+        let answered = w.shoots_api.throttled_responses();
+        let failures = dog.api_failures(&o).await? + dog.lease_failures(&o).await?;
+        w.shoots_api.set_throttled(true);
+        hold(Duration::from_millis(1000)).await;
+        w.recover(&[0]);
+        let recovered_at = Instant::now();
+        hold(millis(&mut rng, 2000, 3000)).await;
+        w.shoots_api.set_throttled(false);
+        let storm_end = Instant::now();
+        let throttled = w.shoots_api.throttled_responses() - answered;
+        let failed = dog.api_failures(&o).await? + dog.lease_failures(&o).await? - failures;
+        ensure!(throttled > 0, "the shoot storm reached no request");
+        for s in w.observer.snapshot() {
+            if s.ns == o && s.at > recovered_at && s.at < storm_end && s.replicas > 0 {
+                w.violation(format!(
+                    "{o}/{} scaled up to {} during the shoot storm (every run was answered 429)",
+                    s.name, s.replicas
+                ));
+            }
+        }
+        w.wait_restored(&[0], within).await?;
+        w.log(&format!(
+            "round {round}: shoot storm (Retry-After: 30): {throttled} requests answered 429, {failed} failed runs of o; restored {:.1}s after it",
+            storm_end.elapsed().as_secs_f64()
+        ));
+        ensure!(failed >= 1.0, "no run of o failed in the shoot storm");
+        w.check_invariants(&format!("round {round} shoot storm"), &[&dog])
+            .await?;
+    }
+    w.stop(dog).await?;
+    w.finish().await
+}
+
 /// Two replicas with leader election, each reaching the seed through a door of its own. At a
-/// random point of a scale-down the leader's door is partitioned (nothing refused, nothing
-/// answered) past its renew deadline: it stops leading and exits; the other replica takes
-/// the lease after it expired and finishes the flow. Then the partition heals and what the
-/// old leader had sent into it reaches the seed late — it must change nothing. The new
-/// leader restores the shoot when its kubelets return.
+/// random point of a scale-down, and again of the scale-up that follows, the leader's door is
+/// partitioned (nothing refused, nothing answered) past its renew deadline: it stops leading
+/// and exits; the other replica takes the lease after it expired and finishes the flow
+/// (restoring the recorded replicas after a partition mid scale-up). Then the partition heals
+/// and what the old leader had sent into it reaches the seed late — it must change nothing.
 #[tokio::test]
 async fn leader_partitioned_from_the_seed_past_its_renew_deadline_mid_flow() -> Result<()> {
     let _serial = serial().await;
@@ -1297,65 +1620,87 @@ async fn leader_partitioned_from_the_seed_past_its_renew_deadline_mid_flow() -> 
             Ok(leader.leads().await?.then_some(()))
         })
         .await?;
+    let mut partitions = 0;
     for round in 1..=pick(1, 3) {
-        doors.push(w.seed.side_door().await?);
-        let door = doors.len() - 1;
-        let follower = replica(&w, &doors[door])?;
-        follower
-            .wd
-            .until("the second replica follows", || async {
-                Ok(sum(
-                    &follower.metrics().await?,
-                    "leader_election_master_status",
-                    &[],
-                )
-                .eq(&0.0)
-                .then_some(()))
-            })
+        for down in [true, false] {
+            let dir = if down { "scale-down" } else { "scale-up" };
+            doors.push(w.seed.side_door().await?);
+            let door = doors.len() - 1;
+            let follower = replica(&w, &doors[door])?;
+            follower
+                .wd
+                .until("the second replica follows", || async {
+                    Ok(sum(
+                        &follower.metrics().await?,
+                        "leader_election_master_status",
+                        &[],
+                    )
+                    .eq(&0.0)
+                    .then_some(()))
+                })
+                .await?;
+            w.wait_probing(&leader).await?;
+            if down {
+                w.outage(&[0]);
+                hold(millis(&mut rng, 200, 1500)).await;
+            } else {
+                // A scale-up starts a few runs after the kubelets renew again: the partition
+                // comes once its first target moved, at a random point of the rest.
+                w.recover(&[0]);
+                w.wait("o's scale-up under way", DEADLINE, || async {
+                    Ok(w.targets_down(0).await.filter(|&n| n < 3).map(|_| ()))
+                })
+                .await?;
+                hold(millis(&mut rng, 0, 600)).await;
+            }
+            let leader_door = door - 1;
+            w.log(&format!(
+                "round {round} {dir}: partitioning the leader {} with o at {}",
+                leader.label,
+                w.describe(0).await
+            ));
+            let peak = leader.wd.pid().and_then(peak_rss_mib);
+            doors[leader_door].state().set_partitioned(true);
+            partitions += 1;
+            let partitioned_at = Instant::now();
+            let status = w
+                .wait("the partitioned leader exits", DEADLINE, || async {
+                    Ok(leader.wd.exited())
+                })
+                .await?;
+            w.log(&format!(
+                "the partitioned leader exited with {status} after {:.1}s with o at {}",
+                partitioned_at.elapsed().as_secs_f64(),
+                w.describe(0).await
+            ));
+            ensure!(
+                !status.success() && leader.wd.log().contains("leadership lost"),
+                "the partitioned leader did not give up as it should ({status})\n{}",
+                leader.wd.tail()
+            );
+            w.record(&leader, peak);
+            follower
+                .wd
+                .until("the other replica leads", || async {
+                    Ok(follower.leads().await?.then_some(()))
+                })
+                .await?;
+            if down {
+                w.wait_scaled_down(&[0], DEADLINE).await?;
+            } else {
+                w.wait_restored(&[0], DEADLINE).await?;
+            }
+            // The partition heals: what the dead leader sent into it arrives now.
+            doors[leader_door].state().set_partitioned(false);
+            w.check_invariants(
+                &format!("round {round}: leader partitioned mid {dir}"),
+                &[&follower],
+            )
             .await?;
-        w.wait_probing(&leader).await?;
-        w.outage(&[0]);
-        hold(millis(&mut rng, 200, 1500)).await;
-        let leader_door = door - 1;
-        w.log(&format!(
-            "round {round}: partitioning the leader {} with o at {}",
-            leader.label,
-            w.describe(0).await
-        ));
-        let peak = leader.wd.pid().and_then(peak_rss_mib);
-        doors[leader_door].state().set_partitioned(true);
-        let partitioned_at = Instant::now();
-        let status = w
-            .wait("the partitioned leader exits", DEADLINE, || async {
-                Ok(leader.wd.exited())
-            })
-            .await?;
-        w.log(&format!(
-            "the partitioned leader exited with {status} after {:.1}s",
-            partitioned_at.elapsed().as_secs_f64()
-        ));
-        ensure!(
-            !status.success() && leader.wd.log().contains("leadership lost"),
-            "the partitioned leader did not give up as it should ({status})\n{}",
-            leader.wd.tail()
-        );
-        w.record(&leader, peak);
-        follower
-            .wd
-            .until("the other replica leads", || async {
-                Ok(follower.leads().await?.then_some(()))
-            })
-            .await?;
-        w.wait_scaled_down(&[0], DEADLINE).await?;
-        // The partition heals: what the dead leader sent into it arrives now.
-        doors[leader_door].state().set_partitioned(false);
-        w.check_invariants(&format!("round {round}: leader partitioned"), &[&follower])
-            .await?;
-        w.recover(&[0]);
-        w.check_invariants(&format!("round {round}: recovery"), &[&follower])
-            .await?;
-        leader = follower;
+            leader = follower;
+        }
     }
+    w.log(&format!("{partitions} leaders partitioned"));
     w.stop(leader).await?;
     w.finish().await
 }

@@ -23,7 +23,11 @@
 //!   the apiserver as the environment's admin; the first `PATCH` or `PUT` to each object is
 //!   preceded by a write of the front door's own to that object (a concurrent writer: the
 //!   object gets a newer `resourceVersion`) and answered with the apiserver's
-//!   `409 Conflict` Status; later writes to the object pass.
+//!   `409 Conflict` Status; later writes to the object pass;
+//! - **trickled bodies**: the front door terminates TLS and forwards HTTP requests to the
+//!   apiserver as the environment's admin; a response's headers are sent at once and its body
+//!   then drips out in small pieces with a pause before each ([`Trickle`]): a slow link or a
+//!   peer that answers byte by byte, which no read timeout notices.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -75,8 +79,61 @@ pub struct FrontDoorState {
     partition_changed: tokio::sync::Notify,
     conflict: Mutex<Option<ConflictMode>>,
     conflicts_sent: AtomicU64,
+    trickle: Mutex<Option<(Trickle, Arc<rustls::ClientConfig>)>>,
+    trickled_responses: AtomicU64,
     drops: AtomicU64,
     dropped: tokio::sync::Notify,
+}
+
+/// How trickled-bodies mode delivers a response body (see [`FrontDoorState::set_trickle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trickle {
+    /// The pause before each piece of the body.
+    pub every: Duration,
+    /// How the body is cut into pieces.
+    pub pieces: TricklePieces,
+    /// Only responses to requests whose path (query included) contains this are trickled;
+    /// `None`: every response.
+    pub path_contains: Option<String>,
+}
+
+/// How a trickled body is cut into pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TricklePieces {
+    /// Pieces of at most this many bytes, each after a pause of [`Trickle::every`]: a body of
+    /// `n` bytes takes `ceil(n / bytes) × every`, however long that is.
+    Bytes(usize),
+    /// The whole body is read from the apiserver first, then cut into as many pieces as there
+    /// are pauses of [`Trickle::every`] in this duration: the last byte arrives this long
+    /// after the headers, whatever the body's size (for scenarios that need a known delay on
+    /// a list whose size they do not control).
+    Over(Duration),
+}
+
+impl Trickle {
+    /// `bytes` every `every`, on every response.
+    pub fn bytes(bytes: usize, every: Duration) -> Trickle {
+        Trickle {
+            every,
+            pieces: TricklePieces::Bytes(bytes),
+            path_contains: None,
+        }
+    }
+
+    /// The body spread over `total` in pieces 100 ms apart, on every response.
+    pub fn over(total: Duration) -> Trickle {
+        Trickle {
+            every: Duration::from_millis(100),
+            pieces: TricklePieces::Over(total),
+            path_contains: None,
+        }
+    }
+
+    /// Only responses to requests whose path contains `fragment`.
+    pub fn on_paths_containing(mut self, fragment: &str) -> Trickle {
+        self.path_contains = Some(fragment.to_string());
+        self
+    }
 }
 
 /// What conflict-on-first-write mode needs: how to reach the apiserver as the admin, and the
@@ -171,6 +228,25 @@ impl FrontDoorState {
     /// How many writes were answered 409 in conflict-on-first-write mode.
     pub fn conflicts_sent(&self) -> u64 {
         self.conflicts_sent.load(Ordering::SeqCst)
+    }
+
+    /// Turns trickled-bodies mode on for new connections, reaching the apiserver with
+    /// `upstream` (as in [`Self::set_conflict_on_first_write`]), or off (`None`): new
+    /// connections are piped again; responses already trickling go on trickling.
+    pub fn set_trickle(&self, trickle: Option<(Trickle, Arc<rustls::ClientConfig>)>) {
+        *self.trickle.lock().unwrap_or_else(|e| e.into_inner()) = trickle;
+    }
+
+    /// How many response bodies were trickled.
+    pub fn trickled_responses(&self) -> u64 {
+        self.trickled_responses.load(Ordering::SeqCst)
+    }
+
+    fn trickle(&self) -> Option<(Trickle, Arc<rustls::ClientConfig>)> {
+        self.trickle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Closes every connection open through this front door now (as a restarted load
@@ -360,7 +436,11 @@ async fn serve_connection(
         return;
     }
     if let Some(upstream) = state.conflict_upstream() {
-        serve_conflicting(client, backend, state, acceptor, upstream).await;
+        serve_terminated(client, backend, state, acceptor, upstream).await;
+        return;
+    }
+    if let Some((_, upstream)) = state.trickle() {
+        serve_terminated(client, backend, state, acceptor, upstream).await;
         return;
     }
     let latency = state.latency_ms.load(Ordering::SeqCst);
@@ -437,9 +517,69 @@ fn full(body: impl Into<Bytes>) -> ProxyBody {
         .boxed()
 }
 
-/// Conflict-on-first-write mode: TLS terminated here, each request forwarded over a
-/// connection of our own to the apiserver (one per client connection, HTTP/1.1).
-async fn serve_conflicting(
+/// A response body delivered as `trickle` says: each piece after a pause.
+fn trickled(body: hyper::body::Incoming, trickle: Trickle) -> ProxyBody {
+    use hyper::body::Frame;
+    enum Source {
+        Upstream(hyper::body::Incoming),
+        Done,
+    }
+    let every = trickle.every;
+    let init = match trickle.pieces {
+        TricklePieces::Bytes(n) => (Source::Upstream(body), Bytes::new(), n.max(1), None),
+        TricklePieces::Over(total) => {
+            let pauses = (total.as_millis() / every.as_millis().max(1)).max(1);
+            (Source::Upstream(body), Bytes::new(), 0, Some(pauses))
+        }
+    };
+    let stream = futures::stream::unfold(
+        init,
+        move |(mut source, mut pending, mut piece, pauses)| async move {
+            loop {
+                if !pending.is_empty() {
+                    tokio::time::sleep(every).await;
+                    let chunk = pending.split_to(piece.min(pending.len()));
+                    return Some((Ok(Frame::data(chunk)), (source, pending, piece, pauses)));
+                }
+                let Source::Upstream(body) = &mut source else {
+                    return None;
+                };
+                if let Some(pauses) = pauses {
+                    // The whole body first, so it can be spread over the pauses.
+                    let collected = match std::mem::replace(&mut source, Source::Done) {
+                        Source::Upstream(body) => body.collect().await,
+                        Source::Done => return None,
+                    };
+                    match collected {
+                        Ok(all) => {
+                            pending = all.to_bytes();
+                            let pauses = usize::try_from(pauses).unwrap_or(usize::MAX);
+                            piece = pending.len().div_ceil(pauses).max(1);
+                        }
+                        Err(e) => return Some((Err(e), (source, pending, piece, None))),
+                    }
+                    continue;
+                }
+                match body.frame().await {
+                    None => return None,
+                    Some(Err(e)) => return Some((Err(e), (Source::Done, pending, piece, pauses))),
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) => pending = data,
+                        // Trailers pass as they are.
+                        Err(frame) => return Some((Ok(frame), (source, pending, piece, pauses))),
+                    },
+                }
+            }
+        },
+    );
+    http_body_util::StreamBody::new(stream).boxed()
+}
+
+/// Conflict-on-first-write and trickled-bodies modes: TLS terminated here, each request
+/// forwarded over a connection of our own to the apiserver (one per client connection,
+/// HTTP/1.1), the first write to each object answered 409 (when that mode is on) and
+/// response bodies trickled (when that one is).
+async fn serve_terminated(
     client: TcpStream,
     backend: SocketAddr,
     state: Arc<FrontDoorState>,
@@ -511,11 +651,24 @@ async fn serve_conflicting(
                     .header("Content-Type", "application/json")
                     .body(full(CONFLICT_BODY));
             }
+            let trickle = state.trickle().map(|(t, _)| t).filter(|t| {
+                t.path_contains.as_deref().is_none_or(|fragment| {
+                    req.uri()
+                        .path_and_query()
+                        .is_some_and(|pq| pq.as_str().contains(fragment))
+                })
+            });
             if let Err(e) = sender.ready().await {
                 return bad_gateway(e);
             }
             match sender.send_request(req.map(BodyExt::boxed)).await {
-                Ok(response) => Ok(response.map(BodyExt::boxed)),
+                Ok(response) => match trickle {
+                    Some(trickle) => {
+                        state.trickled_responses.fetch_add(1, Ordering::SeqCst);
+                        Ok(response.map(|body| trickled(body, trickle)))
+                    }
+                    None => Ok(response.map(BodyExt::boxed)),
+                },
                 Err(e) => bad_gateway(e),
             }
         }

@@ -806,6 +806,31 @@ impl ApiServer {
         self.inner.state.conflicts_sent()
     }
 
+    /// Trickled-bodies mode (see [`front_door`]): from now on, new connections reach the
+    /// apiserver through the front door as the environment's admin, and the bodies of the
+    /// responses `trickle` selects drip out slowly after their headers. `None` turns it off.
+    pub fn set_trickle(&self, trickle: Option<front_door::Trickle>) -> Result<(), TestEnvError> {
+        let upstream = match trickle {
+            Some(t) => Some((t, self.admin_upstream()?)),
+            None => None,
+        };
+        self.inner.state.set_trickle(upstream);
+        Ok(())
+    }
+
+    /// How many response bodies the front door trickled.
+    pub fn trickled_responses(&self) -> u64 {
+        self.inner.state.trickled_responses()
+    }
+
+    /// How the front door reaches the apiserver as the environment's admin.
+    fn admin_upstream(&self) -> Result<Arc<rustls::ClientConfig>, TestEnvError> {
+        let env = self.inner.env.upgrade().ok_or_else(|| {
+            TestEnvError::Spawn(self.inner.name.clone(), "environment is gone".into())
+        })?;
+        front_door::upstream_tls_config(&self.inner.pki.ca_pem(), &env.admin)
+    }
+
     /// An admin kubeconfig that reaches the apiserver itself, past the front door: for a
     /// simulated data plane that must stay healthy while the front door is faulty.
     pub fn direct_kubeconfig(&self) -> Result<String, TestEnvError> {
@@ -853,6 +878,7 @@ impl ApiServer {
             addr,
             state,
             kubeconfig,
+            upstream: self.admin_upstream()?,
             _door: door,
         })
     }
@@ -890,6 +916,8 @@ pub struct SideDoor {
     addr: SocketAddr,
     state: Arc<FrontDoorState>,
     kubeconfig: String,
+    /// How this door reaches the apiserver as the admin in the modes that terminate TLS.
+    upstream: Arc<rustls::ClientConfig>,
     _door: FrontDoor,
 }
 
@@ -907,6 +935,12 @@ impl SideDoor {
     /// This door's switches (throttle, latency, hang, partition, conflicts).
     pub fn state(&self) -> &FrontDoorState {
         &self.state
+    }
+
+    /// Trickled-bodies mode on this door (see [`ApiServer::set_trickle`]).
+    pub fn set_trickle(&self, trickle: Option<front_door::Trickle>) {
+        self.state
+            .set_trickle(trickle.map(|t| (t, self.upstream.clone())));
     }
 }
 
