@@ -38,11 +38,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
-use dwd_sim::{AbortOnDrop, SeedControlPlane, ShootState, SimShoot, SimShootOptions};
+use dwd_sim::{
+    AbortOnDrop, EndpointsState, SeedControlPlane, ShootState, SimShoot, SimShootOptions,
+};
 use dwd_testenv::{ApiServer, ApiServerOptions, SideDoor, TestEnv, eventually};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -444,6 +446,16 @@ struct World {
 
 impl World {
     async fn new(name: &'static str, config: &str, specs: Vec<ShootSpec>) -> Result<World> {
+        World::new_with(name, config, specs, ApiServerOptions::seed()).await
+    }
+
+    /// [`World::new`] with the seed apiserver's options.
+    async fn new_with(
+        name: &'static str,
+        config: &str,
+        specs: Vec<ShootSpec>,
+        seed_options: ApiServerOptions,
+    ) -> Result<World> {
         let started = Instant::now();
         let env = env().await?;
         let shoots_api = shoots_api().await?;
@@ -452,7 +464,7 @@ impl World {
             shoots_api.start().await?;
         }
         let seed = env
-            .start_apiserver_with(&format!("faults-{name}-seed"), ApiServerOptions::seed())
+            .start_apiserver_with(&format!("faults-{name}-seed"), seed_options)
             .await?;
         let seed_client = seed.direct_client().await?;
         let shoot_client = shoots_api.direct_client().await?;
@@ -577,6 +589,33 @@ impl World {
 
     fn spawn(&self) -> Result<Dog> {
         self.spawn_with(None, &[])
+    }
+
+    /// Starts an incarnation of the weeder (`weeder_config` its config file) against the
+    /// seed's front door.
+    fn spawn_weeder(&self, weeder_config: &Path) -> Result<Dog> {
+        let n = {
+            let mut n = self.incarnations.lock().unwrap_or_else(|e| e.into_inner());
+            *n += 1;
+            *n
+        };
+        let label = format!("{}-{n}", self.name);
+        let metrics_port = dwd_testenv::free_port()?;
+        let health_port = dwd_testenv::free_port()?;
+        let args = vec![
+            "weeder".to_string(),
+            format!("--config-file={}", weeder_config.display()),
+            format!("--kubeconfig={}", self.seed.kubeconfig_path().display()),
+            "--zap-log-level=info".into(),
+            format!("--metrics-bind-addr=127.0.0.1:{metrics_port}"),
+            format!("--health-bind-addr=127.0.0.1:{health_port}"),
+        ];
+        let wd = Watchdog::spawn(&label, &args, &[], &self.dir, metrics_port)?;
+        Ok(Dog {
+            wd,
+            label,
+            health_port,
+        })
     }
 
     fn record(&self, dog: &Dog, peak_mib: Option<f64>) {
@@ -1764,6 +1803,255 @@ async fn conflict_on_every_first_write() -> Result<()> {
     }
     w.stop(dog).await?;
     w.finish().await
+}
+
+/// The weeder's config for [`weeder_under_seed_restarts_storms_and_sigkill`]: Gardener's
+/// `etcd-main-client` → kube-apiserver pods, watched long enough to outlast every fault.
+const WEEDER_CONFIG: &str = r#"
+watchDuration: 2m
+servicesAndDependantSelectors:
+  etcd-main-client:
+    podSelectors:
+    - matchExpressions:
+      - {key: role, operator: In, values: [apiserver]}
+"#;
+
+/// Crash-looping kube-apiserver pods per namespace of the weeder scenario.
+const WEEDED_PER_NAMESPACE: usize = 5;
+
+/// `(namespace, pod) → (successful deletions, deletions of any outcome)` from the seed's
+/// audit log.
+fn pod_deletions(audit_log: &Path) -> Result<BTreeMap<(String, String), (u32, u32)>> {
+    let text = std::fs::read_to_string(audit_log).unwrap_or_default();
+    let mut deletions: BTreeMap<(String, String), (u32, u32)> = BTreeMap::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let object = &event["objectRef"];
+        if event["verb"] != "delete"
+            || object["resource"] != "pods"
+            || event["stage"] != "ResponseComplete"
+        {
+            continue;
+        }
+        let key = (
+            object["namespace"].as_str().unwrap_or_default().to_string(),
+            object["name"].as_str().unwrap_or_default().to_string(),
+        );
+        let entry = deletions.entry(key).or_default();
+        entry.1 += 1;
+        if event["responseStatus"]["code"]
+            .as_u64()
+            .is_some_and(|c| c < 300)
+        {
+            entry.0 += 1;
+        }
+    }
+    Ok(deletions)
+}
+
+/// The weeder under faults. Each round, the `etcd-main-client` slices of a batch of shoot
+/// namespaces turn ready — each namespace holding crash-looping kube-apiserver pods (to be
+/// deleted), a healthy kube-apiserver pod and a crash-looping pod of another role (both to be
+/// kept) — and while the weeder deletes (its seed budget spreads the deletions over seconds)
+/// one fault strikes at a random moment: the seed apiserver restarted, a 429 storm with
+/// `Retry-After: 1` on the seed (open connections dropped), or the weeder SIGKILLed (and
+/// started again: it finds the slices ready at start). Every crash-looping dependant is
+/// deleted, exactly once by the seed's audit log; healthy pods and pods of other roles never
+/// are.
+#[tokio::test]
+async fn weeder_under_seed_restarts_storms_and_sigkill() -> Result<()> {
+    let _serial = serial().await;
+    let mut rng = rng_for("weeder");
+    let options = ApiServerOptions {
+        audit_log: true,
+        ..ApiServerOptions::seed()
+    };
+    let w = World::new_with("weeder", CONFIG, vec![], options).await?;
+    let weeder_config = w.dir.join("weeder-config.yaml");
+    std::fs::write(&weeder_config, WEEDER_CONFIG)?;
+    let mut dog = w.spawn_weeder(&weeder_config)?;
+    dog.wd
+        .until("the weeder ready", || async {
+            Ok((dog.readyz().await?.0 == 200).then_some(()))
+        })
+        .await?;
+    let per_round: usize = pick(3, 6);
+    let rounds: usize = pick(1, 4);
+    let mut weeded: Vec<(String, String)> = Vec::new();
+    let mut kept: Vec<(String, String, String)> = Vec::new();
+    let pods: Api<Pod> = Api::all(w.seed_client.clone());
+    for round in 1..=rounds {
+        for fault in ["seed restart", "429 storm", "SIGKILL"] {
+            let tag = fault
+                .split_whitespace()
+                .last()
+                .unwrap_or("x")
+                .to_lowercase();
+            let mut planes = Vec::new();
+            for k in 0..per_round {
+                let ns = format!("shoot--weeder--r{round}-{tag}-{k}");
+                let plane = SeedControlPlane::new(w.seed_client.clone(), &ns);
+                plane.create_namespace().await?;
+                for p in 0..WEEDED_PER_NAMESPACE {
+                    let pod = format!("kube-apiserver-crash-{p}");
+                    plane
+                        .create_crashlooping_pod(&pod, &[("role", "apiserver")])
+                        .await?;
+                    weeded.push((ns.clone(), pod));
+                }
+                plane
+                    .create_running_pod("kube-apiserver-healthy", &[("role", "apiserver")])
+                    .await?;
+                plane
+                    .create_crashlooping_pod("etcd-events-0", &[("role", "events")])
+                    .await?;
+                for pod in ["kube-apiserver-healthy", "etcd-events-0"] {
+                    let uid = pods_uid(&w.seed_client, &ns, pod).await?;
+                    kept.push((ns.clone(), pod.to_string(), uid));
+                }
+                plane
+                    .set_endpoint_slice("etcd-main-client", 1, EndpointsState::NotReady)
+                    .await?;
+                planes.push(plane);
+            }
+            for plane in &planes {
+                plane
+                    .set_endpoint_slice("etcd-main-client", 1, EndpointsState::AllReady)
+                    .await?;
+            }
+            hold(millis(&mut rng, 0, 1500)).await;
+            let left = |planes: &[SeedControlPlane]| {
+                let planes: Vec<String> =
+                    planes.iter().map(|p| p.namespace().to_string()).collect();
+                let pods = pods.clone();
+                async move {
+                    let mut n = 0;
+                    for ns in &planes {
+                        let list = Api::<Pod>::namespaced(pods.clone().into_client(), ns)
+                            .list(&Default::default())
+                            .await?;
+                        n += list
+                            .items
+                            .iter()
+                            .filter(|p| {
+                                p.metadata
+                                    .name
+                                    .as_deref()
+                                    .is_some_and(|n| n.starts_with("kube-apiserver-crash-"))
+                            })
+                            .count();
+                    }
+                    anyhow::Ok(n)
+                }
+            };
+            let before = left(&planes).await?;
+            w.log(&format!(
+                "round {round}: {fault} with {before} of {} crash-looping pods left",
+                per_round * WEEDED_PER_NAMESPACE
+            ));
+            match fault {
+                "seed restart" => {
+                    w.seed.stop().await?;
+                    hold(millis(&mut rng, 300, 2000)).await;
+                    w.seed.start().await?;
+                }
+                "429 storm" => {
+                    let answered = w.seed.throttled_responses();
+                    w.seed.set_retry_after(Some(1));
+                    w.seed.set_throttled(true);
+                    w.seed.drop_connections();
+                    hold(millis(&mut rng, 1500, 3000)).await;
+                    w.seed.set_throttled(false);
+                    w.log(&format!(
+                        "storm over: {} requests answered 429",
+                        w.seed.throttled_responses() - answered
+                    ));
+                }
+                _ => {
+                    w.kill(dog);
+                    dog = w.spawn_weeder(&weeder_config)?;
+                }
+            }
+            let t = Instant::now();
+            w.wait(
+                "every crash-looping dependant deleted",
+                DEADLINE,
+                || async {
+                    let n = left(&planes).await?;
+                    if n == 0 {
+                        Ok(Some(()))
+                    } else {
+                        Err(anyhow!("{n} crash-looping kube-apiserver pods left"))
+                    }
+                },
+            )
+            .await?;
+            w.log(&format!(
+                "round {round}: {fault}: the rest deleted {:.1}s after the fault",
+                t.elapsed().as_secs_f64()
+            ));
+        }
+    }
+    // Kept pods kept; every deletion once (the audit log is written in batches, ≤ 1 s).
+    for (ns, pod, uid) in &kept {
+        let now = Api::<Pod>::namespaced(w.seed_client.clone(), ns)
+            .get_opt(pod)
+            .await?
+            .and_then(|p| p.metadata.uid);
+        if now.as_deref() != Some(uid) {
+            w.violation(format!("{ns}/{pod} must be kept: uid {uid}, now {now:?}"));
+        }
+    }
+    let audit = w.seed.audit_log_path();
+    let deletions = w
+        .wait("every deletion in the audit log", DEADLINE, || async {
+            let d = pod_deletions(&audit)?;
+            let logged = weeded
+                .iter()
+                .filter(|k| d.get(*k).is_some_and(|c| c.0 >= 1))
+                .count();
+            if logged == weeded.len() {
+                Ok(Some(d))
+            } else {
+                Err(anyhow!(
+                    "{logged} of {} deletions in the audit log",
+                    weeded.len()
+                ))
+            }
+        })
+        .await?;
+    let attempts: u32 = deletions.values().map(|c| c.1).sum();
+    for (key, (ok, _)) in &deletions {
+        if weeded.contains(key) && *ok > 1 {
+            w.violation(format!("{}/{} deleted {ok} times", key.0, key.1));
+        }
+        if kept
+            .iter()
+            .any(|(ns, pod, _)| (ns, pod) == (&key.0, &key.1))
+        {
+            w.violation(format!("{}/{} (to be kept) was deleted", key.0, key.1));
+        }
+    }
+    w.log(&format!(
+        "{} crash-looping dependants deleted once each ({attempts} delete requests in all), {} pods kept",
+        weeded.len(),
+        kept.len()
+    ));
+    w.check_invariants("weeding under faults", &[&dog]).await?;
+    w.stop(dog).await?;
+    w.finish().await
+}
+
+/// The UID of a pod that must exist.
+async fn pods_uid(client: &kube::Client, ns: &str, pod: &str) -> Result<String> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .get(pod)
+        .await?
+        .metadata
+        .uid
+        .with_context(|| format!("{ns}/{pod} has no uid"))
 }
 
 /// Every target optional (the bulk shoots have none).
