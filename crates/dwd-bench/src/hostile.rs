@@ -603,7 +603,8 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
         );
     }
 
-    // RSS over time: every 5 s from the start, MiB.
+    // RSS over time: every 5 s from the start, `[s, VmRSS MiB, VmHWM MiB]` (the peak so far
+    // tells when it was reached, between two samples too).
     let mut rss = Vec::new();
     let mut next = 0.0;
     // A sample taken before the process had mapped anything reads 0: not a measurement.
@@ -612,7 +613,8 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
         if t >= next {
             rss.push(json!([
                 (t * 10.0).round() / 10.0,
-                (s.rss as f64 / 1048576.0 * 10.0).round() / 10.0
+                (s.rss as f64 / 1048576.0 * 10.0).round() / 10.0,
+                (s.hwm as f64 / 1048576.0 * 10.0).round() / 10.0
             ]));
             next = t + 5.0;
         }
@@ -627,7 +629,7 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
         "ended": o.ended.to_json(),
         "rss_limit_mib": cli.rss_limit_mib,
         "rss_window_mib": Summary::of(&window_rss).to_json(),
-        "rss_over_time_s_mib": rss,
+        "rss_hwm_over_time_s_mib": rss,
         "normal": normal,
         "hostile": hostile,
         "hostile_namespaces": hostile_namespaces,
