@@ -1,8 +1,8 @@
 //! Two timelines side by side, differences marked.
 //!
-//! Events other than warnings are aligned one to one (longest common subsequence of equal
-//! events, in time order); a pair further apart than the tolerance is marked `~`, an event
-//! only one binary produced `≠`. Warnings are worded differently by the two programs, so
+//! Events other than warnings are paired one to one (the k-th occurrence of an event in one
+//! timeline with the k-th occurrence of the same event in the other); a pair further apart
+//! than the tolerance is marked `~`, an event only one binary produced `≠`. Warnings are worded differently by the two programs, so
 //! they are listed per binary with counts, not aligned.
 
 use std::collections::BTreeMap;
@@ -61,53 +61,32 @@ pub fn side_by_side(
     SideBySide { text, differences }
 }
 
-/// Longest common subsequence of equal events; unmatched events between two matches are
-/// merged by time.
+/// Pairs the k-th occurrence of an event in `a` with the k-th occurrence of the same event in
+/// `b` (so "KCM replicas 0" is paired with "KCM replicas 0" however far apart in time, and a
+/// scenario action with itself); rows in time order (a pair at its earlier time).
 fn align<'a>(a: &[&'a (f64, Event)], b: &[&'a (f64, Event)]) -> Vec<Row<'a>> {
-    let (n, m) = (a.len(), b.len());
-    let mut lcs = vec![vec![0usize; m + 1]; n + 1];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lcs[i][j] = if a[i].1 == b[j].1 {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
+    let mut used = vec![false; b.len()];
+    let mut rows: Vec<(f64, usize, Row<'a>)> = Vec::new();
+    for (i, x) in a.iter().enumerate() {
+        let partner = b
+            .iter()
+            .enumerate()
+            .find(|(j, y)| !used[*j] && y.1 == x.1)
+            .map(|(j, _)| j);
+        match partner {
+            Some(j) => {
+                used[j] = true;
+                rows.push((x.0.min(b[j].0), i, (Some(*x), Some(b[j]))));
+            }
+            None => rows.push((x.0, i, (Some(*x), None))),
         }
     }
-    let mut out = Vec::new();
-    let (mut i, mut j) = (0, 0);
-    let mut pending_a = Vec::new();
-    let mut pending_b = Vec::new();
-    let flush =
-        |out: &mut Vec<_>, pa: &mut Vec<&'a (f64, Event)>, pb: &mut Vec<&'a (f64, Event)>| {
-            let mut merged: Vec<Row<'a>> = pa
-                .drain(..)
-                .map(|x| (Some(x), None))
-                .chain(pb.drain(..).map(|y| (None, Some(y))))
-                .collect();
-            merged.sort_by(|p, q| {
-                let t = |r: &Row<'_>| r.0.or(r.1).map_or(0.0, |e| e.0);
-                t(p).total_cmp(&t(q))
-            });
-            out.extend(merged);
-        };
-    while i < n || j < m {
-        if i < n && j < m && a[i].1 == b[j].1 && lcs[i][j] == lcs[i + 1][j + 1] + 1 {
-            flush(&mut out, &mut pending_a, &mut pending_b);
-            out.push((Some(a[i]), Some(b[j])));
-            i += 1;
-            j += 1;
-        } else if j >= m || (i < n && lcs[i + 1][j] >= lcs[i][j + 1]) {
-            pending_a.push(a[i]);
-            i += 1;
-        } else {
-            pending_b.push(b[j]);
-            j += 1;
-        }
+    for (j, y) in b.iter().enumerate().filter(|(j, _)| !used[*j]) {
+        rows.push((y.0, a.len() + j, (None, Some(*y))));
     }
-    flush(&mut out, &mut pending_a, &mut pending_b);
-    out
+    // Stable by time, then by recording order.
+    rows.sort_by(|p, q| p.0.total_cmp(&q.0).then(p.1.cmp(&q.1)));
+    rows.into_iter().map(|(_, _, r)| r).collect()
 }
 
 fn clip(s: &str) -> String {

@@ -26,7 +26,7 @@
 //! binary's warnings with counts, and whether our timeline meets the scenario's expectations.
 //! Without `--reference` it runs ours alone and checks every scenario's expected timeline,
 //! which is what CI does (`cargo test -p dwd-parity --test scenarios`). `--list` lists the
-//! scenarios; `--keep` keeps configs and logs (their directory is printed).
+//! scenarios; `--keep DIR` keeps every run's config and log in `DIR`.
 
 pub mod catalogue;
 pub mod check;
@@ -55,12 +55,18 @@ pub struct Lanes {
 }
 
 impl Lanes {
-    /// Starts etcd and `n` lanes.
-    pub async fn start(n: usize) -> Result<Lanes> {
+    /// Starts etcd and `n` lanes; configs, kubeconfigs and logs go to `out` (kept), or to the
+    /// environment's directory (removed with it) when `None`.
+    pub async fn start(n: usize, out: Option<&Path>) -> Result<Lanes> {
         let env = TestEnv::start().await?;
         let mut lanes = Vec::with_capacity(n);
         for i in 0..n {
-            lanes.push(Lane::start(&env, &format!("lane{i}")).await?);
+            let name = format!("lane{i}");
+            let dir = match out {
+                Some(out) => out.join(&name),
+                None => env.dir().join(format!("parity-{name}")),
+            };
+            lanes.push(Lane::start(&env, &name, dir).await?);
         }
         Ok(Lanes { lanes, env })
     }

@@ -29,9 +29,10 @@ struct Cli {
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
-    /// Keep the environment's directory (configs, logs) after the run.
-    #[arg(long)]
-    keep: bool,
+    /// Keep every run's config and log in this directory (else they go with the
+    /// environment's temporary directory).
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
     /// Scenarios to run (default: all).
     scenarios: Vec<String>,
 }
@@ -55,11 +56,6 @@ async fn run(cli: Cli) -> Result<bool> {
         }
         return Ok(true);
     }
-    if cli.keep {
-        // SAFETY: set before any other thread reads the environment (the runtime's workers
-        // don't read it).
-        unsafe { std::env::set_var("DWD_TESTENV_KEEP", "1") };
-    }
     let scenarios = select(&cli.scenarios)?;
     let ours = match cli.ours {
         Some(p) => p,
@@ -71,7 +67,7 @@ async fn run(cli: Cli) -> Result<bool> {
         cli.lanes.max(1)
     };
     eprintln!("starting etcd and {lanes_wanted} lane(s) of seed + shoot kube-apiservers…");
-    let lanes = Lanes::start(lanes_wanted).await?;
+    let lanes = Lanes::start(lanes_wanted, cli.keep.as_deref()).await?;
     eprintln!("environment in {}", lanes.env.dir().display());
 
     let Some(reference) = cli.reference else {
@@ -148,6 +144,5 @@ async fn run(cli: Cli) -> Result<bool> {
             ours_failed.join(", ")
         }
     );
-    let _ = runner::role_name;
     Ok(ours_failed.is_empty())
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::scenario::{Action, Role, Scenario, Side};
+use crate::scenario::{Action, Scenario, Side};
 use crate::timeline::{Event, Recorder, Timeline, log_warnings};
 use crate::world::{Lane, ScenarioWorld, command_line, lease_name, shortened};
 
@@ -310,12 +310,4 @@ fn describe_state(state: &dwd_sim::ShootState) -> String {
         out.push_str(&format!(", nodeMonitorGracePeriod {g}"));
     }
     out
-}
-
-/// Which role's binary a label stands for, for messages.
-pub fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::Prober => "prober",
-        Role::Weeder => "weeder",
-    }
 }

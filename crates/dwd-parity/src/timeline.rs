@@ -332,6 +332,10 @@ pub fn log_warnings(
                 }
                 out.push((t, Event::Warning(text)));
             }
+            Err(_) if line.contains(" INFO: ") || klog_severity(line) == Some('I') => {
+                // Go's standard logger and klog at info level (the reference's runtime
+                // metrics, client-go's leader election).
+            }
             Err(_) => {
                 // Go panics and plain lines: errors worth seeing (first 200 bytes).
                 let mut text = line.trim().to_string();
@@ -347,6 +351,16 @@ pub fn log_warnings(
         }
     }
     out
+}
+
+/// The severity letter of a klog text line (`I1123 12:28:42.055876 …`), if it is one.
+fn klog_severity(line: &str) -> Option<char> {
+    let mut chars = line.chars();
+    let severity = chars
+        .next()
+        .filter(|c| matches!(c, 'I' | 'W' | 'E' | 'F'))?;
+    let digits: String = chars.take(4).collect();
+    (digits.len() == 4 && digits.chars().all(|c| c.is_ascii_digit())).then_some(severity)
 }
 
 /// The string value of the first `"key":"…"` in a JSON line (no escapes in the value), or
@@ -387,9 +401,13 @@ mod tests {
             "\n",
             r#"{"level":"error","ts":1767225604.5,"msg":"go"}"#,
             "\n",
+            "I1123 12:28:42.055876   17907 leaderelection.go:258] \"Attempting to acquire\"\n",
+            "2026/11/23 12:28:42 INFO: metrics: disable exposing PSI metrics\n",
+            "E1123 12:28:43.000000   17907 leaderelection.go:300] \"Failed to release lock\"\n",
         );
         let w = log_warnings(log, start, 99.0);
-        assert_eq!(w.len(), 2, "{w:?}");
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(matches!(&w[2], (t, Event::Warning(x)) if *t == 99.0 && x.contains("release")));
         assert_eq!(w[0], (2.0, Event::Warning("warn: unusable".into())));
         assert_eq!(w[1], (4.5, Event::Warning("error: go".into())));
     }

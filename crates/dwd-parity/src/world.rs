@@ -45,8 +45,8 @@ pub struct Lane {
 }
 
 impl Lane {
-    /// Starts the lane's two apiservers in `env`.
-    pub async fn start(env: &TestEnv, name: &str) -> Result<Lane> {
+    /// Starts the lane's two apiservers in `env`; its files go to `dir`.
+    pub async fn start(env: &TestEnv, name: &str, dir: PathBuf) -> Result<Lane> {
         let seed = env
             .start_apiserver_with(&format!("{name}-seed"), ApiServerOptions::seed())
             .await?;
@@ -56,7 +56,6 @@ impl Lane {
         // by default (Gardener deploys them in `garden`).
         create_namespace(&seed_direct, GARDEN).await?;
         let shoot_direct = shoot.direct_client().await?;
-        let dir = env.dir().join(format!("parity-{name}"));
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         std::fs::write(dir.join("seed.kubeconfig"), seed.kubeconfig())
             .context("write the seed kubeconfig")?;

@@ -23,7 +23,7 @@ async fn every_scenario_meets_its_expected_timeline_on_our_binary() {
     let scenarios = select(&names).expect("known scenarios");
     let ours = dwd_parity::locate_ours().expect("our dependency-watchdog binary");
     let started = Instant::now();
-    let lanes = Lanes::start(2).await.expect("control plane");
+    let lanes = Lanes::start(2, None).await.expect("control plane");
     eprintln!(
         "control plane up after {:.1}s",
         started.elapsed().as_secs_f64()
