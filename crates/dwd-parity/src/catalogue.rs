@@ -18,6 +18,7 @@ use crate::scenario::{
 pub fn all() -> Vec<Scenario> {
     vec![
         readiness_wait(),
+        healthy_cadence(),
         retry_after(),
         initial_delay_per_flow(),
         cluster_edit_during_outage(),
@@ -86,6 +87,33 @@ fn readiness_wait() -> Scenario {
     s
 }
 
+/// Not a row of the issue, found by this runner: the probe's cadence on a healthy shoot.
+/// MCM's scale-up `initialDelay` is 8 s: a healthy run with nothing to restore runs no flow,
+/// so runs keep coming every second and the outage is acted on as soon as the leases expire
+/// (the reference runs the scale-up flow on every healthy run, sleeping the delay before it
+/// finds MCM running: a run every ~9 s, and the outage acted on up to 8 s later).
+fn healthy_cadence() -> Scenario {
+    let mut s = prober(
+        "healthy-cadence",
+        "MCM scale-up initialDelay 8 s, outage at 8 s: runs every second on the healthy shoot, scale-down as the leases expire (reference: a run every ~9 s)",
+        WorldSpec::shoot(3),
+    );
+    s.config_edits = vec![ConfigEdit::Replace(
+        "initialDelay: 3s\n",
+        "initialDelay: 8s\n",
+    )];
+    // The reference's second run comes ~11 s after start, just before the leases expire
+    // (~12.5 s); its third ~9 s later.
+    s.actions = vec![at(8.0, Silence(2))];
+    s.duration = 23.0;
+    s.expect.extend([
+        Reaches(MCM, 0, 11.5, 15.5),
+        Reaches(CA, 0, 11.5, 15.5),
+        Reaches(KCM, 0, 11.5, 16.5),
+    ]);
+    s
+}
+
 /// Row: 429 with `Retry-After`. The shoot answers 429 (Retry-After 1 s) while the leases
 /// expire, the seed while the watchdog scales: both clients retry within the call, so the
 /// scale-down happens once the seed serves again.
@@ -107,7 +135,7 @@ fn retry_after() -> Scenario {
     s.expect.extend([
         Reaches(MCM, 0, 8.0, 14.0),
         Reaches(KCM, 0, 8.0, 16.0),
-        Reaches(KCM, 2, 14.5, 19.0),
+        Reaches(KCM, 2, 14.0, 19.5),
         ReplicasAtEnd(KCM, 2),
     ]);
     s
@@ -130,7 +158,7 @@ fn initial_delay_per_flow() -> Scenario {
     s.duration = 22.0;
     s.expect.extend([
         Reaches(MCM, 0, 6.5, 12.0),
-        Reaches(KCM, 2, 13.0, 17.0),
+        Reaches(KCM, 2, 13.0, 19.0),
         Gap(KCM, 2, MCM, 1, 2.5, 5.0),
         ReplicasAtEnd(CA, 1),
     ]);
@@ -162,11 +190,11 @@ fn cluster_edit_during_outage() -> Scenario {
         at(12.0, EditCluster(edited)),
         at(19.0, ResumeAll),
     ];
-    s.duration = 24.0;
+    s.duration = 25.0;
     s.expect.extend([
         Reaches(MCM, 0, 12.5, 17.5),
         Reaches(KCM, 0, 12.5, 19.0),
-        Reaches(KCM, 2, 19.5, 23.0),
+        Reaches(KCM, 2, 19.5, 24.0),
     ]);
     s
 }
@@ -280,8 +308,8 @@ fn unusable_replicas_record() -> Scenario {
     );
     s.duration = 14.0;
     s.expect.extend([
-        Reaches(KCM, 1, 2.0, 7.0),
-        Reaches(MCM, 1, 2.0, 12.5),
+        Reaches(KCM, 1, 1.5, 7.0),
+        Reaches(MCM, 1, 1.5, 12.5),
         ReplicasAtEnd(KCM, 1),
         ReplicasAtEnd(MCM, 1),
         AnnotationAtEnd(KCM, MELTDOWN, None),
