@@ -29,8 +29,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::rate_limit::{Priority, with_priority};
-
 /// Why [`Cache::wait_until`] returned without its condition holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitEnd {
@@ -269,26 +267,15 @@ impl<T: Send + Sync + 'static> Cache<T> {
 
 /// Feeds `cache` from a watch on `api` forever (re-listing with backoff on errors), keeping
 /// `project(obj)` of each object. Objects that project to `None` are not cached.
+///
+/// On the seed, `api` comes from a client at `Priority::WATCH_CACHES`
+/// ([`crate::rate_limit::prioritized`]): ahead of every write in the seed budget.
 pub async fn run_cache<K, T, F>(
     api: Api<K>,
     config: watcher::Config,
     cache: Arc<Cache<T>>,
     project: F,
 ) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    T: Send + Sync + 'static,
-    F: Fn(&K) -> Option<T> + Send + 'static,
-{
-    // Ahead of every write in the seed budget (see `Priority::WATCH_CACHES`).
-    with_priority(
-        Priority::WATCH_CACHES,
-        feed_cache(api, config, cache, project),
-    )
-    .await;
-}
-
-async fn feed_cache<K, T, F>(api: Api<K>, config: watcher::Config, cache: Arc<Cache<T>>, project: F)
-where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     T: Send + Sync + 'static,
     F: Fn(&K) -> Option<T> + Send + 'static,

@@ -55,7 +55,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::metrics::{EventLabels, EventOutcome, Metrics};
-use crate::rate_limit::{Priority, with_priority};
+use crate::rate_limit::{Priority, prioritized};
 
 /// Events waiting to be written; beyond this they are dropped (and counted).
 pub const QUEUE_CAPACITY: usize = 1024;
@@ -267,7 +267,8 @@ impl Events {
             reporter.instance = Some(truncate(&own_pod.name, INSTANCE_LIMIT).into_owned());
         }
         let worker = Worker {
-            client,
+            // Lowest priority on the seed budget: an event never delays a scaling write.
+            client: prioritized(&client, Priority::EVENTS),
             reporter,
             metrics,
             recorders: HashMap::new(),
@@ -280,8 +281,7 @@ impl Events {
             overflowing: events.overflowing.clone(),
         };
         // The worker ends when the last handle is dropped and the queue is drained.
-        // Lowest priority on the seed budget: an event never delays a scaling write.
-        tokio::spawn(with_priority(Priority::EVENTS, worker.run(rx)));
+        tokio::spawn(worker.run(rx));
         events
     }
 

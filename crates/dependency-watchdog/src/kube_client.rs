@@ -65,7 +65,8 @@ pub fn rate_limited_client(config: Config, qps: f32, burst: u32) -> Result<Clien
     // Counted inside the limiter: only requests that were sent count (client-go's metric).
     // Retries of a `Retry-After` answer go outermost: each attempt takes a token again and is
     // counted, as client-go's do. No budget of its own: the seed is ours, and the callers
-    // bound their calls (the scaler with its call timeout, see `retry_after::with_deadline`).
+    // bound their calls (the scaler with its call timeout, a `retry_after::Deadline` on each
+    // of its requests).
     Ok(builder
         .with_layer(&count)
         .with_layer(&RateLimitLayer::new(qps, burst))

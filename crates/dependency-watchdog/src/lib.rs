@@ -17,6 +17,7 @@ pub mod logging;
 pub mod metrics;
 pub mod prober;
 pub mod rate_limit;
+pub mod request_settings;
 pub mod retry_after;
 pub mod server;
 pub mod weeder;

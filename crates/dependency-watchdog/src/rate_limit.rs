@@ -3,8 +3,9 @@
 //!
 //! Like client-go's limiter, a token bucket holds `burst` tokens, refilled at `qps` per second,
 //! and every request takes one token when it is sent. Unlike client-go's, waiting requests are
-//! not served first come, first served: each carries a [`Priority`] (taken from the task that
-//! sends it, see [`with_priority`]) and the most urgent waiter gets the next token. During a
+//! not served first come, first served: each carries a [`Priority`] (in its extensions, set by
+//! the client handle that sends it: see [`prioritized`] and [`crate::request_settings`]) and
+//! the most urgent waiter gets the next token. During a
 //! region-wide outage a thousand shoots want their kube-controller-manager scaled down at
 //! once; with priorities every shoot's level 0 is written before anyone's later levels, and
 //! Kubernetes Events (nice to have) never delay a scaling write (the point of the watchdog).
@@ -103,18 +104,28 @@ impl Priority {
     }
 }
 
-tokio::task_local! {
-    static PRIORITY: Priority;
+/// A client sending through `seed` (same stack, same buckets) whose every request is ranked
+/// at `priority` (see [`crate::request_settings`]).
+pub fn prioritized(seed: &kube::Client, priority: Priority) -> kube::Client {
+    let mut settings = http::Extensions::new();
+    settings.insert(priority);
+    crate::request_settings::with_settings(seed, settings)
 }
 
-/// Runs `fut` with every seed request it sends ranked at `priority`.
-pub async fn with_priority<F: Future>(priority: Priority, fut: F) -> F::Output {
-    PRIORITY.scope(priority, fut).await
+/// A request that says how urgent it is.
+pub trait HasPriority {
+    /// The request's priority on the bucket.
+    fn priority(&self) -> Priority;
 }
 
-/// The priority of the request being sent from the current task.
-fn current_priority() -> Priority {
-    PRIORITY.try_with(|p| *p).unwrap_or(Priority::DEFAULT)
+impl<B> HasPriority for http::Request<B> {
+    /// The [`Priority`] in the request's extensions; [`Priority::DEFAULT`] without one.
+    fn priority(&self) -> Priority {
+        self.extensions()
+            .get::<Priority>()
+            .copied()
+            .unwrap_or(Priority::DEFAULT)
+    }
 }
 
 /// A token bucket whose waiters are served by priority, then in arrival order.
@@ -307,23 +318,23 @@ where
     S: tower::Service<Req> + Send + 'static,
     S::Future: Send,
     S::Error: Into<tower::BoxError> + Send + Sync,
-    Req: Send + 'static,
+    Req: HasPriority + Send + 'static,
 {
     type Service = RateLimited<S, Req>;
 
     fn layer(&self, inner: S) -> RateLimited<S, Req> {
         RateLimited {
             // kube's client hands its stack to one buffer worker, which would serve waiters
-            // in arrival order; the wait happens in the caller's task instead (where its
-            // priority is known), and the request then goes through this buffer.
+            // in arrival order; the wait happens in the caller's task instead (in the
+            // future `call` returns), and the request then goes through this buffer.
             inner: Buffer::new(inner, BUFFER),
             buckets: self.buckets.clone(),
         }
     }
 }
 
-/// A service that waits for a token of the shared bucket, at the sending task's priority,
-/// before passing each request on.
+/// A service that waits for a token of the shared bucket, at the request's priority
+/// ([`HasPriority`]), before passing each request on.
 pub struct RateLimited<S, Req>
 where
     S: tower::Service<Req>,
@@ -338,7 +349,7 @@ where
     S::Future: Send,
     S::Response: Send + 'static,
     S::Error: Into<tower::BoxError> + Send + Sync,
-    Req: Send + 'static,
+    Req: HasPriority + Send + 'static,
 {
     type Response = S::Response;
     type Error = tower::BoxError;
@@ -352,9 +363,8 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         let inner = self.inner.clone();
         let buckets = self.buckets.clone();
+        let priority = req.priority();
         Box::pin(async move {
-            // Read when first polled: that happens in the sending task, inside its scope.
-            let priority = current_priority();
             buckets.for_priority(priority).acquire(priority).await;
             inner.oneshot(req).await
         })
@@ -367,11 +377,21 @@ mod tests {
     use std::convert::Infallible;
     use tower::{Layer, Service};
 
+    /// A test request: its id and its priority.
+    #[derive(Clone, Copy)]
+    struct Req(u32, Priority);
+
+    impl HasPriority for Req {
+        fn priority(&self) -> Priority {
+            self.1
+        }
+    }
+
     /// A service that answers at once with the (paused-clock) time it was called.
     #[derive(Clone)]
     struct Clock;
 
-    impl Service<u32> for Clock {
+    impl Service<Req> for Clock {
         type Response = (u32, Instant);
         type Error = Infallible;
         type Future = std::future::Ready<Result<(u32, Instant), Infallible>>;
@@ -380,16 +400,21 @@ mod tests {
             Poll::Ready(Ok(()))
         }
 
-        fn call(&mut self, id: u32) -> Self::Future {
+        fn call(&mut self, Req(id, _): Req) -> Self::Future {
             std::future::ready(Ok((id, Instant::now())))
         }
     }
 
-    type Limited = RateLimited<Clock, u32>;
+    type Limited = RateLimited<Clock, Req>;
 
     /// Sends request `id` through the limiter; returns when it reached the inner service.
     async fn send(svc: &Limited, id: u32) -> Instant {
-        match svc.clone_service().oneshot(id).await {
+        send_at(svc, id, Priority::DEFAULT).await
+    }
+
+    /// Sends request `id` at `priority`; returns when it reached the inner service.
+    async fn send_at(svc: &Limited, id: u32, priority: Priority) -> Instant {
+        match svc.clone_service().oneshot(Req(id, priority)).await {
             Ok((_, at)) => at,
             Err(e) => panic!("request {id}: {e}"),
         }
@@ -414,7 +439,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn burst_goes_at_once_then_requests_are_spaced_by_one_over_qps() {
-        let svc = RateLimitLayer::<u32>::new(5.0, 10).layer(Clock);
+        let svc = RateLimitLayer::<Req>::new(5.0, 10).layer(Clock);
         let start = Instant::now();
         let mut sent = Vec::new();
         for i in 0..30 {
@@ -433,21 +458,17 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn pod_watches_draw_from_a_budget_of_their_own() {
-        let svc = RateLimitLayer::<u32>::new(1.0, 2).layer(Clock);
+        let svc = RateLimitLayer::<Req>::new(1.0, 2).layer(Clock);
         let start = Instant::now();
         // The main bucket's burst is used up...
         for i in 0..2 {
             send(&svc, i).await;
         }
         // ...yet two pod watches go at once (their own burst), the third waits for its refill,
-        let watches = with_priority(Priority::WEEDER_POD_WATCHES, async {
-            let mut at = Vec::new();
-            for i in 10..13 {
-                at.push(send(&svc, i).await - start);
-            }
-            at
-        })
-        .await;
+        let mut watches = Vec::new();
+        for i in 10..13 {
+            watches.push(send_at(&svc, i, Priority::WEEDER_POD_WATCHES).await - start);
+        }
         assert!(ms(watches[0]) < 3 && ms(watches[1]) < 3, "{watches:?}");
         assert!(close(watches[2], 1000), "{watches:?}");
         // ...and the main bucket refilled on its own meanwhile: one token after 1 s.
@@ -457,7 +478,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_time_refills_at_most_burst_tokens() {
-        let svc = RateLimitLayer::<u32>::new(2.0, 3).layer(Clock);
+        let svc = RateLimitLayer::<Req>::new(2.0, 3).layer(Clock);
         for i in 0..3 {
             send(&svc, i).await;
         }
@@ -485,7 +506,7 @@ mod tests {
             .map(|i| {
                 let svc = svc.clone_service();
                 let p = priority(i);
-                tokio::spawn(with_priority(p, async move { (i, send(&svc, i).await) }))
+                tokio::spawn(async move { (i, send_at(&svc, i, p).await) })
             })
             .collect();
         let mut sent = Vec::new();
@@ -502,7 +523,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn concurrent_callers_of_one_priority_share_one_bucket_in_order() {
         // Clones share the bucket, as every clone of a kube Client does.
-        let svc = RateLimitLayer::<u32>::new(10.0, 2).layer(Clock);
+        let svc = RateLimitLayer::<Req>::new(10.0, 2).layer(Clock);
         let sent = concurrent(&svc, 6, |_| Priority::DEFAULT).await;
         let times: Vec<u64> = sent.iter().map(|(_, d)| ms(*d)).collect();
         for (got, want) in times.iter().zip([0, 0, 100, 200, 300, 400]) {
@@ -520,7 +541,7 @@ mod tests {
     async fn urgent_requests_overtake_waiting_ones() {
         // Burst 1: request 0 goes at once, everything else waits; the even requests are
         // level 0 of a scale-down, the odd ones events.
-        let svc = RateLimitLayer::<u32>::new(10.0, 1).layer(Clock);
+        let svc = RateLimitLayer::<Req>::new(10.0, 1).layer(Clock);
         let sent = concurrent(&svc, 7, |i| {
             if i % 2 == 0 {
                 Priority::scaling_level(0)
@@ -538,23 +559,19 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_late_urgent_request_goes_before_earlier_less_urgent_ones() {
-        let svc = RateLimitLayer::<u32>::new(10.0, 1).layer(Clock);
+        let svc = RateLimitLayer::<Req>::new(10.0, 1).layer(Clock);
         send(&svc, 0).await; // empties the bucket
         let start = Instant::now();
         let low: Vec<_> = (1..=3)
             .map(|i| {
                 let svc = svc.clone_service();
-                tokio::spawn(with_priority(Priority::EVENTS, async move {
-                    send(&svc, i).await - start
-                }))
+                tokio::spawn(async move { send_at(&svc, i, Priority::EVENTS).await - start })
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(150)).await; // request 1 went at 100 ms
         let urgent = {
             let svc = svc.clone_service();
-            tokio::spawn(with_priority(Priority::scaling_level(0), async move {
-                send(&svc, 9).await - start
-            }))
+            tokio::spawn(async move { send_at(&svc, 9, Priority::scaling_level(0)).await - start })
         };
         let urgent_at = urgent.await.unwrap_or_default();
         let mut low_at = Vec::new();
@@ -569,7 +586,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_cancelled_waiter_passes_its_turn_on() {
-        let svc = RateLimitLayer::<u32>::new(10.0, 1).layer(Clock);
+        let svc = RateLimitLayer::<Req>::new(10.0, 1).layer(Clock);
         send(&svc, 0).await;
         let start = Instant::now();
         let first = {

@@ -14,8 +14,10 @@
 //! deadline is not started and the server's answer is returned as it is, so the caller
 //! still sees the 429 (docs/behaviour.md §2.10 spaces the next probe run out after a 429 that ended
 //! a run). The deadline is the earlier of the layer's budget (per request; a shoot client's is its
-//! probe timeout, so a tenant's `Retry-After: 86400` costs nothing) and the one the calling task
-//! set with [`with_deadline`] (the scaler does, from its call timeout).
+//! probe timeout, so a tenant's `Retry-After: 86400` costs nothing) and the request's own
+//! [`Deadline`], carried in its extensions by the client handle that sent it
+//! ([`deadline_client`]; the scaler makes one per call, from its call timeout; see
+//! [`crate::request_settings`]).
 //!
 //! The layer goes outermost: every attempt passes the client's rate limiter again and is
 //! counted in `rest_client_requests_total`, as client-go's attempts are.
@@ -33,12 +35,30 @@ use tracing::debug;
 /// client-go's `maxRetries`: at most this many retries (11 attempts) per request.
 pub const MAX_RETRIES: u32 = 10;
 
+/// The latest instant a `Retry-After` wait of a request may end at, carried in the request's
+/// extensions (see [`crate::request_settings`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline(pub Instant);
+
+/// A client sending through `client` (same stack, same budget) whose every request carries
+/// `deadline`: retried only while a `Retry-After` wait ends before it.
+pub fn deadline_client(client: &kube::Client, deadline: Instant) -> kube::Client {
+    let mut settings = http::Extensions::new();
+    settings.insert(Deadline(deadline));
+    crate::request_settings::with_settings(client, settings)
+}
+
 tokio::task_local! {
+    /// Only for [`with_deadline`], kept for callers outside this crate's sources (the
+    /// integration tests); the watchdog itself uses [`Deadline`] on the request.
     static DEADLINE: Instant;
 }
 
 /// Runs `fut` with every request it sends retried only while a `Retry-After` wait ends
 /// before `deadline` (the caller's own timeout, which still bounds the whole call).
+///
+/// Ambient (a task-local that a `spawn` inside `fut` drops): prefer [`deadline_client`] or a
+/// [`Deadline`] in the request's settings. Kept because the integration tests use it.
 pub async fn with_deadline<F: Future>(deadline: Instant, fut: F) -> F::Output {
     DEADLINE.scope(deadline, fut).await
 }
@@ -194,13 +214,19 @@ where
             max_retries,
             budget,
         } = self.layer;
+        let own_deadline = request.extensions().get::<Deadline>().map(|d| d.0);
         Box::pin(async move {
-            // Read when first polled: in the calling task, inside its `with_deadline` scope.
+            // Read when first polled: in the calling task, inside a `with_deadline` scope if
+            // there is one.
             let started = Instant::now();
-            let deadline = [task_deadline(), budget.and_then(|b| started.checked_add(b))]
-                .into_iter()
-                .flatten()
-                .min();
+            let deadline = [
+                own_deadline,
+                task_deadline(),
+                budget.and_then(|b| started.checked_add(b)),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let (parts, body) = request.into_parts();
             let replay = body.replay();
             let mut response = send(&inner, copy_request(&parts, body)).await?;
@@ -402,6 +428,25 @@ mod tests {
         .expect("response");
         // Sent at 0 s and 1 s; a second wait would end at 2 s, past the deadline: the 429
         // comes back at once, before the caller's own timeout could turn it into a timeout.
+        assert_eq!(response.status(), 429);
+        assert_eq!(seen.lock().expect("seen").len(), 2);
+        assert_eq!(Instant::now() - start, Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_wait_is_started_that_would_end_past_the_requests_own_deadline() {
+        let start = Instant::now();
+        let (inner, seen) = server(&[(429, Some("1")), (429, Some("1")), (429, Some("1"))]);
+        let service = RetryAfterLayer::new(MAX_RETRIES, None).layer(inner);
+        let mut request = patch();
+        request
+            .extensions_mut()
+            .insert(Deadline(start + Duration::from_millis(1500)));
+        // Spawned: the deadline travels with the request, not with the task.
+        let response = tokio::spawn(service.oneshot(request))
+            .await
+            .expect("task")
+            .expect("response");
         assert_eq!(response.status(), 429);
         assert_eq!(seen.lock().expect("seen").len(), 2);
         assert_eq!(Instant::now() - start, Duration::from_secs(1));

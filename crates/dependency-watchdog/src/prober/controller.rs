@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 use super::ProberContext;
 use super::manager::{EnsureOutcome, ProbeManager};
 use crate::Error;
-use crate::rate_limit::{Priority, with_priority};
+use crate::rate_limit::{Priority, prioritized};
 
 /// GroupVersionKind of Gardener's extensions Cluster.
 pub fn cluster_gvk() -> GroupVersionKind {
@@ -167,7 +167,10 @@ pub async fn run(
     synced: tokio::sync::watch::Sender<bool>,
 ) {
     let resource = ApiResource::from_gvk(&cluster_gvk());
-    let api: Api<DynamicObject> = Api::all_with(ctx.seed.clone(), &resource);
+    // The Cluster watch feeds a cache like the others: ahead of every write in the seed budget
+    // (reconciling sends no requests).
+    let feed = prioritized(&ctx.seed, Priority::WATCH_CACHES);
+    let api: Api<DynamicObject> = Api::all_with(feed, &resource);
     let writer = reflector::store::Writer::new(resource.clone());
     let reader = writer.as_reader();
     let synced_for_stream = synced.clone();
@@ -205,8 +208,7 @@ pub async fn run(
             }
             futures::future::ready(())
         });
-    // The Cluster watch feeds a cache like the others (reconciling sends no requests).
-    with_priority(Priority::WATCH_CACHES, controller).await;
+    controller.await;
     sweeper.abort();
 }
 

@@ -14,6 +14,7 @@
 //! precondition (a Scale carries its parent's resourceVersion). Each flow's writes are
 //! ranked by level on the seed client's budget ([`crate::rate_limit`]). Every call is
 //! bounded by the target's `timeout`, `Retry-After` waits included ([`crate::retry_after`]).
+//! Both travel with the requests (`TargetApi`, see [`crate::request_settings`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
@@ -25,8 +26,8 @@ use dwd_core::scaling::{
     scale_subresource_patch, scale_up_patch, with_resource_version,
 };
 use dwd_core::{Direction, TargetAction, TargetSnapshot};
-use kube::Api;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::{Api, Client};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
@@ -34,8 +35,8 @@ use super::seed_caches::TargetCache;
 use crate::cache::WaitEnd;
 use crate::events::TargetRef;
 use crate::metrics::{ApiLabel, ApiLabels, Outcome, ScaleOpLabels};
-use crate::rate_limit::{Priority, with_priority};
-use crate::retry_after::with_deadline;
+use crate::rate_limit::Priority;
+use crate::retry_after::Deadline;
 use crate::{Error, Result};
 
 /// Attempts per target.
@@ -146,9 +147,13 @@ pub async fn run_flow(
             async move {
                 let result = match target {
                     // Every shoot's level 0 gets the seed budget before anyone's later levels.
-                    Some(t) => with_priority(
+                    Some(t) => scale_target(
+                        ctx,
+                        namespace,
+                        t,
+                        dir,
                         Priority::scaling_level(level.level),
-                        scale_target(ctx, namespace, t, dir, reason),
+                        reason,
                     )
                     .instrument(
                         info_span!("scale", target = %name, direction = %dir, level = level.level),
@@ -208,11 +213,13 @@ pub async fn run_flow(
     Ok(report)
 }
 
+/// Scales `target` in `namespace`, its writes ranked at `priority` on the seed budget.
 async fn scale_target(
     ctx: &ProberContext,
     namespace: &str,
     target: &TargetCache,
     dir: Direction,
+    priority: Priority,
     reason: &str,
 ) -> Result<TargetOutcome> {
     let scale_info = match dir {
@@ -230,7 +237,16 @@ async fn scale_target(
     let mut attempt = 1;
     loop {
         let seen = cached_version(target, namespace);
-        match attempt_once(ctx, namespace, target, dir, scale_info.timeout, reason).await {
+        let attempt_result = attempt_once(
+            ctx,
+            namespace,
+            target,
+            dir,
+            priority,
+            scale_info.timeout,
+            reason,
+        );
+        match attempt_result.await {
             Ok(outcome) => return Ok(outcome),
             Err(error) if attempt < ATTEMPTS => {
                 warn!(attempt, %error, "scaling attempt failed, retrying");
@@ -290,9 +306,35 @@ async fn wait_for_newer(
     }
 }
 
+/// A target's API on the seed for the writes of one flow: every request at the flow level's
+/// priority, each call with a deadline of its own.
+struct TargetApi<'a> {
+    seed: &'a Client,
+    priority: Priority,
+    namespace: &'a str,
+    resource: &'a ApiResource,
+}
+
+impl TargetApi<'_> {
+    /// The API for one call that must end by `deadline`: no `Retry-After` wait is started
+    /// that would end past it (so a 429 comes back as a 429, not as a timeout).
+    fn until(&self, deadline: Deadline) -> Api<DynamicObject> {
+        let mut settings = http::Extensions::new();
+        settings.insert(self.priority);
+        settings.insert(deadline);
+        let client = crate::request_settings::with_settings(self.seed, settings);
+        Api::namespaced_with(client, self.namespace, self.resource)
+    }
+}
+
+/// The deadline of a call bounded by `limit`, starting now.
+fn deadline_in(limit: Duration) -> Deadline {
+    Deadline(tokio::time::Instant::now() + limit)
+}
+
 /// One seed call of a scaling step, bounded by `limit`: the target's call timeout, which also
-/// bounds any `Retry-After` wait within it (a wait that would pass it is not started, so a
-/// 429 comes back as a 429, not as a timeout).
+/// bounds any `Retry-After` wait within it (`fut` sends through [`TargetApi::until`] with the
+/// deadline of [`deadline_in`]`(limit)`).
 async fn call<T>(
     ctx: &ProberContext,
     action: String,
@@ -305,8 +347,7 @@ async fn call<T>(
             api: ApiLabel::Seed,
         })
         .inc();
-    let deadline = tokio::time::Instant::now() + limit;
-    match tokio::time::timeout(limit, with_deadline(deadline, fut)).await {
+    match tokio::time::timeout(limit, fut).await {
         Err(_) => Err(Error::Timeout {
             action,
             timeout: limit,
@@ -330,12 +371,13 @@ async fn call<T>(
 /// One merge patch of the target object, through [`call`].
 async fn merge_patch(
     ctx: &ProberContext,
-    api: &Api<DynamicObject>,
+    api: &TargetApi<'_>,
     name: &str,
     action: String,
     limit: Duration,
     patch: &serde_json::Value,
 ) -> Result<DynamicObject> {
+    let api = api.until(deadline_in(limit));
     call(
         ctx,
         action,
@@ -349,12 +391,13 @@ async fn merge_patch(
 /// target's new resourceVersion and UID (a Scale carries its parent's).
 async fn scale_patch(
     ctx: &ProberContext,
-    api: &Api<DynamicObject>,
+    api: &TargetApi<'_>,
     name: &str,
     action: String,
     limit: Duration,
     patch: &serde_json::Value,
 ) -> Result<(Option<String>, Option<String>)> {
+    let api = api.until(deadline_in(limit));
     let scale = call(
         ctx,
         action,
@@ -405,6 +448,7 @@ async fn attempt_once(
     namespace: &str,
     target: &TargetCache,
     dir: Direction,
+    priority: Priority,
     timeout: Duration,
     reason: &str,
 ) -> Result<TargetOutcome> {
@@ -456,8 +500,12 @@ async fn attempt_once(
         None => reason.to_owned(),
     };
     let reason = reason.as_str();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.seed.clone(), namespace, &target.resource);
+    let api = TargetApi {
+        seed: &ctx.seed,
+        priority,
+        namespace,
+        resource: &target.resource,
+    };
     let limit = call_timeout(timeout);
     let rv = state.resource_version.as_deref();
     // apps/v1 workloads: one write per step; other kinds: annotations and scale subresource.

@@ -13,6 +13,7 @@ use kube::{Api, Client};
 use tracing::warn;
 
 use crate::cache::{Cache, SyncState, run_cache};
+use crate::rate_limit::{Priority, prioritized};
 
 /// Key of the kubeconfig in the probe secret.
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
@@ -138,9 +139,12 @@ impl SeedCaches {
         targets: &[DependentResourceInfo],
         tasks: &mut tokio::task::JoinSet<&'static str>,
     ) -> crate::Result<Self> {
+        // The watches feeding the caches go ahead of every write in the seed budget (see
+        // `Priority::WATCH_CACHES`); discovery below goes at the default priority.
+        let feeds = prioritized(seed, Priority::WATCH_CACHES);
         let secrets = Cache::new("probe kubeconfig secrets");
         tasks.spawn({
-            let api: Api<Secret> = Api::all(seed.clone());
+            let api: Api<Secret> = Api::all(feeds.clone());
             let config = watcher::Config::default().fields(&format!("metadata.name={secret_name}"));
             let cache = secrets.clone();
             async move {
@@ -152,7 +156,7 @@ impl SeedCaches {
         let machines = Cache::new("machines");
         tasks.spawn({
             let api: Api<DynamicObject> =
-                Api::all_with(seed.clone(), &ApiResource::from_gvk(&machine_gvk()));
+                Api::all_with(feeds.clone(), &ApiResource::from_gvk(&machine_gvk()));
             let cache = machines.clone();
             async move {
                 run_cache(api, watcher::Config::default(), cache, project_machine).await;
@@ -200,7 +204,7 @@ impl SeedCaches {
             };
             let cache = Cache::new("scaling targets");
             tasks.spawn({
-                let api: Api<DynamicObject> = Api::all_with(seed.clone(), &resource);
+                let api: Api<DynamicObject> = Api::all_with(feeds.clone(), &resource);
                 let config = watcher::Config::default()
                     .fields(&format!("metadata.name={}", info.target.name));
                 let cache = cache.clone();

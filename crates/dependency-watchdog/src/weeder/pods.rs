@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 
 use crate::events::Events;
 use crate::metrics::{Metrics, ServiceLabels};
-use crate::rate_limit::{Priority, with_priority};
+use crate::rate_limit::{Priority, prioritized};
 
 /// Attempts per pod deletion before waiting for the pod's next event.
 const DELETE_ATTEMPTS: u32 = 3;
@@ -113,6 +113,14 @@ enum Deleted {
     AlreadyGone,
 }
 
+/// The weeder's pods in its namespace, once per priority of its requests.
+struct PodApis {
+    /// For the watches, at `Priority::WEEDER_POD_WATCHES` (a budget of their own).
+    watch: Api<Pod>,
+    /// For the deletions, at `Priority::WEEDER_DELETE`.
+    delete: Api<Pod>,
+}
+
 impl Weeder {
     /// `namespace/slice`: the registry key.
     pub fn key(&self) -> String {
@@ -122,14 +130,25 @@ impl Weeder {
     /// Runs until `watchDuration` passed or `cancel` fired.
     pub async fn run(self, cancel: CancellationToken) {
         info!(watch_duration = ?self.watch_duration, selectors = self.selectors.len(), "weeder started");
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        // The watches' requests (their start, re-watches) go on the pod watches' own budget;
+        // deleting is what the weeder is for: ahead of other seed requests in the budget.
+        let apis = PodApis {
+            watch: Api::namespaced(
+                prioritized(&self.client, Priority::WEEDER_POD_WATCHES),
+                &self.namespace,
+            ),
+            delete: Api::namespaced(
+                prioritized(&self.client, Priority::WEEDER_DELETE),
+                &self.namespace,
+            ),
+        };
         // UIDs this weeder deleted or is deleting: two selectors may pick the same pod, and a
         // deleted pod keeps sending events (deletionTimestamp, finalizers) until it is gone.
         let handled = Mutex::new(HashSet::<String>::new());
         let watches = futures::future::join_all(
             self.selectors
                 .iter()
-                .map(|selector| self.watch_selector(api.clone(), selector, &handled)),
+                .map(|selector| self.watch_selector(&apis, selector, &handled)),
         );
         tokio::select! {
             _ = tokio::time::sleep(self.watch_duration) => info!("weeder ended: watch duration passed"),
@@ -140,7 +159,7 @@ impl Weeder {
 
     async fn watch_selector(
         &self,
-        api: Api<Pod>,
+        apis: &PodApis,
         selector: &PodSelector,
         handled: &Mutex<HashSet<String>>,
     ) {
@@ -157,12 +176,11 @@ impl Weeder {
             }
         };
         let mut streaming = !STREAMING_LISTS_REJECTED.load(Ordering::Relaxed);
-        let mut events = watch_pods(api.clone(), config(streaming))
+        let mut events = watch_pods(apis.watch.clone(), config(streaming))
             .default_backoff()
             .boxed();
         loop {
-            // The watch's requests (its start, re-watches) go on the pod watches' own budget.
-            let next = with_priority(Priority::WEEDER_POD_WATCHES, events.try_next()).await;
+            let next = events.try_next().await;
             let event = match next {
                 Ok(Some(event)) => event,
                 Ok(None) => return,
@@ -170,7 +188,7 @@ impl Weeder {
                     warn!(selector = %query, error = %e, "the seed rejects streaming lists (WatchList); using list + watch");
                     STREAMING_LISTS_REJECTED.store(true, Ordering::Relaxed);
                     streaming = false;
-                    events = watch_pods(api.clone(), config(false))
+                    events = watch_pods(apis.watch.clone(), config(false))
                         .default_backoff()
                         .boxed();
                     continue;
@@ -191,7 +209,7 @@ impl Weeder {
             if !lock(handled).insert(target.uid.clone()) {
                 continue;
             }
-            match delete_pod(&api, &target).await {
+            match delete_pod(&apis.delete, &target).await {
                 Ok(Deleted::Now) => {
                     self.metrics
                         .pods_deleted
@@ -237,7 +255,8 @@ impl Weeder {
     }
 }
 
-/// Deletes `target` (UID precondition), each attempt limited to [`DELETE_TIMEOUT`].
+/// Deletes `target` (UID precondition) through `api` (at `Priority::WEEDER_DELETE`), each
+/// attempt limited to [`DELETE_TIMEOUT`].
 async fn delete_pod(api: &Api<Pod>, target: &DeletionTarget) -> Result<Deleted, DeleteError> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
@@ -248,8 +267,7 @@ async fn delete_pod(api: &Api<Pod>, target: &DeletionTarget) -> Result<Deleted, 
     };
     let mut attempt = 1;
     loop {
-        // Deleting is what the weeder is for: ahead of other seed requests in the budget.
-        let deleting = with_priority(Priority::WEEDER_DELETE, api.delete(&target.name, &params));
+        let deleting = api.delete(&target.name, &params);
         let result = match tokio::time::timeout(DELETE_TIMEOUT, deleting).await {
             Ok(answer) => answer.map_err(DeleteError::from),
             Err(_) => Err(DeleteError::TimedOut(DELETE_TIMEOUT)),

@@ -25,6 +25,7 @@ use super::WeederContext;
 use super::pods::Weeder;
 use super::registry::{StartOutcome, Weeders};
 use crate::health::Health;
+use crate::rate_limit;
 
 /// The label selector of the configured services' slices: `kubernetes.io/service-name in (…)`.
 /// Service names are validated RFC 1035 labels, so they need no quoting.
@@ -95,17 +96,10 @@ fn key_of(slice: &EndpointSlice) -> Option<(String, String)> {
 /// starting weeders; marks `health` ready once the first list is through.
 pub async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<Health>) {
     // Ahead of the deletions in the seed budget: a re-watch starved by a storm of deletions
-    // would miss the next service to turn ready. (Weeders are spawned: their own requests
-    // don't inherit this.)
-    crate::rate_limit::with_priority(
-        crate::rate_limit::Priority::WATCH_CACHES,
-        watch_slices_forever(ctx, weeders, health),
-    )
-    .await;
-}
-
-async fn watch_slices_forever(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<Health>) {
-    let api: Api<EndpointSlice> = Api::all(ctx.seed.clone());
+    // would miss the next service to turn ready. (Only this watch: the weeders it starts
+    // get the plain seed client and choose their own priorities.)
+    let feed = rate_limit::prioritized(&ctx.seed, rate_limit::Priority::WATCH_CACHES);
+    let api: Api<EndpointSlice> = Api::all(feed);
     let config = watcher::Config::default().labels(&slice_selector(ctx.selectors.keys()));
     let mut events = watch_slices(api, config).default_backoff().boxed();
     let mut tracker = ReadinessTracker::default();
