@@ -705,3 +705,41 @@ pub fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const METRICS: &str = r#"# HELP dwd_prober_oversized_responses_total x
+dwd_prober_oversized_responses_total{shoot="shoot--bench--hostile-fat"} 16
+dwd_prober_lease_probe_failures_total{shoot="shoot--bench--hostile-fat"} 16
+dwd_prober_lease_probe_failures_total{shoot="shoot--bench--s0001"} 2
+dwd_prober_lease_probe_failures_total{shoot="shoot--bench--s0002"} 1
+dwd_prober_shoot_probe_runs_total{shoot="shoot--bench--hostile-fat-2"} 7
+"#;
+
+    #[test]
+    fn per_shoot_series_and_sums() {
+        let fat = series_for(METRICS, "shoot--bench--hostile-fat");
+        assert_eq!(fat.get("dwd_prober_oversized_responses_total"), Some(&16.0));
+        assert_eq!(
+            fat.get("dwd_prober_lease_probe_failures_total"),
+            Some(&16.0)
+        );
+        // Another shoot whose name starts the same is not this one.
+        assert!(!fat.contains_key("dwd_prober_shoot_probe_runs_total"));
+        let normal = |name| sum_shoots(METRICS, name, "shoot--bench--s");
+        assert_eq!(normal("dwd_prober_lease_probe_failures_total"), 3.0);
+        let none = normal("dwd_prober_oversized_responses_total");
+        assert_eq!((none, none.is_sign_negative()), (0.0, false));
+    }
+
+    #[test]
+    fn filler_is_as_long_as_asked_and_not_one_letter() {
+        let f = filler_text(250 << 10);
+        assert_eq!(f.len(), 250 << 10);
+        assert!(f.bytes().all(|b| b.is_ascii_alphanumeric()));
+        let distinct: std::collections::HashSet<u8> = f.bytes().collect();
+        assert!(distinct.len() > 50);
+    }
+}
