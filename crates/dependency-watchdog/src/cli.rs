@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::logging::{TimeEncoding, ZapEncoder, ZapLevel, parse_stacktrace_level};
+use crate::logging::{
+    LogSettings, Output, TimeEncoding, ZapEncoder, ZapLevel, parse_stacktrace_level,
+};
 
 /// Gardener's dependency watchdog: meltdown protection (prober) and crash-loop recovery (weeder).
 #[derive(Debug, Parser)]
@@ -214,4 +216,26 @@ pub fn normalize_go_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsStr
             arg
         })
         .collect()
+}
+
+impl LogSettings {
+    /// `--log-format` (ours) wins, then `--zap-encoder`, then `--zap-devel` (console, as in
+    /// controller-runtime, where an explicit encoder also wins over development mode).
+    ///
+    /// Here rather than in [`crate::logging`]: reading flags is the command line's job, and
+    /// logging then needs nothing from it.
+    pub fn from_args(args: &CommonArgs) -> LogSettings {
+        let output = match (args.log_format, args.zap_encoder, args.zap_devel) {
+            (Some(LogFormat::Text), _, _) => Output::Text,
+            (Some(LogFormat::Json), _, _) => Output::Json,
+            (None, Some(ZapEncoder::Json), _) => Output::Json,
+            (None, Some(ZapEncoder::Console), _) | (None, None, true) => Output::Console,
+            (None, None, false) => Output::Json,
+        };
+        LogSettings {
+            output,
+            level: args.zap_log_level,
+            time: args.zap_time_encoding,
+        }
+    }
 }

@@ -326,7 +326,7 @@ impl Events {
             },
             resolve: cluster_uid
                 .is_none()
-                .then(|| ApiResource::from_gvk(&crate::prober::controller::cluster_gvk())),
+                .then(|| ApiResource::from_gvk(&crate::gardener::cluster_gvk())),
             type_: EventType::Normal,
             reason: match dir {
                 Direction::Down => REASON_SCALE_DOWN,

@@ -22,10 +22,10 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
 use serde::Serialize;
 
-use crate::prober::controller::cluster_gvk;
+use crate::gardener::{cluster_gvk, machine_gvk};
 use crate::prober::probe::{NODE_LEASE_NAMESPACE, bounded};
 use crate::prober::seed_caches::{
-    KUBECONFIG_KEY, is_not_served, machine_gvk, project_machine, project_target, split_api_version,
+    KUBECONFIG_KEY, is_not_served, project_machine, project_target, split_api_version,
 };
 use crate::prober::shoot_reads::{LEASE_PAGE, NODE_PAGE, list_all};
 use crate::{Error, Result};

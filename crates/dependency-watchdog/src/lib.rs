@@ -10,6 +10,7 @@ pub mod cli;
 pub mod error;
 pub mod events;
 pub mod explain;
+pub mod gardener;
 pub mod health;
 pub mod kube_client;
 pub mod leader;

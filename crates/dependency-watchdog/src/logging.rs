@@ -34,8 +34,6 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::cli::{CommonArgs, LogFormat};
-
 /// A zap level (`--zap-log-level`): -1 debug, 0 info, 1 warn, 2 error, 4 panic; `-n` for an
 /// integer verbosity `n`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -225,32 +223,14 @@ pub struct LogSettings {
     pub time: TimeEncoding,
 }
 
-impl LogSettings {
-    /// `--log-format` (ours) wins, then `--zap-encoder`, then `--zap-devel` (console, as in
-    /// controller-runtime, where an explicit encoder also wins over development mode).
-    pub fn from_args(args: &CommonArgs) -> LogSettings {
-        let output = match (args.log_format, args.zap_encoder, args.zap_devel) {
-            (Some(LogFormat::Text), _, _) => Output::Text,
-            (Some(LogFormat::Json), _, _) => Output::Json,
-            (None, Some(ZapEncoder::Json), _) => Output::Json,
-            (None, Some(ZapEncoder::Console), _) | (None, None, true) => Output::Console,
-            (None, None, false) => Output::Json,
-        };
-        LogSettings {
-            output,
-            level: args.zap_log_level,
-            time: args.zap_time_encoding,
-        }
-    }
-}
-
 /// Installs the process's subscriber for `prober` and `weeder`: lines on stderr, as zap writes
-/// them. Does nothing when a subscriber is already installed (tests).
-pub fn init(args: &CommonArgs) {
+/// them. Does nothing when a subscriber is already installed (tests). The settings come from
+/// the flags (`LogSettings::from_args`, in the `cli` module: the command line depends on this
+/// module, not the other way round).
+pub fn init(settings: LogSettings) {
     use tracing_subscriber::EnvFilter;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    let settings = LogSettings::from_args(args);
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(filter_directives(settings.level)));
     match settings.output {

@@ -35,7 +35,9 @@ fn limit_malloc_arenas() {
 async fn async_main() -> std::process::ExitCode {
     let cli = Cli::parse_from(normalize_go_flags(std::env::args_os()));
     match &cli.command {
-        Command::Prober(args) | Command::Weeder(args) => dependency_watchdog::logging::init(args),
+        Command::Prober(args) | Command::Weeder(args) => dependency_watchdog::logging::init(
+            dependency_watchdog::logging::LogSettings::from_args(args),
+        ),
         Command::Explain(_) => {
             // explain prints its findings on stdout; keep the log to warnings on stderr.
             let _ = tracing_subscriber::fmt()

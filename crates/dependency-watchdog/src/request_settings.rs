@@ -1,5 +1,5 @@
-//! Per-request settings of a kube client (the seed request's [`Priority`] on the shared
-//! token bucket, the [`Deadline`] of `Retry-After` waits), carried explicitly in each HTTP
+//! Per-request settings of a kube client (the seed request's `Priority` on the shared
+//! token bucket, the `Deadline` of `Retry-After` waits), carried explicitly in each HTTP
 //! request's extensions.
 //!
 //! Why this shape: a kube [`Client`] hides its tower stack and an `Api` builds its requests
@@ -7,15 +7,15 @@
 //! a client *handle* whose every request carries the given extensions and is then sent
 //! through the base client: the same stack (counted, rate limited, retried) and the same
 //! token buckets, only ranked or bounded differently. The layers read the settings from the
-//! request they are given ([`crate::rate_limit::RateLimited`] its priority,
-//! [`crate::retry_after::RetryAfter`] its deadline), so:
+//! request they are given (`rate_limit::RateLimited` its priority, `retry_after::RetryAfter`
+//! its deadline; this module knows neither), so:
 //!
 //! - a function's priority shows in the handle it is given or builds (e.g.
 //!   `rate_limit::prioritized(&seed, Priority::EVENTS)`), not in the task that happens to
 //!   run it;
 //! - a handle keeps its settings wherever it goes: a `tokio::spawn` can't drop them (a
 //!   task-local would be silently lost there);
-//! - requests without a setting get the layer's default ([`Priority::DEFAULT`], no deadline
+//! - requests without a setting get the layer's default (`Priority::DEFAULT`, no deadline
 //!   but the layer's own budget).
 //!
 //! A handle made from another handle: the most recent settings win (they are stamped
@@ -30,9 +30,6 @@ use http::{Extensions, Request, Response};
 use kube::Client;
 use kube::client::Body;
 use std::task::{Context, Poll};
-
-#[cfg(doc)]
-use crate::{rate_limit::Priority, retry_after::Deadline};
 
 /// A client sending through `base`, every request carrying `settings` (unless it already
 /// carries a value of the same type: see the module documentation).

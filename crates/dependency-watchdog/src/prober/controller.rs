@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use dwd_core::{ProbeLifecycle, ShootView, probe_lifecycle};
 use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -34,10 +34,7 @@ use super::manager::{EnsureOutcome, ProbeManager};
 use crate::Error;
 use crate::rate_limit::{Priority, prioritized};
 
-/// GroupVersionKind of Gardener's extensions Cluster.
-pub fn cluster_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("extensions.gardener.cloud", "v1alpha1", "Cluster")
-}
+pub use crate::gardener::cluster_gvk;
 
 /// Shoot fields the lifecycle rules read (JSON pointers into the Shoot).
 const KEPT_SHOOT_FIELDS: &[&str] = &[

@@ -59,10 +59,7 @@ pub struct SeedCaches {
     pub targets: Vec<TargetCache>,
 }
 
-/// GroupVersionKind of machine-controller-manager's Machine.
-pub fn machine_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("machine.sapcloud.io", "v1alpha1", "Machine")
-}
+pub use crate::gardener::machine_gvk;
 
 fn project_secret(secret: &Secret) -> Option<SecretKubeconfig> {
     let value = match secret.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)) {
