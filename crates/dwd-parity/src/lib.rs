@@ -188,7 +188,19 @@ pub fn locate_ours() -> Result<PathBuf> {
         "dependency-watchdog",
         "--message-format=json-render-diagnostics",
     ];
-    let output = std::process::Command::new(&cargo)
+    let mut command = std::process::Command::new(&cargo);
+    // Inside `cargo test` the environment carries the test crate's CARGO_PKG_NAME,
+    // CARGO_MANIFEST_DIR, OUT_DIR…; build scripts (ring's) rerun when those change, so a
+    // nested build with them would rebuild ring, rustls and kube, and the next ordinary build
+    // would rebuild them back. Cargo's own settings (CARGO_HOME, CARGO_TARGET_DIR,
+    // CARGO_BUILD_*, …) stay.
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if is_cargo_set_for_crates(key) {
+            command.env_remove(key);
+        }
+    }
+    let output = command
         .args(args)
         .current_dir(&root)
         .stdin(std::process::Stdio::null())
@@ -209,4 +221,50 @@ pub fn locate_ours() -> Result<PathBuf> {
         })
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
         .context("cargo build reported no dependency-watchdog executable")
+}
+
+/// Whether `key` is one of the variables cargo sets for a crate being built or tested (as
+/// opposed to cargo's own configuration).
+fn is_cargo_set_for_crates(key: &str) -> bool {
+    const CONFIG: [&str; 12] = [
+        "CARGO_HOME",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_",
+        "CARGO_PROFILE_",
+        "CARGO_REGISTRIES_",
+        "CARGO_REGISTRY_",
+        "CARGO_NET_",
+        "CARGO_HTTP_",
+        "CARGO_TERM_",
+        "CARGO_INCREMENTAL",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_UNSTABLE_",
+    ];
+    key == "OUT_DIR" || (key.starts_with("CARGO_") && !CONFIG.iter().any(|c| key.starts_with(c)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_cargo_set_for_crates;
+
+    #[test]
+    fn a_crates_build_variables_are_dropped_cargos_configuration_kept() {
+        for key in [
+            "CARGO_PKG_NAME",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_LINKS",
+            "OUT_DIR",
+        ] {
+            assert!(is_cargo_set_for_crates(key), "{key}");
+        }
+        for key in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_JOBS",
+            "PATH",
+        ] {
+            assert!(!is_cargo_set_for_crates(key), "{key}");
+        }
+    }
 }
