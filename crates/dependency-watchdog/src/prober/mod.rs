@@ -98,7 +98,7 @@ pub async fn run(
         }
     });
 
-    let result = crate::supervise("prober", &mut tasks, &shutdown, &health).await;
+    let result = crate::supervision::supervise("prober", &mut tasks, &shutdown, &health).await;
     manager.stop_all();
     tasks.shutdown().await;
     result

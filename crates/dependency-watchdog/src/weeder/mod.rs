@@ -105,7 +105,7 @@ pub async fn run_with(
         "weeder watching endpoint slices"
     );
 
-    let result = crate::supervise("weeder", &mut tasks, &shutdown, &health).await;
+    let result = crate::supervision::supervise("weeder", &mut tasks, &shutdown, &health).await;
     weeders.stop_all();
     tasks.shutdown().await;
     result
