@@ -13,21 +13,16 @@ use chrono::Utc;
 use dwd_core::lease::LeaseReport;
 use dwd_core::scaling::{decide_target_action, plan_levels};
 use dwd_core::{
-    Direction, LeaseDecision, ProbeLifecycle, ProberConfig, ShootView, TargetAction,
-    TargetSnapshot, Verdict, evaluate_leases, probe_lifecycle,
+    Direction, LeaseDecision, ProbeLifecycle, ProberConfig, ShootView, TargetAction, Verdict,
+    evaluate_leases, probe_lifecycle,
 };
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ApiResource, DynamicObject};
 use kube::{Api, Client};
 use serde::Serialize;
 
-use crate::gardener::{cluster_gvk, machine_gvk};
-use crate::prober::probe::{NODE_LEASE_NAMESPACE, bounded};
-use crate::prober::seed_caches::{
-    KUBECONFIG_KEY, is_not_served, project_machine, project_target, split_api_version,
-};
-use crate::prober::shoot_reads::{LEASE_PAGE, NODE_PAGE, list_all};
+use crate::gardener::cluster_gvk;
+use crate::prober::view::{self, KUBECONFIG_KEY, is_not_served};
 use crate::{Error, Result};
 
 /// Everything `explain` found, in the order the prober evaluates it.
@@ -195,33 +190,20 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
 
     // Read as the probe reads: consistent, paginated, bounded.
     let nodes = list_with_timeout(
-        list_all(&Api::<Node>::all(shoot.clone()), NODE_PAGE),
+        view::shoot_nodes(&shoot),
         config.probe_timeout,
         "listing nodes",
     )
     .await?;
     let leases = list_with_timeout(
-        list_all(
-            &Api::<Lease>::namespaced(shoot.clone(), NODE_LEASE_NAMESPACE),
-            LEASE_PAGE,
-        ),
+        view::shoot_node_leases(&shoot),
         config.probe_timeout,
         "listing node leases",
     )
     .await?;
-    let machines_api: Api<DynamicObject> = Api::namespaced_with(
-        seed.clone(),
-        namespace,
-        &ApiResource::from_gvk(&machine_gvk()),
-    );
-    let machines: Vec<_> = machines_api
-        .list(&ListParams::default())
+    let machines = view::seed_machines(seed, namespace)
         .await
-        .map_err(kube_err(format!("listing Machines in {namespace}")))?
-        .items
-        .iter()
-        .filter_map(project_machine)
-        .collect();
+        .map_err(kube_err(format!("listing Machines in {namespace}")))?;
     let now = Utc::now();
     let report = evaluate_leases(
         &nodes,
@@ -250,7 +232,8 @@ async fn list_with_timeout<T>(
 ) -> Result<Vec<T>> {
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(items)) => Ok(items),
-        Ok(Err(e)) => Err(Error::kube(format!("shoot: {what}"), bounded(e))),
+        // Already bounded as the prober bounds a shoot's messages (`view`).
+        Ok(Err(e)) => Err(Error::kube(format!("shoot: {what}"), e)),
         Err(_) => Err(Error::Timeout {
             action: format!("shoot: {what}"),
             timeout,
@@ -335,14 +318,12 @@ async fn explain_flow(
         let mut targets = Vec::new();
         for info in &level.targets {
             let r = &info.target;
-            let (group, version) = split_api_version(&r.api_version);
-            let gvk = GroupVersionKind::gvk(group, version, &r.kind);
-            let action = match kube::discovery::pinned_kind(seed, &gvk).await {
+            let action = match view::target_resource(seed, info).await {
                 Err(e) if info.optional && is_not_served(&e) => {
                     "kind not served by the seed; optional, so every flow skips it".into()
                 }
                 Err(e) => format!("cannot resolve {}/{}: {e}", r.api_version, r.kind),
-                Ok((resource, _)) => {
+                Ok(resource) => {
                     let api: Api<DynamicObject> =
                         Api::namespaced_with(seed.clone(), namespace, &resource);
                     match api.get_opt(&r.name).await {
@@ -371,12 +352,8 @@ async fn explain_flow(
 }
 
 fn describe_action(dir: Direction, obj: &DynamicObject) -> String {
-    let Some(state) = project_target(obj) else {
+    let Some(snapshot) = view::target_snapshot(obj) else {
         return "unreadable target".into();
-    };
-    let snapshot = TargetSnapshot {
-        spec_replicas: state.spec_replicas,
-        annotations: state.annotations,
     };
     match decide_target_action(dir, &snapshot) {
         Err(e) => format!("error: {e}"),

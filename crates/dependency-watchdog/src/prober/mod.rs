@@ -5,7 +5,8 @@
 //! - [`manager`]: the registry of running probe tasks;
 //! - [`probe`]: one shoot's probe loop (API-server probe, lease probe, decision);
 //! - [`scaler`]: executes scaling flows;
-//! - [`shoot_reads`]: consistent, paginated, bounded lists of a shoot's objects.
+//! - [`shoot_reads`]: consistent, paginated, bounded lists of a shoot's objects;
+//! - [`view`]: the prober's reads as a public API, for tools (`explain`).
 
 pub mod controller;
 pub mod manager;
@@ -14,6 +15,7 @@ pub mod scaler;
 pub mod seed_caches;
 pub mod shoot_reads;
 pub mod slim;
+pub mod view;
 
 use std::sync::Arc;
 
