@@ -99,6 +99,47 @@ fn deadline_after(now: Instant, delay: Duration) -> Instant {
         .unwrap_or(now)
 }
 
+/// Why a probe run ended without a finding: nothing is scaled this run. Made by the run,
+/// reported in one place ([`Probe::report_failure`]: metrics, log line, 429 spacing).
+#[derive(Debug)]
+pub enum ProbeFailure {
+    /// Seed caches not in sync (their names): the run was not made. When unsure, do not
+    /// scale: a cache that fell out of sync may hold a target or machine as it was minutes
+    /// ago.
+    SeedCachesNotSynced(String),
+    /// No usable shoot client (the probe secret's kubeconfig).
+    NoShootClient(Error),
+    /// The API server probe (`GET /version`) failed.
+    ApiServer(Error),
+    /// A list of the lease probe (leases, nodes) failed.
+    ShootList(Error),
+    /// The Machine cache has not synced yet.
+    MachinesNotSynced,
+}
+
+impl ProbeFailure {
+    /// The stable category of the failure: the `result` label of the run counters (and which
+    /// per-shoot failure counter it counts in).
+    pub fn category(&self) -> RunResult {
+        match self {
+            ProbeFailure::NoShootClient(_) | ProbeFailure::ApiServer(_) => {
+                RunResult::ApiServerProbeFailed
+            }
+            ProbeFailure::SeedCachesNotSynced(_)
+            | ProbeFailure::ShootList(_)
+            | ProbeFailure::MachinesNotSynced => RunResult::LeaseProbeFailed,
+        }
+    }
+
+    /// Whether a shoot call of the run was answered 429 (the next run is spaced out).
+    pub fn throttled(&self) -> bool {
+        match self {
+            ProbeFailure::ApiServer(e) | ProbeFailure::ShootList(e) => e.is_throttled(),
+            _ => false,
+        }
+    }
+}
+
 /// One shoot's probe.
 pub struct Probe {
     /// Shoot namespace in the seed (= Cluster name).
@@ -184,11 +225,10 @@ impl Probe {
             self.take_updates();
             let started = Instant::now();
             let outcome = match self.unsynced_caches() {
-                // When unsure, do not scale: a cache that fell out of sync may hold a target
-                // or machine as it was minutes ago.
                 Some(pending) => {
-                    self.skipped_run(&pending);
-                    RunOutcome::default()
+                    let mut outcome = RunOutcome::default();
+                    self.report_failure(ProbeFailure::SeedCachesNotSynced(pending), &mut outcome);
+                    outcome
                 }
                 None => tokio::select! {
                     _ = self.cancel.cancelled() => return,
@@ -240,16 +280,45 @@ impl Probe {
         Some(self.ctx.caches.pending().join(", "))
     }
 
-    /// A run not made because seed caches are out of sync: counted as a failed lease probe
-    /// (as a machine cache not yet synced always was). Logged at debug: the caches and the
-    /// readiness report it once, not every probe at every interval.
-    fn skipped_run(&self, pending: &str) {
+    /// Reports a run that ended in `failure`, the one place that does: a 429 spaces the next
+    /// run out, the failure counts in its category's per-shoot counter and as a run of its
+    /// category, and is logged.
+    fn report_failure(&self, failure: ProbeFailure, outcome: &mut RunOutcome) {
+        if failure.throttled() {
+            outcome.throttled_at = Some(Instant::now());
+        }
+        let category = failure.category();
         let m = &self.ctx.metrics;
-        m.for_shoot(&self.series, |l| {
-            m.lease_probe_failures.get_or_create(l).inc()
+        m.for_shoot(&self.series, |l| match category {
+            RunResult::ApiServerProbeFailed => {
+                m.api_server_probe_failures.get_or_create(l).inc();
+            }
+            _ => {
+                m.lease_probe_failures.get_or_create(l).inc();
+            }
         });
-        self.count_run(RunResult::LeaseProbeFailed);
-        debug!(caches = %pending, "seed caches not in sync: no probe, no scaling this run");
+        self.count_run(category);
+        match &failure {
+            // A run not made: counted as a failed lease probe (as a machine cache not yet
+            // synced always was). Logged at debug: the caches and the readiness report it
+            // once, not every probe at every interval.
+            ProbeFailure::SeedCachesNotSynced(pending) => {
+                debug!(caches = %pending, "seed caches not in sync: no probe, no scaling this run");
+            }
+            ProbeFailure::NoShootClient(error) => {
+                warn!(%error, "API server probe failed; no usable kubeconfig; no scaling this run");
+            }
+            ProbeFailure::ApiServer(error) => {
+                warn!(%error, "API server probe failed; no lease probe, no scaling this run");
+            }
+            ProbeFailure::ShootList(error) => {
+                warn!(%error, "lease probe failed; no scaling this run");
+            }
+            ProbeFailure::MachinesNotSynced => {
+                let error = "machine cache not synced yet";
+                warn!(%error, "lease probe failed; no scaling this run");
+            }
+        }
     }
 
     /// Sleeps until `deadline`; false when cancelled first.
@@ -286,7 +355,7 @@ impl Probe {
         // to be restored (see `leases_alone_suffice`).
         let nodes_may_matter = hysteresis.streaks().1 > 0
             || !scaler::targets_to_scale(&self.ctx, &self.namespace, Direction::Up).is_empty();
-        let report = match self.probe_shoot(&mut outcome, nodes_may_matter).await {
+        let report = match self.probe_shoot(nodes_may_matter).await {
             Ok(Finding::Report(report)) => report,
             Ok(Finding::AllLeasesFresh { leases }) => {
                 self.set_expired_fraction(0.0);
@@ -297,7 +366,10 @@ impl Probe {
                 );
                 return outcome;
             }
-            Err(()) => return outcome,
+            Err(failure) => {
+                self.report_failure(failure, &mut outcome);
+                return outcome;
+            }
         };
         let threshold = report.threshold;
         self.set_expired_fraction(report.fraction.unwrap_or(0.0));
@@ -361,32 +433,19 @@ impl Probe {
         outcome
     }
 
-    /// API-server probe, then lease probe. `Err(())` means: failed, reported, no scaling.
-    /// Unless `nodes_may_matter`, a run whose leases are all fresh ends without listing nodes.
-    async fn probe_shoot(
-        &self,
-        outcome: &mut RunOutcome,
-        nodes_may_matter: bool,
-    ) -> Result<Finding, ()> {
+    /// API-server probe, then lease probe: what they found, or why they failed (nothing is
+    /// reported here: the caller reports either). Unless `nodes_may_matter`, a run whose
+    /// leases are all fresh ends without listing nodes.
+    async fn probe_shoot(&self, nodes_may_matter: bool) -> Result<Finding, ProbeFailure> {
         let cfg = &self.ctx.config;
-        let client = match self.shoot_client().await {
-            Ok(client) => client,
-            Err(error) => {
-                self.api_server_probe_failed(&error, "no usable kubeconfig; no scaling this run");
-                return Err(());
-            }
-        };
-        // 1. API server probe.
-        if let Err(error) = self
-            .shoot_call("GET /version", client.apiserver_version())
+        let client = self
+            .shoot_client()
             .await
-        {
-            if error.is_throttled() {
-                outcome.throttled_at = Some(Instant::now());
-            }
-            self.api_server_probe_failed(&error, "no lease probe, no scaling this run");
-            return Err(());
-        }
+            .map_err(ProbeFailure::NoShootClient)?;
+        // 1. API server probe.
+        self.shoot_call("GET /version", client.apiserver_version())
+            .await
+            .map_err(ProbeFailure::ApiServer)?;
         // 2. Lease probe: consistent, paginated, bounded lists (`shoot_reads`). Leases first:
         //    when all are fresh and nothing waits to be restored, no node can change the
         //    outcome. Expiry is judged against the moment the lease list was asked for: a body
@@ -394,19 +453,13 @@ impl Probe {
         //    renewals it carries.
         let leases_api: Api<NodeLease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
         let listed_at = Utc::now();
-        let leases = match self
+        let leases = self
             .shoot_call("listing node leases", list_all(&leases_api, LEASE_PAGE))
             .await
-        {
-            Ok(list) => list
-                .into_iter()
-                .map(NodeLease::into_lease)
-                .collect::<Vec<Lease>>(),
-            Err(error) => {
-                self.lease_list_failed(&error, outcome);
-                return Err(());
-            }
-        };
+            .map_err(ProbeFailure::ShootList)?
+            .into_iter()
+            .map(NodeLease::into_lease)
+            .collect::<Vec<Lease>>();
         if leases_alone_suffice(
             &leases,
             self.settings.node_monitor_grace,
@@ -423,16 +476,9 @@ impl Probe {
             .shoot_call("listing nodes", list_all(&nodes_api, NODE_PAGE))
             .await;
         drop(client);
-        let nodes = match nodes {
-            Ok(nodes) => nodes,
-            Err(error) => {
-                self.lease_list_failed(&error, outcome);
-                return Err(());
-            }
-        };
+        let nodes = nodes.map_err(ProbeFailure::ShootList)?;
         if !self.ctx.caches.machines.is_ready() {
-            self.lease_probe_failed("machine cache not synced yet");
-            return Err(());
+            return Err(ProbeFailure::MachinesNotSynced);
         }
         let machines: Vec<_> = self
             .ctx
@@ -455,32 +501,6 @@ impl Probe {
             debug!(node = %node.node, verdict = %node.verdict, "node verdict");
         }
         Ok(Finding::Report(report))
-    }
-
-    /// A failed list of the lease probe: noted (429s space the next run out) and reported.
-    fn lease_list_failed(&self, error: &Error, outcome: &mut RunOutcome) {
-        if error.is_throttled() {
-            outcome.throttled_at = Some(Instant::now());
-        }
-        self.lease_probe_failed(&error.to_string());
-    }
-
-    fn api_server_probe_failed(&self, error: &Error, consequence: &str) {
-        let m = &self.ctx.metrics;
-        m.for_shoot(&self.series, |l| {
-            m.api_server_probe_failures.get_or_create(l).inc();
-        });
-        self.count_run(RunResult::ApiServerProbeFailed);
-        warn!(%error, "API server probe failed; {consequence}");
-    }
-
-    fn lease_probe_failed(&self, error: &str) {
-        let m = &self.ctx.metrics;
-        m.for_shoot(&self.series, |l| {
-            m.lease_probe_failures.get_or_create(l).inc()
-        });
-        self.count_run(RunResult::LeaseProbeFailed);
-        warn!(%error, "lease probe failed; no scaling this run");
     }
 
     /// A client for this run only, from the secret's current kubeconfig.
@@ -607,6 +627,54 @@ fn cut(text: &str, limit: usize) -> String {
 mod tests {
     use super::*;
     use dwd_core::lease::UpReason;
+
+    #[test]
+    fn a_failed_run_counts_in_its_stable_category_and_only_a_429_spaces_the_next_one_out() {
+        let throttled = || {
+            let status = kube::core::Status::failure("slow down", "TooManyRequests").with_code(429);
+            Error::kube("shoot ns: GET /version", kube::Error::Api(status.boxed()))
+        };
+        let timeout = || Error::Timeout {
+            action: "shoot ns: listing nodes".into(),
+            timeout: Duration::from_secs(10),
+        };
+        let cases = [
+            (
+                ProbeFailure::SeedCachesNotSynced("machines".into()),
+                RunResult::LeaseProbeFailed,
+                false,
+            ),
+            (
+                ProbeFailure::NoShootClient(timeout()),
+                RunResult::ApiServerProbeFailed,
+                false,
+            ),
+            (
+                ProbeFailure::ApiServer(throttled()),
+                RunResult::ApiServerProbeFailed,
+                true,
+            ),
+            (
+                ProbeFailure::ApiServer(timeout()),
+                RunResult::ApiServerProbeFailed,
+                false,
+            ),
+            (
+                ProbeFailure::ShootList(throttled()),
+                RunResult::LeaseProbeFailed,
+                true,
+            ),
+            (
+                ProbeFailure::MachinesNotSynced,
+                RunResult::LeaseProbeFailed,
+                false,
+            ),
+        ];
+        for (failure, category, is_throttled) in cases {
+            assert_eq!(failure.category(), category, "{failure:?}");
+            assert_eq!(failure.throttled(), is_throttled, "{failure:?}");
+        }
+    }
 
     fn report(expired: usize, decision: LeaseDecision) -> LeaseReport {
         LeaseReport {
