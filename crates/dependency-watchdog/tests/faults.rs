@@ -1567,6 +1567,16 @@ async fn retry_after_longer_than_the_calls_deadline() -> Result<()> {
     let within = Duration::from_secs(25);
     let o = w.shoot(0).ns.clone();
     for round in 1..=pick(1, 3) {
+        if round > 1 {
+            // The last round's seed storm spaced o's next run out by 10 s: the shoot storm
+            // must meet runs on their normal schedule.
+            let runs = dog.runs(&o).await?;
+            dog.wd
+                .until("o probed on schedule again", || async {
+                    Ok((dog.runs(&o).await? >= runs + 2.0).then_some(()))
+                })
+                .await?;
+        }
         // Shoot storm while o goes into outage.
         let answered = w.shoots_api.throttled_responses();
         let failures = dog.api_failures(&o).await? + dog.lease_failures(&o).await?;
@@ -1991,7 +2001,8 @@ async fn weeder_under_seed_restarts_storms_and_sigkill() -> Result<()> {
                     }
                 },
             )
-            .await?;
+            .await
+            .map_err(|e| anyhow!("{e:#}\n{}", dog.wd.tail()))?;
             w.log(&format!(
                 "round {round}: {fault}: the rest deleted {:.1}s after the fault",
                 t.elapsed().as_secs_f64()
