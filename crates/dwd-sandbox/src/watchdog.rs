@@ -7,7 +7,6 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
@@ -98,47 +97,16 @@ pub fn locate_binary(journal: &Journal) -> Result<PathBuf> {
         );
     };
     let release = profile_dir.file_name().is_some_and(|n| n == "release");
-    let mut args = vec![
-        "build",
-        "-p",
-        "dependency-watchdog",
-        "--bin",
-        "dependency-watchdog",
-        "--message-format=json-render-diagnostics",
-    ];
-    if release {
-        args.push("--release");
-    }
     journal.say(&format!(
-        "building dependency-watchdog ({reason}): cargo {} (in {})",
-        args[..5].join(" "),
+        "building dependency-watchdog ({reason}): cargo build -p dependency-watchdog{} (in {})",
+        if release { " --release" } else { "" },
         root.display()
     ));
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    // Progress and diagnostics go to the terminal; stdout carries the JSON messages that say
-    // where the binary landed (whatever target dir the environment chose).
-    let output = Command::new(&cargo)
-        .args(&args)
-        .current_dir(&root)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .with_context(|| format!("run {} {}", cargo.to_string_lossy(), args.join(" ")))?;
-    if !output.status.success() {
-        bail!(
-            "cargo {} failed with {}",
-            args[..5].join(" "),
-            output.status
-        );
-    }
-    let built = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| {
-            m["reason"] == "compiler-artifact" && m["target"]["name"] == "dependency-watchdog"
-        })
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo build reported no dependency-watchdog executable")?;
+    // Progress and diagnostics go to the terminal; the path comes from cargo's own report
+    // (whatever target dir the environment chose).
+    let built =
+        dwd_testenv::cargo::build_bin(&root, "dependency-watchdog", "dependency-watchdog", release)
+            .context("build dependency-watchdog")?;
     journal.say(&format!("using dependency-watchdog {}", built.display()));
     Ok(built)
 }

@@ -11,6 +11,7 @@
 //! environment), and by the kernel if the test process is killed.
 
 pub mod binaries;
+pub mod cargo;
 pub mod front_door;
 pub mod pki;
 pub mod process;
