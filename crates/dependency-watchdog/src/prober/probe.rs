@@ -100,7 +100,7 @@ fn deadline_after(now: Instant, delay: Duration) -> Instant {
 }
 
 /// Why a probe run ended without a finding: nothing is scaled this run. Made by the run,
-/// reported in one place ([`Probe::report_failure`]: metrics, log line, 429 spacing).
+/// reported in one place (`Probe::report_failure`: metrics, log line, 429 spacing).
 #[derive(Debug)]
 pub enum ProbeFailure {
     /// Seed caches not in sync (their names): the run was not made. When unsure, do not
