@@ -19,6 +19,7 @@ use hyper_util::rt::TokioExecutor;
 use kube::client::{ClientBuilder, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use tower::timeout::TimeoutLayer;
 
 use crate::{Error, Result};
 
@@ -54,6 +55,20 @@ pub async fn seed_client(kubeconfig: Option<&Path>, qps: f32, burst: u32) -> Res
     rate_limited_client(seed_config(kubeconfig).await?, qps, burst)
 }
 
+/// The longest a seed request waits for its response's headers, per attempt.
+///
+/// A seed connection that completes the TLS handshake and then says nothing (a hung
+/// apiserver, a half-dead load balancer) would otherwise hold a watch or list for kube's read
+/// timeout of 295 s: the watch cache behind it stays frozen without a single error, so it is
+/// never marked stale, and a flow waiting on it never finishes (`tests/faults.rs`
+/// `seed_hanging_or_slower_than_the_client_mid_flow` found this). Bounded, the watch fails,
+/// is retried with its backoff on a new connection, and the errors count towards staleness.
+/// 30 s is far above what a healthy apiserver needs for headers (watches and cached lists
+/// answer them at once; API Priority and Fairness answers a request it cannot seat soon with
+/// 429), and close to client-go's own detection of a dead HTTP/2 connection (a ping after
+/// 30 s of silence, 15 s to answer it).
+pub const SEED_RESPONSE_HEADERS_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A client of `config` whose requests pass one token bucket of its own (`qps`, `burst`).
 ///
 /// Each call makes a new bucket: two clients built from the same config don't share a budget
@@ -67,7 +82,10 @@ pub fn rate_limited_client(config: Config, qps: f32, burst: u32) -> Result<Clien
     // counted, as client-go's do. No budget of its own: the seed is ours, and the callers
     // bound their calls (the scaler with its call timeout, a `retry_after::Deadline` on each
     // of its requests).
+    // Innermost: every attempt that reaches the wire gets its own bound on the wait for the
+    // response's headers (the body, e.g. a watch stream, is not bounded by it).
     Ok(builder
+        .with_layer(&TimeoutLayer::new(SEED_RESPONSE_HEADERS_TIMEOUT))
         .with_layer(&count)
         .with_layer(&RateLimitLayer::new(qps, burst))
         .with_layer(&RetryAfterLayer::new(retry_after::MAX_RETRIES, None))
