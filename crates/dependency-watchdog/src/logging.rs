@@ -635,7 +635,11 @@ mod tests {
             let probe = info_span!("probe", shoot = "shoot--a", attempt = tracing::field::Empty);
             let _p = probe.enter();
             probe.record("attempt", 2u64);
-            let scale = info_span!("scale", target = "kube-controller-manager", level = 1u64);
+            let scale = info_span!(
+                "scale",
+                target = "kube-controller-manager",
+                scale_level = 1u64
+            );
             let _s = scale.enter();
             warn!(replicas = 0u64, "scaled");
         });
@@ -643,7 +647,7 @@ mod tests {
             text,
             concat!(
                 r#"{"level":"warn","ts":"2024-05-01T10:00:00Z","logger":"dwd.logging.tests","msg":"scaled","#,
-                r#""shoot":"shoot--a","attempt":2,"target":"kube-controller-manager","level":1,"replicas":0}"#,
+                r#""shoot":"shoot--a","attempt":2,"target":"kube-controller-manager","scale_level":1,"replicas":0}"#,
                 "\n"
             )
         );

@@ -156,7 +156,7 @@ pub async fn run_flow(
                         reason,
                     )
                     .instrument(
-                        info_span!("scale", target = %name, direction = %dir, level = level.level),
+                        info_span!("scale", target = %name, direction = %dir, scale_level = level.level),
                     )
                     .await,
                     // An optional target whose kind the seed does not serve is as absent as
