@@ -48,25 +48,6 @@ pub fn deadline_client(client: &kube::Client, deadline: Instant) -> kube::Client
     crate::request_settings::with_settings(client, settings)
 }
 
-tokio::task_local! {
-    /// Only for [`with_deadline`], kept for callers outside this crate's sources (the
-    /// integration tests); the watchdog itself uses [`Deadline`] on the request.
-    static DEADLINE: Instant;
-}
-
-/// Runs `fut` with every request it sends retried only while a `Retry-After` wait ends
-/// before `deadline` (the caller's own timeout, which still bounds the whole call).
-///
-/// Ambient (a task-local that a `spawn` inside `fut` drops): prefer [`deadline_client`] or a
-/// [`Deadline`] in the request's settings. Kept because the integration tests use it.
-pub async fn with_deadline<F: Future>(deadline: Instant, fut: F) -> F::Output {
-    DEADLINE.scope(deadline, fut).await
-}
-
-fn task_deadline() -> Option<Instant> {
-    DEADLINE.try_with(|d| *d).ok()
-}
-
 /// A request body that may be sent again.
 pub trait ReplayableBody: Sized {
     /// A copy to send again, or `None` when the body is a stream that can't be replayed
@@ -216,17 +197,11 @@ where
         } = self.layer;
         let own_deadline = request.extensions().get::<Deadline>().map(|d| d.0);
         Box::pin(async move {
-            // Read when first polled: in the calling task, inside a `with_deadline` scope if
-            // there is one.
             let started = Instant::now();
-            let deadline = [
-                own_deadline,
-                task_deadline(),
-                budget.and_then(|b| started.checked_add(b)),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
+            let deadline = [own_deadline, budget.and_then(|b| started.checked_add(b))]
+                .into_iter()
+                .flatten()
+                .min();
             let (parts, body) = request.into_parts();
             let replay = body.replay();
             let mut response = send(&inner, copy_request(&parts, body)).await?;
@@ -420,12 +395,11 @@ mod tests {
         let start = Instant::now();
         let (inner, seen) = server(&[(429, Some("1")), (429, Some("1")), (429, Some("1"))]);
         let service = RetryAfterLayer::new(MAX_RETRIES, None).layer(inner);
-        let response = with_deadline(
-            start + Duration::from_millis(1500),
-            service.oneshot(patch()),
-        )
-        .await
-        .expect("response");
+        let mut request = patch();
+        request
+            .extensions_mut()
+            .insert(Deadline(start + Duration::from_millis(1500)));
+        let response = service.oneshot(request).await.expect("response");
         // Sent at 0 s and 1 s; a second wait would end at 2 s, past the deadline: the 429
         // comes back at once, before the caller's own timeout could turn it into a timeout.
         assert_eq!(response.status(), 429);

@@ -1067,11 +1067,11 @@ async fn a_429_with_retry_after_is_retried_within_the_call_by_seed_and_shoot_cli
     api.throttle_next(3);
     let started = Instant::now();
     let client = seed_client().await;
-    let result = dependency_watchdog::retry_after::with_deadline(
+    let client = dependency_watchdog::retry_after::deadline_client(
+        &client,
         tokio::time::Instant::now() + Duration::from_millis(1_500),
-        maps(client).patch("retry-after", &pp, &patch),
-    )
-    .await;
+    );
+    let result = maps(client).patch("retry-after", &pp, &patch).await;
     match result {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 429),
         other => panic!("expected the 429 back: {other:?}"),
