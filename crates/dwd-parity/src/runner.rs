@@ -45,21 +45,7 @@ impl Binary {
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err));
-        // Copied from dependency-watchdog's tests/support/mod.rs: the child dies with us.
-        // SAFETY: prctl, getppid and _exit are async-signal-safe; the closure calls nothing else.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            let parent = libc::getpid();
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        dwd_testenv::process::die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .with_context(|| format!("start {}", bin.display()))?;

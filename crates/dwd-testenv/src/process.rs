@@ -36,6 +36,30 @@ fn spawner() -> &'static std::sync::Mutex<mpsc::Sender<SpawnRequest>> {
     })
 }
 
+/// Makes the child of `cmd` die with us: the kernel SIGKILLs it when its parent goes
+/// (PR_SET_PDEATHSIG), also when a test panics or is killed, so no apiserver or watchdog
+/// outlives its test. The signal follows the *thread* that spawned the child, which is why
+/// [`ManagedProcess`] spawns from one long-lived thread; a caller spawning from a runtime
+/// worker relies on that worker living as long as the child. The one place the workspace's
+/// tests and tools do this.
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl, getppid and _exit are async-signal-safe; the closure calls nothing else.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        let parent = libc::getpid();
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
 /// A running child process with its log file; killed when dropped.
 pub struct ManagedProcess {
     name: String,
@@ -64,21 +88,7 @@ impl ManagedProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err));
-        // SAFETY: prctl is async-signal-safe; the closure only calls it and getppid.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            let parent = libc::getpid();
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The parent may have died between fork and prctl.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
         let (reply_tx, reply_rx) = mpsc::channel();
         spawner()
             .lock()
