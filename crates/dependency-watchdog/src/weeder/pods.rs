@@ -29,8 +29,13 @@ use crate::events::Events;
 use crate::metrics::{Metrics, ServiceLabels};
 use crate::rate_limit::{Priority, prioritized};
 
-/// Attempts per pod deletion before waiting for the pod's next event.
+/// Attempts per pod deletion before the pod is left for a new list of its watch.
 const DELETE_ATTEMPTS: u32 = 3;
+/// Pause before a pod watch lists again after a deletion that failed all its attempts;
+/// doubled after each further failure, back to this after a deletion that succeeds.
+const FIRST_RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// The longest such pause.
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(30);
 /// Pause between deletion attempts (times the attempt number).
 const DELETE_RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// How long one deletion attempt may take, waiting for the seed budget included. The pod's
@@ -179,6 +184,7 @@ impl Weeder {
         let mut events = watch_pods(apis.watch.clone(), config(streaming))
             .default_backoff()
             .boxed();
+        let mut retry_pause = FIRST_RETRY_PAUSE;
         loop {
             let next = events.try_next().await;
             let event = match next {
@@ -211,6 +217,7 @@ impl Weeder {
             }
             match delete_pod(&apis.delete, &target).await {
                 Ok(Deleted::Now) => {
+                    retry_pause = FIRST_RETRY_PAUSE;
                     self.metrics
                         .pods_deleted
                         .get_or_create(&ServiceLabels {
@@ -239,7 +246,7 @@ impl Weeder {
                     debug!(pod = %target.name, "crash-looping pod already gone");
                 }
                 Err(e) => {
-                    // Forget it, so the pod's next event (or the next re-list) tries again.
+                    // Forget it, so that it is tried again.
                     lock(handled).remove(&target.uid);
                     warn!(
                         namespace = %self.namespace,
@@ -247,8 +254,19 @@ impl Weeder {
                         service = %self.service,
                         selector = %query,
                         error = %e,
+                        retry_in = ?retry_pause,
                         "deleting crash-looping pod failed"
                     );
+                    // An unchanged pod sends no new event, and a watch that resumes after a
+                    // short seed outage does not list again: without a new list the retry
+                    // would wait for the pod's next crash-loop restart (up to 5 min). A new
+                    // watch lists; the growing pause keeps a deletion that keeps failing
+                    // (e.g. forbidden) from turning into a list-and-delete loop.
+                    tokio::time::sleep(retry_pause).await;
+                    retry_pause = (retry_pause * 2).min(MAX_RETRY_PAUSE);
+                    events = watch_pods(apis.watch.clone(), config(streaming))
+                        .default_backoff()
+                        .boxed();
                 }
             }
         }
