@@ -58,8 +58,8 @@ pub async fn seed_client(kubeconfig: Option<&Path>, qps: f32, burst: u32) -> Res
 /// The longest a seed request waits for its response's headers, per attempt.
 ///
 /// A seed connection that completes the TLS handshake and then says nothing (a hung
-/// apiserver, a half-dead load balancer) would otherwise hold a watch or list for kube's read
-/// timeout of 295 s: the watch cache behind it stays frozen without a single error, so it is
+/// apiserver, a half-dead load balancer) would otherwise hold a watch or list for good (kube's
+/// `Config::read_timeout` is unset): the watch cache behind it stays frozen without an error, so it is
 /// never marked stale, and a flow waiting on it never finishes (`tests/faults.rs`
 /// `seed_hanging_or_slower_than_the_client_mid_flow` found this). Bounded, the watch fails,
 /// is retried with its backoff on a new connection, and the errors count towards staleness.
