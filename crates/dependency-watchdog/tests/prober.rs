@@ -15,37 +15,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
-/// `(deployment, spec.replicas)` changes in the order the watch delivered them.
-type ReplicaLog = Arc<Mutex<Vec<(String, i32)>>>;
-
-/// Records, in watch order, every change of a Deployment's `spec.replicas` in `ns`.
-fn record_replica_changes(
-    client: kube::Client,
-    ns: &str,
-) -> (ReplicaLog, tokio::task::JoinHandle<()>) {
-    let log = Arc::new(Mutex::new(Vec::<(String, i32)>::new()));
-    let api: Api<Deployment> = Api::namespaced(client, ns);
-    let sink = log.clone();
-    let task = tokio::spawn(async move {
-        let mut last = std::collections::HashMap::<String, i32>::new();
-        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
-        while let Ok(Some(d)) = stream.try_next().await {
-            let name = d.metadata.name.clone().unwrap_or_default();
-            let replicas = d.spec.and_then(|s| s.replicas).unwrap_or(1);
-            if last.insert(name.clone(), replicas) != Some(replicas) {
-                sink.lock().expect("log").push((name, replicas));
-            }
-        }
-    });
-    (log, task)
-}
-
-fn position(log: &[(String, i32)], name: &str, replicas: i32) -> usize {
-    log.iter()
-        .position(|(n, r)| n == name && *r == replicas)
-        .unwrap_or_else(|| panic!("{name} never reached {replicas}: {log:?}"))
-}
-
 #[tokio::test]
 async fn healthy_shoot_is_left_alone() {
     let h = harness().await;

@@ -15,6 +15,7 @@ use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, TestEnv, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
+use kube::runtime::WatchStreamExt;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
@@ -276,4 +277,39 @@ pub async fn wait_annotations_cleared(client: &kube::Client, ns: &str, names: &[
     )
     .await
     .expect("annotations removed");
+}
+
+/// `(deployment, spec.replicas)` changes in the order the watch delivered them.
+pub type ReplicaLog = Arc<Mutex<Vec<(String, i32)>>>;
+
+/// Records, in watch order, every change of a Deployment's `spec.replicas` in `ns`.
+pub fn record_replica_changes(
+    client: kube::Client,
+    ns: &str,
+) -> (ReplicaLog, tokio::task::JoinHandle<()>) {
+    let log = Arc::new(Mutex::new(Vec::<(String, i32)>::new()));
+    let api: Api<Deployment> = Api::namespaced(client, ns);
+    let sink = log.clone();
+    let task = tokio::spawn(async move {
+        let mut last = std::collections::HashMap::<String, i32>::new();
+        let mut stream = std::pin::pin!(
+            kube::runtime::watcher(api, kube::runtime::watcher::Config::default())
+                .applied_objects()
+        );
+        while let Ok(Some(d)) = futures::TryStreamExt::try_next(&mut stream).await {
+            let name = d.metadata.name.clone().unwrap_or_default();
+            let replicas = d.spec.and_then(|s| s.replicas).unwrap_or(1);
+            if last.insert(name.clone(), replicas) != Some(replicas) {
+                sink.lock().expect("log").push((name, replicas));
+            }
+        }
+    });
+    (log, task)
+}
+
+/// Where in `log` `name` first reached `replicas` (panics naming it when it never did).
+pub fn position(log: &[(String, i32)], name: &str, replicas: i32) -> usize {
+    log.iter()
+        .position(|(n, r)| n == name && *r == replicas)
+        .unwrap_or_else(|| panic!("{name} never reached {replicas}: {log:?}"))
 }
