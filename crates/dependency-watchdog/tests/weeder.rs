@@ -895,3 +895,61 @@ async fn forward(
     let body = body.map_frame(keep);
     Ok(http::Response::from_parts(parts, body))
 }
+
+/// `base`, except that the first `failures` pod DELETEs fail before reaching the seed, as
+/// they would while the seed is down; everything else goes through to the real apiserver.
+fn failing_deletes(base: kube::Client, failures: usize) -> kube::Client {
+    let remaining = Arc::new(std::sync::atomic::AtomicUsize::new(failures));
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let (base, remaining) = (base.clone(), remaining.clone());
+        async move {
+            let fail = request.method() == http::Method::DELETE
+                && request.uri().path().contains("/pods/")
+                && remaining
+                    .fetch_update(
+                        std::sync::atomic::Ordering::SeqCst,
+                        std::sync::atomic::Ordering::SeqCst,
+                        |n| n.checked_sub(1),
+                    )
+                    .is_ok();
+            if fail {
+                return Err::<http::Response<kube::client::Body>, tower::BoxError>(
+                    "connection refused (injected: the seed is down)".into(),
+                );
+            }
+            base.send(request).await.map_err(tower::BoxError::from)
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// A deletion that failed all its attempts (the seed down) is tried again, although the pod
+/// does not change and so sends no new event: the weeder lists its pods again after a pause.
+/// Without that, the pod would wait for its next crash-loop restart (here: for ever).
+#[tokio::test]
+async fn a_deletion_that_failed_all_its_attempts_is_retried_though_the_pod_never_changes()
+-> Result<()> {
+    const SVC: &str = "etcd-retry";
+    let client = seed_client().await?;
+    let ns = namespace(&client, "wd-retry").await?;
+    ns.create_crashlooping_pod("kapi-crash", &[("role", "apiserver")])
+        .await?;
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::NotReady)
+        .await?;
+    // Every attempt of the first deletion fails (3 attempts per deletion).
+    let w = Running::start(
+        failing_deletes(client.clone(), 3),
+        config("2m", &[(SVC, &["apiserver"])]),
+    )
+    .await?;
+    let started = Instant::now();
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
+        .await?;
+    wait_gone(&ns, "kapi-crash").await?;
+    eprintln!(
+        "deleted {:?} after the slice turned ready, its first deletion having failed",
+        started.elapsed()
+    );
+    w.expect_deleted(SVC, 1).await?;
+    w.stop().await
+}
