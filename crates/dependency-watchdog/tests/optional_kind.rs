@@ -201,6 +201,23 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
         assert!(a.contains_key(MELTDOWN_ANNOTATION), "{name}: {a:?}");
     }
 
+    // explain says what every flow does with the widget.
+    let explanation = dependency_watchdog::explain::explain(&seed, &config_with_widget(true), &ns)
+        .await
+        .expect("explain");
+    let widget = explanation
+        .flow
+        .iter()
+        .flat_map(|level| &level.targets)
+        .find(|t| t.target.contains("Widget"))
+        .unwrap_or_else(|| panic!("the widget in explain's flow: {explanation:?}"));
+    assert!(
+        widget
+            .action
+            .contains("kind not served by the seed; optional, so every flow skips it"),
+        "{widget:?}"
+    );
+
     // Scale-up: CA with the widget (0), then KCM and MCM (1).
     shoot.kubelets().resume_all();
     wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
