@@ -179,8 +179,8 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     let (log, watch) = record_replica_changes(seed.clone(), &ns);
     shoot.kubelets().silence_count(4);
     wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
-    {
-        let log = log.lock().expect("log").clone();
+    let scaled_down = {
+        let log = logged(&log, &[(KCM, 0), (MCM, 0), (CA, 0)], 0).await;
         let (kcm, mcm, ca) = (
             position(&log, KCM, 0),
             position(&log, MCM, 0),
@@ -190,7 +190,8 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
             kcm < mcm && mcm < ca,
             "scale-down order must be KCM (0) < MCM (1, with the widget) < CA (2): {log:?}"
         );
-    }
+        ca.max(kcm).max(mcm) + 1
+    };
     for (name, recorded) in [(KCM, "3"), (MCM, "2"), (CA, "2")] {
         let (_, a) = deployment_state(&seed, &ns, name).await;
         assert_eq!(
@@ -222,11 +223,11 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     shoot.kubelets().resume_all();
     wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
     {
-        let log = log.lock().expect("log").clone();
+        let log = logged(&log, &[(CA, 2), (KCM, 3), (MCM, 2)], scaled_down).await;
         let (ca, kcm, mcm) = (
-            position(&log, CA, 2),
-            position(&log, KCM, 3),
-            position(&log, MCM, 2),
+            position_from(&log, CA, 2, scaled_down),
+            position_from(&log, KCM, 3, scaled_down),
+            position_from(&log, MCM, 2, scaled_down),
         );
         assert!(
             ca < kcm && ca < mcm,

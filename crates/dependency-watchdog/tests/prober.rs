@@ -46,8 +46,8 @@ async fn outage_scales_down_in_level_order_and_recovery_restores_recorded_replic
 
     sick.kubelets().silence_count(4);
     wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
-    {
-        let log = log.lock().expect("log").clone();
+    let scaled_down = {
+        let log = logged(&log, &[(KCM, 0), (MCM, 0), (CA, 0)], 0).await;
         let (kcm, mcm, ca) = (
             position(&log, KCM, 0),
             position(&log, MCM, 0),
@@ -57,7 +57,8 @@ async fn outage_scales_down_in_level_order_and_recovery_restores_recorded_replic
             kcm < mcm && mcm < ca,
             "scale-down order must be KCM (0) < MCM (1) < CA (2): {log:?}"
         );
-    }
+        ca.max(kcm).max(mcm) + 1
+    };
     for (name, recorded) in [(KCM, "3"), (MCM, "2"), (CA, "2")] {
         let (_, a) = deployment_state(&seed, &ns, name).await;
         assert_eq!(
@@ -84,11 +85,11 @@ async fn outage_scales_down_in_level_order_and_recovery_restores_recorded_replic
     sick.kubelets().resume_all();
     wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
     {
-        let log = log.lock().expect("log").clone();
+        let log = logged(&log, &[(CA, 2), (KCM, 3), (MCM, 2)], scaled_down).await;
         let (ca, kcm, mcm) = (
-            position(&log, CA, 2),
-            position(&log, KCM, 3),
-            position(&log, MCM, 2),
+            position_from(&log, CA, 2, scaled_down),
+            position_from(&log, KCM, 3, scaled_down),
+            position_from(&log, MCM, 2, scaled_down),
         );
         assert!(
             ca < kcm && ca < mcm,

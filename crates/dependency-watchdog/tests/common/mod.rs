@@ -309,7 +309,32 @@ pub fn record_replica_changes(
 
 /// Where in `log` `name` first reached `replicas` (panics naming it when it never did).
 pub fn position(log: &[(String, i32)], name: &str, replicas: i32) -> usize {
+    position_from(log, name, replicas, 0)
+}
+
+/// Where in `log`, at or after index `from`, `name` first reached `replicas` (panics naming
+/// it when it never did).
+pub fn position_from(log: &[(String, i32)], name: &str, replicas: i32, from: usize) -> usize {
     log.iter()
+        .skip(from)
         .position(|(n, r)| n == name && *r == replicas)
-        .unwrap_or_else(|| panic!("{name} never reached {replicas}: {log:?}"))
+        .map(|i| i + from)
+        .unwrap_or_else(|| panic!("{name} never reached {replicas} after entry {from}: {log:?}"))
+}
+
+/// A copy of `log` once it holds every `(name, replicas)` of `wanted` at or after index
+/// `from`. The recording watch may lag a direct read of the Deployments by a moment, so an
+/// order is judged only once the log itself has seen every change.
+pub async fn logged(log: &ReplicaLog, wanted: &[(&str, i32)], from: usize) -> Vec<(String, i32)> {
+    eventually(DEADLINE, "the replica log to see every change", || {
+        let log = log.lock().expect("log").clone();
+        let complete = wanted.iter().all(|(name, replicas)| {
+            log.iter()
+                .skip(from)
+                .any(|(n, r)| n == name && r == replicas)
+        });
+        async move { Ok(complete.then_some(log)) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: wanted {wanted:?} after entry {from}"))
 }
