@@ -158,7 +158,7 @@ fn initial_delay_per_flow() -> Scenario {
     s.duration = 22.0;
     s.expect.extend([
         Reaches(MCM, 0, 6.5, 12.0),
-        Reaches(KCM, 2, 13.0, 19.0),
+        Reaches(KCM, 2, 12.5, 19.0),
         Gap(KCM, 2, MCM, 1, 2.5, 5.0),
         ReplicasAtEnd(CA, 1),
     ]);
