@@ -56,7 +56,7 @@ impl Hysteresis {
     /// single-node shoot says nothing about the trend.
     pub fn observe(&mut self, d: &LeaseDecision) -> Option<Direction> {
         match d {
-            LeaseDecision::ScaleDown => {
+            LeaseDecision::ScaleDown | LeaseDecision::ZonalScaleDown => {
                 self.consecutive_up = 0;
                 self.consecutive_down = self.consecutive_down.saturating_add(1);
                 (self.consecutive_down >= self.failure_threshold).then_some(Direction::Down)

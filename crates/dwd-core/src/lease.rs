@@ -14,6 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::shoot::EffectiveProbeSettings;
+use crate::zone::{ZONE_LABEL, ZoneReport, ZoneRule, judge_zones};
 
 /// Nodes with this annotation are not managed by MCM and are not counted.
 pub const NOT_MANAGED_BY_MCM_ANNOTATION: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
@@ -112,6 +113,8 @@ impl fmt::Display for Verdict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeVerdict {
     pub node: String,
+    /// The node's [`ZONE_LABEL`], if it has one.
+    pub zone: Option<String>,
     pub verdict: Verdict,
 }
 
@@ -132,8 +135,20 @@ pub enum NoScalingReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseDecision {
     ScaleUp(UpReason),
+    /// The shoot-wide rule: every target goes down.
     ScaleDown,
+    /// The shoot-wide rule would scale up, but a zone is disrupted and zonal protection is
+    /// configured: the targets marked `scaleDownOnZoneOutage` go down, nothing goes up
+    /// (docs/behaviour.md §2.19).
+    ZonalScaleDown,
     NoScaling(NoScalingReason),
+}
+
+impl LeaseDecision {
+    /// Whether the decision counts towards a scale-down (for hysteresis and nodes to list).
+    pub fn is_down(&self) -> bool {
+        matches!(self, Self::ScaleDown | Self::ZonalScaleDown)
+    }
 }
 
 impl fmt::Display for LeaseDecision {
@@ -141,6 +156,7 @@ impl fmt::Display for LeaseDecision {
         f.write_str(match self {
             Self::ScaleUp(_) => "scale up",
             Self::ScaleDown => "scale down",
+            Self::ZonalScaleDown => "scale down the zonal targets",
             Self::NoScaling(_) => "no scaling",
         })
     }
@@ -162,7 +178,16 @@ pub struct LeaseReport {
     pub fraction: Option<f64>,
     /// `nodeLeaseFailureFraction`.
     pub threshold: f64,
+    /// The candidates grouped by zone, sorted by zone name (docs/behaviour.md §2.19).
+    pub zones: Vec<ZoneReport>,
     pub decision: LeaseDecision,
+}
+
+impl LeaseReport {
+    /// The disrupted zones.
+    pub fn disrupted_zones(&self) -> impl Iterator<Item = &ZoneReport> {
+        self.zones.iter().filter(|z| z.disrupted)
+    }
 }
 
 impl fmt::Display for LeaseReport {
@@ -187,9 +212,19 @@ impl fmt::Display for LeaseReport {
                 };
                 write!(
                     f,
-                    "{}/{} node leases expired ({fraction:.2} {cmp} {:.2}): {decision}",
+                    "{}/{} node leases expired ({fraction:.2} {cmp} {:.2})",
                     self.expired, self.candidates, self.threshold
-                )
+                )?;
+                if decision == LeaseDecision::ZonalScaleDown {
+                    for zone in self.disrupted_zones() {
+                        write!(
+                            f,
+                            ", zone {} disrupted ({}/{})",
+                            zone.zone, zone.expired, zone.candidates
+                        )?;
+                    }
+                }
+                write!(f, ": {decision}")
             }
         }
     }
@@ -272,13 +307,14 @@ fn renew_time(lease: &Lease) -> Option<DateTime<Utc>> {
     DateTime::<Utc>::from_timestamp_micros(ts.as_microsecond())
 }
 
-/// Evaluates the lease probe: candidates, expiry and the scaling decision.
+/// Evaluates the lease probe: candidates, expiry, zones and the scaling decision.
 pub fn evaluate_leases(
     nodes: &[Node],
     machines: &[MachineView],
     leases: &[Lease],
     settings: &EffectiveProbeSettings,
     failure_fraction: f64,
+    zone_rule: &ZoneRule,
     now: DateTime<Utc>,
 ) -> LeaseReport {
     let leases_by_name: BTreeMap<&str, &Lease> = leases
@@ -316,8 +352,15 @@ pub fn evaluate_leases(
                 }
             },
         };
+        let zone = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(ZONE_LABEL))
+            .cloned();
         verdicts.push(NodeVerdict {
             node: name.to_owned(),
+            zone,
             verdict,
         });
     }
@@ -330,7 +373,15 @@ pub fn evaluate_leases(
         .collect();
 
     let fraction = (candidates > 0).then(|| expired as f64 / candidates as f64);
-    let decision = decide(candidates, fraction, failure_fraction);
+    let zones = judge_zones(
+        verdicts.iter().filter_map(|v| match v.verdict {
+            Verdict::Candidate { expired, .. } => Some((v.zone.as_deref(), expired)),
+            Verdict::Excluded(_) => None,
+        }),
+        zone_rule,
+    );
+    let shoot_wide = decide(candidates, fraction, failure_fraction);
+    let decision = with_zones(shoot_wide, &zones, zone_rule);
     LeaseReport {
         nodes: verdicts,
         orphan_leases,
@@ -338,6 +389,7 @@ pub fn evaluate_leases(
         expired,
         fraction,
         threshold: failure_fraction,
+        zones,
         decision,
     }
 }
@@ -381,6 +433,18 @@ pub fn leases_alone_suffice(
     })
 }
 
+/// The shoot-wide rule keeps priority: a scale-down or a single candidate stays what it is.
+/// Only a scale-up becomes a zonal scale-down, when a zone is disrupted and zonal protection is
+/// configured: nothing comes back while a zone is still cut off.
+fn with_zones(shoot_wide: LeaseDecision, zones: &[ZoneReport], rule: &ZoneRule) -> LeaseDecision {
+    match shoot_wide {
+        LeaseDecision::ScaleUp(_) if rule.protection && zones.iter().any(|z| z.disrupted) => {
+            LeaseDecision::ZonalScaleDown
+        }
+        other => other,
+    }
+}
+
 fn decide(candidates: usize, fraction: Option<f64>, threshold: f64) -> LeaseDecision {
     match (candidates, fraction) {
         (0, _) | (_, None) => LeaseDecision::ScaleUp(UpReason::NoCandidates),
@@ -394,6 +458,7 @@ fn decide(candidates: usize, fraction: Option<f64>, threshold: f64) -> LeaseDeci
 mod tests {
     use super::*;
     use crate::shoot::default_unhealthy_conditions;
+    use crate::zone::ZoneRule;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -481,7 +546,120 @@ mod tests {
 
     fn run(n: usize, expired: usize, threshold: f64) -> LeaseReport {
         let (nodes, machines, leases) = cluster(n, expired);
-        evaluate_leases(&nodes, &machines, &leases, &settings(), threshold, t(0))
+        evaluate_leases(
+            &nodes,
+            &machines,
+            &leases,
+            &settings(),
+            threshold,
+            &ZoneRule::report_only(threshold),
+            t(0),
+        )
+    }
+
+    /// A shoot of `zones` (name, nodes, expired) with every node labelled with its zone,
+    /// judged with zonal protection on or off.
+    fn zoned(zones: &[(&str, usize, usize)], protection: bool, min: usize) -> LeaseReport {
+        let (mut nodes, mut machines, mut leases) = (Vec::new(), Vec::new(), Vec::new());
+        for (zone, n, expired) in zones {
+            for i in 0..*n {
+                let name = format!("{zone}-{i}");
+                let mut nd = node(&name);
+                if !zone.is_empty() {
+                    nd.metadata
+                        .labels
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(ZONE_LABEL.into(), (*zone).into());
+                }
+                nodes.push(nd);
+                machines.push(machine(&name, Some("Running")));
+                leases.push(lease(
+                    &name,
+                    Some(if i < *expired { t(-100) } else { t(-1) }),
+                ));
+            }
+        }
+        let rule = ZoneRule {
+            failure_fraction: 1.0,
+            min_candidates: min,
+            protection,
+        };
+        evaluate_leases(&nodes, &machines, &leases, &settings(), 0.6, &rule, t(0))
+    }
+
+    #[test]
+    fn one_lost_zone_of_three_scales_the_zonal_targets_down_only_when_configured() {
+        let world = [("a", 3, 3), ("b", 3, 0), ("c", 3, 0)];
+        let on = zoned(&world, true, 2);
+        assert_eq!(on.decision, LeaseDecision::ZonalScaleDown);
+        assert_eq!(
+            on.to_string(),
+            "3/9 node leases expired (0.33 < 0.60), zone a disrupted (3/3): scale down the zonal targets"
+        );
+        let disrupted: Vec<_> = on.disrupted_zones().map(|z| z.zone.as_str()).collect();
+        assert_eq!(disrupted, ["a"]);
+        // Off: today's decision, the zone still reported as disrupted.
+        let off = zoned(&world, false, 2);
+        assert_eq!(
+            off.decision,
+            LeaseDecision::ScaleUp(UpReason::BelowThreshold)
+        );
+        assert_eq!(off.disrupted_zones().count(), 1);
+    }
+
+    #[test]
+    fn two_lost_zones_of_three_are_the_shoot_wide_rule() {
+        let r = zoned(&[("a", 3, 3), ("b", 3, 3), ("c", 3, 0)], true, 2);
+        assert_eq!(r.decision, LeaseDecision::ScaleDown);
+    }
+
+    #[test]
+    fn a_zone_below_the_minimum_never_counts() {
+        let r = zoned(&[("a", 2, 2), ("b", 3, 0), ("c", 3, 0)], true, 3);
+        assert_eq!(r.decision, LeaseDecision::ScaleUp(UpReason::BelowThreshold));
+        assert!(r.zones[0].too_small && !r.zones[0].disrupted);
+    }
+
+    #[test]
+    fn nodes_without_a_zone_vote_shoot_wide_only() {
+        let r = zoned(&[("", 4, 4), ("b", 3, 0), ("c", 3, 0)], true, 2);
+        assert_eq!(r.zones.len(), 2);
+        assert_eq!(r.decision, LeaseDecision::ScaleUp(UpReason::BelowThreshold));
+        assert_eq!(r.nodes.iter().filter(|v| v.zone.is_none()).count(), 4);
+    }
+
+    #[test]
+    fn excluded_nodes_do_not_vote_in_their_zone() {
+        // Zone a: 2 expired candidates, 1 node excluded (no machine): 2/2, disrupted.
+        let mut r = zoned(&[("a", 3, 3), ("b", 3, 0)], true, 2);
+        assert_eq!(r.zones[0].candidates, 3);
+        let (mut nodes, mut machines, mut leases) = (Vec::new(), Vec::new(), Vec::new());
+        for (zone, n, expired) in [("a", 3usize, 2usize), ("b", 3, 0)] {
+            for i in 0..n {
+                let name = format!("{zone}-{i}");
+                let mut nd = node(&name);
+                nd.metadata
+                    .labels
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(ZONE_LABEL.into(), zone.into());
+                nodes.push(nd);
+                if !(zone == "a" && i == 2) {
+                    machines.push(machine(&name, Some("Running")));
+                }
+                leases.push(lease(
+                    &name,
+                    Some(if i < expired { t(-100) } else { t(-1) }),
+                ));
+            }
+        }
+        let rule = ZoneRule {
+            failure_fraction: 1.0,
+            min_candidates: 2,
+            protection: true,
+        };
+        r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.6, &rule, t(0));
+        assert_eq!((r.zones[0].candidates, r.zones[0].expired), (2, 2));
+        assert_eq!(r.decision, LeaseDecision::ZonalScaleDown);
     }
 
     fn verdict_of<'a>(r: &'a LeaseReport, node: &str) -> &'a Verdict {
@@ -490,13 +668,29 @@ mod tests {
 
     fn single(n: Node, machines: &[MachineView]) -> Verdict {
         let leases = [lease("n0", Some(t(0)))];
-        let r = evaluate_leases(&[n], machines, &leases, &settings(), 0.6, t(0));
+        let r = evaluate_leases(
+            &[n],
+            machines,
+            &leases,
+            &settings(),
+            0.6,
+            &ZoneRule::report_only(0.6),
+            t(0),
+        );
         r.nodes[0].verdict.clone()
     }
 
     #[test]
     fn no_candidates_scales_up() {
-        let r = evaluate_leases(&[], &[], &[], &settings(), 0.6, t(0));
+        let r = evaluate_leases(
+            &[],
+            &[],
+            &[],
+            &settings(),
+            0.6,
+            &ZoneRule::report_only(0.6),
+            t(0),
+        );
         assert_eq!(r.decision, LeaseDecision::ScaleUp(UpReason::NoCandidates));
         assert_eq!(r.fraction, None);
         assert_eq!(
@@ -553,9 +747,25 @@ mod tests {
         let nodes = [node("n0"), node("n1")];
         let machines = [machine("n0", None), machine("n1", None)];
         let just_before = t(30) - TimeDelta::microseconds(1);
-        let r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.6, just_before);
+        let r = evaluate_leases(
+            &nodes,
+            &machines,
+            &leases,
+            &settings(),
+            0.6,
+            &ZoneRule::report_only(0.6),
+            just_before,
+        );
         assert_eq!(r.expired, 0);
-        let r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.6, t(30));
+        let r = evaluate_leases(
+            &nodes,
+            &machines,
+            &leases,
+            &settings(),
+            0.6,
+            &ZoneRule::report_only(0.6),
+            t(30),
+        );
         assert_eq!(r.expired, 2);
         assert_eq!(r.decision, LeaseDecision::ScaleDown);
     }
@@ -572,7 +782,15 @@ mod tests {
         let nodes = [node("n0"), node("n1")];
         let machines = [machine("n0", None), machine("n1", None)];
         let leases = [lease("n0", None), lease("n1", Some(t(0)))];
-        let r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.5, t(0));
+        let r = evaluate_leases(
+            &nodes,
+            &machines,
+            &leases,
+            &settings(),
+            0.5,
+            &ZoneRule::report_only(0.5),
+            t(0),
+        );
         assert_eq!(
             *verdict_of(&r, "n0"),
             Verdict::Candidate {
@@ -591,7 +809,15 @@ mod tests {
             },
             spec: None,
         };
-        let r = evaluate_leases(&nodes[..1], &machines, &[bare], &settings(), 0.5, t(0));
+        let r = evaluate_leases(
+            &nodes[..1],
+            &machines,
+            &[bare],
+            &settings(),
+            0.5,
+            &ZoneRule::report_only(0.5),
+            t(0),
+        );
         assert!(matches!(
             r.nodes[0].verdict,
             Verdict::Candidate { expired: true, .. }
@@ -726,7 +952,15 @@ mod tests {
             lease("n1", Some(t(0))),
             lease("ghost", Some(t(-1000))),
         ];
-        let r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.6, t(0));
+        let r = evaluate_leases(
+            &nodes,
+            &machines,
+            &leases,
+            &settings(),
+            0.6,
+            &ZoneRule::report_only(0.6),
+            t(0),
+        );
         assert_eq!(
             *verdict_of(&r, "n2"),
             Verdict::Excluded(ExclusionReason::NoLease)
@@ -753,7 +987,15 @@ mod tests {
             lease("n1", Some(t(0))),
             lease("n2", Some(t(-1000))),
         ];
-        let r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.3, t(0));
+        let r = evaluate_leases(
+            &nodes,
+            &machines,
+            &leases,
+            &settings(),
+            0.3,
+            &ZoneRule::report_only(0.3),
+            t(0),
+        );
         assert_eq!((r.candidates, r.expired), (2, 0));
         assert!(r.orphan_leases.is_empty());
     }
@@ -761,7 +1003,15 @@ mod tests {
     #[test]
     fn verdicts_are_sorted_by_node_name() {
         let nodes = [node("b"), node("a")];
-        let r = evaluate_leases(&nodes, &[], &[], &settings(), 0.6, t(0));
+        let r = evaluate_leases(
+            &nodes,
+            &[],
+            &[],
+            &settings(),
+            0.6,
+            &ZoneRule::report_only(0.6),
+            t(0),
+        );
         let names: Vec<_> = r.nodes.iter().map(|v| v.node.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
     }
@@ -809,7 +1059,15 @@ mod tests {
             let (nodes, machines, leases) = cluster(n, 0);
             assert!(leases_alone_suffice(&leases, GRACE, 0.6, now, false));
             for keep in 0..=nodes.len() {
-                let r = evaluate_leases(&nodes[..keep], &machines, &leases, &settings(), 0.6, now);
+                let r = evaluate_leases(
+                    &nodes[..keep],
+                    &machines,
+                    &leases,
+                    &settings(),
+                    0.6,
+                    &ZoneRule::report_only(0.6),
+                    now,
+                );
                 assert_ne!(
                     r.decision,
                     LeaseDecision::ScaleDown,

@@ -15,6 +15,7 @@ pub mod schedule;
 pub mod selector;
 pub mod shoot;
 pub mod weeder;
+pub mod zone;
 
 pub use config::prober::{DependentResourceInfo, ProberConfig, ResourceRef, ScaleInfo};
 pub use config::weeder::{DependantSelectors, WeederConfig};
@@ -28,3 +29,4 @@ pub use lease::{
 pub use scaling::{ScalingError, TargetAction, TargetSnapshot};
 pub use selector::{PodSelector, SelectorError};
 pub use shoot::{EffectiveProbeSettings, ProbeLifecycle, ShootError, ShootView, probe_lifecycle};
+pub use zone::{ZONE_LABEL, ZoneReport, ZoneRule};

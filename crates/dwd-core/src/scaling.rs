@@ -6,6 +6,7 @@
 //! replica count survives a watchdog restart.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -66,10 +67,52 @@ pub struct LevelPlan {
     pub targets: Vec<DependentResourceInfo>,
 }
 
-/// Groups targets by their level for `dir`, levels ascending, config order kept within a level.
-pub fn plan_levels(infos: &[DependentResourceInfo], dir: Direction) -> Vec<LevelPlan> {
+/// Which targets a flow covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlowScope {
+    /// Every target: the shoot-wide rule, and every scale-up.
+    All,
+    /// Only the targets with `scaleDownOnZoneOutage: true`: a disrupted zone
+    /// (docs/behaviour.md §2.19).
+    Zonal,
+}
+
+impl FlowScope {
+    /// The scope of the flow a decision asks for.
+    pub fn of(decision: &crate::lease::LeaseDecision) -> FlowScope {
+        match decision {
+            crate::lease::LeaseDecision::ZonalScaleDown => FlowScope::Zonal,
+            _ => FlowScope::All,
+        }
+    }
+
+    /// Whether the flow covers `info`.
+    pub fn includes(self, info: &DependentResourceInfo) -> bool {
+        match self {
+            FlowScope::All => true,
+            FlowScope::Zonal => info.scale_down_on_zone_outage,
+        }
+    }
+}
+
+impl fmt::Display for FlowScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FlowScope::All => "all targets",
+            FlowScope::Zonal => "zonal targets",
+        })
+    }
+}
+
+/// Groups the targets of `scope` by their level for `dir`, levels ascending, config order kept
+/// within a level.
+pub fn plan_levels(
+    infos: &[DependentResourceInfo],
+    dir: Direction,
+    scope: FlowScope,
+) -> Vec<LevelPlan> {
     let mut by_level: BTreeMap<u32, Vec<DependentResourceInfo>> = BTreeMap::new();
-    for info in infos {
+    for info in infos.iter().filter(|i| scope.includes(i)) {
         let level = match dir {
             Direction::Up => info.scale_up.level,
             Direction::Down => info.scale_down.level,
@@ -345,6 +388,7 @@ mod tests {
             optional: false,
             scale_up: scale(up),
             scale_down: scale(down),
+            scale_down_on_zone_outage: false,
         }
     }
 
@@ -393,7 +437,7 @@ mod tests {
     #[test]
     fn scale_down_levels_run_sequentially_in_ascending_order() {
         assert_eq!(
-            names(&plan_levels(&seed_infos(), Direction::Down)),
+            names(&plan_levels(&seed_infos(), Direction::Down, FlowScope::All)),
             [(0, vec!["kcm"]), (1, vec!["mcm"]), (2, vec!["ca"])]
         );
     }
@@ -401,8 +445,27 @@ mod tests {
     #[test]
     fn targets_of_the_same_level_run_together_in_config_order() {
         assert_eq!(
-            names(&plan_levels(&seed_infos(), Direction::Up)),
+            names(&plan_levels(&seed_infos(), Direction::Up, FlowScope::All)),
             [(0, vec!["ca"]), (1, vec!["kcm", "mcm"])]
+        );
+    }
+
+    #[test]
+    fn a_zonal_flow_covers_only_the_zonal_targets_in_level_order() {
+        let mut infos = seed_infos();
+        infos[1].scale_down_on_zone_outage = true;
+        infos[2].scale_down_on_zone_outage = true;
+        assert_eq!(
+            names(&plan_levels(&infos, Direction::Down, FlowScope::Zonal)),
+            [(1, vec!["mcm"]), (2, vec!["ca"])]
+        );
+        assert_eq!(
+            FlowScope::of(&crate::lease::LeaseDecision::ZonalScaleDown),
+            FlowScope::Zonal
+        );
+        assert_eq!(
+            FlowScope::of(&crate::lease::LeaseDecision::ScaleDown),
+            FlowScope::All
         );
     }
 
@@ -410,10 +473,10 @@ mod tests {
     fn levels_may_have_gaps() {
         let infos = [info("a", 5, 0), info("b", 2, 0)];
         assert_eq!(
-            names(&plan_levels(&infos, Direction::Up)),
+            names(&plan_levels(&infos, Direction::Up, FlowScope::All)),
             [(2, vec!["b"]), (5, vec!["a"])]
         );
-        assert!(plan_levels(&[], Direction::Up).is_empty());
+        assert!(plan_levels(&[], Direction::Up, FlowScope::All).is_empty());
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub const DEFAULT_SCALE_INITIAL_DELAY: Duration = Duration::ZERO;
 pub const DEFAULT_SCALE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default for `successThreshold` / `failureThreshold` (1 = act on every decision, as the reference).
 pub const DEFAULT_THRESHOLD: u32 = 1;
+/// Default for `minCandidatesPerZone` (ours): a zone of one node cannot tell its node's own
+/// failure from the zone's, just as a shoot of one node cannot (docs/behaviour.md §2.19).
+pub const DEFAULT_MIN_CANDIDATES_PER_ZONE: u32 = 2;
 /// The effective `probeTimeout` when the file gives zero or a negative value: the reference's
 /// client then has no timeout at all. Go's largest duration (about 292 years) stands for "none"
 /// here; it is safe to add to any clock reading.
@@ -62,6 +65,27 @@ pub struct ProberConfig {
     pub success_threshold: u32,
     /// Consecutive scale-down decisions needed before scaling down (ours; default 1).
     pub failure_threshold: u32,
+    /// `zoneLeaseFailureFraction` (ours): a zone is disrupted when this share of its candidate
+    /// leases expired. In (0, 1]; defaults to `nodeLeaseFailureFraction` when that is in
+    /// (0, 1], else to 0.6 (docs/behaviour.md §2.19).
+    pub zone_lease_failure_fraction: f64,
+    /// `minCandidatesPerZone` (ours): a zone with fewer candidates is never disrupted. At least 2.
+    pub min_candidates_per_zone: u32,
+}
+
+impl ProberConfig {
+    /// The zone rule this configuration sets: zones are always judged (and reported); they are
+    /// acted on only when some target has `scaleDownOnZoneOutage: true`.
+    pub fn zone_rule(&self) -> crate::zone::ZoneRule {
+        crate::zone::ZoneRule {
+            failure_fraction: self.zone_lease_failure_fraction,
+            min_candidates: usize::try_from(self.min_candidates_per_zone).unwrap_or(usize::MAX),
+            protection: self
+                .dependent_resource_infos
+                .iter()
+                .any(|i| i.scale_down_on_zone_outage),
+        }
+    }
 }
 
 /// One scalable target and how to scale it in each direction.
@@ -72,6 +96,9 @@ pub struct DependentResourceInfo {
     pub optional: bool,
     pub scale_up: ScaleInfo,
     pub scale_down: ScaleInfo,
+    /// `scaleDownOnZoneOutage` (ours, default false): the target is scaled down also when only
+    /// a zone is disrupted, not the whole shoot (docs/behaviour.md §2.19).
+    pub scale_down_on_zone_outage: bool,
 }
 
 /// `autoscaling/v1 CrossVersionObjectReference`: a target in the shoot namespace.
@@ -252,11 +279,30 @@ impl ProberConfig {
 
         let success_threshold = threshold(&mut f, "successThreshold", &mut cx);
         let failure_threshold = threshold(&mut f, "failureThreshold", &mut cx);
+        let zone_fraction = f.float("zoneLeaseFailureFraction", &mut cx);
+        let zone_fraction_given = !matches!(zone_fraction, Got::Absent);
+        let zone_lease_failure_fraction =
+            zone_failure_fraction(zone_fraction, node_lease_failure_fraction, &mut cx);
+        let min_candidates = f.int("minCandidatesPerZone", &mut cx);
+        let min_candidates_given = !matches!(min_candidates, Got::Absent);
+        let min_candidates_per_zone = min_candidates_per_zone(min_candidates, &mut cx);
         let infos = dependent_resource_infos(&mut f, &mut cx);
         f.finish(&mut cx);
 
         if let Some(infos) = &infos {
             warn_duplicate_targets(infos, &mut cx);
+            let zonal = infos.iter().any(|i| i.scale_down_on_zone_outage);
+            for (given, key) in [
+                (zone_fraction_given, "zoneLeaseFailureFraction"),
+                (min_candidates_given, "minCandidatesPerZone"),
+            ] {
+                if given && !zonal {
+                    cx.warn(
+                        key,
+                        "no target has scaleDownOnZoneOutage: true, so zonal protection is not configured: disrupted zones are reported (events, metrics, explain) but nothing is scaled for them",
+                    );
+                }
+            }
         }
 
         let config = (|| {
@@ -271,6 +317,8 @@ impl ProberConfig {
                 dependent_resource_infos: infos?,
                 success_threshold: success_threshold?,
                 failure_threshold: failure_threshold?,
+                zone_lease_failure_fraction: zone_lease_failure_fraction?,
+                min_candidates_per_zone: min_candidates_per_zone?,
             })
         })();
         cx.finish(config)
@@ -295,10 +343,54 @@ fn threshold(f: &mut Fields<'_>, key: &'static str, cx: &mut Ctx) -> Option<u32>
     }
 }
 
+/// `zoneLeaseFailureFraction` (ours): absent means `nodeLeaseFailureFraction` when that is a
+/// usable fraction, else [`DEFAULT_NODE_LEASE_FAILURE_FRACTION`]; when given, in (0, 1]. Unlike
+/// the reference's own fields, a value that would disrupt every zone (0) or none (above 1) is
+/// refused: the field is new, so no file that works today can carry it.
+fn zone_failure_fraction(got: Got<f64>, node_fraction: Option<f64>, cx: &mut Ctx) -> Option<f64> {
+    const KEY: &str = "zoneLeaseFailureFraction";
+    match got {
+        Got::Absent => Some(match node_fraction {
+            Some(x) if x > 0.0 && x <= 1.0 => x,
+            _ => DEFAULT_NODE_LEASE_FAILURE_FRACTION,
+        }),
+        Got::Invalid => None,
+        Got::Value(x) if x > 0.0 && x <= 1.0 => Some(x),
+        Got::Value(x) => {
+            cx.problem(
+                KEY,
+                format!("must be a fraction in (0, 1] such as 1.0 (every candidate lease of the zone expired), got {x}"),
+            );
+            None
+        }
+    }
+}
+
+/// `minCandidatesPerZone` (ours): absent means [`DEFAULT_MIN_CANDIDATES_PER_ZONE`]; when given,
+/// an integer from 2 up.
+fn min_candidates_per_zone(got: Got<i64>, cx: &mut Ctx) -> Option<u32> {
+    const KEY: &str = "minCandidatesPerZone";
+    match got {
+        Got::Absent => Some(DEFAULT_MIN_CANDIDATES_PER_ZONE),
+        Got::Invalid => None,
+        Got::Value(n) => match u32::try_from(n) {
+            Ok(n) if n >= 2 => Some(n),
+            _ => {
+                cx.problem(
+                    KEY,
+                    format!("must be an integer from 2 to {} (a zone of one node cannot tell its node's failure from the zone's), got {n}", u32::MAX),
+                );
+                None
+            }
+        },
+    }
+}
+
 /// A target as read, before the levels of all targets are known.
 struct RawInfo {
     target: ResourceRef,
     optional: bool,
+    zonal: bool,
     up: RawScale,
     down: RawScale,
 }
@@ -356,6 +448,7 @@ fn dependent_resource_infos(
             .map(|(r, (up_level, down_level))| DependentResourceInfo {
                 target: r.target,
                 optional: r.optional,
+                scale_down_on_zone_outage: r.zonal,
                 scale_up: ScaleInfo {
                     level: up_level,
                     initial_delay: r.up.initial_delay,
@@ -437,12 +530,14 @@ fn dependent_resource_info(v: &GoValue, path: &str, cx: &mut Ctx) -> Option<RawI
         }
     };
     let optional = f.bool("optional", cx).or(false);
+    let zonal = f.bool("scaleDownOnZoneOutage", cx).or(false);
     let up = scale_info(&mut f, "scaleUp", target.as_ref(), cx);
     let down = scale_info(&mut f, "scaleDown", target.as_ref(), cx);
     f.finish(cx);
     Some(RawInfo {
         target: target?,
         optional: optional?,
+        zonal: zonal?,
         up: up?,
         down: down?,
     })
@@ -710,6 +805,95 @@ dependentResourceInfos:
         let yaml = format!("{GARDENER_FULL}successThreshold: 2\nfailureThreshold: 3\n");
         let c = ProberConfig::from_yaml(&yaml).unwrap().config;
         assert_eq!((c.success_threshold, c.failure_threshold), (2, 3));
+    }
+
+    #[test]
+    fn zonal_fields_are_absent_by_default_and_judge_zones_by_the_shoot_fraction() {
+        let c = ProberConfig::from_yaml(GARDENER_FULL).unwrap().config;
+        let rule = c.zone_rule();
+        assert_eq!(rule.failure_fraction, 0.6);
+        assert_eq!(rule.min_candidates, 2);
+        assert!(!rule.protection, "no target is zonal");
+        assert!(
+            c.dependent_resource_infos
+                .iter()
+                .all(|i| !i.scale_down_on_zone_outage)
+        );
+        // A shoot fraction outside (0, 1] does not make every zone disrupted.
+        let yaml = GARDENER_FULL.replace(
+            "nodeLeaseFailureFraction: 0.6",
+            "nodeLeaseFailureFraction: 0",
+        );
+        let c = ProberConfig::from_yaml(&yaml).unwrap().config;
+        assert_eq!(c.zone_rule().failure_fraction, 0.6);
+    }
+
+    #[test]
+    fn zonal_fields_load_and_switch_zonal_protection_on() {
+        let yaml = GARDENER_FULL
+            .replace(
+                "- ref: {kind: Deployment, name: machine-controller-manager, apiVersion: apps/v1}\n  optional: false\n",
+                "- ref: {kind: Deployment, name: machine-controller-manager, apiVersion: apps/v1}\n  optional: false\n  scaleDownOnZoneOutage: true\n",
+            )
+            + "zoneLeaseFailureFraction: 1.0\nminCandidatesPerZone: 3\n";
+        let loaded = ProberConfig::from_yaml(&yaml).unwrap();
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        let c = loaded.config;
+        assert!(c.dependent_resource_infos[1].scale_down_on_zone_outage);
+        assert!(!c.dependent_resource_infos[0].scale_down_on_zone_outage);
+        let rule = c.zone_rule();
+        assert_eq!(
+            (rule.failure_fraction, rule.min_candidates, rule.protection),
+            (1.0, 3, true)
+        );
+    }
+
+    #[test]
+    fn zonal_fields_out_of_range_are_refused_by_name() {
+        for (field, value, needle) in [
+            (
+                "zoneLeaseFailureFraction",
+                "0",
+                "must be a fraction in (0, 1]",
+            ),
+            (
+                "zoneLeaseFailureFraction",
+                "1.5",
+                "must be a fraction in (0, 1]",
+            ),
+            ("minCandidatesPerZone", "1", "must be an integer from 2"),
+            ("minCandidatesPerZone", "-4", "must be an integer from 2"),
+        ] {
+            let problems = problems_of(&format!("{GARDENER_FULL}{field}: {value}\n"));
+            assert!(
+                has(&problems, field, needle),
+                "{field}={value}: {problems:?}"
+            );
+        }
+        let problems = problems_of(&GARDENER_FULL.replace(
+            "  optional: true\n",
+            "  optional: true\n  scaleDownOnZoneOutage: maybe\n",
+        ));
+        assert!(
+            has(
+                &problems,
+                "dependentResourceInfos[2].scaleDownOnZoneOutage",
+                "must be true or false"
+            ),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn zonal_fields_without_a_zonal_target_warn_that_zones_are_only_reported() {
+        let loaded =
+            ProberConfig::from_yaml(&format!("{GARDENER_FULL}zoneLeaseFailureFraction: 1\n"))
+                .unwrap();
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+        assert!(
+            loaded.warnings[0]
+                .starts_with("zoneLeaseFailureFraction: no target has scaleDownOnZoneOutage")
+        );
     }
 
     #[test]
