@@ -84,6 +84,10 @@ pub const REASON_SCALED_UP: &str = "ScaledUp";
 pub const REASON_SCALE_DOWN_FAILED: &str = "ScaleDownFailed";
 /// `reason` of the Warning on a target that could not be scaled up after all attempts.
 pub const REASON_SCALE_UP_FAILED: &str = "ScaleUpFailed";
+/// `reason` of the Warning on the Cluster when a zone of the shoot becomes disrupted.
+pub const REASON_ZONE_DISRUPTED: &str = "ZoneDisrupted";
+/// `reason` of the event on the Cluster when a disrupted zone recovers.
+pub const REASON_ZONE_RECOVERED: &str = "ZoneRecovered";
 /// `reason` of the event on a pod the weeder deleted.
 pub const REASON_POD_DELETED: &str = "CrashLoopingPodDeleted";
 
@@ -316,6 +320,38 @@ impl Events {
         targets: &[&str],
     ) {
         let note = format!("{reason}: {} {}", verb(dir), targets.join(", "));
+        let reason = match dir {
+            Direction::Down => REASON_SCALE_DOWN,
+            Direction::Up => REASON_SCALE_UP,
+        };
+        self.cluster_event(cluster, cluster_uid, EventType::Normal, reason, note);
+    }
+
+    /// A zone of shoot `cluster` became disrupted (`disrupted`) or recovered; `note` says
+    /// which, with its leases and what was done about it (docs/behaviour.md §2.19).
+    pub fn zone_changed(
+        &self,
+        cluster: &str,
+        cluster_uid: Option<&str>,
+        disrupted: bool,
+        note: String,
+    ) {
+        let (type_, reason) = if disrupted {
+            (EventType::Warning, REASON_ZONE_DISRUPTED)
+        } else {
+            (EventType::Normal, REASON_ZONE_RECOVERED)
+        };
+        self.cluster_event(cluster, cluster_uid, type_, reason, note);
+    }
+
+    fn cluster_event(
+        &self,
+        cluster: &str,
+        cluster_uid: Option<&str>,
+        type_: EventType,
+        reason: &'static str,
+        note: String,
+    ) {
         self.enqueue(Queued {
             regarding: ObjectReference {
                 api_version: Some(CLUSTER_API_VERSION.into()),
@@ -327,11 +363,8 @@ impl Events {
             resolve: cluster_uid
                 .is_none()
                 .then(|| ApiResource::from_gvk(&crate::gardener::cluster_gvk())),
-            type_: EventType::Normal,
-            reason: match dir {
-                Direction::Down => REASON_SCALE_DOWN,
-                Direction::Up => REASON_SCALE_UP,
-            },
+            type_,
+            reason,
             note,
         });
     }
@@ -494,7 +527,7 @@ fn reporter(component: Component) -> Reporter {
 }
 
 /// `text` cut to at most `limit` bytes on a character boundary, marked with `…` when cut.
-fn truncate(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
+pub(crate) fn truncate(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
     if text.len() <= limit {
         return text.into();
     }

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use dwd_core::lease::LeaseReport;
-use dwd_core::scaling::{decide_target_action, plan_levels};
+use dwd_core::scaling::{FlowScope, decide_target_action, plan_levels};
+use dwd_core::zone::ZoneRule;
 use dwd_core::{
     Direction, LeaseDecision, ProbeLifecycle, ProberConfig, ShootView, TargetAction, Verdict,
     evaluate_leases, probe_lifecycle,
@@ -66,10 +67,35 @@ pub struct LeaseSummary {
     pub threshold: f64,
     /// The grace period used (`kcmNodeMonitorGraceDuration` or the shoot's override), seconds.
     pub grace_seconds: f64,
+    /// The candidates by zone (node label `topology.kubernetes.io/zone`), sorted by name.
+    pub zones: Vec<ZoneLine>,
+    /// `zoneLeaseFailureFraction`.
+    pub zone_threshold: f64,
+    /// `minCandidatesPerZone`.
+    pub min_candidates_per_zone: usize,
+    /// Whether zonal protection is configured (some target has `scaleDownOnZoneOutage`).
+    pub zonal_protection: bool,
     /// The decision, in words.
     pub decision: String,
     /// The report's one-line summary (as the prober logs it).
     pub summary: String,
+}
+
+/// One zone's share of the verdict.
+#[derive(Debug, Serialize)]
+pub struct ZoneLine {
+    /// Zone name.
+    pub zone: String,
+    /// Candidate nodes in the zone.
+    pub candidates: usize,
+    /// Of those, with an expired lease.
+    pub expired: usize,
+    /// `expired / candidates`.
+    pub fraction: f64,
+    /// Whether the zone is disrupted.
+    pub disrupted: bool,
+    /// Whether it has fewer candidates than `minCandidatesPerZone` (never disrupted).
+    pub too_small: bool,
 }
 
 /// A node's verdict.
@@ -77,6 +103,8 @@ pub struct LeaseSummary {
 pub struct NodeLine {
     /// Node name.
     pub node: String,
+    /// Its zone, if labelled.
+    pub zone: Option<String>,
     /// Whether it votes.
     pub candidate: bool,
     /// For candidates: whether its lease is expired.
@@ -205,22 +233,30 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
         .await
         .map_err(kube_err(format!("listing Machines in {namespace}")))?;
     let now = Utc::now();
+    let zone_rule = config.zone_rule();
     let report = evaluate_leases(
         &nodes,
         &machines,
         &leases,
         &settings,
         config.node_lease_failure_fraction,
+        &zone_rule,
         now,
     );
     let direction = match report.decision {
-        LeaseDecision::ScaleDown => Some(Direction::Down),
+        LeaseDecision::ScaleDown | LeaseDecision::ZonalScaleDown => Some(Direction::Down),
         LeaseDecision::ScaleUp(_) => Some(Direction::Up),
         LeaseDecision::NoScaling(_) => None,
     };
-    out.lease_probe = Some(summarize(&report, settings.node_monitor_grace, now));
+    out.lease_probe = Some(summarize(
+        &report,
+        &zone_rule,
+        settings.node_monitor_grace,
+        now,
+    ));
     if let Some(dir) = direction {
-        out.flow = explain_flow(seed, config, namespace, dir).await?;
+        let scope = FlowScope::of(&report.decision);
+        out.flow = explain_flow(seed, config, namespace, dir, scope).await?;
     }
     Ok(out)
 }
@@ -265,7 +301,12 @@ async fn shoot_client(
         .map_err(|e| format!("secret {namespace}/{secret_name}: {e}"))
 }
 
-fn summarize(report: &LeaseReport, grace: Duration, now: chrono::DateTime<Utc>) -> LeaseSummary {
+fn summarize(
+    report: &LeaseReport,
+    zone_rule: &ZoneRule,
+    grace: Duration,
+    now: chrono::DateTime<Utc>,
+) -> LeaseSummary {
     let secs = |d: chrono::TimeDelta| d.num_milliseconds() as f64 / 1000.0;
     let nodes = report
         .nodes
@@ -286,6 +327,7 @@ fn summarize(report: &LeaseReport, grace: Duration, now: chrono::DateTime<Utc>) 
             };
             NodeLine {
                 node: n.node.clone(),
+                zone: n.zone.clone(),
                 candidate,
                 expired,
                 lease_age_seconds: age,
@@ -302,6 +344,21 @@ fn summarize(report: &LeaseReport, grace: Duration, now: chrono::DateTime<Utc>) 
         fraction: report.fraction,
         threshold: report.threshold,
         grace_seconds: grace.as_secs_f64(),
+        zones: report
+            .zones
+            .iter()
+            .map(|z| ZoneLine {
+                zone: z.zone.clone(),
+                candidates: z.candidates,
+                expired: z.expired,
+                fraction: z.fraction(),
+                disrupted: z.disrupted,
+                too_small: z.too_small,
+            })
+            .collect(),
+        zone_threshold: zone_rule.failure_fraction,
+        min_candidates_per_zone: zone_rule.min_candidates,
+        zonal_protection: zone_rule.protection,
         decision: report.decision.to_string(),
         summary: report.to_string(),
     }
@@ -312,9 +369,10 @@ async fn explain_flow(
     config: &ProberConfig,
     namespace: &str,
     dir: Direction,
+    scope: FlowScope,
 ) -> Result<Vec<FlowLevel>> {
     let mut levels = Vec::new();
-    for level in plan_levels(&config.dependent_resource_infos, dir) {
+    for level in plan_levels(&config.dependent_resource_infos, dir, scope) {
         let mut targets = Vec::new();
         for info in &level.targets {
             let r = &info.target;
@@ -403,7 +461,12 @@ impl std::fmt::Display for Explanation {
                 .lease_age_seconds
                 .map(|a| format!(" (age {a:.1}s)"))
                 .unwrap_or_default();
-            writeln!(f, "    {:<24} {}{}", n.node, n.verdict, age)?;
+            let zone = n
+                .zone
+                .as_deref()
+                .map(|z| format!(" [zone {z}]"))
+                .unwrap_or_default();
+            writeln!(f, "    {:<24} {}{}{}", n.node, n.verdict, age, zone)?;
         }
         for o in &lp.orphan_leases {
             writeln!(f, "    {o:<24} lease without a node: ignored")?;
@@ -417,6 +480,32 @@ impl std::fmt::Display for Explanation {
             "  candidates {}, expired {}, fraction {} vs threshold {:.2}",
             lp.candidates, lp.expired, fraction, lp.threshold
         )?;
+        if !lp.zones.is_empty() {
+            let protection = if lp.zonal_protection {
+                "zonal protection on"
+            } else {
+                "zonal protection not configured: reported only"
+            };
+            writeln!(
+                f,
+                "  zones (disrupted at {:.2} with at least {} candidates; {protection}):",
+                lp.zone_threshold, lp.min_candidates_per_zone
+            )?;
+            for z in &lp.zones {
+                let state = if z.disrupted {
+                    "DISRUPTED"
+                } else if z.too_small {
+                    "too few candidates to judge"
+                } else {
+                    "ok"
+                };
+                writeln!(
+                    f,
+                    "    {:<24} {}/{} expired, fraction {:.2}: {state}",
+                    z.zone, z.expired, z.candidates, z.fraction
+                )?;
+            }
+        }
         writeln!(f, "  decision:         {}", lp.summary)?;
         if !self.flow.is_empty() {
             writeln!(f, "  flow:")?;

@@ -37,6 +37,22 @@ pub struct ShootLabels {
     pub shoot: String,
 }
 
+/// Label set `{shoot, zone}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShootZoneLabels {
+    /// Shoot namespace in the seed.
+    pub shoot: String,
+    /// The zone (node label `topology.kubernetes.io/zone`), at most [`ZONE_LABEL_LIMIT`] bytes.
+    pub zone: String,
+}
+
+/// At most this many zones of one shoot get a series: zone names come from the tenant's node
+/// labels, and a hostile shoot must not grow the scrape without bound. Disrupted zones first,
+/// then by name. Real shoots span 1 to 3 zones, rarely more.
+pub const ZONES_PER_SHOOT_LIMIT: usize = 8;
+/// Longest zone label value kept (a Kubernetes label value's limit); longer ones are cut.
+pub const ZONE_LABEL_LIMIT: usize = 63;
+
 /// Scaling direction label value.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum DirectionLabel {
@@ -109,6 +125,8 @@ pub enum RunResult {
     ScaleUp,
     /// Lease probe decided to scale down.
     ScaleDown,
+    /// Lease probe decided to scale the zonal targets down (a zone is disrupted).
+    ZonalScaleDown,
     /// Lease probe decided not to scale (single candidate, hysteresis).
     NoScaling,
     /// The API server probe failed.
@@ -239,6 +257,11 @@ pub struct Metrics {
     pub oversized_responses: Family<ShootLabels, Counter>,
     /// Per shoot: last expired-lease fraction.
     pub expired_lease_fraction: Family<ShootLabels, Gauge<f64, AtomicU64>>,
+    /// Per shoot and zone: last expired-lease fraction of the zone's candidates (at most
+    /// [`ZONES_PER_SHOOT_LIMIT`] zones per shoot; written by [`Metrics::set_zone_fractions`]).
+    pub zone_expired_lease_fraction: Family<ShootZoneLabels, Gauge<f64, AtomicU64>>,
+    /// Per shoot and zone: 1 while the zone is disrupted, 0 otherwise.
+    pub zone_disrupted: Family<ShootZoneLabels, Gauge>,
     /// Per shoot: scaling flows started, by direction.
     pub scaling_attempts: Family<ShootDirectionLabels, Counter>,
     /// 1 while this replica leads (or acts alone), 0 otherwise.
@@ -261,10 +284,21 @@ pub struct Metrics {
     pub rest_client_requests: RestClientRequests,
     /// Probe tasks restarted because they panicked or ended on their own.
     pub probe_task_restarts: Family<RestartLabels, Counter>,
-    /// Shoots whose per-shoot series may be written, with the id of the handle that may.
-    open_shoots: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    /// Shoots whose per-shoot series may be written, with the id of the handle that may and
+    /// the zones that have series.
+    open_shoots: std::sync::Mutex<std::collections::HashMap<String, OpenShoot>>,
     /// Source of [`ShootSeries`] ids.
     next_series_id: AtomicU64,
+}
+
+/// A shoot whose per-shoot series may be written.
+#[derive(Debug, Default)]
+struct OpenShoot {
+    /// The [`ShootSeries`] id that may write.
+    id: u64,
+    /// Zones with a series now (so a vanished zone's series, and all of them when the probe
+    /// is removed, can be dropped).
+    zones: std::collections::BTreeSet<String>,
 }
 
 /// A histogram of seconds with buckets from 5 ms to ~40 s (probe runs span both).
@@ -333,6 +367,16 @@ impl Metrics {
             "expired_lease_fraction",
             "Last expired node-lease fraction per shoot",
             self.expired_lease_fraction.clone(),
+        );
+        p.register(
+            "zone_expired_lease_fraction",
+            "Last expired node-lease fraction per shoot and zone (node label topology.kubernetes.io/zone)",
+            self.zone_expired_lease_fraction.clone(),
+        );
+        p.register(
+            "zone_disrupted",
+            "1 while a zone of a shoot is disrupted (its expired fraction reached zoneLeaseFailureFraction), whether or not zonal protection is configured",
+            self.zone_disrupted.clone(),
         );
         p.register(
             "scaling_attempts",
@@ -413,7 +457,7 @@ impl Metrics {
 
     fn lock_open_shoots(
         &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u64>> {
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, OpenShoot>> {
         // Only whole entries are inserted or removed: a panic elsewhere can't leave one torn.
         self.open_shoots
             .lock()
@@ -426,7 +470,19 @@ impl Metrics {
         let id = self
             .next_series_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.lock_open_shoots().insert(shoot.to_string(), id);
+        let mut open = self.lock_open_shoots();
+        let old = open.insert(
+            shoot.to_string(),
+            OpenShoot {
+                id,
+                zones: Default::default(),
+            },
+        );
+        // A probe replaced without a removal: its zones' series go with it.
+        if let Some(old) = old {
+            self.remove_zone_series(shoot, old.zones.iter());
+        }
+        drop(open);
         ShootSeries {
             labels: ShootLabels {
                 shoot: shoot.to_string(),
@@ -440,8 +496,83 @@ impl Metrics {
     /// lock [`Self::forget_shoot`] takes, so no write can slip in after the series were dropped.
     pub fn for_shoot<R>(&self, series: &ShootSeries, write: impl FnOnce(&ShootLabels) -> R) {
         let open = self.lock_open_shoots();
-        if open.get(&series.labels.shoot) == Some(&series.id) {
+        if open.get(&series.labels.shoot).map(|o| o.id) == Some(series.id) {
             write(&series.labels);
+        }
+    }
+
+    /// Sets the per-zone series of `series`'s shoot to `zones` (zone, expired fraction,
+    /// disrupted): at most [`ZONES_PER_SHOOT_LIMIT`], disrupted first; the series of zones no
+    /// longer given are dropped. Nothing happens once the probe was removed.
+    pub fn set_zone_fractions<'a>(
+        &self,
+        series: &ShootSeries,
+        zones: impl IntoIterator<Item = (&'a str, f64, bool)>,
+    ) {
+        let mut zones: Vec<(&str, f64, bool)> = zones.into_iter().collect();
+        zones.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(b.0)));
+        let mut kept = std::collections::BTreeSet::new();
+        let mut open = self.lock_open_shoots();
+        let Some(entry) = open.get_mut(&series.labels.shoot) else {
+            return;
+        };
+        if entry.id != series.id {
+            return;
+        }
+        for (zone, fraction, disrupted) in zones {
+            if kept.len() >= ZONES_PER_SHOOT_LIMIT {
+                break;
+            }
+            let zone = crate::events::truncate(zone, ZONE_LABEL_LIMIT).into_owned();
+            if !kept.insert(zone.clone()) {
+                continue;
+            }
+            let labels = ShootZoneLabels {
+                shoot: series.labels.shoot.clone(),
+                zone,
+            };
+            self.zone_expired_lease_fraction
+                .get_or_create(&labels)
+                .set(fraction);
+            self.zone_disrupted
+                .get_or_create(&labels)
+                .set(i64::from(disrupted));
+        }
+        let gone: Vec<String> = entry.zones.difference(&kept).cloned().collect();
+        self.remove_zone_series(&series.labels.shoot, gone.iter());
+        entry.zones = kept;
+    }
+
+    /// Every lease of the shoot is fresh (its nodes were not listed): each zone with a series
+    /// is at 0 and not disrupted.
+    pub fn zones_all_fresh(&self, series: &ShootSeries) {
+        let open = self.lock_open_shoots();
+        let Some(entry) = open.get(&series.labels.shoot) else {
+            return;
+        };
+        if entry.id != series.id {
+            return;
+        }
+        for zone in &entry.zones {
+            let labels = ShootZoneLabels {
+                shoot: series.labels.shoot.clone(),
+                zone: zone.clone(),
+            };
+            self.zone_expired_lease_fraction
+                .get_or_create(&labels)
+                .set(0.0);
+            self.zone_disrupted.get_or_create(&labels).set(0);
+        }
+    }
+
+    fn remove_zone_series<'a>(&self, shoot: &str, zones: impl Iterator<Item = &'a String>) {
+        for zone in zones {
+            let labels = ShootZoneLabels {
+                shoot: shoot.to_string(),
+                zone: zone.clone(),
+            };
+            self.zone_expired_lease_fraction.remove(&labels);
+            self.zone_disrupted.remove(&labels);
         }
     }
 
@@ -449,7 +580,9 @@ impl Metrics {
     /// [`ShootSeries`] handle of it.
     pub fn forget_shoot(&self, shoot: &str) {
         let mut open = self.lock_open_shoots();
-        open.remove(shoot);
+        if let Some(gone) = open.remove(shoot) {
+            self.remove_zone_series(shoot, gone.zones.iter());
+        }
         let labels = ShootLabels {
             shoot: shoot.to_string(),
         };

@@ -26,7 +26,8 @@ use std::time::Duration;
 pub use deployment_status::{DeploymentStatusOptions, DeploymentStatusSim};
 pub use seed::{EndpointsState, SeedControlPlane, ShootState, WorkerPool};
 pub use shoot::{
-    KubeletOptions, Kubelets, NodeSpec, ShootDataPlane, node_specs, node_specs_with_prefix,
+    KubeletOptions, Kubelets, NodeSpec, ShootDataPlane, ZONE_LABEL, node_specs,
+    node_specs_with_prefix, zoned_node_specs,
 };
 pub use sim_shoot::{SimShoot, SimShootOptions};
 

@@ -25,12 +25,14 @@ use crate::{
 
 /// Namespace of the kubelets' node leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
-/// Node label naming the node's worker pool.
-pub const POOL_LABEL: &str = "worker.gardener.cloud/pool";
+/// Node label naming the node's worker pool (the watchdog's own constant).
+pub use dwd_core::lease::WORKER_POOL_LABEL as POOL_LABEL;
+/// Node label naming the node's zone (the watchdog's own constant).
+pub use dwd_core::zone::ZONE_LABEL;
 /// Node label with the node's host name.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 /// Annotation marking a node that machine-controller-manager does not manage.
-pub const NOT_MANAGED_BY_MCM_ANNOTATION: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
+pub use dwd_core::lease::NOT_MANAGED_BY_MCM_ANNOTATION;
 /// Worker pool of nodes made without an explicit pool.
 pub const DEFAULT_POOL: &str = "worker-a";
 /// `spec.leaseDurationSeconds` of the simulated leases (the kubelet's default).
@@ -83,6 +85,11 @@ impl NodeSpec {
         self
     }
 
+    /// Puts the node in `zone` (label [`ZONE_LABEL`]).
+    pub fn in_zone(self, zone: &str) -> Self {
+        self.with_label(ZONE_LABEL, zone)
+    }
+
     /// The Node object.
     fn to_json(&self) -> Value {
         let mut labels = self.labels.clone();
@@ -126,6 +133,18 @@ pub fn node_specs_with_prefix(prefix: &str, n: usize, pools: &[&str]) -> Vec<Nod
     };
     (0..n)
         .map(|i| NodeSpec::new(format!("{prefix}{i}"), pools[i % pools.len()]))
+        .collect()
+}
+
+/// `per_zone` nodes in each of `zones`, named `<zone>-0 …` and labelled with their zone
+/// ([`ZONE_LABEL`]), all in pool [`DEFAULT_POOL`]: a multi-zone shoot for zonal outages.
+pub fn zoned_node_specs(zones: &[&str], per_zone: usize) -> Vec<NodeSpec> {
+    zones
+        .iter()
+        .flat_map(|zone| {
+            (0..per_zone)
+                .map(move |i| NodeSpec::new(format!("{zone}-{i}"), DEFAULT_POOL).in_zone(zone))
+        })
         .collect()
 }
 

@@ -5,11 +5,13 @@
 //! so every run proves reachability anew (the reference disables keep-alive for the same
 //! reason). A slow or dead shoot only delays its own task: every call has `probeTimeout`.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use dwd_core::lease::LeaseReport;
+use dwd_core::scaling::FlowScope;
 use dwd_core::{
     Direction, EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases,
     leases_alone_suffice,
@@ -39,6 +41,26 @@ pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 pub struct RunOutcome {
     /// When a call of this run was answered 429, if one was.
     pub throttled_at: Option<Instant>,
+}
+
+/// What a probe carries from one run to the next.
+#[derive(Debug)]
+pub struct RunMemory {
+    /// Streaks of scale-down and scale-up decisions.
+    pub hysteresis: Hysteresis,
+    /// Zones disrupted at the last run that judged zones: the next run publishes an event for
+    /// each zone that joins or leaves this set (docs/behaviour.md §2.19).
+    pub disrupted_zones: BTreeSet<String>,
+}
+
+impl RunMemory {
+    /// A new probe's memory: no streak, no disrupted zone.
+    pub fn new(config: &dwd_core::ProberConfig) -> Self {
+        RunMemory {
+            hysteresis: Hysteresis::from_config(config),
+            disrupted_zones: BTreeSet::new(),
+        }
+    }
 }
 
 /// What a successful lease probe found.
@@ -216,7 +238,7 @@ impl Probe {
         // Clamped (and warned about once, at start, by `prober::run`): an absurd factor must
         // not overflow the clock.
         let jitter = effective_jitter(cfg.backoff_jitter_factor);
-        let mut hysteresis = Hysteresis::from_config(cfg);
+        let mut memory = RunMemory::new(cfg);
         loop {
             if super::manager::end_requested(&self.namespace) {
                 warn!("probe task ends: asked to by a test");
@@ -232,7 +254,7 @@ impl Probe {
                 }
                 None => tokio::select! {
                     _ = self.cancel.cancelled() => return,
-                    outcome = self.run_once(&mut hysteresis) => outcome,
+                    outcome = self.run_once(&mut memory) => outcome,
                 },
             };
             self.ctx
@@ -349,16 +371,20 @@ impl Probe {
     }
 
     /// One probe run: API-server probe, lease probe, decision, maybe a scaling flow.
-    pub async fn run_once(&self, hysteresis: &mut Hysteresis) -> RunOutcome {
+    pub async fn run_once(&self, memory: &mut RunMemory) -> RunOutcome {
         let mut outcome = RunOutcome::default();
-        // Nodes can only change the outcome when a scale-down is building up or a target waits
-        // to be restored (see `leases_alone_suffice`).
-        let nodes_may_matter = hysteresis.streaks().1 > 0
-            || !scaler::targets_to_scale(&self.ctx, &self.namespace, Direction::Up).is_empty();
+        // Nodes can only change the outcome when a scale-down is building up, a target waits
+        // to be restored (see `leases_alone_suffice`), or a zone was disrupted (its recovery
+        // event says how many of its leases are fresh).
+        let nodes_may_matter = memory.hysteresis.streaks().1 > 0
+            || !memory.disrupted_zones.is_empty()
+            || !scaler::targets_to_scale(&self.ctx, &self.namespace, Direction::Up, FlowScope::All)
+                .is_empty();
         let report = match self.probe_shoot(nodes_may_matter).await {
             Ok(Finding::Report(report)) => report,
             Ok(Finding::AllLeasesFresh { leases }) => {
                 self.set_expired_fraction(0.0);
+                self.ctx.metrics.zones_all_fresh(&self.series);
                 self.count_run(RunResult::ScaleUp);
                 debug!(
                     leases,
@@ -373,25 +399,35 @@ impl Probe {
         };
         let threshold = report.threshold;
         self.set_expired_fraction(report.fraction.unwrap_or(0.0));
-        let action = hysteresis.observe(&report.decision);
+        self.ctx.metrics.set_zone_fractions(
+            &self.series,
+            report
+                .zones
+                .iter()
+                .map(|z| (z.zone.as_str(), z.fraction(), z.disrupted)),
+        );
+        self.publish_zone_changes(&report, &mut memory.disrupted_zones);
+        let action = memory.hysteresis.observe(&report.decision);
         self.count_run(match report.decision {
             LeaseDecision::ScaleDown => RunResult::ScaleDown,
+            LeaseDecision::ZonalScaleDown => RunResult::ZonalScaleDown,
             LeaseDecision::ScaleUp(_) => RunResult::ScaleUp,
             LeaseDecision::NoScaling(_) => RunResult::NoScaling,
         });
+        let scope = FlowScope::of(&report.decision);
         let Some(dir) = action else {
             debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
                 decision = %report.decision, "{report}; no scaling this run");
             return outcome;
         };
-        let targets = scaler::targets_to_scale(&self.ctx, &self.namespace, dir);
+        let targets = scaler::targets_to_scale(&self.ctx, &self.namespace, dir, scope);
         if targets.is_empty() {
             debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
                 decision = %report.decision, "{report}; targets already there");
             return outcome;
         }
         info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
-            action = %dir, "{report}");
+            action = %dir, %scope, "{report}");
         let m = &self.ctx.metrics;
         m.for_shoot(&self.series, |l| {
             m.scaling_attempts
@@ -410,7 +446,7 @@ impl Probe {
             &reason,
             &names,
         );
-        match scaler::run_flow(&self.ctx, &self.namespace, dir, &reason).await {
+        match scaler::run_flow(&self.ctx, &self.namespace, dir, scope, &reason).await {
             Ok(flow) => {
                 if flow.throttled {
                     outcome.throttled_at = Some(Instant::now());
@@ -431,6 +467,73 @@ impl Probe {
             }
         }
         outcome
+    }
+
+    /// Publishes a `ZoneDisrupted` event for each zone that became disrupted since the last
+    /// run that judged zones and a `ZoneRecovered` event for each that no longer is, and
+    /// remembers the disrupted set. Published also when zonal protection is not configured,
+    /// so an operator sees what it would have done (docs/behaviour.md §2.19). At most
+    /// [`ZONES_PER_SHOOT_LIMIT`](crate::metrics::ZONES_PER_SHOOT_LIMIT) of each per run: zone
+    /// names come from the tenant.
+    fn publish_zone_changes(&self, report: &LeaseReport, disrupted: &mut BTreeSet<String>) {
+        use crate::metrics::ZONES_PER_SHOOT_LIMIT;
+        let now: BTreeSet<String> = report.disrupted_zones().map(|z| z.zone.clone()).collect();
+        let consequence = self.zone_consequence(report);
+        for zone in report
+            .disrupted_zones()
+            .filter(|z| !disrupted.contains(&z.zone))
+            .take(ZONES_PER_SHOOT_LIMIT)
+        {
+            let note = format!(
+                "zone {}: {}/{} node leases expired; {consequence}",
+                zone.zone, zone.expired, zone.candidates
+            );
+            warn!(zone = %zone.zone, expired = zone.expired, candidates = zone.candidates, "{note}");
+            self.ctx
+                .events
+                .zone_changed(&self.namespace, self.cluster_uid.as_deref(), true, note);
+        }
+        for zone in disrupted
+            .iter()
+            .filter(|z| !now.contains(*z))
+            .take(ZONES_PER_SHOOT_LIMIT)
+        {
+            let note = match report.zones.iter().find(|r| &r.zone == zone) {
+                Some(r) => format!(
+                    "zone {zone} recovered: {}/{} node leases expired",
+                    r.expired, r.candidates
+                ),
+                None => format!("zone {zone} recovered: no candidate node left in it"),
+            };
+            info!(%zone, "{note}");
+            self.ctx
+                .events
+                .zone_changed(&self.namespace, self.cluster_uid.as_deref(), false, note);
+        }
+        *disrupted = now;
+    }
+
+    /// What the watchdog does about a disrupted zone this run, for its event.
+    fn zone_consequence(&self, report: &LeaseReport) -> String {
+        let cfg = &self.ctx.config;
+        if !cfg.zone_rule().protection {
+            return "zonal protection is not configured".into();
+        }
+        match report.decision {
+            LeaseDecision::ScaleDown => {
+                "the shoot-wide rule applies: every target is scaled down".into()
+            }
+            LeaseDecision::ZonalScaleDown => {
+                let zonal: Vec<&str> = cfg
+                    .dependent_resource_infos
+                    .iter()
+                    .filter(|i| i.scale_down_on_zone_outage)
+                    .map(|i| i.target.name.as_str())
+                    .collect();
+                format!("zonal protection scales down {}", zonal.join(", "))
+            }
+            _ => format!("no scaling this run ({})", report.decision),
+        }
     }
 
     /// API-server probe, then lease probe: what they found, or why they failed (nothing is
@@ -495,6 +598,7 @@ impl Probe {
             &leases,
             &self.settings,
             cfg.node_lease_failure_fraction,
+            &cfg.zone_rule(),
             listed_at,
         );
         for node in &report.nodes {
@@ -684,6 +788,7 @@ mod tests {
             expired,
             fraction: Some(expired as f64 / 5.0),
             threshold: 0.6,
+            zones: Vec::new(),
             decision,
         }
     }

@@ -21,9 +21,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use dwd_core::scaling::{
-    TargetPlan, call_timeout, clear_annotations_patch, clear_meltdown_patch, plan_levels,
-    plan_target, readiness_wait, replicas_in_spec, scale_down_annotation_patch, scale_down_patch,
-    scale_subresource_patch, scale_up_patch, with_resource_version,
+    FlowScope, TargetPlan, call_timeout, clear_annotations_patch, clear_meltdown_patch,
+    plan_levels, plan_target, readiness_wait, replicas_in_spec, scale_down_annotation_patch,
+    scale_down_patch, scale_subresource_patch, scale_up_patch, with_resource_version,
 };
 use dwd_core::{Direction, TargetAction, TargetSnapshot};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
@@ -92,8 +92,13 @@ pub struct FlowError {
 /// Names of the targets the flow in `dir` would act on, in the flow's level order, judged
 /// from the caches (no API call): empty lets a healthy shoot's run end without touching the
 /// seed; otherwise it is what the decision event on the Cluster lists.
-pub fn targets_to_scale(ctx: &ProberContext, namespace: &str, dir: Direction) -> Vec<String> {
-    plan_levels(&ctx.config.dependent_resource_infos, dir)
+pub fn targets_to_scale(
+    ctx: &ProberContext,
+    namespace: &str,
+    dir: Direction,
+    scope: FlowScope,
+) -> Vec<String> {
+    plan_levels(&ctx.config.dependent_resource_infos, dir, scope)
         .iter()
         .flat_map(|level| level.targets.iter())
         .filter(|info| {
@@ -131,16 +136,18 @@ fn target_needs_flow(t: &TargetCache, namespace: &str, dir: Direction) -> bool {
     }
 }
 
-/// Runs the flow in `dir` for shoot `namespace`. `reason` (the lease probe's summary, e.g.
-/// "4/5 node leases expired (0.80 ≥ 0.60)") goes into the event on every target it changes.
+/// Runs the flow in `dir` over the targets of `scope` for shoot `namespace`. `reason` (the
+/// lease probe's summary, e.g. "4/5 node leases expired (0.80 ≥ 0.60)") goes into the event
+/// on every target it changes.
 pub async fn run_flow(
     ctx: &ProberContext,
     namespace: &str,
     dir: Direction,
+    scope: FlowScope,
     reason: &str,
 ) -> Result<FlowReport, Box<FlowError>> {
     let mut report = FlowReport::default();
-    for level in plan_levels(&ctx.config.dependent_resource_infos, dir) {
+    for level in plan_levels(&ctx.config.dependent_resource_infos, dir, scope) {
         let runs = level.targets.iter().map(|info| {
             let target = ctx.caches.targets.iter().find(|t| t.info == *info);
             let name = info.target.name.clone();
@@ -1090,7 +1097,7 @@ mod tests {
         deployments(&fake, "lag", 2, &[]);
         let ctx = context(&fake, KCM_MCM, &[]).await;
         let start = Instant::now();
-        let report = run_flow(&ctx, "lag", Direction::Down, "test")
+        let report = run_flow(&ctx, "lag", Direction::Down, FlowScope::All, "test")
             .await
             .expect("flow");
         assert_eq!(report.changed(), ["kcm", "mcm"]);
@@ -1108,7 +1115,7 @@ mod tests {
         deployments(&fake, "quick", 2, &[]);
         let ctx = context(&fake, KCM_MCM, &[]).await;
         let start = Instant::now();
-        run_flow(&ctx, "quick", Direction::Down, "test")
+        run_flow(&ctx, "quick", Direction::Down, FlowScope::All, "test")
             .await
             .expect("flow");
         let writes = fake.writes();
@@ -1134,7 +1141,7 @@ mod tests {
         )
         .await;
         let start = Instant::now();
-        run_flow(&ctx, "delay", Direction::Down, "test")
+        run_flow(&ctx, "delay", Direction::Down, FlowScope::All, "test")
             .await
             .expect("flow");
         let writes = fake.writes();
@@ -1199,7 +1206,7 @@ mod tests {
         // Two runs whose writes are refused: the problem stays, the warning is said once.
         for _ in 0..2 {
             fake.lock().fail_writes.extend([(403, None); 6]);
-            run_flow(&ctx, "bad", Direction::Up, "test")
+            run_flow(&ctx, "bad", Direction::Up, FlowScope::All, "test")
                 .await
                 .expect_err("refused");
         }
@@ -1207,7 +1214,7 @@ mod tests {
         assert_eq!(logs.count("\"0\" is not a valid replica count"), 1);
         // Then the write goes through: 1 replica, neither annotation left behind.
         fake.lock().status_delay = Some(Duration::ZERO);
-        let report = run_flow(&ctx, "bad", Direction::Up, "test")
+        let report = run_flow(&ctx, "bad", Direction::Up, FlowScope::All, "test")
             .await
             .expect("flow");
         assert_eq!(report.changed(), ["kcm", "mcm"]);
@@ -1246,7 +1253,7 @@ mod tests {
                 .to_owned()
         };
         let before = rv(&fake.object("replicationcontrollers", "rc", "kcm"));
-        run_flow(&ctx, "rc", Direction::Down, "test")
+        run_flow(&ctx, "rc", Direction::Down, FlowScope::All, "test")
             .await
             .expect("down");
         let writes = fake.writes();
@@ -1273,7 +1280,7 @@ mod tests {
         // Up: the scale first, conditional on the cached version; then the annotations'
         // removal, conditional on the version the scale produced.
         let cached = rv(&fake.object("replicationcontrollers", "rc", "kcm"));
-        run_flow(&ctx, "rc", Direction::Up, "test")
+        run_flow(&ctx, "rc", Direction::Up, FlowScope::All, "test")
             .await
             .expect("up");
         let writes = &fake.writes()[2..];
@@ -1319,7 +1326,7 @@ mod tests {
             );
             s.objects.get_mut(&key).expect("rc")["metadata"]["resourceVersion"] = json!(rv);
         }
-        let failure = run_flow(&ctx, "stale", Direction::Down, "test")
+        let failure = run_flow(&ctx, "stale", Direction::Down, FlowScope::All, "test")
             .await
             .expect_err("every attempt conflicts");
         assert!(failure.error.is_conflict(), "{}", failure.error);
@@ -1345,8 +1352,11 @@ mod tests {
   scaleDown: {level: 1}
 ";
         let ctx = context(&fake, infos, &["gadget"]).await;
-        assert_eq!(targets_to_scale(&ctx, "kinds", Direction::Down), ["kcm"]);
-        let report = run_flow(&ctx, "kinds", Direction::Down, "test")
+        assert_eq!(
+            targets_to_scale(&ctx, "kinds", Direction::Down, FlowScope::All),
+            ["kcm"]
+        );
+        let report = run_flow(&ctx, "kinds", Direction::Down, FlowScope::All, "test")
             .await
             .expect("flow");
         assert_eq!(report.changed(), ["kcm"]);
@@ -1354,10 +1364,10 @@ mod tests {
         let mandatory = infos.replace("  optional: true\n", "");
         let ctx = context(&fake, &mandatory, &["gadget"]).await;
         assert_eq!(
-            targets_to_scale(&ctx, "kinds", Direction::Up),
+            targets_to_scale(&ctx, "kinds", Direction::Up, FlowScope::All),
             ["gadget", "kcm"]
         );
-        let failure = run_flow(&ctx, "kinds", Direction::Up, "test")
+        let failure = run_flow(&ctx, "kinds", Direction::Up, FlowScope::All, "test")
             .await
             .expect_err("mandatory target without a served kind");
         assert_eq!(failure.target, "gadget");
@@ -1387,7 +1397,7 @@ mod tests {
         fake.lock()
             .fail_writes
             .extend([(429, Some("1")), (503, Some("1"))]);
-        let report = run_flow(&ctx, "busy", Direction::Down, "test")
+        let report = run_flow(&ctx, "busy", Direction::Down, FlowScope::All, "test")
             .await
             .expect("flow");
         assert_eq!(report.changed(), ["kcm"]);
@@ -1410,7 +1420,7 @@ mod tests {
         // A wait longer than the call's 3 s is not started: each attempt sees its 429 (not a
         // timeout), and the flow reports being throttled (the next run is spaced out).
         fake.lock().fail_writes.extend([(429, Some("5")); 3]);
-        let failure = run_flow(&ctx, "busy", Direction::Up, "test")
+        let failure = run_flow(&ctx, "busy", Direction::Up, FlowScope::All, "test")
             .await
             .expect_err("throttled");
         assert!(failure.error.is_throttled(), "{}", failure.error);

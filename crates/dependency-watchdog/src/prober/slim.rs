@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use dwd_core::ZONE_LABEL;
 use dwd_core::lease::{NOT_MANAGED_BY_MCM_ANNOTATION, WORKER_POOL_LABEL};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
@@ -72,7 +73,7 @@ impl NodeLease {
     }
 }
 
-/// A `v1` Node reduced to what decides candidacy: name, worker pool label, the
+/// A `v1` Node reduced to what decides candidacy: name, worker pool and zone labels, the
 /// not-managed-by-MCM annotation, and each condition's type, status and reason.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RawNode")]
@@ -112,9 +113,9 @@ struct RawCondition {
     reason: Option<String>,
 }
 
-/// Keeps only `key` of an optional map.
-fn only(map: Option<BTreeMap<String, String>>, key: &str) -> Option<BTreeMap<String, String>> {
-    map.map(|mut m| m.remove_entry(key).into_iter().collect())
+/// Keeps only `keys` of an optional map.
+fn only(map: Option<BTreeMap<String, String>>, keys: &[&str]) -> Option<BTreeMap<String, String>> {
+    map.map(|mut m| keys.iter().filter_map(|k| m.remove_entry(*k)).collect())
 }
 
 impl From<RawNode> for ProbedNode {
@@ -122,8 +123,8 @@ impl From<RawNode> for ProbedNode {
         ProbedNode {
             metadata: ObjectMeta {
                 name: raw.metadata.name,
-                labels: only(raw.metadata.labels, WORKER_POOL_LABEL),
-                annotations: only(raw.metadata.annotations, NOT_MANAGED_BY_MCM_ANNOTATION),
+                labels: only(raw.metadata.labels, &[WORKER_POOL_LABEL, ZONE_LABEL]),
+                annotations: only(raw.metadata.annotations, &[NOT_MANAGED_BY_MCM_ANNOTATION]),
                 ..ObjectMeta::default()
             },
             conditions: raw
@@ -207,7 +208,7 @@ mod tests {
             "kind": "Node",
             "metadata": {
                 "name": "node-1",
-                "labels": {"worker.gardener.cloud/pool": "pool-a", "kubernetes.io/hostname": "node-1"},
+                "labels": {"worker.gardener.cloud/pool": "pool-a", "kubernetes.io/hostname": "node-1", "topology.kubernetes.io/zone": "eu-1a"},
                 "annotations": {"node.machine.sapcloud.io/not-managed-by-mcm": "1", "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
                 "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
             },
@@ -236,10 +237,10 @@ mod tests {
         assert_eq!(node.metadata.name, full.metadata.name);
         assert_eq!(
             node.metadata.labels,
-            Some(BTreeMap::from([(
-                WORKER_POOL_LABEL.to_string(),
-                "pool-a".to_string()
-            )]))
+            Some(BTreeMap::from([
+                (WORKER_POOL_LABEL.to_string(), "pool-a".to_string()),
+                (ZONE_LABEL.to_string(), "eu-1a".to_string()),
+            ]))
         );
         assert_eq!(
             node.metadata.annotations,
