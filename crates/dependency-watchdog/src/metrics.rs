@@ -978,6 +978,71 @@ mod tests {
     }
 
     #[test]
+    fn zone_series_are_bounded_replaced_and_forgotten_with_their_shoot() {
+        let m = Metrics::default();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        let scrape = |registry: &Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+            text.lines()
+                .filter(|l| l.starts_with("dwd_prober_zone_"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        let series = m.open_shoot("s");
+        m.set_zone_fractions(&series, [("b", 0.0, false), ("a", 1.0, true)]);
+        let lines = scrape(&registry);
+        assert!(
+            lines.contains(
+                &"dwd_prober_zone_expired_lease_fraction{shoot=\"s\",zone=\"a\"} 1.0".to_owned()
+            ),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"dwd_prober_zone_disrupted{shoot=\"s\",zone=\"a\"} 1".to_owned()),
+            "{lines:?}"
+        );
+        // A hostile shoot's thousand zones: the disrupted one first, then by name, at most
+        // the limit; a zone no longer given loses its series.
+        let many: Vec<String> = (0..1000)
+            .map(|i| format!("z{i:04}{}", "x".repeat(100)))
+            .collect();
+        let mut zones: Vec<(&str, f64, bool)> =
+            many.iter().map(|z| (z.as_str(), 0.0, false)).collect();
+        zones.push(("zzz-down", 1.0, true));
+        m.set_zone_fractions(&series, zones);
+        let lines = scrape(&registry);
+        let fractions: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.starts_with("dwd_prober_zone_expired"))
+            .collect();
+        assert_eq!(fractions.len(), ZONES_PER_SHOOT_LIMIT, "{lines:?}");
+        assert!(fractions.iter().any(|l| l.contains("zone=\"zzz-down\"")));
+        assert!(
+            !lines.iter().any(|l| l.contains("zone=\"a\"")),
+            "zone a is gone"
+        );
+        assert!(
+            fractions.iter().all(|l| l.len() < 200),
+            "zone names are cut: {fractions:?}"
+        );
+        // All fresh: every known zone at 0.
+        m.zones_all_fresh(&series);
+        assert!(
+            scrape(&registry)
+                .iter()
+                .filter(|l| l.starts_with("dwd_prober_zone_disrupted"))
+                .all(|l| l.ends_with(" 0"))
+        );
+        m.forget_shoot("s");
+        assert!(scrape(&registry).is_empty(), "{:?}", scrape(&registry));
+        // A revoked handle writes nothing.
+        m.set_zone_fractions(&series, [("a", 1.0, true)]);
+        assert!(scrape(&registry).is_empty());
+    }
+
+    #[test]
     fn a_revoked_series_handle_never_brings_removed_series_back() {
         let m = Metrics::default();
         let count = |series: &ShootSeries| {
