@@ -706,19 +706,15 @@ fn boot_time() -> Option<f64> {
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of `/proc` CPU times.
 fn clock_ticks() -> Option<f64> {
-    // SAFETY: sysconf only reads a system constant; it has no memory-safety preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = rustix::param::clock_ticks_per_second();
     (hz > 0).then_some(hz as f64)
 }
 
 /// Page size in bytes (`sysconf(_SC_PAGESIZE)`), the unit of `/proc`'s `rss`.
 fn page_size() -> Option<i64> {
-    // SAFETY: as in `clock_ticks`.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    // `c_long` is i64 on the 64-bit targets we build for; `as` also covers 32-bit ones.
-    #[allow(clippy::unnecessary_cast)]
-    let size = size as i64;
-    (size > 0).then_some(size)
+    i64::try_from(rustix::param::page_size())
+        .ok()
+        .filter(|size| *size > 0)
 }
 
 impl Collector for ProcessCollector {

@@ -16,6 +16,7 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use dependency_watchdog::leader::PROBER_LEASE;
 use dwd_core::scaling::REPLICAS_ANNOTATION;
 use dwd_sim::{SimShoot, SimShootOptions};
+use dwd_testenv::process::Signal;
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
 use futures::TryStreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -142,17 +143,9 @@ impl Watchdog {
         })
     }
 
-    fn pid(&self) -> Result<libc::pid_t> {
+    fn signal(&self, signal: Signal) -> Result<()> {
         let child = self.child.as_ref().context("process already reaped")?;
-        Ok(libc::pid_t::try_from(child.id())?)
-    }
-
-    fn signal(&self, signal: libc::c_int) -> Result<()> {
-        // SAFETY: sending a signal to our own child's pid, which is not reaped yet.
-        if unsafe { libc::kill(self.pid()?, signal) } != 0 {
-            bail!("kill {}: {}", self.name, std::io::Error::last_os_error());
-        }
-        Ok(())
+        dwd_testenv::process::signal(child, signal).with_context(|| format!("kill {}", self.name))
     }
 
     /// The exit status once the process has ended.
@@ -562,7 +555,7 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_without_double_sca
 
     // Kill the leader: the follower must take over within lease duration + retry period.
     let killed = Timestamp::now();
-    dogs[leader].signal(libc::SIGKILL)?;
+    dogs[leader].signal(Signal::KILL)?;
     wait_for_holder(&admin, &dogs[follower], DEADLINE).await?;
     // The new holder's acquireTime is when it decided to take over (same host, same clock):
     // unlike this test's polling, it measures the election alone.
@@ -689,7 +682,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     // A follower shuts down at once and leaves the Lease alone.
     let follower = (leader + 1) % 3;
     let stopped = Instant::now();
-    dogs[follower].signal(libc::SIGTERM)?;
+    dogs[follower].signal(Signal::TERM)?;
     let status = dogs[follower].wait_exit(Duration::from_secs(5)).await?;
     ensure!(
         status.success(),
@@ -703,7 +696,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     // takes over at its next retry instead of after the lease duration.
     let successor = (leader + 2) % 3;
     let stopped = Instant::now();
-    dogs[leader].signal(libc::SIGTERM)?;
+    dogs[leader].signal(Signal::TERM)?;
     let status = dogs[leader].wait_exit(Duration::from_secs(5)).await?;
     let exited = stopped.elapsed();
     ensure!(
@@ -730,7 +723,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     wait_probe_runs(&dogs[successor], &ns, 2).await?;
 
     // The last leader releases too: nobody holds the Lease afterwards.
-    dogs[successor].signal(libc::SIGTERM)?;
+    dogs[successor].signal(Signal::TERM)?;
     let status = dogs[successor].wait_exit(Duration::from_secs(5)).await?;
     ensure!(status.success(), "successor exit: {status}");
     ensure!(
@@ -747,7 +740,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
         "no leader-election series without leader election (client-go has none):\n{text}"
     );
     let stopped = Instant::now();
-    alone.signal(libc::SIGTERM)?;
+    alone.signal(Signal::TERM)?;
     let status = alone.wait_exit(Duration::from_secs(5)).await?;
     let exited = stopped.elapsed();
     println!("watchdog without leader election exited ({status}) after SIGTERM in {exited:?}");

@@ -37,8 +37,7 @@ pub fn read(pid: u32) -> Option<Sample> {
     let fields: Vec<&str> = after.split_whitespace().collect();
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions; it only reads a system constant.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = rustix::param::clock_ticks_per_second();
     let ticks = if ticks > 0 { ticks as f64 } else { 100.0 };
     Some(Sample {
         at: Utc::now(),

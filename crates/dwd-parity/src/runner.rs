@@ -58,13 +58,9 @@ impl Binary {
     }
 
     fn sigterm(&mut self) {
-        if self.exited().is_none()
-            && let Ok(pid) = libc::pid_t::try_from(self.child.id())
-        {
-            // SAFETY: signalling our own child, not reaped yet (exited() saw it running).
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
+        // Not reaped yet: exited() saw it running, and only this handle reaps it.
+        if self.exited().is_none() {
+            let _ = dwd_testenv::process::signal(&self.child, dwd_testenv::process::Signal::TERM);
         }
     }
 }

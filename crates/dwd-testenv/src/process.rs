@@ -60,6 +60,16 @@ pub fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// The signals tests and tools send to their children.
+pub use rustix::process::Signal;
+
+/// Sends `signal` to `child` (not reaped yet: the caller holds it). The one place the
+/// workspace's tests and tools signal a child, without `unsafe`.
+pub fn signal(child: &Child, signal: Signal) -> std::io::Result<()> {
+    rustix::process::kill_process(rustix::process::Pid::from_child(child), signal)
+        .map_err(std::io::Error::from)
+}
+
 /// A running child process with its log file; killed when dropped.
 pub struct ManagedProcess {
     name: String,

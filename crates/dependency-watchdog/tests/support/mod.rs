@@ -118,15 +118,11 @@ impl Watchdog {
 
     /// SIGTERM, then waits for the exit.
     pub async fn stop(&self) -> Result<ExitStatus> {
-        let pid = {
-            let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-            libc::pid_t::try_from(child.as_ref().context("no process")?.id())?
-        };
         if self.exited().is_none() {
-            // SAFETY: signalling our own child, not reaped yet (exited() saw it running).
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
+            let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+            let child = child.as_ref().context("no process")?;
+            // Not reaped yet: exited() saw it running, and only this handle reaps it.
+            dwd_testenv::process::signal(child, dwd_testenv::process::Signal::TERM)?;
         }
         let deadline = Instant::now() + EXIT_TIMEOUT;
         loop {
