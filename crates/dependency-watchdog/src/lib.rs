@@ -12,6 +12,8 @@
 //! format; [`rate_limit`], [`retry_after`] and [`request_settings`] the seed client's
 //! per-request behaviour; [`gardener`] the kinds of Gardener's API that are read.
 
+#![forbid(unsafe_code)]
+
 pub mod cache;
 pub mod cli;
 pub mod config;

@@ -24,6 +24,8 @@ fn main() -> std::process::ExitCode {
 /// whichever worker thread they land on; one arena keeps the freed memory reusable by all of
 /// them. Measured with `bench` at 100 shoots: steady RSS 24.8 → 20.4 MiB, CPU unchanged
 /// (crates/dwd-bench/README.md). Must run before any thread starts.
+// `mallopt` has no safe wrapper; the crate's library forbids `unsafe` outright.
+#[allow(unsafe_code)]
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets a tunable; it is called before any other thread exists.

@@ -1,6 +1,9 @@
 //! The binary's command line: the reference's flag set, `--help`, Go-style flags, and
 //! configuration errors that stop the process before it talks to any cluster.
 
+// A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::process::Command;
 
 use clap::Parser;

@@ -30,6 +30,9 @@
 //! DWD_IMAGE_EMULATOR=/usr/bin/qemu-aarch64-static` (Debian's qemu-user-static) copies the
 //! emulator into each pod's root filesystem and starts the image's binary through it.
 
+// A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -545,6 +548,9 @@ struct PodProcess {
 }
 
 impl PodProcess {
+    // `pre_exec` has no safe form: namespaces, chroot and the image's user are set between
+    // fork and exec.
+    #[allow(unsafe_code)]
     fn start(image: &Image, dir: &Path, spec: PodSpec<'_>) -> Result<PodProcess> {
         let rootfs = dir.join(format!("{}-rootfs", spec.name));
         image.unpack(&rootfs)?;

@@ -5,6 +5,9 @@
 //! they must not see other tests' shoots), with one simulated shoot. The tests run one at a
 //! time: two apiservers and two or three watchdogs each are plenty for two cores.
 
+// A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,9 @@
 //! The prober against real apiservers: a seed with the Cluster and Machine CRDs, shoot
 //! apiservers with simulated kubelets, one in-process prober for the whole binary.
 
+// A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,9 @@
 //! `--kube-api-qps` / `--kube-api-burst` make N requests take (N − burst) / qps, and a watch
 //! costs one request when it starts while its events flow unthrottled.
 
+// A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};

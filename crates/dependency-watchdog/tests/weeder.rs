@@ -7,6 +7,9 @@
 //! namespace whose effect we wait for. The slice watch is one ordered stream, so once the
 //! sentinel's weeder runs, every earlier slice event has been handled.
 
+// A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

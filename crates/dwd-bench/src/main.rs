@@ -3,6 +3,8 @@
 //! and CPU, the apiservers' audit logs for requests and probe timing, a Deployment watch
 //! for how fast targets are scaled. See `crates/dwd-bench/README.md`.
 
+#![forbid(unsafe_code)]
+
 mod audit;
 mod chart;
 mod compare;

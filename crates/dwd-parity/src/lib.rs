@@ -28,6 +28,8 @@
 //! which is what CI does (`cargo test -p dwd-parity --test scenarios`). `--list` lists the
 //! scenarios; `--keep DIR` keeps every run's config and log in `DIR`.
 
+#![forbid(unsafe_code)]
+
 pub mod catalogue;
 pub mod check;
 pub mod compare;

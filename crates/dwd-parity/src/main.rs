@@ -1,6 +1,8 @@
 //! `dwd-parity`: runs the parity scenarios on our binary alone (checking each expected
 //! timeline) or on ours and the reference side by side. See the library's documentation.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -6,6 +6,9 @@
 //! Our binary is built by `cargo build -p dependency-watchdog` first (quick when up to date),
 //! or taken from `DWD_PARITY_OURS`. `DWD_PARITY_SCENARIOS=a,b` runs only those.
 
+// A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::time::Instant;
 
 use dwd_parity::{Lanes, render_checked, run_checked, select};

@@ -16,6 +16,8 @@
 //! Every background task lives in an [`AbortOnDrop`] handle, so dropping the owner stops it:
 //! tests never leak tasks that keep writing to an apiserver.
 
+#![forbid(unsafe_code)]
+
 pub mod deployment_status;
 pub mod seed;
 pub mod shoot;

@@ -131,6 +131,8 @@ extern "C" fn teardown_all_at_exit() {
     }
 }
 
+// `atexit` has no safe wrapper in std or rustix.
+#[allow(unsafe_code)]
 fn register_exit_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {

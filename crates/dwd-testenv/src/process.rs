@@ -42,6 +42,8 @@ fn spawner() -> &'static std::sync::Mutex<mpsc::Sender<SpawnRequest>> {
 /// [`ManagedProcess`] spawns from one long-lived thread; a caller spawning from a runtime
 /// worker relies on that worker living as long as the child. The one place the workspace's
 /// tests and tools do this.
+// `pre_exec` has no safe form: the closure runs between fork and exec.
+#[allow(unsafe_code)]
 pub fn die_with_parent(cmd: &mut Command) {
     // SAFETY: prctl, getppid and _exit are async-signal-safe; the closure calls nothing else.
     unsafe {
@@ -141,10 +143,8 @@ impl ManagedProcess {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        // SAFETY: plain kill(2) on our own child's pid, which we have not reaped yet.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-        }
+        // Not reaped yet: we hold it.
+        let _ = signal(&child, Signal::TERM);
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {

@@ -3,6 +3,9 @@
 //! runtime for the whole test binary — like production, one prober for many shoots. Every
 //! test creates its own shoot namespaces, so tests don't see each other's objects.
 
+// Test helpers: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

@@ -2,6 +2,9 @@
 //! with its log in a file, killed on drop (and by the kernel if the test process dies first),
 //! its `/metrics` read over HTTP.
 
+// Test helpers: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //!
 //! `--shoots N` (default 2), `--once` to stop right after printing (used to time startup).
 
+#![forbid(unsafe_code)]
+
 use std::time::Instant;
 
 use dwd_testenv::{ApiServerOptions, TestEnv};
