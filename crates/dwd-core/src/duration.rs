@@ -16,22 +16,47 @@ use thiserror::Error;
 /// reads on its own in a list of configuration problems.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DurationError {
+    /// The string is empty (Go's `time.ParseDuration` refuses `""` too).
     #[error("empty duration (expected something like \"30s\")")]
     Empty,
     #[error(
         "invalid duration {input:?}: expected a number followed by a unit (ns, us, µs, ms, s, m, h), e.g. \"1m30s\""
     )]
-    Syntax { input: String },
+    /// Not a sequence of `<number><unit>` pieces: a sign alone, a letter where a number must
+    /// start, or a lone `.` without digits.
+    Syntax {
+        /// The rejected string, as given.
+        input: String,
+    },
     #[error(
         "invalid duration {input:?}: missing unit after a number (use ns, us, µs, ms, s, m or h)"
     )]
-    MissingUnit { input: String },
+    /// A number other than a bare `0` without a unit, e.g. `30`.
+    MissingUnit {
+        /// The rejected string, as given.
+        input: String,
+    },
     #[error("invalid duration {input:?}: unknown unit {unit:?} (use ns, us, µs, ms, s, m or h)")]
-    UnknownUnit { input: String, unit: String },
+    /// A number followed by something other than `ns`, `us`, `µs`, `ms`, `s`, `m` or `h`.
+    UnknownUnit {
+        /// The rejected string, as given.
+        input: String,
+        /// The unit as written, e.g. `d` in `1d`.
+        unit: String,
+    },
     #[error("invalid duration {input:?}: negative durations are not allowed")]
-    Negative { input: String },
+    /// A negative non-zero value where only non-negative ones are meaningful
+    /// ([`parse_go_duration`] only; [`parse_go_duration_nanos`] accepts them).
+    Negative {
+        /// The rejected string, as given.
+        input: String,
+    },
     #[error("invalid duration {input:?}: too large (at most about 2562047h)")]
-    Overflow { input: String },
+    /// The value does not fit Go's `int64` nanoseconds (about 292 years, 2562047h).
+    Overflow {
+        /// The rejected string, as given.
+        input: String,
+    },
 }
 
 const NANOS_PER_MICRO: u64 = 1_000;

@@ -12,7 +12,10 @@ use crate::lease::LeaseDecision;
 /// The direction a scaling flow runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Direction {
+    /// Restore the targets' replicas, in `scaleUp` level order: the shoot's nodes are back.
     Up,
+    /// Scale the targets to zero, in `scaleDown` level order: the shoot's nodes (or, for
+    /// targets with `scaleDownOnZoneOutage`, one zone's) look cut off.
     Down,
 }
 
@@ -45,6 +48,8 @@ impl Hysteresis {
         }
     }
 
+    /// Counters with the config's `successThreshold` and `failureThreshold` (both default 1,
+    /// which acts on every decision as the reference does).
     pub fn from_config(config: &ProberConfig) -> Self {
         Self::new(config.success_threshold, config.failure_threshold)
     }

@@ -31,6 +31,7 @@ pub const EXCLUDED_MACHINE_PHASES: [&str; 2] = ["Failed", "Terminating"];
 /// in k8s-openapi.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineView {
+    /// The Machine's `metadata.name` in the shoot namespace of the seed.
     pub name: String,
     /// The `node` label: the node this machine backs.
     pub node: Option<String>,
@@ -41,11 +42,26 @@ pub struct MachineView {
 /// Why a node does not vote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExclusionReason {
+    /// The node has the annotation [`NOT_MANAGED_BY_MCM_ANNOTATION`].
     NotManagedByMcm,
-    UnhealthyCondition { condition: String },
+    /// One of its worker pool's unhealthy condition types is `True` on the node.
+    UnhealthyCondition {
+        /// The condition type that is `True`, e.g. `ReadonlyFilesystem`.
+        condition: String,
+    },
+    /// No Machine has the label `node=<this node>`.
     NoMachine,
-    MachinePhase { phase: String },
-    InPlaceUpdate { reason: String },
+    /// Every Machine backing the node is in one of [`EXCLUDED_MACHINE_PHASES`].
+    MachinePhase {
+        /// The first backing Machine's phase: `Failed` or `Terminating`.
+        phase: String,
+    },
+    /// The node's `InPlaceUpdate` condition has a reason in [`IN_PLACE_UPDATE_EXCLUDING_REASONS`].
+    InPlaceUpdate {
+        /// That condition's reason: `ReadyForUpdate` or `UpdateFailed`.
+        reason: String,
+    },
+    /// The node would vote but has no lease of its name in `kube-node-lease`.
     NoLease,
 }
 
@@ -72,10 +88,14 @@ pub enum Verdict {
     /// The node votes with its lease. `expires_at` is `None` when there is no renew time (counted
     /// as expired) or the sum is out of range.
     Candidate {
+        /// The lease's `spec.renewTime`, at microsecond precision; `None` when unset.
         renew_time: Option<DateTime<Utc>>,
+        /// `renew_time + 0.75 × grace` (docs/behaviour.md §2.8): from then on the lease is expired.
         expires_at: Option<DateTime<Utc>>,
+        /// Whether the probe's `now` is at or after `expires_at`, or there is no renew time.
         expired: bool,
     },
+    /// The node does not vote; its lease, if any, is not counted.
     Excluded(ExclusionReason),
 }
 
@@ -110,14 +130,18 @@ impl fmt::Display for Verdict {
     }
 }
 
+/// One node of the shoot and its part in the lease decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeVerdict {
+    /// The node's name, which is also the name of its lease.
     pub node: String,
     /// The node's [`ZONE_LABEL`], if it has one.
     pub zone: Option<String>,
+    /// Whether the node votes and, if it does, whether its lease expired.
     pub verdict: Verdict,
 }
 
+/// Why the lease probe decided to scale up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpReason {
     /// No candidate leases: nothing left to protect, restore the control plane.
@@ -126,14 +150,19 @@ pub enum UpReason {
     BelowThreshold,
 }
 
+/// Why the lease probe decided to scale neither up nor down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoScalingReason {
     /// A single node can't tell its own death from an outage.
     SingleCandidate,
 }
 
+/// What the lease probe decided for the shoot (docs/behaviour.md §2.8, §2.19); hysteresis
+/// (§2.9) decides whether it is acted on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseDecision {
+    /// No candidates, or fewer than `nodeLeaseFailureFraction` of the candidate leases expired
+    /// (and no disrupted zone under zonal protection): restore every target.
     ScaleUp(UpReason),
     /// The shoot-wide rule: every target goes down.
     ScaleDown,
@@ -141,6 +170,7 @@ pub enum LeaseDecision {
     /// configured: the targets marked `scaleDownOnZoneOutage` go down, nothing goes up
     /// (docs/behaviour.md §2.19).
     ZonalScaleDown,
+    /// Exactly one candidate lease: nothing is scaled either way.
     NoScaling(NoScalingReason),
 }
 
@@ -180,6 +210,7 @@ pub struct LeaseReport {
     pub threshold: f64,
     /// The candidates grouped by zone, sorted by zone name (docs/behaviour.md §2.19).
     pub zones: Vec<ZoneReport>,
+    /// The decision drawn from the counts above and the zones.
     pub decision: LeaseDecision,
 }
 

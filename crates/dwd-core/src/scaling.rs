@@ -62,6 +62,7 @@ pub fn call_timeout(timeout: Duration) -> Duration {
 /// The targets of one level; they are scaled concurrently.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LevelPlan {
+    /// The `scaleUp.level` or `scaleDown.level` (per the flow's direction) its targets share.
     pub level: u32,
     /// In config order.
     pub targets: Vec<DependentResourceInfo>,
@@ -146,7 +147,10 @@ pub fn is_scaling_ignored(annotations: &BTreeMap<String, String>) -> bool {
 /// What a scaling step needs to know about a target.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TargetSnapshot {
+    /// The target's `spec.replicas` (1 when unset, as the API server defaults it).
     pub spec_replicas: i32,
+    /// The target's `metadata.annotations`; the ones read are [`REPLICAS_ANNOTATION`],
+    /// [`MELTDOWN_ANNOTATION`] and [`IGNORE_SCALING_ANNOTATION`].
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -155,25 +159,46 @@ pub struct TargetSnapshot {
 pub enum TargetAction {
     /// Ignore-scaling is set. `clear_marker`: remove a leftover meltdown annotation only
     /// ([`clear_meltdown_patch`]); the recorded replicas stay for when the operator lifts the flag.
-    Ignored { clear_marker: bool },
+    Ignored {
+        /// Whether [`MELTDOWN_ANNOTATION`] is still set and is to be removed.
+        clear_marker: bool,
+    },
     /// Nothing to scale. `clear_marker`: remove both annotations ([`clear_annotations_patch`]).
-    AlreadyDone { clear_marker: bool },
+    AlreadyDone {
+        /// Whether a scale-up found a target already running that still carries the meltdown
+        /// marker or a replicas record, both to be removed; always false on the way down.
+        clear_marker: bool,
+    },
     /// Patch [`scale_down_annotation_patch`]`(record_replicas)` first, then set replicas to 0.
-    ScaleDown { record_replicas: i32 },
+    ScaleDown {
+        /// The count written to [`REPLICAS_ANNOTATION`] and restored on the next scale-up.
+        record_replicas: i32,
+    },
     /// Set replicas, then remove both annotations ([`clear_annotations_patch`]).
-    ScaleUp { replicas: i32 },
+    ScaleUp {
+        /// The replicas to set: the recorded count, else [`DEFAULT_SCALE_UP_REPLICAS`].
+        replicas: i32,
+    },
 }
 
+/// What is wrong with a target's scaling bookkeeping.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ScalingError {
+    /// [`REPLICAS_ANNOTATION`] is not an integer in 1..=[`MAX_RECORDED_REPLICAS`].
     #[error("annotation {REPLICAS_ANNOTATION}={value:?} is not a valid replica count: {reason}")]
-    InvalidReplicasAnnotation { value: String, reason: String },
+    InvalidReplicasAnnotation {
+        /// The annotation's value, as found on the target.
+        value: String,
+        /// Why it is unusable, e.g. `must be an integer` or `must be greater than 0`.
+        reason: String,
+    },
 }
 
 /// The action for one target, and what is wrong with its `replicas` annotation if that
 /// changed the action (the executor warns about it, once per unchanged value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetPlan {
+    /// What to do with the target.
     pub action: TargetAction,
     /// The recorded count was unusable: a scale-up restores [`DEFAULT_SCALE_UP_REPLICAS`]
     /// instead, a scale-down records the current replicas over it.

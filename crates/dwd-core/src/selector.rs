@@ -17,9 +17,14 @@ use thiserror::Error;
 /// A selector requirement's operator (`metav1.LabelSelectorOperator`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Operator {
+    /// `In`: the label is present and its value is one of the values (which must not be empty).
     In,
+    /// `NotIn`: the label is absent or its value is none of the values (which must not be
+    /// empty).
     NotIn,
+    /// `Exists`: the label is present, whatever its value (no values allowed).
     Exists,
+    /// `DoesNotExist`: the label is absent (no values allowed).
     DoesNotExist,
 }
 
@@ -54,8 +59,12 @@ impl fmt::Display for Operator {
 /// One `matchExpressions` entry. Values are a set: order and duplicates carry no meaning.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requirement {
+    /// The label key tested, valid Kubernetes label-key syntax (`[prefix/]name`).
     pub key: String,
+    /// How the key and values are tested.
     pub operator: Operator,
+    /// The label values for `In`/`NotIn` (never empty for them); empty for `Exists` and
+    /// `DoesNotExist`.
     pub values: BTreeSet<String>,
 }
 
@@ -85,7 +94,10 @@ impl Requirement {
 /// `matchExpressions[1].operator`) so callers can prefix their own location.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SelectorProblem {
+    /// Where in the selector, e.g. `matchLabels.app` or `matchExpressions[1].values[0]`;
+    /// empty for the selector as a whole (an empty selector where one is required).
     pub path: String,
+    /// What is wrong, e.g. `must not be empty for operator In`.
     pub message: String,
 }
 
@@ -99,10 +111,15 @@ impl fmt::Display for SelectorProblem {
     }
 }
 
+/// Why an API `LabelSelector` could not be used ([`PodSelector::from_label_selector`]).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SelectorError {
+    /// The selector is empty or has invalid keys, values or operators.
     #[error("invalid label selector: {}", join_problems(problems))]
-    Invalid { problems: Vec<SelectorProblem> },
+    Invalid {
+        /// Every problem found, each with its path in the selector; never empty.
+        problems: Vec<SelectorProblem>,
+    },
 }
 
 fn join_problems(problems: &[SelectorProblem]) -> String {
@@ -128,8 +145,12 @@ pub struct PodSelector {
 /// An unvalidated `matchExpressions` entry, as read from a config or an API object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawRequirement {
+    /// `key`: the label key, not yet checked against label-key syntax.
     pub key: String,
+    /// `operator` as written; only `In`, `NotIn`, `Exists` and `DoesNotExist` (case-sensitive)
+    /// are valid.
     pub operator: String,
+    /// `values`; `None` when absent or `null`, which counts as empty.
     pub values: Option<Vec<String>>,
 }
 
@@ -287,10 +308,12 @@ impl PodSelector {
         }
     }
 
+    /// The `matchLabels` pairs: a pod must carry each label with exactly this value.
     pub fn match_labels(&self) -> &BTreeMap<String, String> {
         &self.match_labels
     }
 
+    /// The validated `matchExpressions`, in their original order; a pod must meet all of them.
     pub fn match_expressions(&self) -> &[Requirement] {
         &self.match_expressions
     }

@@ -31,24 +31,37 @@ pub fn default_unhealthy_conditions() -> Vec<String> {
         .collect()
 }
 
+/// Why the Shoot embedded in a Cluster could not be read into a [`ShootView`].
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ShootError {
+    /// The Cluster has no (or a `null`) `spec.shoot`.
     #[error("Cluster has no spec.shoot (the embedded Shoot object is missing)")]
     MissingShoot,
+    /// A field the lifecycle rules read is present but of the wrong type or unparsable.
     #[error("Cluster spec.shoot.{path}: {message}")]
-    InvalidField { path: String, message: String },
+    InvalidField {
+        /// Path inside the Shoot, e.g. `spec.provider.workers[0].name`; empty when the Shoot
+        /// itself is not a JSON object.
+        path: String,
+        /// What is wrong, e.g. `must be a boolean`.
+        message: String,
+    },
 }
 
 /// `status.lastOperation` of the Shoot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LastOperation {
+    /// `type`, e.g. `Create`, `Reconcile`, `Restore` or `Migrate`; empty when absent.
     pub type_: String,
+    /// `state`, e.g. `Processing` or `Succeeded`; empty when absent.
     pub state: String,
 }
 
 /// One `spec.provider.workers[]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerPool {
+    /// The pool's `name`, matched against a node's `worker.gardener.cloud/pool` label; empty
+    /// when absent.
     pub name: String,
     /// `machineControllerManager.nodeConditions`; `None`, and an empty list, mean "use the
     /// defaults" (the reference's `GetSliceOrDefault`, Gardener's meaning).
@@ -58,10 +71,16 @@ pub struct WorkerPool {
 /// The parts of a Shoot the prober's lifecycle rules look at.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ShootView {
+    /// `metadata.deletionTimestamp` is set: the probe is removed.
     pub deletion_requested: bool,
+    /// `spec.hibernation.enabled` (false when absent): when true the probe is removed.
     pub hibernation_enabled: bool,
+    /// `status.isHibernated` (false when absent): still true while a shoot wakes up, when no
+    /// probe starts yet.
     pub is_hibernated: bool,
+    /// `status.lastOperation`, when present; decides whether a probe may start.
     pub last_operation: Option<LastOperation>,
+    /// `spec.provider.workers`, in order; empty (or absent) means no workers and no probe.
     pub workers: Vec<WorkerPool>,
     /// `spec.kubernetes.kubeControllerManager.nodeMonitorGracePeriod`.
     pub node_monitor_grace_period: Option<Duration>,
@@ -197,10 +216,15 @@ impl ShootView {
 /// Why a shoot must not have a probe (an existing one is stopped).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RemoveReason {
+    /// The shoot's Cluster object no longer exists.
     ClusterGone,
+    /// The Shoot has a `metadata.deletionTimestamp`.
     DeletionRequested,
+    /// The Shoot's `spec.hibernation.enabled` is true.
     HibernationEnabled,
+    /// The Shoot's `status.lastOperation.type` is `Migrate` (control-plane migration).
     Migrating,
+    /// The Shoot has no `spec.provider.workers`.
     NoWorkers,
 }
 
@@ -219,10 +243,22 @@ impl fmt::Display for RemoveReason {
 /// Why a probe is not started yet (an existing one is left alone).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitReason {
+    /// `status.isHibernated` is still true although hibernation is no longer enabled.
     WakingUp,
+    /// The Shoot has no `status.lastOperation` yet.
     NoLastOperation,
-    OperationNotSucceeded { type_: String, state: String },
-    UnsupportedOperation { type_: String },
+    /// The last operation is a `Create` or `Restore` not yet in state `Succeeded`.
+    OperationNotSucceeded {
+        /// The operation's type: `Create` or `Restore`.
+        type_: String,
+        /// Its current state, e.g. `Processing`, `Error` or `Failed`.
+        state: String,
+    },
+    /// The last operation is neither `Reconcile`, `Create`, `Restore` nor `Migrate`.
+    UnsupportedOperation {
+        /// The operation's type as found, possibly empty.
+        type_: String,
+    },
 }
 
 impl fmt::Display for WaitReason {

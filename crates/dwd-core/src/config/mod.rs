@@ -34,7 +34,10 @@ pub use weeder::{DependantSelectors, WeederConfig};
 /// at startup.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded<T> {
+    /// The effective configuration, with every default filled in.
     pub config: T,
+    /// One sentence per accepted-but-questionable value or unknown field, each starting with
+    /// the field's path; empty for a clean file.
     pub warnings: Vec<String>,
 }
 
@@ -43,6 +46,8 @@ pub struct Loaded<T> {
 pub struct FieldProblem {
     /// Path in the document, e.g. `dependentResourceInfos[1].scaleDown`.
     pub path: String,
+    /// What is wrong with the field and, where it helps, what the field accepts, e.g.
+    /// `required (must not be empty)`; empty `path` makes it a whole-document problem.
     pub message: String,
 }
 
@@ -59,12 +64,24 @@ impl fmt::Display for FieldProblem {
 /// Why a configuration file could not be loaded.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum ConfigError {
+    /// The text is not YAML the reference's parser (go-yaml v2) would read.
     #[error("config file is not valid YAML: {message}")]
-    Yaml { message: String },
+    Yaml {
+        /// The parser's description of the syntax error, with its position.
+        message: String,
+    },
+    /// The first document is YAML but a scalar or a list, not a mapping of fields.
     #[error("config file must be a YAML mapping of fields, but it is {found}")]
-    NotAMapping { found: &'static str },
+    NotAMapping {
+        /// The document's kind with an article, e.g. `a list` or `a string`.
+        found: &'static str,
+    },
+    /// The document is a mapping but one or more fields are missing or invalid.
     #[error("{}", render_problems(problems))]
-    Invalid { problems: Vec<FieldProblem> },
+    Invalid {
+        /// Every bad field, each with its path, in the order they were found; never empty.
+        problems: Vec<FieldProblem>,
+    },
 }
 
 fn render_problems(problems: &[FieldProblem]) -> String {

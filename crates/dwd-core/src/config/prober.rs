@@ -48,9 +48,13 @@ pub const NO_TIMEOUT: Duration = Duration::from_nanos(i64::MAX as u64);
 /// The effective prober configuration, with defaults filled in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProberConfig {
+    /// `kubeConfigSecretName` (required, non-blank): the Secret in each shoot namespace whose
+    /// `kubeconfig` key reaches that shoot's API server (docs/behaviour.md §2.5).
     pub kube_config_secret_name: String,
     /// Zero when the file gives zero or less: runs follow each other without pause.
     pub probe_interval: Duration,
+    /// `initialDelay` (default 30s): time from a probe's start to its first run. Zero when the
+    /// file gives a negative value.
     pub initial_delay: Duration,
     /// [`NO_TIMEOUT`] when the file gives zero or less.
     pub probe_timeout: Duration,
@@ -60,6 +64,8 @@ pub struct ProberConfig {
     pub kcm_node_monitor_grace_duration: Duration,
     /// As given: zero or less scales every shoot down, above 1 never scales down.
     pub node_lease_failure_fraction: f64,
+    /// `dependentResourceInfos` (required, non-empty): the targets scaled down when a shoot's
+    /// nodes look cut off and up again when they are back, in file order.
     pub dependent_resource_infos: Vec<DependentResourceInfo>,
     /// Consecutive scale-up decisions needed before scaling up (ours; default 1).
     pub success_threshold: u32,
@@ -91,10 +97,13 @@ impl ProberConfig {
 /// One scalable target and how to scale it in each direction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DependentResourceInfo {
+    /// `ref` (required): the workload in the shoot namespace whose replicas are scaled.
     pub target: ResourceRef,
     /// A missing optional target counts as scaled; a missing required one fails its level.
     pub optional: bool,
+    /// `scaleUp` (required): level and timing when the shoot's nodes are reachable again.
     pub scale_up: ScaleInfo,
+    /// `scaleDown` (required): level and timing when the shoot's nodes look cut off.
     pub scale_down: ScaleInfo,
     /// `scaleDownOnZoneOutage` (ours, default false): the target is scaled down also when only
     /// a zone is disrupted, not the whole shoot (docs/behaviour.md §2.19).
@@ -104,8 +113,13 @@ pub struct DependentResourceInfo {
 /// `autoscaling/v1 CrossVersionObjectReference`: a target in the shoot namespace.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResourceRef {
+    /// `ref.apiVersion`, `group/version` or `version`, e.g. `apps/v1`; may be empty (with a
+    /// warning), as the reference allows.
     pub api_version: String,
+    /// `ref.kind`, e.g. `Deployment`; may be empty (with a warning), as the reference allows.
     pub kind: String,
+    /// `ref.name`: the target object's name in the shoot namespace, e.g.
+    /// `kube-controller-manager`; may be empty (with a warning), as the reference allows.
     pub name: String,
 }
 

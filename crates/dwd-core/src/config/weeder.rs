@@ -28,8 +28,12 @@ pub struct WeederConfig {
     pub services_and_dependant_selectors: BTreeMap<String, DependantSelectors>,
 }
 
+/// The dependants of one service: `servicesAndDependantSelectors.<service>` in the file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DependantSelectors {
+    /// `podSelectors` (required, non-empty): label selectors of the pods in the service's
+    /// namespace that crash-loop while it is down; a pod matching any of them is a dependant.
+    /// An empty selector matches every pod of the namespace.
     pub pod_selectors: Vec<PodSelector>,
 }
 
