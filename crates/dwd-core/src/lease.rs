@@ -591,6 +591,16 @@ mod tests {
     /// A shoot of `zones` (name, nodes, expired) with every node labelled with its zone,
     /// judged with zonal protection on or off.
     fn zoned(zones: &[(&str, usize, usize)], protection: bool, min: usize) -> LeaseReport {
+        zoned_without_machine(zones, protection, min, None)
+    }
+
+    /// [`zoned`], and `no_machine` (a node name) is left without a Machine.
+    fn zoned_without_machine(
+        zones: &[(&str, usize, usize)],
+        protection: bool,
+        min: usize,
+        no_machine: Option<&str>,
+    ) -> LeaseReport {
         let (mut nodes, mut machines, mut leases) = (Vec::new(), Vec::new(), Vec::new());
         for (zone, n, expired) in zones {
             for i in 0..*n {
@@ -603,7 +613,9 @@ mod tests {
                         .insert(ZONE_LABEL.into(), (*zone).into());
                 }
                 nodes.push(nd);
-                machines.push(machine(&name, Some("Running")));
+                if no_machine != Some(name.as_str()) {
+                    machines.push(machine(&name, Some("Running")));
+                }
                 leases.push(lease(
                     &name,
                     Some(if i < *expired { t(-100) } else { t(-1) }),
@@ -661,34 +673,15 @@ mod tests {
 
     #[test]
     fn excluded_nodes_do_not_vote_in_their_zone() {
-        // Zone a: 2 expired candidates, 1 node excluded (no machine): 2/2, disrupted.
-        let mut r = zoned(&[("a", 3, 3), ("b", 3, 0)], true, 2);
-        assert_eq!(r.zones[0].candidates, 3);
-        let (mut nodes, mut machines, mut leases) = (Vec::new(), Vec::new(), Vec::new());
-        for (zone, n, expired) in [("a", 3usize, 2usize), ("b", 3, 0)] {
-            for i in 0..n {
-                let name = format!("{zone}-{i}");
-                let mut nd = node(&name);
-                nd.metadata
-                    .labels
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(ZONE_LABEL.into(), zone.into());
-                nodes.push(nd);
-                if !(zone == "a" && i == 2) {
-                    machines.push(machine(&name, Some("Running")));
-                }
-                leases.push(lease(
-                    &name,
-                    Some(if i < expired { t(-100) } else { t(-1) }),
-                ));
-            }
-        }
-        let rule = ZoneRule {
-            failure_fraction: 1.0,
-            min_candidates: 2,
-            protection: true,
-        };
-        r = evaluate_leases(&nodes, &machines, &leases, &settings(), 0.6, &rule, t(0));
+        // Zone a: 2 of 3 leases expired; with its third node excluded (no Machine) the zone
+        // is 2/2, disrupted.
+        let all = zoned(&[("a", 3, 2), ("b", 3, 0)], true, 2);
+        assert_eq!((all.zones[0].candidates, all.zones[0].expired), (3, 2));
+        assert_eq!(
+            all.decision,
+            LeaseDecision::ScaleUp(UpReason::BelowThreshold)
+        );
+        let r = zoned_without_machine(&[("a", 3, 2), ("b", 3, 0)], true, 2, Some("a-2"));
         assert_eq!((r.zones[0].candidates, r.zones[0].expired), (2, 2));
         assert_eq!(r.decision, LeaseDecision::ZonalScaleDown);
     }

@@ -6,6 +6,8 @@
 //! controller makes every rule of the behaviour contract unit-testable and lets `explain` show the
 //! exact verdicts the prober acts on.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod duration;
 pub mod hysteresis;

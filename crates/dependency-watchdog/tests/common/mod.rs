@@ -5,7 +5,6 @@
 
 // Test helpers: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

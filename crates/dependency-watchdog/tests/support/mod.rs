@@ -4,7 +4,6 @@
 
 // Test helpers: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
