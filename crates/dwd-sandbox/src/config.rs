@@ -26,6 +26,12 @@ const SCALE_UP_DELAY: Duration = Duration::from_secs(5);
 /// story's etcd outage, or they would delete the crash-looping pods while etcd is still down.
 const WATCH_DURATION: Duration = Duration::from_secs(15);
 
+/// The targets the sandbox switches zonal protection on for (`scaleDownOnZoneOutage: true`,
+/// ours: Gardener's config has no zonal fields). KCM stays off: a zone's outage is the
+/// replacement of its machines (MCM) and scale-ups into it (CA), not the evictions KCM would
+/// make everywhere.
+pub const ZONAL_TARGETS: [&str; 2] = ["machine-controller-manager", "cluster-autoscaler"];
+
 /// Labels of the simulated kube-apiserver pods, as Gardener labels them.
 pub const KUBE_APISERVER_LABELS: [(&str, &str); 3] = [
     ("app", "kubernetes"),
@@ -61,6 +67,8 @@ pub struct Controller {
     pub gardener_up_delay: Duration,
     /// `optional`.
     pub optional: bool,
+    /// `scaleDownOnZoneOutage` (ours).
+    pub zonal: bool,
 }
 
 /// The configs the sandbox runs and what it says about them.
@@ -102,6 +110,7 @@ impl SandboxConfig {
             backoff_jitter_factor: None,
             scale_up_delay: Some(SCALE_UP_DELAY),
         })?;
+        let prober = gardener::with_zonal_protection(prober, &ZONAL_TARGETS)?;
         let weeder = gardener::weeder(Some(WATCH_DURATION))?;
         let mut controllers = Vec::new();
         for (info, gardener_info) in prober
@@ -125,6 +134,7 @@ impl SandboxConfig {
                 up_delay: info.scale_up.initial_delay,
                 gardener_up_delay: gardener_info.scale_up.initial_delay,
                 optional: info.optional,
+                zonal: info.scale_down_on_zone_outage,
             });
         }
         let config = SandboxConfig {
@@ -164,6 +174,46 @@ impl SandboxConfig {
     /// `nodeLeaseFailureFraction`.
     pub fn threshold(&self) -> f64 {
         self.prober.config.node_lease_failure_fraction
+    }
+
+    /// `zoneLeaseFailureFraction` (ours; defaults to `nodeLeaseFailureFraction`).
+    pub fn zone_threshold(&self) -> f64 {
+        self.prober.config.zone_lease_failure_fraction
+    }
+
+    /// `minCandidatesPerZone` (ours).
+    pub fn min_candidates_per_zone(&self) -> u32 {
+        self.prober.config.min_candidates_per_zone
+    }
+
+    /// The zonal scale-down: only the `scaleDownOnZoneOutage` targets, in level order, e.g.
+    /// `MCM + CA (level 0); KCM not scaled`.
+    pub fn zonal_flow_text(&self) -> String {
+        let mut levels: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
+        for c in self.controllers.iter().filter(|c| c.zonal) {
+            levels.entry(c.down).or_default().push(&c.short);
+        }
+        let flow = levels
+            .iter()
+            .map(|(level, names)| format!("{} (level {level})", names.join(" + ")))
+            .collect::<Vec<_>>()
+            .join(" → ");
+        let untouched: Vec<&str> = self
+            .controllers
+            .iter()
+            .filter(|c| !c.zonal)
+            .map(|c| c.short.as_str())
+            .collect();
+        if untouched.is_empty() {
+            flow
+        } else {
+            format!("{flow}; {} not scaled", untouched.join(", "))
+        }
+    }
+
+    /// Every field added that Gardener's config does not have.
+    pub fn additions(&self) -> &[Change] {
+        &self.prober.additions
     }
 
     /// `kcmNodeMonitorGraceDuration` in seconds.
@@ -256,9 +306,16 @@ impl SandboxConfig {
                 gardener::changes_text(&self.changes())
             ),
             format!(
-                "scale-down {}; scale-up {}",
+                "zonal protection switched on (added, ours: Gardener's config has no zonal fields): {}; a zone is disrupted when ≥ {:.2} of its node leases expired (zoneLeaseFailureFraction, default nodeLeaseFailureFraction) with ≥ {} candidate nodes (minCandidatesPerZone, default)",
+                gardener::changes_text(self.additions()),
+                self.zone_threshold(),
+                self.min_candidates_per_zone()
+            ),
+            format!(
+                "scale-down {}; scale-up {}; zonal scale-down {}",
                 self.flow_text(true),
-                self.flow_text(false)
+                self.flow_text(false),
+                self.zonal_flow_text()
             ),
         ]
     }
@@ -291,6 +348,18 @@ mod tests {
         assert!(
             c.controller("cluster-autoscaler")
                 .is_some_and(|ca| ca.optional)
+        );
+        assert_eq!(c.zonal_flow_text(), "MCM + CA (level 0); KCM not scaled");
+        assert_eq!(c.zone_threshold(), 0.6);
+        assert_eq!(
+            gardener::changes_text(c.additions()),
+            "machine-controller-manager scaleDownOnZoneOutage false (default) → true, \
+             cluster-autoscaler scaleDownOnZoneOutage false (default) → true"
+        );
+        assert!(
+            c.summary_lines()
+                .iter()
+                .any(|l| l.starts_with("zonal protection switched on (added"))
         );
         // The configs written for the watchdog say what was changed.
         assert!(c.prober.yaml.contains("#   probeInterval 30s → 1s\n"));

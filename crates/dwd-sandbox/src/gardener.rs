@@ -63,6 +63,9 @@ pub struct Derived<T> {
     pub yaml: String,
     /// What differs from Gardener's.
     pub changes: Vec<Change>,
+    /// Fields of ours that Gardener's config does not set at all (zonal protection), added on
+    /// top of the changes: told apart from them, never hidden among them.
+    pub additions: Vec<Change>,
 }
 
 /// The prober intervals to change; `None` keeps Gardener's.
@@ -266,6 +269,84 @@ pub fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
         config: loaded.config,
         yaml,
         changes: done,
+        additions: Vec::new(),
+    })
+}
+
+/// `derived` with zonal protection switched on for `targets` (`scaleDownOnZoneOutage: true`,
+/// ours: Gardener's config has no zonal fields, so nothing of Gardener's changes); the other
+/// zonal fields keep their defaults. Checked with the watchdog's loader like the intervals:
+/// the result differs from `derived` in exactly these flags.
+pub fn with_zonal_protection(
+    derived: Derived<ProberConfig>,
+    targets: &[&str],
+) -> Result<Derived<ProberConfig>> {
+    let path = PROBER_FIXTURE_PATH;
+    let mut map = mapping(&derived.yaml, "the derived prober config")?;
+    let infos = map
+        .get_mut("dependentResourceInfos")
+        .and_then(Value::as_array_mut)
+        .with_context(|| format!("{path}: no dependentResourceInfos list"))?;
+    let mut expected = derived.config.clone();
+    let mut additions = derived.additions.clone();
+    for target in targets {
+        let info = infos
+            .iter_mut()
+            .find(|i| i["ref"]["name"].as_str() == Some(target))
+            .with_context(|| {
+                format!("{path}: no dependentResourceInfos entry for {target}, cannot add scaleDownOnZoneOutage")
+            })?;
+        let entry = info.as_object_mut().with_context(|| {
+            format!("{path}: the dependentResourceInfos entry of {target} is not a mapping")
+        })?;
+        ensure!(
+            !entry.contains_key("scaleDownOnZoneOutage"),
+            "{path}: {target} already sets scaleDownOnZoneOutage; nothing to add"
+        );
+        entry.insert("scaleDownOnZoneOutage".into(), Value::Bool(true));
+        for e in &mut expected.dependent_resource_infos {
+            if e.target.name == *target {
+                e.scale_down_on_zone_outage = true;
+            }
+        }
+        additions.push(Change {
+            field: format!("{target} scaleDownOnZoneOutage"),
+            gardener: "false (default)".into(),
+            ours: "true".into(),
+        });
+    }
+    let body = serde_saphyr::to_string(&Value::Object(map))
+        .map_err(|e| anyhow!("write the prober config: {e}"))?;
+    // The header as it was (Gardener's origin, the intervals), then what was added.
+    let mut yaml: String = derived
+        .yaml
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    yaml.push_str("# and with these fields of ours added (zonal protection; Gardener's config has no zonal fields):\n");
+    for a in &additions {
+        yaml.push_str(&format!("#   {a}\n"));
+    }
+    yaml.push_str(&body);
+    let loaded = ProberConfig::from_yaml(&yaml).map_err(|e| anyhow!("the derived config: {e}"))?;
+    ensure!(
+        loaded.warnings.is_empty(),
+        "the derived prober config warns: {:?}",
+        loaded.warnings
+    );
+    ensure!(
+        loaded.config == expected,
+        "the derived prober config differs beyond {} and {}:\n{yaml}",
+        changes_text(&derived.changes),
+        changes_text(&additions)
+    );
+    Ok(Derived {
+        gardener: derived.gardener,
+        config: loaded.config,
+        yaml,
+        changes: derived.changes,
+        additions,
     })
 }
 
@@ -309,6 +390,7 @@ pub fn weeder(watch_duration: Option<Duration>) -> Result<Derived<WeederConfig>>
         config: loaded.config,
         yaml,
         changes: done,
+        additions: Vec::new(),
     })
 }
 
@@ -409,6 +491,49 @@ mod tests {
                 d.yaml
             );
         }
+    }
+
+    #[test]
+    fn zonal_protection_is_added_without_touching_gardeners_fields() {
+        let d = prober(&ProberChanges {
+            probe_interval: Some(Duration::from_secs(1)),
+            ..ProberChanges::default()
+        })
+        .expect("derive");
+        let z = with_zonal_protection(
+            d.clone(),
+            &["machine-controller-manager", "cluster-autoscaler"],
+        )
+        .expect("zonal");
+        assert_eq!(z.changes, d.changes);
+        assert_eq!(
+            changes_text(&z.additions),
+            "machine-controller-manager scaleDownOnZoneOutage false (default) → true, \
+             cluster-autoscaler scaleDownOnZoneOutage false (default) → true"
+        );
+        let rule = z.config.zone_rule();
+        assert!(rule.protection);
+        assert_eq!(rule.failure_fraction, z.config.node_lease_failure_fraction);
+        let zonal: Vec<&str> = z
+            .config
+            .dependent_resource_infos
+            .iter()
+            .filter(|i| i.scale_down_on_zone_outage)
+            .map(|i| i.target.name.as_str())
+            .collect();
+        assert_eq!(zonal, ["machine-controller-manager", "cluster-autoscaler"]);
+        assert!(
+            z.yaml.contains("#   probeInterval 30s → 1s\n"),
+            "{}",
+            z.yaml
+        );
+        assert!(
+            z.yaml
+                .contains("#   cluster-autoscaler scaleDownOnZoneOutage false (default) → true\n"),
+            "{}",
+            z.yaml
+        );
+        assert!(with_zonal_protection(d, &["no-such-target"]).is_err());
     }
 
     #[test]

@@ -21,10 +21,33 @@ commands:
   etcd-down <shoot>           etcd-main-client loses its ready endpoints
   etcd-up <shoot>             etcd-main-client is ready again (the weeder restarts the
                               kube-apiserver pods, then the kube-scheduler)
-  status                      replicas, expired-lease fraction, probes, pods
+  zone-out <shoot> <zone>     the zone loses its NAT gateway: every kubelet in it stops
+                              renewing its lease (zonal protection scales down MCM and CA)
+  zone-heal <shoot> <zone>    the zone's kubelets renew again
+  status                      replicas, expired-lease fraction (per zone too), probes, pods
   help                        this text
-  quit                        tear everything down and exit (also: end of input, Ctrl-C)
-shoots: alpha (5 nodes), beta (3 nodes)";
+  quit                        tear everything down and exit (also: end of input, Ctrl-C)";
+
+/// The help text, with the shoots (and their zones) of this sandbox.
+fn help(sb: &Sandbox) -> String {
+    let shoots: Vec<String> = sb
+        .shoots
+        .iter()
+        .map(|s| {
+            if s.zones.is_empty() {
+                format!("{} ({} nodes)", s.name, s.nodes)
+            } else {
+                format!(
+                    "{} ({} nodes in zones {})",
+                    s.name,
+                    s.nodes,
+                    s.zones.keys().cloned().collect::<Vec<_>>().join(", ")
+                )
+            }
+        })
+        .collect();
+    format!("{HELP}\nshoots: {}", shoots.join(", "))
+}
 
 /// Prints where everything is and how to look at it.
 fn print_hints(sb: &Sandbox, dir: &std::path::Path) {
@@ -58,7 +81,7 @@ fn print_hints(sb: &Sandbox, dir: &std::path::Path) {
         sb.weeder.log.display(),
         dir.display()
     ));
-    j.say(&format!("\n{HELP}\n"));
+    j.say(&format!("\n{}\n", help(sb)));
 }
 
 /// The `status` text.
@@ -95,6 +118,12 @@ fn status(sb: &Sandbox) -> String {
             })
             .collect();
         out.push_str(&format!("      controllers: {}\n", controllers.join(", ")));
+        if let Some(zones) = s.zones_text() {
+            out.push_str(&format!(
+                "      zones (expired fraction the prober found, zoneLeaseFailureFraction {:.2}): {zones}\n",
+                s.zone_threshold
+            ));
+        }
         let pods: Vec<String> = s
             .pods
             .iter()
@@ -158,7 +187,14 @@ async fn execute(sb: &Sandbox, line: &str) -> Result<Next> {
                 sb.shoot(s)?;
                 Ok(*s)
             }
-            None => bail!("{command} needs a shoot: alpha or beta"),
+            None => bail!(
+                "{command} needs a shoot: {}",
+                sb.shoots
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }
     };
     let mark = |label: &str, shoot: &str| {
@@ -213,8 +249,25 @@ async fn execute(sb: &Sandbox, line: &str) -> Result<Next> {
             mark("etcd up", shoot);
             sb.etcd_up(shoot, &format!("you: etcd-up {shoot}")).await?;
         }
+        "zone-out" | "zone-heal" => {
+            let shoot = shoot_arg()?;
+            let Some(zone) = args.get(1) else {
+                bail!("usage: {command} <shoot> <zone>, e.g. {command} gamma eu-1a");
+            };
+            if command == "zone-out" {
+                mark(&format!("zone-out {zone}"), shoot);
+                sb.silence_zone(
+                    shoot,
+                    zone,
+                    &format!("you: zone-out {shoot} {zone} (its NAT gateway fails)"),
+                )?;
+            } else {
+                mark(&format!("zone-heal {zone}"), shoot);
+                sb.heal_zone(shoot, zone, &format!("you: zone-heal {shoot} {zone}"))?;
+            }
+        }
         "status" => sb.journal.say(&status(sb)),
-        "help" | "?" => sb.journal.say(HELP),
+        "help" | "?" => sb.journal.say(&help(sb)),
         "quit" | "exit" | "q" => return Ok(Next::Quit),
         other => bail!("unknown command {other:?}; type help"),
     }

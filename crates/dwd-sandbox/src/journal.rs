@@ -56,6 +56,9 @@ pub struct Marker {
     pub kind: MarkerKind,
 }
 
+/// Zone → `(t, fraction)` samples of one shoot.
+pub type ZoneSamples = BTreeMap<String, Vec<(f64, Option<f64>)>>;
+
 /// Everything recorded, as the report needs it.
 #[derive(Debug, Clone, Default)]
 pub struct Record {
@@ -67,6 +70,11 @@ pub struct Record {
     pub fraction: BTreeMap<String, Vec<(f64, Option<f64>)>>,
     /// Shoot → `(t, fraction)` computed by the sandbox from the leases themselves.
     pub lease_truth: BTreeMap<String, Vec<(f64, Option<f64>)>>,
+    /// Shoot → zone → `(t, fraction)` the prober reported for the zone
+    /// (`dwd_prober_zone_expired_lease_fraction`); `None` while it reports none.
+    pub zone_fraction: BTreeMap<String, ZoneSamples>,
+    /// Shoot → zone → `(t, fraction)` computed by the sandbox from the zone's leases.
+    pub zone_truth: BTreeMap<String, ZoneSamples>,
     /// Shoot → controller → `(t, spec.replicas)` at each change.
     pub replicas: BTreeMap<String, BTreeMap<String, Vec<(f64, i32)>>>,
     /// Shoot → `(t, silenced kubelets)` at each change.
@@ -224,6 +232,30 @@ impl Journal {
         lock(&self.record)
             .lease_truth
             .entry(shoot.to_string())
+            .or_default()
+            .push((t, fraction));
+    }
+
+    /// Records a zone's fraction as the prober reported it.
+    pub fn sample_zone_fraction(&self, shoot: &str, zone: &str, fraction: Option<f64>) {
+        let t = self.now();
+        lock(&self.record)
+            .zone_fraction
+            .entry(shoot.to_string())
+            .or_default()
+            .entry(zone.to_string())
+            .or_default()
+            .push((t, fraction));
+    }
+
+    /// Records a zone's fraction computed from its leases.
+    pub fn sample_zone_truth(&self, shoot: &str, zone: &str, fraction: Option<f64>) {
+        let t = self.now();
+        lock(&self.record)
+            .zone_truth
+            .entry(shoot.to_string())
+            .or_default()
+            .entry(zone.to_string())
             .or_default()
             .push((t, fraction));
     }

@@ -1,7 +1,8 @@
 //! `dwd-sandbox`: watch the real dependency-watchdog protect a shoot, on one machine, in a
 //! minute.
 //!
-//! It starts etcd and three real kube-apiservers (a seed and the shoots `alpha` and `beta`),
+//! It starts etcd and four real kube-apiservers (a seed and the shoots `alpha`, `beta` and
+//! `gamma`, whose nodes are in three zones),
 //! simulates the shoots' data plane (nodes whose kubelets renew leases, the controllers,
 //! control-plane pods, the EndpointSlices), runs the real `dependency-watchdog prober` and
 //! `weeder` as subprocesses with Gardener's generated configs (intervals shortened), and then
@@ -34,14 +35,14 @@ use crate::journal::Journal;
 use crate::report::ReportMeta;
 use crate::sandbox::{Sandbox, Workdir};
 
-/// Watch the real dependency-watchdog protect a shoot: a seed and two shoot kube-apiservers on
+/// Watch the real dependency-watchdog protect a shoot: a seed and three shoot kube-apiservers on
 /// loopback, a simulated data plane, the real prober and weeder, and a scripted outage story.
 #[derive(Debug, Parser)]
 #[command(
     name = "dwd-sandbox",
     version,
     long_about = None,
-    after_help = "Without --interactive it plays the story (about a minute: a NAT outage, its end, an etcd outage), prints a live timeline and writes an HTML report. The prober and weeder run Gardener's generated configs (deploy/gardener/) with shortened intervals. Set DWD_WATCHDOG_BIN to run another dependency-watchdog binary."
+    after_help = "Without --interactive it plays the story (about a minute and a half: a NAT outage, its end, an etcd outage, a zone outage and its end), prints a live timeline and writes an HTML report. The prober and weeder run Gardener's generated configs (deploy/gardener/) with shortened intervals. Set DWD_WATCHDOG_BIN to run another dependency-watchdog binary."
 )]
 struct Args {
     /// Keep the sandbox running and take commands on stdin instead of playing the story.
@@ -149,7 +150,7 @@ async fn run(args: Args) -> ExitCode {
         workdir.keep();
     }
     journal.say(&format!(
-        "dwd-sandbox: the real dependency-watchdog against a local seed and two shoots\n  files: {}",
+        "dwd-sandbox: the real dependency-watchdog against a local seed and three shoots\n  files: {}",
         workdir.path.display()
     ));
     for line in config.summary_lines() {

@@ -49,6 +49,20 @@ impl Scrape {
             .map(|s| s.value)
     }
 
+    /// Every series of `name` whose labels include every pair in `labels`.
+    pub fn all<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a Series> + 'a {
+        self.series.iter().filter(move |s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v))
+        })
+    }
+
     /// The sum over every series of `name` (e.g. a counter over all its label values).
     pub fn sum(&self, name: &str) -> f64 {
         self.series
@@ -218,6 +232,12 @@ dwd_odd{msg="a \"quoted\", value"} 3
             Some(3.0)
         );
         assert_eq!(s.sum("dwd_prober_expired_lease_fraction"), 0.8);
+        assert_eq!(
+            s.all("dwd_prober_expired_lease_fraction", &[])
+                .map(|s| s.value)
+                .collect::<Vec<_>>(),
+            [0.8, 0.0]
+        );
     }
 
     #[test]

@@ -69,6 +69,19 @@ pub struct ReplicaChange {
     pub to: i32,
 }
 
+/// One zone of a shoot (nodes labelled `topology.kubernetes.io/zone`).
+#[derive(Debug, Clone, Default)]
+pub struct ZoneView {
+    /// Its nodes.
+    pub nodes: Vec<String>,
+    /// Last expired fraction the prober reported for it.
+    pub fraction: Option<f64>,
+    /// Whether the prober reports it disrupted (`dwd_prober_zone_disrupted`).
+    pub disrupted: bool,
+    /// Expired leases of its nodes as the sandbox last read them.
+    pub lease_expired: Option<usize>,
+}
+
 /// What the sandbox knows about one shoot.
 #[derive(Debug, Clone)]
 pub struct ShootView {
@@ -80,6 +93,10 @@ pub struct ShootView {
     pub nodes: usize,
     /// `nodeLeaseFailureFraction` of the prober config.
     pub threshold: f64,
+    /// `zoneLeaseFailureFraction` of the prober config.
+    pub zone_threshold: f64,
+    /// Zone → what is known of it (empty: a shoot without zone labels).
+    pub zones: BTreeMap<String, ZoneView>,
     /// `(name, short name)` of the scalable controllers, in the config's order.
     pub controllers: Vec<(String, String)>,
     /// Successful probe runs (`dwd_prober_shoot_probe_runs_total`); `None` before the first.
@@ -134,6 +151,8 @@ impl ShootView {
             namespace: namespace.into(),
             nodes,
             threshold: config.threshold(),
+            zone_threshold: config.zone_threshold(),
+            zones: BTreeMap::new(),
             controllers: config
                 .controllers
                 .iter()
@@ -161,6 +180,46 @@ impl ShootView {
             lease_expired: None,
             api_failing: false,
         }
+    }
+
+    /// The same shoot with its nodes in zones (zone → node names).
+    pub fn with_zones(mut self, zones: &BTreeMap<String, Vec<String>>) -> Self {
+        self.zones = zones
+            .iter()
+            .map(|(z, nodes)| {
+                (
+                    z.clone(),
+                    ZoneView {
+                        nodes: nodes.clone(),
+                        ..ZoneView::default()
+                    },
+                )
+            })
+            .collect();
+        self
+    }
+
+    /// `eu-1a 1.00 ≥ 0.60 (disrupted), eu-1b 0.00, eu-1c 0.00` as the prober reported them;
+    /// `None` for a shoot without zones.
+    pub fn zones_text(&self) -> Option<String> {
+        if self.zones.is_empty() {
+            return None;
+        }
+        let t = self.zone_threshold;
+        Some(
+            self.zones
+                .iter()
+                .map(|(z, v)| match v.fraction {
+                    Some(f) => format!(
+                        "{z} {f:.2} {} {t:.2}{}",
+                        if f >= t { "≥" } else { "<" },
+                        if v.disrupted { " (disrupted)" } else { "" }
+                    ),
+                    None => format!("{z} not reported yet"),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
     }
 
     /// `KCM 2 (ready 2), MCM 1 (ready 1), CA 1 (ready 1)`.
@@ -339,10 +398,10 @@ async fn poll(refresher: Arc<Refresher>) {
     }
 }
 
-/// `(expired, candidates)` of a shoot's node leases now, by the prober's rule (expired when
-/// not renewed for `validity` = 0.75 × kcmNodeMonitorGraceDuration seconds, or never
-/// renewed); `None` when the shoot's API server does not answer.
-async fn expired_leases(client: &kube::Client, validity: f64) -> Option<(usize, usize)> {
+/// `(expired lease names, candidates)` of a shoot's node leases now, by the prober's rule
+/// (expired when not renewed for `validity` = 0.75 × kcmNodeMonitorGraceDuration seconds, or
+/// never renewed); `None` when the shoot's API server does not answer.
+async fn expired_leases(client: &kube::Client, validity: f64) -> Option<(Vec<String>, usize)> {
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let list = tokio::time::timeout(Duration::from_secs(1), api.list(&ListParams::default()))
         .await
@@ -359,7 +418,8 @@ async fn expired_leases(client: &kube::Client, validity: f64) -> Option<(usize, 
                 .and_then(|s| s.renew_time.as_ref())
                 .is_none_or(|t| now - t.0.as_microsecond() >= limit)
         })
-        .count();
+        .filter_map(|l| l.metadata.name.clone())
+        .collect();
     Some((expired, list.items.len()))
 }
 
@@ -367,20 +427,52 @@ fn on_leases(
     journal: &Journal,
     config: &SandboxConfig,
     shoot: &mut ShootView,
-    expired: Option<(usize, usize)>,
+    expired: Option<(Vec<String>, usize)>,
 ) {
     let name = shoot.name.clone();
-    let Some((expired, candidates)) = expired else {
+    let Some((expired_names, candidates)) = expired else {
         journal.sample_lease_truth(&name, None);
+        for zone in shoot.zones.keys() {
+            journal.sample_zone_truth(&name, zone, None);
+        }
         return;
     };
+    let expired = expired_names.len();
+    // Per zone: what the prober's zone rule is about to see.
+    let mut zones_changed = false;
+    let mut zone_notes = Vec::new();
+    for (zone, z) in &mut shoot.zones {
+        let n = z
+            .nodes
+            .iter()
+            .filter(|node| expired_names.contains(node))
+            .count();
+        let total = z.nodes.len();
+        journal.sample_zone_truth(
+            &name,
+            zone,
+            Some(if total == 0 {
+                0.0
+            } else {
+                n as f64 / total as f64
+            }),
+        );
+        zones_changed |= z.lease_expired != Some(n);
+        z.lease_expired = Some(n);
+        if n > 0 {
+            zone_notes.push(format!(
+                "zone {zone} {}",
+                fraction_text(n, total, config.zone_threshold())
+            ));
+        }
+    }
     let fraction = if candidates == 0 {
         0.0
     } else {
         expired as f64 / candidates as f64
     };
     journal.sample_lease_truth(&name, Some(fraction));
-    if shoot.lease_expired == Some(expired) {
+    if shoot.lease_expired == Some(expired) && !zones_changed {
         return;
     }
     let why = match shoot.lease_expired {
@@ -393,10 +485,15 @@ fn on_leases(
         Some(_) => Some("renewed again".into()),
     };
     shoot.lease_expired = Some(expired);
+    let zones = if zone_notes.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", zone_notes.join(", "))
+    };
     journal.log(
         &name,
         format!(
-            "node leases: {}",
+            "node leases: {}{zones}",
             fraction_text(expired, candidates, config.threshold())
         ),
         why,
@@ -434,6 +531,38 @@ fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut Shoot
     .unwrap_or(0);
     let name = shoot.name.clone();
     journal.sample_fraction(&name, fraction);
+    let zone_fractions: BTreeMap<String, f64> = s
+        .all("dwd_prober_zone_expired_lease_fraction", &label)
+        .filter_map(|x| x.labels.get("zone").map(|z| (z.clone(), x.value)))
+        .collect();
+    let disrupted: BTreeMap<String, bool> = s
+        .all("dwd_prober_zone_disrupted", &label)
+        .filter_map(|x| x.labels.get("zone").map(|z| (z.clone(), x.value >= 1.0)))
+        .collect();
+    for zone in zone_fractions.keys() {
+        // A zone the sandbox did not make (a label changed by hand) still gets charted.
+        shoot.zones.entry(zone.clone()).or_default();
+    }
+    for (zone, z) in &mut shoot.zones {
+        let f = zone_fractions.get(zone).copied();
+        journal.sample_zone_fraction(&name, zone, f);
+        if runs.unwrap_or(0) > shoot.probe_runs.unwrap_or(0) {
+            z.fraction = f.or(z.fraction);
+            z.disrupted = disrupted.get(zone).copied().unwrap_or(false);
+        }
+    }
+    let disrupted_zones: Vec<String> = shoot
+        .zones
+        .iter()
+        .filter(|(_, z)| z.disrupted)
+        .map(|(zone, z)| {
+            format!(
+                "zone {zone} at {:.2} ≥ zoneLeaseFailureFraction {:.2}",
+                z.fraction.unwrap_or(1.0),
+                shoot.zone_threshold
+            )
+        })
+        .collect();
 
     if api_failures > shoot.api_failures && !shoot.api_failing {
         shoot.api_failing = true;
@@ -466,7 +595,23 @@ fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut Shoot
             Some("listing nodes, machines or leases failed; no scaling this run".into()),
         );
     }
-    if down > shoot.attempts_down {
+    let shoot_wide = fraction.is_some_and(|f| f >= shoot.threshold);
+    if down > shoot.attempts_down && !shoot_wide && !disrupted_zones.is_empty() {
+        let flow = config.zonal_flow_text();
+        let why = fraction.map(|f| {
+            format!(
+                "zonal protection: {}, while the shoot is below its threshold ({})",
+                disrupted_zones.join(", "),
+                shoot.leases_text(f)
+            )
+        });
+        journal.log(
+            &name,
+            format!("prober decides to scale down for the zone: {flow}"),
+            why,
+        );
+        journal.marker(Some(&name), "zonal scale down", MarkerKind::ScaleDown);
+    } else if down > shoot.attempts_down {
         let flow = config.flow_text(true);
         let why = fraction.map(|f| format!("the prober found {}", shoot.leases_text(f)));
         journal.log(&name, format!("prober decides to scale down: {flow}"), why);

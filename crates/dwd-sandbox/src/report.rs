@@ -421,6 +421,184 @@ fn chart(
     s
 }
 
+const ZONE_COLORS: [&str; 6] = [
+    "#1f4e9c", "#e377c2", "#17becf", "#8c564b", "#bcbd22", "#7f7f7f",
+];
+
+/// `M x y H x V y …` of a step line through `(t, value)` samples; gaps where `None`.
+fn step_path(frame: &Frame, y: impl Fn(f64) -> f64, samples: &[(f64, Option<f64>)]) -> String {
+    let mut path = String::new();
+    let mut pen_down = false;
+    for (t, f) in samples {
+        match f {
+            Some(f) => {
+                let (px, py) = (frame.x(*t), y(*f));
+                if pen_down {
+                    let _ = write!(path, " H{px:.1} V{py:.1}");
+                } else {
+                    let _ = write!(path, " M{px:.1} {py:.1}");
+                    pen_down = true;
+                }
+            }
+            None => pen_down = false,
+        }
+    }
+    path
+}
+
+/// The per-zone chart of a shoot whose nodes are in zones: each zone's expired-lease fraction
+/// as the prober reported it (`dwd_prober_zone_expired_lease_fraction`; dotted: from the
+/// leases themselves) against `zoneLeaseFailureFraction`; `None` for a shoot without zones.
+fn zone_chart(
+    record: &Record,
+    config: &SandboxConfig,
+    shoot: &str,
+    range: (f64, f64),
+) -> Option<String> {
+    let reported = record.zone_fraction.get(shoot);
+    let truth = record.zone_truth.get(shoot);
+    let mut zones: Vec<&String> = reported
+        .into_iter()
+        .flat_map(|m| m.keys())
+        .chain(truth.into_iter().flat_map(|m| m.keys()))
+        .collect();
+    zones.sort();
+    zones.dedup();
+    if zones.is_empty() {
+        return None;
+    }
+    let threshold = config.zone_threshold();
+    let width = 1100.0;
+    let frame = Frame {
+        t0: range.0,
+        t1: range.1,
+        left: 64.0,
+        width: width - 64.0 - 24.0,
+    };
+    let top = 46.0;
+    let h = 130.0;
+    let axis_y = top + h;
+    let height = axis_y + 58.0;
+    let y = |f: f64| top + h - f.clamp(0.0, 1.0) * h;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}" viewBox="0 0 {width} {height:.0}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = write!(
+        s,
+        r##"<text x="4" y="17" font-size="15" font-weight="bold">{} · zones</text><text x="4" y="32" fill="#555">expired-lease fraction per zone (node label topology.kubernetes.io/zone) against zoneLeaseFailureFraction {threshold:.2}; zonal scale-down {}</text>"##,
+        esc(shoot),
+        esc(&config.zonal_flow_text())
+    );
+    for f in [0.0, 0.5, 1.0] {
+        let _ = write!(
+            s,
+            r##"<line x1="{:.1}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{f:.1}</text>"##,
+            frame.left,
+            frame.left + frame.width,
+            frame.left - 6.0,
+            y(f) + 4.0,
+            yy = y(f)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<line class="zone-threshold" x1="{:.1}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}" stroke="#d62728" stroke-dasharray="6 4" stroke-width="1.5"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#d62728">zone threshold {threshold:.2}</text>"##,
+        frame.left,
+        frame.left + frame.width,
+        frame.left + frame.width - 4.0,
+        y(threshold) - 5.0,
+        yy = y(threshold)
+    );
+    for m in markers_for(record, shoot) {
+        let x = frame.x(m.t);
+        let dash = if m.kind == MarkerKind::Step {
+            r#" stroke-dasharray="4 3""#
+        } else {
+            ""
+        };
+        let _ = write!(
+            s,
+            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{axis_y:.1}" stroke="{}" stroke-width="1"{dash} opacity="0.6"/>"##,
+            top - 8.0,
+            marker_color(m.kind)
+        );
+    }
+    for (i, zone) in zones.iter().enumerate() {
+        let color = ZONE_COLORS[i % ZONE_COLORS.len()];
+        // Zones at the same fraction stay distinguishable.
+        let offset = i as f64 * 2.5;
+        let shifted = |f: f64| y(f) - offset;
+        if let Some(samples) = truth.and_then(|m| m.get(*zone)) {
+            let d = step_path(&frame, shifted, samples);
+            if !d.is_empty() {
+                let _ = write!(
+                    s,
+                    r##"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.2" stroke-dasharray="3 3" opacity="0.7"/>"##
+                );
+            }
+        }
+        if let Some(samples) = reported.and_then(|m| m.get(*zone)) {
+            let d = step_path(&frame, shifted, samples);
+            if !d.is_empty() {
+                let _ = write!(
+                    s,
+                    r##"<path class="zone-fraction" data-zone="{}" d="{d}" fill="none" stroke="{color}" stroke-width="2"/>"##,
+                    esc(zone)
+                );
+            }
+        }
+    }
+    let span = range.1 - range.0;
+    let step = if span > 120.0 {
+        20.0
+    } else if span > 40.0 {
+        10.0
+    } else {
+        5.0
+    };
+    let _ = write!(
+        s,
+        r##"<line x1="{:.1}" x2="{:.1}" y1="{axis_y:.1}" y2="{axis_y:.1}" stroke="#333"/>"##,
+        frame.left,
+        frame.left + frame.width
+    );
+    let mut t = (range.0 / step).ceil() * step;
+    while t <= range.1 {
+        let x = frame.x(t);
+        let _ = write!(
+            s,
+            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{axis_y:.1}" y2="{:.1}" stroke="#333"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" fill="#333">{t:.0}s</text>"##,
+            axis_y + 4.0,
+            axis_y + 16.0
+        );
+        t += step;
+    }
+    let ly = axis_y + 38.0;
+    let mut lx = frame.left;
+    for (i, zone) in zones.iter().enumerate() {
+        let text = format!("zone {zone}");
+        let _ = write!(
+            s,
+            r##"<line x1="{lx:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{}" stroke-width="2.5"/><text x="{:.1}" y="{ly:.1}">{}</text>"##,
+            lx + 22.0,
+            ly - 4.0,
+            ly - 4.0,
+            ZONE_COLORS[i % ZONE_COLORS.len()],
+            lx + 27.0,
+            esc(&text)
+        );
+        lx += 34.0 + text.chars().count() as f64 * 6.2;
+    }
+    let _ = write!(
+        s,
+        r##"<text x="{lx:.1}" y="{ly:.1}" fill="#555">solid: what the prober found; dotted: the zone's leases now; red dashed: zoneLeaseFailureFraction</text>"##
+    );
+    s.push_str("</svg>");
+    Some(s)
+}
+
 /// The time range the charts show: from a little before the first probe result (setup is
 /// empty air) to the last thing recorded.
 fn chart_range(record: &Record) -> (f64, f64) {
@@ -465,7 +643,7 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
 </style></head><body>"#);
     let _ = write!(
         h,
-        "<h1>dependency-watchdog sandbox</h1><div class=\"meta\">{} run started {} · the real <code>dependency-watchdog prober</code> and <code>weeder</code> against a real seed and two shoot kube-apiservers with a simulated data plane",
+        "<h1>dependency-watchdog sandbox</h1><div class=\"meta\">{} run started {} · the real <code>dependency-watchdog prober</code> and <code>weeder</code> against a real seed and three shoot kube-apiservers with a simulated data plane",
         meta.mode,
         esc(&meta.started)
     );
@@ -493,11 +671,13 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
     let range = chart_range(record);
     let _ = write!(
         h,
-        "<h2>Shoots</h2><p>Top: the fraction of the shoot's node leases the prober found expired in its probe runs (from its <code>/metrics</code>; dotted: the fraction expired according to the leases themselves, read by the sandbox; a lease counts as expired {}&nbsp;s after its last renewal, 0.75 × <code>kcmNodeMonitorGraceDuration</code>), against the threshold (<code>nodeLeaseFailureFraction</code> {:.2}): at or above it the prober scales the controllers down level by level ({}), below it restores them ({}). Bottom: each controller's <code>spec.replicas</code>. Shaded: silenced kubelets (orange), etcd down (purple).</p>",
+        "<h2>Shoots</h2><p>Top: the fraction of the shoot's node leases the prober found expired in its probe runs (from its <code>/metrics</code>; dotted: the fraction expired according to the leases themselves, read by the sandbox; a lease counts as expired {}&nbsp;s after its last renewal, 0.75 × <code>kcmNodeMonitorGraceDuration</code>), against the threshold (<code>nodeLeaseFailureFraction</code> {:.2}): at or above it the prober scales the controllers down level by level ({}), below it restores them ({}). Bottom: each controller's <code>spec.replicas</code>. Shaded: silenced kubelets (orange), etcd down (purple). A shoot whose nodes are in zones has a second chart: each zone's expired fraction the prober found (<code>dwd_prober_zone_expired_lease_fraction</code>) against <code>zoneLeaseFailureFraction</code> {:.2}: a zone at or above it is disrupted, and with the whole shoot below its threshold the zonal protection scales down only {}.</p>",
         config.lease_validity_seconds(),
         config.threshold(),
         esc(&config.flow_text(true)),
-        esc(&config.flow_text(false))
+        esc(&config.flow_text(false)),
+        config.zone_threshold(),
+        esc(&config.zonal_flow_text())
     );
     for (name, namespace, nodes) in &meta.shoots {
         let _ = write!(
@@ -505,6 +685,9 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
             "<div class=\"chart\">{}</div>",
             chart(record, config, name, namespace, *nodes, range)
         );
+        if let Some(zones) = zone_chart(record, config, name, range) {
+            let _ = write!(h, "<div class=\"chart zones\">{zones}</div>");
+        }
     }
     h.push_str("<h2>Timeline</h2><table><tr><th>time</th><th>shoot</th><th>what happened</th><th>why</th></tr>");
     for e in &record.entries {
@@ -525,8 +708,11 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
     h.push_str("</table>");
     let _ = write!(
         h,
-        "<h2>Configuration</h2><p>Gardener's, as gardenlet generates it, with only these intervals shortened (Gardener's value → the sandbox's): {}.</p><details><summary>prober (<code>--config-file</code>)</summary><pre>{}</pre></details><details><summary>weeder (<code>--config-file</code>)</summary><pre>{}</pre></details>",
+        "<h2>Configuration</h2><p>Gardener's, as gardenlet generates it, with only these intervals shortened (Gardener's value → the sandbox's): {}.</p><p>Added on top, ours (Gardener's config has no zonal fields): zonal protection, {}; zoneLeaseFailureFraction {:.2} and minCandidatesPerZone {} are their defaults.</p><details><summary>prober (<code>--config-file</code>)</summary><pre>{}</pre></details><details><summary>weeder (<code>--config-file</code>)</summary><pre>{}</pre></details>",
         esc(&crate::gardener::changes_text(&config.changes())),
+        esc(&crate::gardener::changes_text(config.additions())),
+        config.zone_threshold(),
+        config.min_candidates_per_zone(),
         esc(&config.prober.yaml),
         esc(&config.weeder.yaml)
     );
@@ -569,6 +755,18 @@ mod tests {
         record
             .silenced
             .insert("alpha".into(), vec![(0.0, 0), (2.0, 4), (5.0, 0)]);
+        record.zone_fraction.insert(
+            "gamma".into(),
+            [
+                (
+                    "eu-1a".to_string(),
+                    vec![(1.0, Some(0.0)), (4.0, Some(1.0))],
+                ),
+                ("eu-1b".to_string(), vec![(1.0, Some(0.0))]),
+            ]
+            .into_iter()
+            .collect(),
+        );
         record.entries.push(Entry {
             t: 0.0,
             setup: true,
@@ -592,7 +790,10 @@ mod tests {
         let meta = ReportMeta {
             outcome: Ok("fine".into()),
             mode: "story",
-            shoots: vec![("alpha".into(), "shoot--sandbox--alpha".into(), 5)],
+            shoots: vec![
+                ("alpha".into(), "shoot--sandbox--alpha".into(), 5),
+                ("gamma".into(), "shoot--sandbox--gamma".into(), 6),
+            ],
             config: Arc::new(SandboxConfig::derive().expect("Gardener's config")),
             setup_seconds: Some(281.0),
             logs: vec![],
@@ -607,6 +808,12 @@ mod tests {
         assert!(html.contains("probeInterval 30s → 1s"));
         assert!(html.contains("MCM + CA (level 0) → KCM (level 1)"));
         assert!(html.contains("4/5 kubelets silenced"));
+        // gamma's zones get their own chart with the zone threshold; alpha (no zones) none.
+        assert_eq!(html.matches("class=\"chart zones\"").count(), 1);
+        assert!(html.contains("zone threshold 0.60"));
+        assert!(html.contains("data-zone=\"eu-1a\""));
+        assert!(html.contains("zone eu-1b"));
+        assert!(html.contains("cluster-autoscaler scaleDownOnZoneOutage false (default) → true"));
         assert!(!html.contains("<script"));
         assert!(!html.contains("http://") || html.contains("http://www.w3.org/2000/svg"));
     }

@@ -1,19 +1,21 @@
 //! Bringing the sandbox up and down, and the things a user (or the story) can break and heal.
 //!
-//! Up: etcd and three kube-apiservers (seed, alpha, beta) from the test environment; the
-//! simulated shoots `alpha` (5 nodes) and `beta` (3 nodes) with kubelets renewing every
+//! Up: etcd and four kube-apiservers (seed, alpha, beta, gamma) from the test environment;
+//! the simulated shoots `alpha` (5 nodes), `beta` (3 nodes) and `gamma` (3 zones of 2 nodes,
+//! labelled `topology.kubernetes.io/zone`) with kubelets renewing every
 //! second, controllers at KCM 2 / MCM 1 / CA 1, two kube-apiserver pods and a kube-scheduler
 //! pod labelled as Gardener labels them, and the `etcd-main-client` and `kube-apiserver`
 //! EndpointSlices; the real prober and weeder as subprocesses with Gardener's configs; the
 //! monitor. The timeline's clock starts when the watchdog does. Down: the reverse, leaving no
 //! process behind.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use dwd_sim::{AbortOnDrop, EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
+use dwd_sim::{AbortOnDrop, EndpointsState, NodeSpec, SeedControlPlane, SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
 
 use crate::config::{
@@ -24,8 +26,51 @@ use crate::journal::{Journal, lock};
 use crate::monitor::{self, ETCD_ENDPOINTS, KUBE_APISERVER_ENDPOINTS, SharedView, ShootView, View};
 use crate::watchdog::Watchdog;
 
-/// The simulated shoots: short name and node count.
-pub const SHOOTS: [(&str, usize); 2] = [("alpha", 5), ("beta", 3)];
+/// One simulated shoot to create.
+#[derive(Debug, Clone, Copy)]
+pub struct ShootSpec {
+    /// Short name.
+    pub name: &'static str,
+    /// Nodes without a zone label (when `zones` is empty).
+    pub nodes: usize,
+    /// Zones, each with `per_zone` nodes labelled `topology.kubernetes.io/zone`.
+    pub zones: &'static [&'static str],
+    /// Nodes per zone.
+    pub per_zone: usize,
+}
+
+impl ShootSpec {
+    /// Node count.
+    pub fn node_count(&self) -> usize {
+        if self.zones.is_empty() {
+            self.nodes
+        } else {
+            self.zones.len() * self.per_zone
+        }
+    }
+}
+
+/// The simulated shoots: `alpha` and `beta` without zones, `gamma` in three zones.
+pub const SHOOTS: [ShootSpec; 3] = [
+    ShootSpec {
+        name: "alpha",
+        nodes: 5,
+        zones: &[],
+        per_zone: 0,
+    },
+    ShootSpec {
+        name: "beta",
+        nodes: 3,
+        zones: &[],
+        per_zone: 0,
+    },
+    ShootSpec {
+        name: "gamma",
+        nodes: 0,
+        zones: &["eu-1a", "eu-1b", "eu-1c"],
+        per_zone: 2,
+    },
+];
 /// Kubelet lease renew interval of the simulated nodes.
 pub const RENEW_INTERVAL: Duration = Duration::from_secs(1);
 /// How long simulated pods take to start or stop after a Deployment is scaled: long enough
@@ -58,6 +103,8 @@ pub struct Shoot {
     pub namespace: String,
     /// Nodes.
     pub nodes: usize,
+    /// Zone → its nodes (empty: no zone labels).
+    pub zones: BTreeMap<String, Vec<String>>,
     /// Its kube-apiserver.
     pub api: ApiServer,
     /// The simulated data plane and control-plane objects.
@@ -146,14 +193,14 @@ impl Sandbox {
             )?;
         journal.log(
             "-",
-            "starting etcd and the kube-apiservers seed, alpha and beta",
+            "starting etcd and the kube-apiservers seed, alpha, beta and gamma",
             Some(format!(
                 "the real binaries, on loopback: {}",
                 binaries.kube_apiserver.display()
             )),
         );
         journal.waiting(
-            "etcd and three kube-apiservers to be ready",
+            "etcd and four kube-apiservers to be ready",
             Duration::from_secs(120),
         );
         let started = async {
@@ -162,24 +209,26 @@ impl Sandbox {
                 .context("start the test environment")?;
             let servers = tokio::try_join!(
                 env.start_apiserver_with("seed", ApiServerOptions::seed()),
-                env.start_apiserver(SHOOTS[0].0),
-                env.start_apiserver(SHOOTS[1].0),
+                env.start_apiserver(SHOOTS[0].name),
+                env.start_apiserver(SHOOTS[1].name),
+                env.start_apiserver(SHOOTS[2].name),
             )
             .context("start the kube-apiservers")?;
             anyhow::Ok((env, servers))
         }
         .await;
         journal.done_waiting();
-        let (env, (seed, alpha, beta)) = started?;
+        let (env, (seed, alpha, beta, gamma)) = started?;
         journal.log(
             "-",
             "control plane ready",
             Some(format!(
-                "etcd {}, seed {}, alpha {}, beta {}",
+                "etcd {}, seed {}, alpha {}, beta {}, gamma {}",
                 env.etcd_url(),
                 seed.url(),
                 alpha.url(),
-                beta.url()
+                beta.url(),
+                gamma.url()
             )),
         );
 
@@ -189,9 +238,11 @@ impl Sandbox {
 
         let mut views = Vec::new();
         let mut shoots = Vec::new();
-        for ((name, nodes), api) in SHOOTS.into_iter().zip([alpha, beta]) {
-            let shoot = create_shoot(&seed_client, name, nodes, api, dir).await?;
-            let mut view = ShootView::new(name, &shoot.namespace, nodes, &config);
+        for (spec, api) in SHOOTS.into_iter().zip([alpha, beta, gamma]) {
+            let (name, nodes) = (spec.name, spec.node_count());
+            let shoot = create_shoot(&seed_client, spec, api, dir).await?;
+            let mut view =
+                ShootView::new(name, &shoot.namespace, nodes, &config).with_zones(&shoot.zones);
             view.next_pod
                 .insert("apiserver".into(), KUBE_APISERVER_PODS);
             view.next_pod
@@ -204,8 +255,22 @@ impl Sandbox {
                     shoot.namespace
                 ),
                 Some(format!(
-                    "kubelets renew their node leases every {}s",
-                    RENEW_INTERVAL.as_secs()
+                    "kubelets renew their node leases every {}s{}",
+                    RENEW_INTERVAL.as_secs(),
+                    if shoot.zones.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; nodes in zones {} (label {})",
+                            shoot
+                                .zones
+                                .iter()
+                                .map(|(z, n)| format!("{z}: {}", n.join(", ")))
+                                .collect::<Vec<_>>()
+                                .join("; "),
+                            dwd_sim::ZONE_LABEL
+                        )
+                    }
                 )),
             );
             journal.sample_silenced(name, 0);
@@ -342,6 +407,68 @@ impl Sandbox {
             format!("{n} of {} kubelets silenced: {}", s.nodes, names.join(", "))
         };
         self.journal.log(shoot, what, Some(why.to_string()));
+        Ok(())
+    }
+
+    /// The nodes of a shoot's zone.
+    fn zone_nodes<'a>(&self, s: &'a Shoot, zone: &str) -> Result<&'a [String]> {
+        s.zones.get(zone).map(Vec::as_slice).ok_or_else(|| {
+            if s.zones.is_empty() {
+                anyhow!(
+                    "shoot {} has no zones (its nodes carry no zone label)",
+                    s.name
+                )
+            } else {
+                anyhow!(
+                    "shoot {} has no zone {zone:?}; zones: {}",
+                    s.name,
+                    s.zones.keys().cloned().collect::<Vec<_>>().join(", ")
+                )
+            }
+        })
+    }
+
+    /// Silences every kubelet of one zone of a shoot (a zone's NAT gateway fails); the other
+    /// zones' kubelets keep their state.
+    pub fn silence_zone(&self, shoot: &str, zone: &str, why: &str) -> Result<()> {
+        let s = self.shoot(shoot)?;
+        let nodes = self.zone_nodes(s, zone)?;
+        let kubelets = s.sim.kubelets();
+        let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        kubelets.silence(&names);
+        let n = kubelets.silenced().len();
+        self.set_view(shoot, |v| v.silenced = n);
+        self.journal.sample_silenced(shoot, n);
+        self.journal.log(
+            shoot,
+            format!(
+                "zone {zone}: all {} kubelets silenced: {}",
+                nodes.len(),
+                nodes.join(", ")
+            ),
+            Some(why.to_string()),
+        );
+        Ok(())
+    }
+
+    /// Lets the kubelets of one zone of a shoot renew again.
+    pub fn heal_zone(&self, shoot: &str, zone: &str, why: &str) -> Result<()> {
+        let s = self.shoot(shoot)?;
+        let nodes = self.zone_nodes(s, zone)?;
+        let kubelets = s.sim.kubelets();
+        let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        kubelets.resume(&names);
+        let n = kubelets.silenced().len();
+        self.set_view(shoot, |v| v.silenced = n);
+        self.journal.sample_silenced(shoot, n);
+        self.journal.log(
+            shoot,
+            format!(
+                "zone {zone}: its {} kubelets renew their leases again",
+                nodes.len()
+            ),
+            Some(why.to_string()),
+        );
         Ok(())
     }
 
@@ -531,16 +658,31 @@ impl Sandbox {
 /// Creates one simulated shoot with its weeder-relevant objects.
 async fn create_shoot(
     seed_client: &kube::Client,
-    name: &str,
-    nodes: usize,
+    spec: ShootSpec,
     api: ApiServer,
     dir: &Path,
 ) -> Result<Shoot> {
+    let (name, nodes) = (spec.name, spec.node_count());
     let namespace = namespace_of(name);
     let mut options = SimShootOptions::new(&namespace)
         .with_nodes(nodes)
         .with_renew_interval(RENEW_INTERVAL);
     options.node_prefix = format!("{name}-node-");
+    let mut zones: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    if !spec.zones.is_empty() {
+        let mut specs = Vec::new();
+        for zone in spec.zones {
+            for i in 0..spec.per_zone {
+                let node = format!("{name}-{zone}-{i}");
+                zones
+                    .entry(zone.to_string())
+                    .or_default()
+                    .push(node.clone());
+                specs.push(NodeSpec::new(node, dwd_sim::shoot::DEFAULT_POOL).in_zone(zone));
+            }
+        }
+        options.node_specs = Some(specs);
+    }
     options.deployment_status_delay = Some(POD_START_DELAY);
     let shoot_client = api
         .client()
@@ -576,6 +718,7 @@ async fn create_shoot(
         name: name.to_string(),
         namespace,
         nodes,
+        zones,
         api,
         sim,
         kubeconfig,

@@ -4,7 +4,10 @@
 //! after its scale-up delay, CA); `alpha`'s etcd goes down, its kube-apiserver pods
 //! crash-loop and so does the kube-scheduler that needs them; the moment etcd is back the
 //! weeder deletes the kube-apiserver pods, and once the kube-apiserver is back, the
-//! kube-scheduler pod (the two services of Gardener's weeder config).
+//! kube-scheduler pod (the two services of Gardener's weeder config); then one zone of
+//! `gamma` (three zones of two nodes) loses its NAT gateway: the zone is disrupted while the
+//! shoot as a whole stays below the threshold, and the zonal protection the sandbox adds
+//! scales only MCM and CA down (KCM untouched); the zone heals and they come back.
 //!
 //! Every step waits on conditions with deadlines and checks what the watchdog did; the only
 //! fixed pauses are short *holds* that show a steady state (and check it stays steady).
@@ -19,6 +22,9 @@ use crate::sandbox::{KUBE_APISERVER_PODS, KUBE_SCHEDULER_PODS, Sandbox};
 
 const ALPHA: &str = "alpha";
 const BETA: &str = "beta";
+const GAMMA: &str = "gamma";
+/// The zone of gamma that loses its NAT gateway.
+const ZONE: &str = "eu-1a";
 /// Kubelets of alpha the NAT outage cuts off (of 5).
 const SILENCED: usize = 4;
 /// The controllers' replicas as created.
@@ -26,6 +32,12 @@ const INITIAL: [(&str, i32); 3] = [
     ("kube-controller-manager", 2),
     ("machine-controller-manager", 1),
     ("cluster-autoscaler", 1),
+];
+/// Zonal protection: MCM and CA (`scaleDownOnZoneOutage`) at 0, KCM as created.
+const ZONAL: [(&str, i32); 3] = [
+    ("kube-controller-manager", 2),
+    ("machine-controller-manager", 0),
+    ("cluster-autoscaler", 0),
 ];
 const ZERO: [(&str, i32); 3] = [
     ("kube-controller-manager", 0),
@@ -131,18 +143,29 @@ fn changed_at(s: &ShootView, controller: &str, to_zero: bool, since: f64) -> Opt
 /// Checks that a flow (scale-down when `down`) ran in the config's level order: every
 /// controller of a level changed no earlier than every controller of the levels before it,
 /// and a scale-up `initialDelay` shows as that much time after the level before.
-fn check_level_order(config: &SandboxConfig, s: &ShootView, down: bool, since: f64) -> Result<()> {
+///
+/// With `zonal_only`, only the `scaleDownOnZoneOutage` targets are checked (a zonal flow
+/// leaves the others alone).
+fn check_level_order(
+    config: &SandboxConfig,
+    s: &ShootView,
+    down: bool,
+    since: f64,
+    zonal_only: bool,
+) -> Result<()> {
     let what = if down { "scale-down" } else { "scale-up" };
     let levels = config.levels(down);
     let mut times = Vec::new();
     for (level, controllers) in &levels {
         let mut at = Vec::new();
-        for c in controllers {
+        for c in controllers.iter().filter(|c| c.zonal || !zonal_only) {
             let t = changed_at(s, &c.name, down, since)
                 .with_context(|| format!("{what}: {} never changed", c.name))?;
             at.push((c, t));
         }
-        times.push((*level, at));
+        if !at.is_empty() {
+            times.push((*level, at));
+        }
     }
     let seen = || {
         times
@@ -184,15 +207,16 @@ fn check_level_order(config: &SandboxConfig, s: &ShootView, down: bool, since: f
 /// Runs the story; returns its duration in seconds.
 pub async fn run(sb: &Sandbox) -> Result<f64> {
     let started = sb.journal.now();
-    step1(sb).await.context("step 1/4 (all healthy)")?;
-    step2(sb).await.context("step 2/4 (NAT outage in alpha)")?;
-    step3(sb).await.context("step 3/4 (the outage ends)")?;
-    step4(sb).await.context("step 4/4 (etcd outage in alpha)")?;
+    step1(sb).await.context("step 1/5 (all healthy)")?;
+    step2(sb).await.context("step 2/5 (NAT outage in alpha)")?;
+    step3(sb).await.context("step 3/5 (the outage ends)")?;
+    step4(sb).await.context("step 4/5 (etcd outage in alpha)")?;
+    step5(sb).await.context("step 5/5 (zone outage in gamma)")?;
     let took = sb.journal.now() - started;
     sb.journal.log(
         "-",
         format!("story complete in {took:.0}s"),
-        Some("alpha protected and restored, beta untouched, crash-looping kube-apiservers restarted as soon as etcd was back and the kube-scheduler as soon as they were".into()),
+        Some("alpha protected and restored, beta untouched, crash-looping kube-apiservers restarted as soon as etcd was back and the kube-scheduler as soon as they were, gamma's MCM and CA held at 0 while one zone was cut off and KCM left running".into()),
     );
     Ok(took)
 }
@@ -200,14 +224,14 @@ pub async fn run(sb: &Sandbox) -> Result<f64> {
 async fn step1(sb: &Sandbox) -> Result<()> {
     sb.journal.step(
         "1 healthy",
-        "1/4  all healthy: every kubelet renews its lease",
+        "1/5  all healthy: every kubelet renews its lease",
     );
     wait_for(
         sb,
-        "the prober's first lease probe of alpha and beta",
+        "the prober's first lease probe of alpha, beta and gamma",
         Duration::from_secs(30),
         |v| {
-            for name in [ALPHA, BETA] {
+            for name in [ALPHA, BETA, GAMMA] {
                 calm(v, name)?;
             }
             if !v.weeder_reachable {
@@ -223,7 +247,8 @@ async fn step1(sb: &Sandbox) -> Result<()> {
         Duration::from_secs(6),
         |v| {
             calm(v, ALPHA)?;
-            calm(v, BETA)
+            calm(v, BETA)?;
+            calm(v, GAMMA)
         },
     )
     .await?;
@@ -231,7 +256,7 @@ async fn step1(sb: &Sandbox) -> Result<()> {
         "-",
         "all healthy: no lease expired, nothing scaled",
         Some(format!(
-            "the prober probes both shoots every {}",
+            "the prober probes every shoot every {}",
             sb.config.probe_interval()
         )),
     );
@@ -241,7 +266,7 @@ async fn step1(sb: &Sandbox) -> Result<()> {
 async fn step2(sb: &Sandbox) -> Result<()> {
     sb.journal.step(
         "2 NAT outage",
-        "2/4  NAT outage: alpha loses 4 of its 5 kubelets",
+        "2/5  NAT outage: alpha loses 4 of its 5 kubelets",
     );
     let threshold = sb.config.threshold();
     let since = sb.journal.now();
@@ -277,7 +302,7 @@ async fn step2(sb: &Sandbox) -> Result<()> {
 
     let v = sb.view();
     let a = shoot(&v, ALPHA).map_err(|e| anyhow!(e))?;
-    check_level_order(&sb.config, a, true, since)?;
+    check_level_order(&sb.config, a, true, since, false)?;
     for (controller, replicas) in INITIAL {
         let recorded = a
             .annotations
@@ -296,7 +321,8 @@ async fn step2(sb: &Sandbox) -> Result<()> {
         Duration::from_secs(6),
         |v| {
             at(v, ALPHA, &ZERO)?;
-            calm(v, BETA)
+            calm(v, BETA)?;
+            calm(v, GAMMA)
         },
     )
     .await?;
@@ -311,7 +337,7 @@ async fn step2(sb: &Sandbox) -> Result<()> {
 async fn step3(sb: &Sandbox) -> Result<()> {
     sb.journal.step(
         "3 outage ends",
-        "3/4  the outage ends: alpha's kubelets are back",
+        "3/5  the outage ends: alpha's kubelets are back",
     );
     let threshold = sb.config.threshold();
     let since = sb.journal.now();
@@ -356,7 +382,7 @@ async fn step3(sb: &Sandbox) -> Result<()> {
     .await?;
     let v = sb.view();
     let a = shoot(&v, ALPHA).map_err(|e| anyhow!(e))?;
-    check_level_order(&sb.config, a, false, since)?;
+    check_level_order(&sb.config, a, false, since, false)?;
     sb.journal.log(
         ALPHA,
         "fully restored: KCM 2 / MCM 1 / CA 1, the prober's annotations removed",
@@ -364,11 +390,12 @@ async fn step3(sb: &Sandbox) -> Result<()> {
     );
     hold(
         sb,
-        "alpha and beta healthy again (holding 4s)",
+        "alpha and beta healthy again, gamma calm (holding 4s)",
         Duration::from_secs(4),
         |v| {
             at(v, ALPHA, &INITIAL)?;
-            calm(v, BETA)
+            calm(v, BETA)?;
+            calm(v, GAMMA)
         },
     )
     .await
@@ -377,7 +404,7 @@ async fn step3(sb: &Sandbox) -> Result<()> {
 async fn step4(sb: &Sandbox) -> Result<()> {
     sb.journal.step(
         "4 etcd outage",
-        "4/4  etcd outage: alpha's kube-apiserver pods crash-loop, and the kube-scheduler with them, until etcd is back",
+        "4/5  etcd outage: alpha's kube-apiserver pods crash-loop, and the kube-scheduler with them, until etcd is back",
     );
     let watch = sb.config.watch_duration();
     wait_for(
@@ -522,10 +549,213 @@ async fn step4(sb: &Sandbox) -> Result<()> {
     .await?;
     hold(
         sb,
-        "everything healthy at the end (holding 3s)",
-        Duration::from_secs(3),
+        "alpha healthy again, beta and gamma calm (holding 2s)",
+        Duration::from_secs(2),
         |v| {
             at(v, ALPHA, &INITIAL)?;
+            calm(v, BETA)?;
+            calm(v, GAMMA)
+        },
+    )
+    .await
+}
+
+/// The zone's state as the prober reported it: `(fraction, disrupted)`.
+fn zone_state(v: &View, zone: &str) -> Result<(Option<f64>, bool), String> {
+    let s = shoot(v, GAMMA)?;
+    let z = s
+        .zones
+        .get(zone)
+        .ok_or_else(|| format!("gamma has no zone {zone}"))?;
+    Ok((z.fraction, z.disrupted))
+}
+
+/// Whether the timeline has a `reason` event of gamma since `since` (the watchdog's Event on
+/// its Cluster, as the monitor narrated it).
+fn event_seen(sb: &Sandbox, reason: &str, since: f64) -> Result<(), String> {
+    let needle = format!("Event {reason} on the Cluster");
+    let seen = sb
+        .journal
+        .record()
+        .entries
+        .iter()
+        .any(|e| e.t >= since && e.shoot == GAMMA && e.what.contains(&needle));
+    if seen {
+        Ok(())
+    } else {
+        Err(format!("no {reason} Event on gamma's Cluster yet"))
+    }
+}
+
+async fn step5(sb: &Sandbox) -> Result<()> {
+    let zone_threshold = sb.config.zone_threshold();
+    let threshold = sb.config.threshold();
+    sb.journal.step(
+        "5 zone outage",
+        &format!(
+            "5/5  zone outage: gamma's zone {ZONE} loses its NAT gateway (2 of its 6 kubelets)"
+        ),
+    );
+    let since = sb.journal.now();
+    sb.silence_zone(
+        GAMMA,
+        ZONE,
+        "simulated NAT outage of one zone: its node leases are no longer renewed",
+    )?;
+    wait_for(
+        sb,
+        &format!(
+            "zone {ZONE} disrupted (its expired fraction ≥ {zone_threshold:.2}) while gamma as a whole stays below {threshold:.2}"
+        ),
+        Duration::from_secs(30),
+        |v| {
+            let (f, disrupted) = zone_state(v, ZONE)?;
+            let s = shoot(v, GAMMA)?;
+            match (f, s.fraction) {
+                (Some(_), Some(shoot_f)) if disrupted && shoot_f < threshold => Ok(()),
+                (Some(_), Some(shoot_f)) if shoot_f >= threshold => Err(format!(
+                    "gamma's shoot-wide fraction {shoot_f:.2} reached the threshold"
+                )),
+                (f, shoot_f) => Err(format!(
+                    "zone {ZONE}: fraction {f:?}, disrupted {disrupted}; gamma: {shoot_f:?}"
+                )),
+            }
+        },
+    )
+    .await?;
+    wait_for(
+        sb,
+        &format!("gamma's zonal scale-down: {}", sb.config.zonal_flow_text()),
+        Duration::from_secs(30),
+        |v| at(v, GAMMA, &ZONAL),
+    )
+    .await?;
+    wait_for(
+        sb,
+        "the ZoneDisrupted Event on gamma's Cluster",
+        Duration::from_secs(10),
+        |_| event_seen(sb, "ZoneDisrupted", since),
+    )
+    .await?;
+    let v = sb.view();
+    let g = shoot(&v, GAMMA).map_err(|e| anyhow!(e))?;
+    check_level_order(&sb.config, g, true, since, true)?;
+    for (controller, replicas) in INITIAL
+        .iter()
+        .filter(|(c, _)| sb.config.controller(c).is_some_and(|c| c.zonal))
+    {
+        let recorded = g
+            .annotations
+            .get(*controller)
+            .and_then(|an| an.get(REPLICAS_ANNOTATION))
+            .cloned();
+        if recorded.as_deref() != Some(replicas.to_string().as_str()) {
+            bail!(
+                "expected {controller} to carry {REPLICAS_ANNOTATION}={replicas}; saw {recorded:?}"
+            );
+        }
+    }
+    hold(
+        sb,
+        "gamma's MCM and CA held at 0 while the zone is cut off, KCM running, alpha and beta untouched (holding 2s)",
+        Duration::from_secs(2),
+        |v| {
+            at(v, GAMMA, &ZONAL)?;
+            at(v, ALPHA, &INITIAL)?;
+            calm(v, BETA)
+        },
+    )
+    .await?;
+    sb.journal.log(
+        GAMMA,
+        format!(
+            "KCM keeps running: only {} are scaleDownOnZoneOutage",
+            sb.config
+                .controllers
+                .iter()
+                .filter(|c| c.zonal)
+                .map(|c| c.short.as_str())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
+        Some("the zone's machines are not replaced and no new node is ordered into it, while the healthy zones keep their controllers".into()),
+    );
+
+    let healed = sb.journal.now();
+    sb.heal_zone(
+        GAMMA,
+        ZONE,
+        "the zone's NAT gateway repaired: its kubelets reach the API server again",
+    )?;
+    wait_for(
+        sb,
+        &format!("zone {ZONE} recovered (the prober no longer reports it disrupted)"),
+        Duration::from_secs(20),
+        |v| match zone_state(v, ZONE)? {
+            (_, false) => Ok(()),
+            (f, true) => Err(format!("zone {ZONE} still disrupted at {f:?}")),
+        },
+    )
+    .await?;
+    wait_for(
+        sb,
+        &format!(
+            "gamma's MCM and CA restored to their recorded replicas ({}), annotations removed",
+            sb.config.flow_text(false)
+        ),
+        Duration::from_secs(30),
+        |v| {
+            at(v, GAMMA, &INITIAL)?;
+            let s = shoot(v, GAMMA)?;
+            for (c, annotations) in &s.annotations {
+                if annotations.contains_key(REPLICAS_ANNOTATION)
+                    || annotations.contains_key(MELTDOWN_ANNOTATION)
+                {
+                    return Err(format!("{c} still carries the prober's annotations"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    wait_for(
+        sb,
+        "the ZoneRecovered Event on gamma's Cluster",
+        Duration::from_secs(10),
+        |_| event_seen(sb, "ZoneRecovered", healed),
+    )
+    .await?;
+    let v = sb.view();
+    let g = shoot(&v, GAMMA).map_err(|e| anyhow!(e))?;
+    check_level_order(&sb.config, g, false, healed, true)?;
+    let kcm: Vec<String> = g
+        .changes
+        .iter()
+        .filter(|c| {
+            sb.config
+                .controller(&c.controller)
+                .is_some_and(|c| !c.zonal)
+        })
+        .map(|c| format!("{} → {} at {:.1}s", c.controller, c.to, c.t))
+        .collect();
+    if !kcm.is_empty() {
+        bail!(
+            "expected gamma's non-zonal controllers never scaled; saw {}",
+            kcm.join(", ")
+        );
+    }
+    sb.journal.log(
+        GAMMA,
+        "fully restored: MCM 1 / CA 1, the prober's annotations removed; KCM never scaled",
+        None,
+    );
+    hold(
+        sb,
+        "everything healthy at the end (holding 2s)",
+        Duration::from_secs(2),
+        |v| {
+            at(v, ALPHA, &INITIAL)?;
+            at(v, GAMMA, &INITIAL)?;
             calm(v, BETA)
         },
     )

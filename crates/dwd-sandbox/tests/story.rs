@@ -3,15 +3,18 @@
 //! Gardener's intervals it shortened; its timeline starts at 0 s when the watchdog starts
 //! (setup before it is untimed) and tells the scale-down in Gardener's level order, the
 //! restore (MCM after its scale-up delay) and the weeder's deletions for both of Gardener's
-//! services; the HTML report exists with its charts; and no process outlives it.
+//! services; then zone eu-1a of the zoned shoot gamma is cut off: the zone is reported disrupted
+//! (Event ZoneDisrupted) and the zonal protection the sandbox adds (and says it adds) scales
+//! only MCM and CA down, never KCM, and restores them when the zone heals (ZoneRecovered); the
+//! HTML report exists with its charts, the per-zone one included; and no process outlives it.
 
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The story takes about a minute; past this something hangs.
-const DEADLINE: Duration = Duration::from_secs(150);
+/// The story takes about a minute and a half; past this something hangs.
+const DEADLINE: Duration = Duration::from_secs(180);
 
 /// Position of `needle` in `haystack`, failing with the whole output when absent.
 fn position(haystack: &str, needle: &str) -> usize {
@@ -112,6 +115,18 @@ fn the_story_plays_to_the_end() {
         assert!(position(&out, change) > shortened, "{change}:\n{out}");
     }
     position(&out, "deploy/gardener/prober.yaml");
+    // Zonal protection is ours, added on top of Gardener's config, and said so before the clock.
+    let added = position(&out, "zonal protection switched on (added");
+    for addition in [
+        "machine-controller-manager scaleDownOnZoneOutage false (default) → true",
+        "cluster-autoscaler scaleDownOnZoneOutage false (default) → true",
+    ] {
+        assert!(position(&out, addition) > added, "{addition}:\n{out}");
+    }
+    assert!(
+        added < position(&out, "the clock starts now"),
+        "zonal protection disclosed only after the start:\n{out}"
+    );
 
     // The clock starts with the story: setup lines carry no time, and the first timed line
     // is near 0 s however long setup took (the control plane's start-up, here).
@@ -196,6 +211,73 @@ fn the_story_plays_to_the_end() {
         weeded < apiserver_back && apiserver_back < scheduler,
         "kube-scheduler deleted before the kube-apiserver was back:\n{out}"
     );
+    // gamma's zone outage: only its lines (shoot column `gamma`), by line number.
+    let lines: Vec<&str> = out.lines().collect();
+    let gamma_line = |needle: &str, after: usize| {
+        lines
+            .iter()
+            .enumerate()
+            .skip(after)
+            .find(|(_, l)| l.split_whitespace().nth(1) == Some("gamma") && l.contains(needle))
+            .map(|(i, _)| i)
+            .unwrap_or_else(|| panic!("no gamma line with {needle:?} after line {after}:\n{out}"))
+    };
+    let zone_out = gamma_line("zone eu-1a: all 2 kubelets silenced", 0);
+    let zone_expired = gamma_line(
+        "node leases: 2/6 expired (0.33 < 0.60); zone eu-1a 2/2 expired (1.00 ≥ 0.60)",
+        zone_out,
+    );
+    let zonal_decision = gamma_line(
+        "prober decides to scale down for the zone: MCM + CA (level 0); KCM not scaled",
+        zone_out,
+    );
+    let disrupted = gamma_line(
+        "Warning Event ZoneDisrupted on the Cluster: \"zone eu-1a: 2/2 node leases expired; zonal protection scales down machine-controller-manager, cluster-autoscaler\"",
+        zone_out,
+    );
+    let g_mcm_down = gamma_line("machine-controller-manager scaled 1 → 0 (level 0", zone_out);
+    let g_ca_down = gamma_line("cluster-autoscaler scaled 1 → 0 (level 0", zone_out);
+    assert!(
+        zone_expired < zonal_decision && zonal_decision < g_mcm_down && zonal_decision < g_ca_down,
+        "gamma: zone expiry, zonal decision, scale-down out of order:\n{out}"
+    );
+    let zone_healed = gamma_line(
+        "zone eu-1a: its 2 kubelets renew their leases again",
+        zone_out,
+    );
+    assert!(
+        disrupted < zone_healed && g_mcm_down < zone_healed && g_ca_down < zone_healed,
+        "gamma: zone healed before the zonal protection acted:\n{out}"
+    );
+    let recovered = gamma_line(
+        "Kubernetes Event ZoneRecovered on the Cluster: \"zone eu-1a recovered",
+        zone_healed,
+    );
+    let g_mcm_up = gamma_line(
+        "machine-controller-manager restored 0 → 1 (level 1 of the scale-up, after its initialDelay of 5s",
+        zone_healed,
+    );
+    let g_ca_up = gamma_line("cluster-autoscaler restored 0 → 1 (level 2", zone_healed);
+    assert!(
+        g_mcm_up < g_ca_up && recovered > zone_healed,
+        "gamma: restore out of order:\n{out}"
+    );
+    // gamma's KCM is never scaled, and its controllers never scaled before the zone outage.
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.split_whitespace().nth(1) == Some("gamma")
+                && l.contains("kube-controller-manager")
+                && (l.contains("scaled") || l.contains("restored"))),
+        "gamma's KCM was scaled:\n{out}"
+    );
+    assert!(
+        !lines[..zone_out]
+            .iter()
+            .any(|l| l.split_whitespace().nth(1) == Some("gamma")
+                && (l.contains("scaled") || l.contains("restored") || l.contains("decides"))),
+        "gamma was scaled before its zone outage:\n{out}"
+    );
     position(&out, "story complete");
 
     let html = std::fs::read_to_string(&report).expect("the report exists");
@@ -208,6 +290,28 @@ fn the_story_plays_to_the_end() {
         html.contains("probeInterval 30s → 1s"),
         "the report does not say what was shortened"
     );
+    assert!(
+        html.contains("cluster-autoscaler scaleDownOnZoneOutage false (default) → true"),
+        "the report does not say zonal protection was added"
+    );
+    // gamma (zoned) has a per-zone chart from the prober's zone metric, with the zone
+    // threshold; alpha and beta (no zones) have none.
+    assert_eq!(
+        html.matches("class=\"chart zones\"").count(),
+        1,
+        "expected one per-zone chart"
+    );
+    assert!(html.contains("gamma · zones"), "no zone chart for gamma");
+    assert!(
+        html.contains("zone threshold 0.60"),
+        "no zone threshold line"
+    );
+    for zone in ["eu-1a", "eu-1b", "eu-1c"] {
+        assert!(
+            html.contains(&format!("class=\"zone-fraction\" data-zone=\"{zone}\"")),
+            "no line of the prober's fraction for zone {zone}"
+        );
+    }
 
     // Nothing survives the sandbox: it lists every pid it stopped.
     let line = out
@@ -220,8 +324,8 @@ fn the_story_plays_to_the_end() {
         .skip(1) // the count
         .collect();
     assert!(
-        pids.len() >= 6,
-        "expected etcd, 3 apiservers, prober, weeder: {line}"
+        pids.len() >= 7,
+        "expected etcd, 4 apiservers, prober, weeder: {line}"
     );
     let alive: Vec<u32> = pids.into_iter().filter(|p| pid_alive(*p)).collect();
     assert!(
