@@ -31,31 +31,6 @@ use tokio_util::sync::CancellationToken;
 const PROBER: &str = "dependency-watchdog-prober";
 const WEEDER: &str = "dependency-watchdog-weeder";
 
-/// Events in `namespace` about `kind`/`name` with `reason`, oldest first.
-async fn events_about(
-    client: &kube::Client,
-    namespace: &str,
-    kind: &str,
-    name: &str,
-    reason: &str,
-) -> Vec<Event> {
-    let mut found: Vec<Event> = Api::<Event>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
-                })
-        })
-        .collect();
-    found.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
-    found
-}
-
 /// Waits until at least one such event exists and returns them.
 async fn wait_events(
     client: &kube::Client,

@@ -55,32 +55,7 @@ async fn start_prober(seed: ApiServer, config: &str, stop: CancellationToken) ->
     let health = Arc::new(Health::default());
     let kubeconfig = seed.kubeconfig().to_string();
     let (m, h) = (metrics.clone(), health.clone());
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("prober runtime");
-        rt.block_on(async move {
-            let client = dwd_testenv::client_from_kubeconfig("seed", &kubeconfig)
-                .await
-                .expect("seed client");
-            let result = dependency_watchdog::prober::run(
-                config,
-                client,
-                m,
-                h,
-                4,
-                dependency_watchdog::events::PodRef {
-                    namespace: "default".into(),
-                    name: "dwd-prober-resilience".into(),
-                },
-                stop,
-            )
-            .await;
-            eprintln!("prober ended: {result:?}");
-        });
-    });
+    spawn_prober(kubeconfig, config, m, h, "dwd-prober-resilience", stop);
     let ready = health.clone();
     eventually(Duration::from_secs(90), "prober ready", || {
         let h = ready.clone();

@@ -15,6 +15,9 @@
 //!
 //! Both share one shoot apiserver; every test makes its own shoot namespace and node names.
 
+// A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::collections::BTreeSet;
@@ -35,8 +38,6 @@ use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{NodeSpec, SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
 use k8s_openapi::api::events::v1::Event;
-use kube::Api;
-use kube::api::ListParams;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
@@ -135,32 +136,14 @@ fn start_prober(seed: ApiServer, config_text: String) -> Prober {
         config.clone(),
         health.clone(),
     );
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("prober runtime");
-        rt.block_on(async move {
-            let client = dwd_testenv::client_from_kubeconfig("seed", &kubeconfig)
-                .await
-                .expect("seed client");
-            let result = dependency_watchdog::prober::run(
-                run_config,
-                client,
-                metrics,
-                h,
-                4,
-                dependency_watchdog::events::PodRef {
-                    namespace: "default".into(),
-                    name: "dwd-prober-test".into(),
-                },
-                CancellationToken::new(),
-            )
-            .await;
-            eprintln!("prober ended: {result:?}");
-        });
-    });
+    common::spawn_prober(
+        kubeconfig,
+        run_config,
+        metrics.clone(),
+        h,
+        "dwd-prober-test",
+        CancellationToken::new(),
+    );
     Prober {
         seed,
         config_text,
@@ -339,21 +322,7 @@ impl Prober {
 /// `events.k8s.io` events about Cluster `ns` (cluster-scoped: they live in `default`) with
 /// `reason`, oldest first.
 async fn cluster_events(seed: &kube::Client, ns: &str, reason: &str) -> Vec<Event> {
-    let mut found: Vec<Event> = Api::<Event>::namespaced(seed.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some("Cluster") && r.name.as_deref() == Some(ns)
-                })
-        })
-        .collect();
-    found.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
-    found
+    common::events_about(seed, "default", "Cluster", ns, reason).await
 }
 
 /// Waits for an event about Cluster `ns` with `reason` whose note passes `accept`.

@@ -16,7 +16,9 @@ use dependency_watchdog::metrics::Metrics;
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, TestEnv, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::events::v1::Event;
 use kube::Api;
+use kube::api::ListParams;
 use kube::runtime::WatchStreamExt;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -93,32 +95,14 @@ pub async fn harness() -> &'static Harness {
             let kubeconfig = seed.kubeconfig().to_string();
             let (m, h) = (metrics.clone(), health.clone());
             // The prober outlives every test's runtime: give it a runtime of its own.
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .expect("prober runtime");
-                rt.block_on(async move {
-                    let client = dwd_testenv::client_from_kubeconfig("seed", &kubeconfig)
-                        .await
-                        .expect("seed client");
-                    let result = dependency_watchdog::prober::run(
-                        config,
-                        client,
-                        m,
-                        h,
-                        4,
-                        dependency_watchdog::events::PodRef {
-                            namespace: "default".into(),
-                            name: "dwd-prober-test".into(),
-                        },
-                        CancellationToken::new(),
-                    )
-                    .await;
-                    eprintln!("prober ended: {result:?}");
-                });
-            });
+            spawn_prober(
+                kubeconfig,
+                config,
+                m,
+                h,
+                "dwd-prober-test",
+                CancellationToken::new(),
+            );
             Harness {
                 env,
                 seed,
@@ -339,4 +323,69 @@ pub async fn logged(log: &ReplicaLog, wanted: &[(&str, i32)], from: usize) -> Ve
     })
     .await
     .unwrap_or_else(|e| panic!("{e}: wanted {wanted:?} after entry {from}"))
+}
+
+/// Events in `namespace` about `kind`/`name` with `reason`, oldest first.
+pub async fn events_about(
+    client: &kube::Client,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<Event> {
+    let mut found: Vec<Event> = Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                })
+        })
+        .collect();
+    found.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    found
+}
+
+/// Runs `dependency_watchdog::prober::run` on a runtime and thread of its own (it outlives
+/// every test's runtime) against the seed of `kubeconfig`, as pod `pod` in `default`, until
+/// `stop`.
+pub fn spawn_prober(
+    kubeconfig: String,
+    config: dwd_core::ProberConfig,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    pod: &str,
+    stop: CancellationToken,
+) {
+    let pod = pod.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("prober runtime");
+        rt.block_on(async move {
+            let client = dwd_testenv::client_from_kubeconfig("seed", &kubeconfig)
+                .await
+                .expect("seed client");
+            let result = dependency_watchdog::prober::run(
+                config,
+                client,
+                metrics,
+                health,
+                4,
+                dependency_watchdog::events::PodRef {
+                    namespace: "default".into(),
+                    name: pod,
+                },
+                stop,
+            )
+            .await;
+            eprintln!("prober ended: {result:?}");
+        });
+    });
 }
