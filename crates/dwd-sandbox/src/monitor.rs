@@ -215,7 +215,7 @@ impl ShootView {
                         if f >= t { "≥" } else { "<" },
                         if v.disrupted { " (disrupted)" } else { "" }
                     ),
-                    None => format!("{z} not reported yet"),
+                    None => format!("{z} not reported yet (the prober reports zones once it lists the nodes: after a lease expired)"),
                 })
                 .collect::<Vec<_>>()
                 .join(", "),
