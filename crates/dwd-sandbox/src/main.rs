@@ -66,6 +66,8 @@ enum Outcome {
     Interrupted(&'static str),
 }
 
+// `set_var` is `unsafe` since Rust 2024; it runs here before any other thread exists.
+#[allow(unsafe_code)]
 fn main() -> ExitCode {
     let args = Args::parse();
     // SAFETY (both): no other thread exists yet (the runtime is built below), so nothing can
