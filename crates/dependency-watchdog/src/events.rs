@@ -91,9 +91,6 @@ pub const REASON_ZONE_RECOVERED: &str = "ZoneRecovered";
 /// `reason` of the event on a pod the weeder deleted.
 pub const REASON_POD_DELETED: &str = "CrashLoopingPodDeleted";
 
-/// `apiVersion` of Gardener's `Cluster`.
-const CLUSTER_API_VERSION: &str = "extensions.gardener.cloud/v1alpha1";
-
 /// Which part of the watchdog reports: the `reportingController` of its events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Component {
@@ -354,7 +351,7 @@ impl Events {
     ) {
         self.enqueue(Queued {
             regarding: ObjectReference {
-                api_version: Some(CLUSTER_API_VERSION.into()),
+                api_version: Some(crate::gardener::cluster_gvk().api_version()),
                 kind: Some("Cluster".into()),
                 name: Some(cluster.into()),
                 uid: cluster_uid.map(Into::into),

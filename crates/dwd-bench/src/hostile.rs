@@ -172,7 +172,7 @@ fn filler_text(n: usize) -> String {
 /// Creates `count` filler leases `tenant-<i>` in `kube-node-lease`, `bytes` of annotations
 /// each (none when 0), with bounded concurrency and retries.
 async fn fill(client: &kube::Client, kind: &str, count: usize, bytes: usize) -> Result<()> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let api: Api<Lease> = Api::namespaced(client.clone(), dwd_core::lease::NODE_LEASE_NAMESPACE);
     let filler = Arc::new(filler_text(bytes));
     let concurrency = if bytes > 0 {
         FAT_CREATE_CONCURRENCY

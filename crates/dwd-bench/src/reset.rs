@@ -17,11 +17,10 @@ use serde_json::{Value, json};
 use crate::Cli;
 use crate::setup::World;
 
-/// Set while the watchdog protects a target (the reference removes it after scale-up).
-const MELTDOWN_ANNOTATION: &str = "dependency-watchdog.gardener.cloud/meltdown-protection-active";
-/// The replicas recorded at scale-down (the reference leaves it after scale-up; harmless for
-/// it, but the next binary must start from the same objects).
-const REPLICAS_ANNOTATION: &str = "dependency-watchdog.gardener.cloud/replicas";
+// The meltdown marker is set while the watchdog protects a target (the reference removes it
+// after scale-up); the replicas record stays after scale-up in the reference (harmless for it,
+// but the next binary must start from the same objects).
+use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 
 /// Writes in flight while repairing targets.
 const REPAIR_CONCURRENCY: usize = 16;

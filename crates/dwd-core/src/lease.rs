@@ -16,6 +16,8 @@ use k8s_openapi::api::core::v1::Node;
 use crate::shoot::EffectiveProbeSettings;
 use crate::zone::{ZONE_LABEL, ZoneReport, ZoneRule, judge_zones};
 
+/// Namespace of the kubelets' node leases in the shoot.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// Nodes with this annotation are not managed by MCM and are not counted.
 pub const NOT_MANAGED_BY_MCM_ANNOTATION: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
 /// Node label naming the node's worker pool.

@@ -24,7 +24,7 @@ use crate::{
 };
 
 /// Namespace of the kubelets' node leases.
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+pub use dwd_core::lease::NODE_LEASE_NAMESPACE;
 /// Node label naming the node's worker pool (the watchdog's own constant).
 pub use dwd_core::lease::WORKER_POOL_LABEL as POOL_LABEL;
 /// Node label naming the node's zone (the watchdog's own constant).

@@ -33,8 +33,8 @@ use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootSeries,
 };
 
-/// Namespace of node leases in the shoot.
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+/// Namespace of node leases in the shoot (the protocol constant, defined in `dwd_core`).
+pub use dwd_core::lease::NODE_LEASE_NAMESPACE;
 
 /// What one run found, for the loop and for tests.
 #[derive(Debug, Default)]
