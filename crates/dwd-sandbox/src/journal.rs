@@ -108,6 +108,11 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The entry of `key` in `map`, created empty if it is not there yet.
+fn series<'a, T: Default>(map: &'a mut BTreeMap<String, T>, key: &str) -> &'a mut T {
+    map.entry(key.to_string()).or_default()
+}
+
 const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
 impl Journal {
@@ -218,46 +223,35 @@ impl Journal {
 
     /// Records a fraction sample.
     pub fn sample_fraction(&self, shoot: &str, fraction: Option<f64>) {
-        let t = self.now();
-        lock(&self.record)
-            .fraction
-            .entry(shoot.to_string())
-            .or_default()
-            .push((t, fraction));
+        self.push_sample(|r| series(&mut r.fraction, shoot), fraction);
     }
 
     /// Records a fraction computed from the leases.
     pub fn sample_lease_truth(&self, shoot: &str, fraction: Option<f64>) {
-        let t = self.now();
-        lock(&self.record)
-            .lease_truth
-            .entry(shoot.to_string())
-            .or_default()
-            .push((t, fraction));
+        self.push_sample(|r| series(&mut r.lease_truth, shoot), fraction);
     }
 
     /// Records a zone's fraction as the prober reported it.
     pub fn sample_zone_fraction(&self, shoot: &str, zone: &str, fraction: Option<f64>) {
-        let t = self.now();
-        lock(&self.record)
-            .zone_fraction
-            .entry(shoot.to_string())
-            .or_default()
-            .entry(zone.to_string())
-            .or_default()
-            .push((t, fraction));
+        self.push_sample(
+            |r| series(series(&mut r.zone_fraction, shoot), zone),
+            fraction,
+        );
     }
 
     /// Records a zone's fraction computed from its leases.
     pub fn sample_zone_truth(&self, shoot: &str, zone: &str, fraction: Option<f64>) {
+        self.push_sample(|r| series(series(&mut r.zone_truth, shoot), zone), fraction);
+    }
+
+    /// Appends `(now, fraction)` to the series of the record that `pick` selects.
+    fn push_sample(
+        &self,
+        pick: impl FnOnce(&mut Record) -> &mut Vec<(f64, Option<f64>)>,
+        fraction: Option<f64>,
+    ) {
         let t = self.now();
-        lock(&self.record)
-            .zone_truth
-            .entry(shoot.to_string())
-            .or_default()
-            .entry(zone.to_string())
-            .or_default()
-            .push((t, fraction));
+        pick(&mut lock(&self.record)).push((t, fraction));
     }
 
     /// Records a controller's replicas (call on every change).

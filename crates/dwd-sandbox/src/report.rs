@@ -67,6 +67,16 @@ struct Frame {
 }
 
 impl Frame {
+    /// The frame of a chart `width` wide showing `range`.
+    fn new(range: (f64, f64), width: f64) -> Frame {
+        Frame {
+            t0: range.0,
+            t1: range.1,
+            left: 64.0,
+            width: width - 64.0 - 24.0,
+        }
+    }
+
     fn x(&self, t: f64) -> f64 {
         let span = (self.t1 - self.t0).max(1.0);
         self.left + (t.clamp(self.t0, self.t1) - self.t0) / span * self.width
@@ -106,6 +116,93 @@ fn markers_for<'a>(record: &'a Record, shoot: &str) -> Vec<&'a Marker> {
     out
 }
 
+/// The opening tag of a chart's SVG, `width` × `height`.
+fn svg_open(width: f64, height: f64) -> String {
+    format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}" viewBox="0 0 {width} {height:.0}" font-family="sans-serif" font-size="11">"#
+    )
+}
+
+/// Grid lines with their labels at the fractions 0, 0.5 and 1 of a fraction panel (`y`
+/// maps a fraction to its height).
+fn fraction_grid(s: &mut String, frame: &Frame, y: impl Fn(f64) -> f64) {
+    for f in [0.0, 0.5, 1.0] {
+        let _ = write!(
+            s,
+            r##"<line x1="{:.1}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{f:.1}</text>"##,
+            frame.left,
+            frame.left + frame.width,
+            frame.left - 6.0,
+            y(f) + 4.0,
+            yy = y(f)
+        );
+    }
+}
+
+/// The red dashed line of a threshold at height `y`, labelled `label` and its value;
+/// `attrs` (empty or ending in a space) go first into the line's element.
+fn threshold_line(s: &mut String, frame: &Frame, y: f64, attrs: &str, label: &str, threshold: f64) {
+    let _ = write!(
+        s,
+        r##"<line {attrs}x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#d62728" stroke-dasharray="6 4" stroke-width="1.5"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#d62728">{label} {threshold:.2}</text>"##,
+        frame.left,
+        frame.left + frame.width,
+        frame.left + frame.width - 4.0,
+        y - 5.0,
+    );
+}
+
+/// The time axis at height `axis_y`, ticked every 5, 10 or 20 s depending on the span.
+fn time_axis(s: &mut String, frame: &Frame, axis_y: f64) {
+    let range = (frame.t0, frame.t1);
+    let span = range.1 - range.0;
+    let step = if span > 120.0 {
+        20.0
+    } else if span > 40.0 {
+        10.0
+    } else {
+        5.0
+    };
+    let _ = write!(
+        s,
+        r##"<line x1="{:.1}" x2="{:.1}" y1="{axis_y:.1}" y2="{axis_y:.1}" stroke="#333"/>"##,
+        frame.left,
+        frame.left + frame.width
+    );
+    let mut t = (range.0 / step).ceil() * step;
+    while t <= range.1 {
+        let x = frame.x(t);
+        let _ = write!(
+            s,
+            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{axis_y:.1}" y2="{:.1}" stroke="#333"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" fill="#333">{t:.0}s</text>"##,
+            axis_y + 4.0,
+            axis_y + 16.0
+        );
+        t += step;
+    }
+}
+
+/// One legend entry at `(lx, ly)`: a line in `color` (dashed if `dashed`) and `text`;
+/// moves `lx` past it.
+fn legend_entry(s: &mut String, lx: &mut f64, ly: f64, color: &str, text: &str, dashed: bool) {
+    let dash = if dashed {
+        r#" stroke-dasharray="6 4""#
+    } else {
+        ""
+    };
+    let _ = write!(
+        s,
+        r##"<line x1="{:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="2.5"{dash}/><text x="{:.1}" y="{ly:.1}">{}</text>"##,
+        *lx,
+        *lx + 22.0,
+        ly - 4.0,
+        ly - 4.0,
+        *lx + 27.0,
+        esc(text)
+    );
+    *lx += 34.0 + text.chars().count() as f64 * 6.2;
+}
+
 /// The chart of one shoot as an inline SVG.
 fn chart(
     record: &Record,
@@ -117,12 +214,7 @@ fn chart(
 ) -> String {
     let threshold = config.threshold();
     let width = 1100.0;
-    let frame = Frame {
-        t0: range.0,
-        t1: range.1,
-        left: 64.0,
-        width: width - 64.0 - 24.0,
-    };
+    let frame = Frame::new(range, width);
     let markers = markers_for(record, shoot);
 
     // Marker labels in rows above the panels, each in the first row where it fits.
@@ -151,11 +243,7 @@ fn chart(
     let axis_y = b_top + b_h;
     let height = axis_y + 76.0;
 
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}" viewBox="0 0 {width} {height:.0}" font-family="sans-serif" font-size="11">"#
-    );
+    let mut s = svg_open(width, height);
     let _ = write!(
         s,
         r##"<text x="4" y="17" font-size="15" font-weight="bold">{}</text><text x="{:.0}" y="17" fill="#555">{} · {nodes} nodes</text>"##,
@@ -192,61 +280,25 @@ fn chart(
 
     // Panel A: expired-lease fraction.
     let ya = |f: f64| a_top + a_h - f.clamp(0.0, 1.0) * a_h;
-    for f in [0.0, 0.5, 1.0] {
-        let _ = write!(
-            s,
-            r##"<line x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{f:.1}</text>"##,
-            frame.left,
-            frame.left + frame.width,
-            frame.left - 6.0,
-            ya(f) + 4.0,
-            y = ya(f)
-        );
-    }
+    fraction_grid(&mut s, &frame, ya);
     let _ = write!(
         s,
         r##"<text x="14" y="{:.1}" transform="rotate(-90 14 {:.1})" text-anchor="middle" fill="#333">expired leases</text>"##,
         a_top + a_h / 2.0,
         a_top + a_h / 2.0
     );
-    let _ = write!(
-        s,
-        r##"<line x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#d62728" stroke-dasharray="6 4" stroke-width="1.5"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#d62728">threshold {threshold:.2}</text>"##,
-        frame.left,
-        frame.left + frame.width,
-        frame.left + frame.width - 4.0,
-        ya(threshold) - 5.0,
-        y = ya(threshold)
-    );
-    let step_path = |samples: &[(f64, Option<f64>)]| {
-        let mut path = String::new();
-        let mut pen_down = false;
-        for (t, f) in samples {
-            match f {
-                Some(f) => {
-                    let (x, y) = (frame.x(*t), ya(*f));
-                    if pen_down {
-                        let _ = write!(path, " H{x:.1} V{y:.1}");
-                    } else {
-                        let _ = write!(path, " M{x:.1} {y:.1}");
-                        pen_down = true;
-                    }
-                }
-                None => pen_down = false,
-            }
-        }
-        path
-    };
+    threshold_line(&mut s, &frame, ya(threshold), "", "threshold", threshold);
+    let path_of = |samples: &[(f64, Option<f64>)]| step_path(&frame, ya, samples);
     // What the leases say (the sandbox reads them), then what the prober found in its runs:
     // the gap between the two is the prober's reaction time.
-    let truth = step_path(record.lease_truth.get(shoot).map_or(&[][..], Vec::as_slice));
+    let truth = path_of(record.lease_truth.get(shoot).map_or(&[][..], Vec::as_slice));
     if !truth.is_empty() {
         let _ = write!(
             s,
             r##"<path d="{truth}" fill="none" stroke="#888" stroke-width="1.5" stroke-dasharray="3 3"/>"##
         );
     }
-    let seen = step_path(record.fraction.get(shoot).map_or(&[][..], Vec::as_slice));
+    let seen = path_of(record.fraction.get(shoot).map_or(&[][..], Vec::as_slice));
     if !seen.is_empty() {
         let _ = write!(
             s,
@@ -328,51 +380,13 @@ fn chart(
     }
 
     // Time axis.
-    let span = range.1 - range.0;
-    let step = if span > 120.0 {
-        20.0
-    } else if span > 40.0 {
-        10.0
-    } else {
-        5.0
-    };
-    let _ = write!(
-        s,
-        r##"<line x1="{:.1}" x2="{:.1}" y1="{axis_y:.1}" y2="{axis_y:.1}" stroke="#333"/>"##,
-        frame.left,
-        frame.left + frame.width
-    );
-    let mut t = (range.0 / step).ceil() * step;
-    while t <= range.1 {
-        let x = frame.x(t);
-        let _ = write!(
-            s,
-            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{axis_y:.1}" y2="{:.1}" stroke="#333"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" fill="#333">{t:.0}s</text>"##,
-            axis_y + 4.0,
-            axis_y + 16.0
-        );
-        t += step;
-    }
+    time_axis(&mut s, &frame, axis_y);
 
     // Legend.
     let ly = axis_y + 36.0;
     let mut lx = frame.left;
     let mut legend = |s: &mut String, color: &str, text: &str, dashed: bool| {
-        let dash = if dashed {
-            r#" stroke-dasharray="6 4""#
-        } else {
-            ""
-        };
-        let _ = write!(
-            s,
-            r##"<line x1="{lx:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="2.5"{dash}/><text x="{:.1}" y="{ly:.1}">{}</text>"##,
-            lx + 22.0,
-            ly - 4.0,
-            ly - 4.0,
-            lx + 27.0,
-            esc(text)
-        );
-        lx += 34.0 + text.chars().count() as f64 * 6.2;
+        legend_entry(s, &mut lx, ly, color, text, dashed);
     };
     legend(
         &mut s,
@@ -385,21 +399,11 @@ fn chart(
     // Controllers on a second line: one line does not hold them all.
     let ly = ly + 17.0;
     let mut lx = frame.left;
-    let mut legend = |s: &mut String, color: &str, text: &str| {
-        let _ = write!(
-            s,
-            r##"<line x1="{lx:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="2.5"/><text x="{:.1}" y="{ly:.1}">{}</text>"##,
-            lx + 22.0,
-            ly - 4.0,
-            ly - 4.0,
-            lx + 27.0,
-            esc(text)
-        );
-        lx += 34.0 + text.chars().count() as f64 * 6.2;
-    };
     for (i, c) in config.controllers.iter().enumerate() {
-        legend(
+        legend_entry(
             &mut s,
+            &mut lx,
+            ly,
             CONTROLLER_COLORS[i % CONTROLLER_COLORS.len()],
             &format!(
                 "{} {} ({}down {}, up {})",
@@ -409,6 +413,7 @@ fn chart(
                 c.down,
                 c.up
             ),
+            false,
         );
     }
     let _ = write!(
@@ -469,47 +474,27 @@ fn zone_chart(
     }
     let threshold = config.zone_threshold();
     let width = 1100.0;
-    let frame = Frame {
-        t0: range.0,
-        t1: range.1,
-        left: 64.0,
-        width: width - 64.0 - 24.0,
-    };
+    let frame = Frame::new(range, width);
     let top = 46.0;
     let h = 130.0;
     let axis_y = top + h;
     let height = axis_y + 58.0;
     let y = |f: f64| top + h - f.clamp(0.0, 1.0) * h;
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}" viewBox="0 0 {width} {height:.0}" font-family="sans-serif" font-size="11">"#
-    );
+    let mut s = svg_open(width, height);
     let _ = write!(
         s,
         r##"<text x="4" y="17" font-size="15" font-weight="bold">{} · zones</text><text x="4" y="32" fill="#555">expired-lease fraction per zone (node label topology.kubernetes.io/zone) against zoneLeaseFailureFraction {threshold:.2}; zonal scale-down {}</text>"##,
         esc(shoot),
         esc(&config.zonal_flow_text())
     );
-    for f in [0.0, 0.5, 1.0] {
-        let _ = write!(
-            s,
-            r##"<line x1="{:.1}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555">{f:.1}</text>"##,
-            frame.left,
-            frame.left + frame.width,
-            frame.left - 6.0,
-            y(f) + 4.0,
-            yy = y(f)
-        );
-    }
-    let _ = write!(
-        s,
-        r##"<line class="zone-threshold" x1="{:.1}" x2="{:.1}" y1="{yy:.1}" y2="{yy:.1}" stroke="#d62728" stroke-dasharray="6 4" stroke-width="1.5"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#d62728">zone threshold {threshold:.2}</text>"##,
-        frame.left,
-        frame.left + frame.width,
-        frame.left + frame.width - 4.0,
-        y(threshold) - 5.0,
-        yy = y(threshold)
+    fraction_grid(&mut s, &frame, y);
+    threshold_line(
+        &mut s,
+        &frame,
+        y(threshold),
+        r#"class="zone-threshold" "#,
+        "zone threshold",
+        threshold,
     );
     for m in markers_for(record, shoot) {
         let x = frame.x(m.t);
@@ -550,46 +535,18 @@ fn zone_chart(
             }
         }
     }
-    let span = range.1 - range.0;
-    let step = if span > 120.0 {
-        20.0
-    } else if span > 40.0 {
-        10.0
-    } else {
-        5.0
-    };
-    let _ = write!(
-        s,
-        r##"<line x1="{:.1}" x2="{:.1}" y1="{axis_y:.1}" y2="{axis_y:.1}" stroke="#333"/>"##,
-        frame.left,
-        frame.left + frame.width
-    );
-    let mut t = (range.0 / step).ceil() * step;
-    while t <= range.1 {
-        let x = frame.x(t);
-        let _ = write!(
-            s,
-            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{axis_y:.1}" y2="{:.1}" stroke="#333"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" fill="#333">{t:.0}s</text>"##,
-            axis_y + 4.0,
-            axis_y + 16.0
-        );
-        t += step;
-    }
+    time_axis(&mut s, &frame, axis_y);
     let ly = axis_y + 38.0;
     let mut lx = frame.left;
     for (i, zone) in zones.iter().enumerate() {
-        let text = format!("zone {zone}");
-        let _ = write!(
-            s,
-            r##"<line x1="{lx:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{}" stroke-width="2.5"/><text x="{:.1}" y="{ly:.1}">{}</text>"##,
-            lx + 22.0,
-            ly - 4.0,
-            ly - 4.0,
+        legend_entry(
+            &mut s,
+            &mut lx,
+            ly,
             ZONE_COLORS[i % ZONE_COLORS.len()],
-            lx + 27.0,
-            esc(&text)
+            &format!("zone {zone}"),
+            false,
         );
-        lx += 34.0 + text.chars().count() as f64 * 6.2;
     }
     let _ = write!(
         s,

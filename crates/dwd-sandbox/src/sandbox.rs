@@ -431,44 +431,39 @@ impl Sandbox {
     /// Silences every kubelet of one zone of a shoot (a zone's NAT gateway fails); the other
     /// zones' kubelets keep their state.
     pub fn silence_zone(&self, shoot: &str, zone: &str, why: &str) -> Result<()> {
-        let s = self.shoot(shoot)?;
-        let nodes = self.zone_nodes(s, zone)?;
-        let kubelets = s.sim.kubelets();
-        let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
-        kubelets.silence(&names);
-        let n = kubelets.silenced().len();
-        self.set_view(shoot, |v| v.silenced = n);
-        self.journal.sample_silenced(shoot, n);
-        self.journal.log(
-            shoot,
-            format!(
-                "zone {zone}: all {} kubelets silenced: {}",
-                nodes.len(),
-                nodes.join(", ")
-            ),
-            Some(why.to_string()),
-        );
-        Ok(())
+        self.switch_zone(shoot, zone, true, why)
     }
 
     /// Lets the kubelets of one zone of a shoot renew again.
     pub fn heal_zone(&self, shoot: &str, zone: &str, why: &str) -> Result<()> {
+        self.switch_zone(shoot, zone, false, why)
+    }
+
+    /// Silences (`silence`) or resumes the kubelets of one zone of a shoot, leaving the other
+    /// zones' kubelets as they are; updates the view and the record and logs it.
+    fn switch_zone(&self, shoot: &str, zone: &str, silence: bool, why: &str) -> Result<()> {
         let s = self.shoot(shoot)?;
         let nodes = self.zone_nodes(s, zone)?;
         let kubelets = s.sim.kubelets();
         let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
-        kubelets.resume(&names);
-        let n = kubelets.silenced().len();
-        self.set_view(shoot, |v| v.silenced = n);
-        self.journal.sample_silenced(shoot, n);
-        self.journal.log(
-            shoot,
+        let what = if silence {
+            kubelets.silence(&names);
+            format!(
+                "zone {zone}: all {} kubelets silenced: {}",
+                nodes.len(),
+                nodes.join(", ")
+            )
+        } else {
+            kubelets.resume(&names);
             format!(
                 "zone {zone}: its {} kubelets renew their leases again",
                 nodes.len()
-            ),
-            Some(why.to_string()),
-        );
+            )
+        };
+        let n = kubelets.silenced().len();
+        self.set_view(shoot, |v| v.silenced = n);
+        self.journal.sample_silenced(shoot, n);
+        self.journal.log(shoot, what, Some(why.to_string()));
         Ok(())
     }
 

@@ -131,6 +131,14 @@ fn calm(v: &View, name: &str) -> Result<(), String> {
     }
 }
 
+/// Alpha's controllers back at their initial replicas, beta and gamma calm: the state after
+/// each of alpha's outages.
+fn alpha_restored_others_calm(v: &View) -> Result<(), String> {
+    at(v, ALPHA, &INITIAL)?;
+    calm(v, BETA)?;
+    calm(v, GAMMA)
+}
+
 /// When each controller last changed to `to`, after `since`.
 fn changed_at(s: &ShootView, controller: &str, to_zero: bool, since: f64) -> Option<f64> {
     s.changes
@@ -202,6 +210,57 @@ fn check_level_order(
         }
     }
     Ok(())
+}
+
+/// After a scale-down of shoot `name` that started at `since`: checks that it ran in level
+/// order and that every controller it scaled (with `zonal_only`, only the
+/// `scaleDownOnZoneOutage` targets) carries its recorded replicas in the annotation.
+fn check_scaled_down(sb: &Sandbox, name: &str, since: f64, zonal_only: bool) -> Result<()> {
+    let v = sb.view();
+    let s = shoot(&v, name).map_err(|e| anyhow!(e))?;
+    check_level_order(&sb.config, s, true, since, zonal_only)?;
+    for (controller, replicas) in INITIAL
+        .iter()
+        .filter(|(c, _)| !zonal_only || sb.config.controller(c).is_some_and(|c| c.zonal))
+    {
+        let recorded = s
+            .annotations
+            .get(*controller)
+            .and_then(|an| an.get(REPLICAS_ANNOTATION))
+            .cloned();
+        if recorded.as_deref() != Some(replicas.to_string().as_str()) {
+            bail!(
+                "expected {controller} to carry {REPLICAS_ANNOTATION}={replicas}; saw {recorded:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Waits until shoot `name`'s controllers are back at their initial replicas and none
+/// carries the prober's annotations any more; `who` names them in what is awaited.
+async fn wait_restored(sb: &Sandbox, name: &str, who: &str, timeout: Duration) -> Result<()> {
+    wait_for(
+        sb,
+        &format!(
+            "{who} restored to their recorded replicas ({}), annotations removed",
+            sb.config.flow_text(false)
+        ),
+        timeout,
+        |v| {
+            at(v, name, &INITIAL)?;
+            let s = shoot(v, name)?;
+            for (c, annotations) in &s.annotations {
+                if annotations.contains_key(REPLICAS_ANNOTATION)
+                    || annotations.contains_key(MELTDOWN_ANNOTATION)
+                {
+                    return Err(format!("{c} still carries the prober's annotations"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// Runs the story; returns its duration in seconds.
@@ -300,21 +359,7 @@ async fn step2(sb: &Sandbox) -> Result<()> {
     )
     .await?;
 
-    let v = sb.view();
-    let a = shoot(&v, ALPHA).map_err(|e| anyhow!(e))?;
-    check_level_order(&sb.config, a, true, since, false)?;
-    for (controller, replicas) in INITIAL {
-        let recorded = a
-            .annotations
-            .get(controller)
-            .and_then(|an| an.get(REPLICAS_ANNOTATION))
-            .cloned();
-        if recorded.as_deref() != Some(replicas.to_string().as_str()) {
-            bail!(
-                "expected {controller} to carry {REPLICAS_ANNOTATION}={replicas}; saw {recorded:?}"
-            );
-        }
-    }
+    check_scaled_down(sb, ALPHA, since, false)?;
     hold(
         sb,
         "alpha held at 0 while the outage lasts, beta untouched (holding 6s)",
@@ -359,27 +404,7 @@ async fn step3(sb: &Sandbox) -> Result<()> {
         },
     )
     .await?;
-    wait_for(
-        sb,
-        &format!(
-            "alpha's controllers restored to their recorded replicas ({}), annotations removed",
-            sb.config.flow_text(false)
-        ),
-        Duration::from_secs(40),
-        |v| {
-            at(v, ALPHA, &INITIAL)?;
-            let s = shoot(v, ALPHA)?;
-            for (c, annotations) in &s.annotations {
-                if annotations.contains_key(REPLICAS_ANNOTATION)
-                    || annotations.contains_key(MELTDOWN_ANNOTATION)
-                {
-                    return Err(format!("{c} still carries the prober's annotations"));
-                }
-            }
-            Ok(())
-        },
-    )
-    .await?;
+    wait_restored(sb, ALPHA, "alpha's controllers", Duration::from_secs(40)).await?;
     let v = sb.view();
     let a = shoot(&v, ALPHA).map_err(|e| anyhow!(e))?;
     check_level_order(&sb.config, a, false, since, false)?;
@@ -392,11 +417,7 @@ async fn step3(sb: &Sandbox) -> Result<()> {
         sb,
         "alpha and beta healthy again, gamma calm (holding 4s)",
         Duration::from_secs(4),
-        |v| {
-            at(v, ALPHA, &INITIAL)?;
-            calm(v, BETA)?;
-            calm(v, GAMMA)
-        },
+        alpha_restored_others_calm,
     )
     .await
 }
@@ -551,11 +572,7 @@ async fn step4(sb: &Sandbox) -> Result<()> {
         sb,
         "alpha healthy again, beta and gamma calm (holding 2s)",
         Duration::from_secs(2),
-        |v| {
-            at(v, ALPHA, &INITIAL)?;
-            calm(v, BETA)?;
-            calm(v, GAMMA)
-        },
+        alpha_restored_others_calm,
     )
     .await
 }
@@ -637,24 +654,7 @@ async fn step5(sb: &Sandbox) -> Result<()> {
         |_| event_seen(sb, "ZoneDisrupted", since),
     )
     .await?;
-    let v = sb.view();
-    let g = shoot(&v, GAMMA).map_err(|e| anyhow!(e))?;
-    check_level_order(&sb.config, g, true, since, true)?;
-    for (controller, replicas) in INITIAL
-        .iter()
-        .filter(|(c, _)| sb.config.controller(c).is_some_and(|c| c.zonal))
-    {
-        let recorded = g
-            .annotations
-            .get(*controller)
-            .and_then(|an| an.get(REPLICAS_ANNOTATION))
-            .cloned();
-        if recorded.as_deref() != Some(replicas.to_string().as_str()) {
-            bail!(
-                "expected {controller} to carry {REPLICAS_ANNOTATION}={replicas}; saw {recorded:?}"
-            );
-        }
-    }
+    check_scaled_down(sb, GAMMA, since, true)?;
     hold(
         sb,
         "gamma's MCM and CA held at 0 while the zone is cut off, KCM running, alpha and beta untouched (holding 2s)",
@@ -697,27 +697,7 @@ async fn step5(sb: &Sandbox) -> Result<()> {
         },
     )
     .await?;
-    wait_for(
-        sb,
-        &format!(
-            "gamma's MCM and CA restored to their recorded replicas ({}), annotations removed",
-            sb.config.flow_text(false)
-        ),
-        Duration::from_secs(30),
-        |v| {
-            at(v, GAMMA, &INITIAL)?;
-            let s = shoot(v, GAMMA)?;
-            for (c, annotations) in &s.annotations {
-                if annotations.contains_key(REPLICAS_ANNOTATION)
-                    || annotations.contains_key(MELTDOWN_ANNOTATION)
-                {
-                    return Err(format!("{c} still carries the prober's annotations"));
-                }
-            }
-            Ok(())
-        },
-    )
-    .await?;
+    wait_restored(sb, GAMMA, "gamma's MCM and CA", Duration::from_secs(30)).await?;
     wait_for(
         sb,
         "the ZoneRecovered Event on gamma's Cluster",
