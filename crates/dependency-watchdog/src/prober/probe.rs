@@ -63,6 +63,16 @@ impl RunMemory {
     }
 }
 
+/// A scaling flow a run decided on (its decision event is already published).
+struct PlannedFlow {
+    /// Down or up.
+    dir: Direction,
+    /// Every target, or only the zonal ones.
+    scope: FlowScope,
+    /// The lease probe's summary, for the events on the targets it changes.
+    reason: String,
+}
+
 /// What a successful lease probe found.
 enum Finding {
     /// The full verdict over nodes, machines and leases.
@@ -370,19 +380,42 @@ impl Probe {
         m.for_shoot(&self.series, |l| m.shoot_probe_runs.get_or_create(l).inc());
     }
 
-    /// One probe run: API-server probe, lease probe, decision, maybe a scaling flow.
+    /// One probe run, top to bottom: the probe makes a finding or a typed failure, one place
+    /// reports either, and the flow the finding calls for runs.
     pub async fn run_once(&self, memory: &mut RunMemory) -> RunOutcome {
         let mut outcome = RunOutcome::default();
-        // Nodes can only change the outcome when a scale-down is building up, a target waits
-        // to be restored (see `leases_alone_suffice`), or a zone was disrupted (its recovery
-        // event says how many of its leases are fresh).
+        // What waits to be restored, from the caches: asked once, before the probe. Nodes can
+        // only change the outcome when a scale-down is building up, a target waits to be
+        // restored (see `leases_alone_suffice`), or a zone was disrupted (its recovery event
+        // says how many of its leases are fresh).
+        let to_restore =
+            scaler::targets_to_scale(&self.ctx, &self.namespace, Direction::Up, FlowScope::All);
         let nodes_may_matter = memory.hysteresis.streaks().1 > 0
             || !memory.disrupted_zones.is_empty()
-            || !scaler::targets_to_scale(&self.ctx, &self.namespace, Direction::Up, FlowScope::All)
-                .is_empty();
-        let report = match self.probe_shoot(nodes_may_matter).await {
-            Ok(Finding::Report(report)) => report,
-            Ok(Finding::AllLeasesFresh { leases }) => {
+            || !to_restore.is_empty();
+        match self.probe_shoot(nodes_may_matter).await {
+            Err(failure) => self.report_failure(failure, &mut outcome),
+            Ok(finding) => {
+                if let Some(flow) = self.report_finding(finding, memory, to_restore) {
+                    self.run_planned(flow, &mut outcome).await;
+                }
+            }
+        }
+        outcome
+    }
+
+    /// Reports what a run found, the one place that does (expired fractions, zone series and
+    /// events, the run counter, the log line, the decision event), and returns the flow the
+    /// finding calls for, if any. `to_restore`: the targets a scale-up would act on.
+    fn report_finding(
+        &self,
+        finding: Finding,
+        memory: &mut RunMemory,
+        to_restore: Vec<String>,
+    ) -> Option<PlannedFlow> {
+        let report = match finding {
+            Finding::Report(report) => report,
+            Finding::AllLeasesFresh { leases } => {
                 self.set_expired_fraction(0.0);
                 self.ctx.metrics.zones_all_fresh(&self.series);
                 self.count_run(RunResult::ScaleUp);
@@ -390,11 +423,7 @@ impl Probe {
                     leases,
                     "all {leases} node leases fresh and nothing to restore: nodes not listed, no scaling"
                 );
-                return outcome;
-            }
-            Err(failure) => {
-                self.report_failure(failure, &mut outcome);
-                return outcome;
+                return None;
             }
         };
         let threshold = report.threshold;
@@ -418,13 +447,16 @@ impl Probe {
         let Some(dir) = action else {
             debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
                 decision = %report.decision, "{report}; no scaling this run");
-            return outcome;
+            return None;
         };
-        let targets = scaler::targets_to_scale(&self.ctx, &self.namespace, dir, scope);
+        let targets = match (dir, scope) {
+            (Direction::Up, FlowScope::All) => to_restore,
+            _ => scaler::targets_to_scale(&self.ctx, &self.namespace, dir, scope),
+        };
         if targets.is_empty() {
             debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
                 decision = %report.decision, "{report}; targets already there");
-            return outcome;
+            return None;
         }
         info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
             action = %dir, %scope, "{report}");
@@ -446,6 +478,13 @@ impl Probe {
             &reason,
             &names,
         );
+        Some(PlannedFlow { dir, scope, reason })
+    }
+
+    /// Runs a flow the run decided on and reports how it ended (a 429 on the way spaces the
+    /// next run out).
+    async fn run_planned(&self, flow: PlannedFlow, outcome: &mut RunOutcome) {
+        let PlannedFlow { dir, scope, reason } = flow;
         match scaler::run_flow(&self.ctx, &self.namespace, dir, scope, &reason).await {
             Ok(flow) => {
                 if flow.throttled {
@@ -466,7 +505,6 @@ impl Probe {
                     "flow stopped at a failed target; later levels not run, next run retries");
             }
         }
-        outcome
     }
 
     /// Publishes a `ZoneDisrupted` event for each zone that became disrupted since the last
