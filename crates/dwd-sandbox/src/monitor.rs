@@ -37,11 +37,8 @@ use crate::config::{
 use crate::journal::{Journal, MarkerKind, lock};
 use crate::metrics::{Scrape, scrape};
 
-/// Annotation in which the prober records the replicas it scaled down from.
-pub const REPLICAS_ANNOTATION: &str = "dependency-watchdog.gardener.cloud/replicas";
-/// Annotation the prober sets while its meltdown protection holds a target at 0.
-pub const MELTDOWN_ANNOTATION: &str =
-    "dependency-watchdog.gardener.cloud/meltdown-protection-active";
+/// The annotations the prober writes on a target it holds at 0 (the protocol's constants).
+pub use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 /// Endpoints of the simulated etcd-main-client (Gardener runs etcd-main with 3 in HA).
 pub const ETCD_ENDPOINTS: usize = 3;
 /// Endpoints of the simulated kube-apiserver service: one per kube-apiserver pod.
@@ -402,7 +399,7 @@ async fn poll(refresher: Arc<Refresher>) {
 /// (expired when not renewed for `validity` = 0.75 × kcmNodeMonitorGraceDuration seconds, or
 /// never renewed); `None` when the shoot's API server does not answer.
 async fn expired_leases(client: &kube::Client, validity: f64) -> Option<(Vec<String>, usize)> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let api: Api<Lease> = Api::namespaced(client.clone(), dwd_core::lease::NODE_LEASE_NAMESPACE);
     let list = tokio::time::timeout(Duration::from_secs(1), api.list(&ListParams::default()))
         .await
         .ok()?
