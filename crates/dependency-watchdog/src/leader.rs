@@ -672,4 +672,451 @@ mod tests {
         assert_eq!(parts, [8, 4, 4, 4, 12], "{a}");
         assert_eq!(uuid.as_bytes()[14], b'4', "version 4: {a}");
     }
+
+    /// The elector against the fake seed apiserver ([`crate::fake_seed`]) on a paused clock:
+    /// the retry period, the renew deadline and the instants of the elector's requests are
+    /// exact. The wall clock the elector stamps `renewTime` with and judges expiry by does
+    /// not move with the paused clock: a test says that a holder stopped renewing long ago
+    /// with [`FakeSeed::age_lease`].
+    mod elector {
+        use super::*;
+        use crate::fake_seed::{Call, FakeSeed, Outage};
+        use std::cell::Cell;
+
+        const NS: &str = "garden";
+        const SECOND: Duration = Duration::from_secs(1);
+
+        /// A candidate with the flags' default timings: lease 15 s, renew deadline 10 s, retry
+        /// period 2 s.
+        fn candidate(fake: &FakeSeed, identity: &str) -> LeaderElector {
+            LeaderElector::new(
+                fake.client(),
+                NS,
+                PROBER_LEASE,
+                identity.to_string(),
+                timings(15_000, 10_000, 2_000),
+            )
+        }
+
+        fn stored(fake: &FakeSeed) -> Lease {
+            fake.lease(NS, PROBER_LEASE).expect("lease stored")
+        }
+
+        fn spec(lease: &Lease) -> LeaseSpec {
+            lease.spec.clone().expect("lease spec")
+        }
+
+        fn version(lease: &Lease) -> String {
+            lease.metadata.resource_version.clone().expect("version")
+        }
+
+        /// (method, time since `start`, status) of each request for the Lease.
+        fn requests(fake: &FakeSeed, start: Instant) -> Vec<(String, Duration, u16)> {
+            fake.calls_to("/leases")
+                .iter()
+                .map(|c| (c.method.to_string(), c.at - start, c.status))
+                .collect()
+        }
+
+        fn at(method: &str, secs: u64, status: u16) -> (String, Duration, u16) {
+            (method.to_string(), Duration::from_secs(secs), status)
+        }
+
+        /// The writes of the Lease.
+        fn lease_writes(fake: &FakeSeed) -> Vec<Call> {
+            fake.writes()
+                .into_iter()
+                .filter(|c| c.path.contains("/leases"))
+                .collect()
+        }
+
+        /// The resourceVersion a write was conditional on.
+        fn precondition(call: &Call) -> Option<String> {
+            call.body["metadata"]["resourceVersion"]
+                .as_str()
+                .map(str::to_string)
+        }
+
+        fn holder_written(call: &Call) -> Option<String> {
+            call.body["spec"]["holderIdentity"]
+                .as_str()
+                .map(str::to_string)
+        }
+
+        /// A Lease held by `holder`, renewed now (by the wall clock) for 15 s.
+        fn held_by(holder: &str) -> Lease {
+            let now = Timestamp::now();
+            Lease {
+                metadata: ObjectMeta {
+                    name: Some(PROBER_LEASE.into()),
+                    namespace: Some(NS.into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(holder.into()),
+                    acquire_time: Some(MicroTime(now)),
+                    renew_time: Some(MicroTime(now)),
+                    lease_duration_seconds: Some(15),
+                    lease_transitions: Some(3),
+                    ..LeaseSpec::default()
+                }),
+            }
+        }
+
+        /// `me` leads, having created the Lease at `start`.
+        async fn leading(fake: &FakeSeed) -> (LeaderElector, Instant) {
+            let mut me = candidate(fake, ME);
+            let start = Instant::now();
+            assert_eq!(me.acquire(|| {}).await, start);
+            (me, start)
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_missing_lease_is_created_and_renewed_every_retry_period_with_one_request() {
+            let fake = FakeSeed::default();
+            let mut me = candidate(&fake, ME);
+            let start = Instant::now();
+            let answers = Cell::new(0);
+            let started = me.acquire(|| answers.set(answers.get() + 1)).await;
+            assert_eq!(started, start);
+            assert_eq!(
+                answers.get(),
+                1,
+                "participating once the apiserver answered"
+            );
+            let created = stored(&fake);
+            let s = spec(&created);
+            assert_eq!(s.holder_identity.as_deref(), Some(ME));
+            assert_eq!(s.lease_duration_seconds, Some(15));
+            assert_eq!(s.lease_transitions, Some(0));
+
+            // Still leading 7 s later: renewed at 2, 4 and 6 s, each with one PUT of the copy
+            // last written (no read), conditional on the version that write produced.
+            let leading = tokio::time::timeout(7 * SECOND, me.keep_leading(started)).await;
+            assert!(leading.is_err(), "still leading: {leading:?}");
+            assert_eq!(
+                requests(&fake, start),
+                [
+                    at("GET", 0, 404),
+                    at("POST", 0, 201),
+                    at("PUT", 2, 200),
+                    at("PUT", 4, 200),
+                    at("PUT", 6, 200),
+                ]
+            );
+            let writes = lease_writes(&fake);
+            assert_eq!(precondition(&writes[0]), None, "a create names no version");
+            let first: u64 = version(&created).parse().expect("numeric version");
+            for (i, renewal) in writes[1..].iter().enumerate() {
+                let expected = if i == 0 {
+                    version(&created)
+                } else {
+                    // The version the previous renewal produced.
+                    (first + i as u64).to_string()
+                };
+                assert_eq!(precondition(renewal), Some(expected), "{renewal:?}");
+            }
+            let renewed = stored(&fake);
+            let s = spec(&renewed);
+            assert_eq!(s.holder_identity.as_deref(), Some(ME));
+            assert_eq!(
+                s.acquire_time,
+                spec(&created).acquire_time,
+                "a renewal keeps the acquire time"
+            );
+            assert_eq!(s.lease_transitions, Some(0));
+            assert!(s.renew_time >= spec(&created).renew_time);
+            assert_eq!(version(&renewed), (first + 3).to_string());
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_follower_waits_while_the_holder_renews_and_takes_over_once_it_expired() {
+            let fake = FakeSeed::default();
+            fake.put_lease(&held_by(OTHER));
+            let start = Instant::now();
+            let answers = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let task = tokio::spawn({
+                let fake = fake.clone();
+                let answers = answers.clone();
+                async move {
+                    let mut me = candidate(&fake, ME);
+                    let started = me
+                        .acquire(|| {
+                            answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        })
+                        .await;
+                    (me, started)
+                }
+            });
+            // The holder renews at 5 s; at 9 s it has not renewed for longer than its lease
+            // (it crashed without releasing).
+            tokio::time::sleep(5 * SECOND).await;
+            let renewed = fake.put_lease(&held_by(OTHER));
+            tokio::time::sleep(4 * SECOND).await;
+            assert_eq!(
+                requests(&fake, start),
+                [0, 2, 4, 6, 8].map(|s| at("GET", s, 200)),
+                "reads every retry period, writes nothing"
+            );
+            assert_eq!(answers.load(std::sync::atomic::Ordering::Relaxed), 5);
+            fake.age_lease(NS, PROBER_LEASE, 16 * SECOND);
+
+            let (_me, started) = task.await.expect("candidate");
+            assert_eq!(started - start, 10 * SECOND, "at the next retry period");
+            assert_eq!(
+                requests(&fake, start)[5..],
+                [at("GET", 10, 200), at("PUT", 10, 200)]
+            );
+            let writes = lease_writes(&fake);
+            assert_eq!(
+                precondition(&writes[0]),
+                Some(renewed),
+                "conditional on what was read"
+            );
+            let s = spec(&stored(&fake));
+            assert_eq!(s.holder_identity.as_deref(), Some(ME));
+            assert_eq!(s.lease_transitions, Some(4), "one more transition");
+            assert_eq!(s.lease_duration_seconds, Some(15));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_leader_whose_renewals_fail_stops_at_the_renew_deadline_before_its_lease_expires()
+        {
+            let fake = FakeSeed::default();
+            let (mut me, start) = leading(&fake).await;
+            fake.outage(Outage::Fail(500), 60 * SECOND);
+            let Lost(reason) = me.keep_leading(start).await;
+            let lost_at = Instant::now() - start;
+            assert_eq!(
+                lost_at,
+                10 * SECOND,
+                "the renew deadline after the last renewal"
+            );
+            assert!(
+                lost_at < 15 * SECOND,
+                "before the lease expires for the others"
+            );
+            assert!(
+                reason.contains("not renewed within the renew deadline 10s"),
+                "{reason}"
+            );
+            assert_eq!(
+                requests(&fake, start),
+                [
+                    at("GET", 0, 404),
+                    at("POST", 0, 201),
+                    at("PUT", 2, 500),
+                    at("PUT", 4, 500),
+                    at("PUT", 6, 500),
+                    at("PUT", 8, 500),
+                ],
+                "no attempt once the deadline has passed"
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_partitioned_leader_stops_at_the_renew_deadline_while_its_renewal_hangs() {
+            let fake = FakeSeed::default();
+            let (mut me, start) = leading(&fake).await;
+            fake.outage(Outage::Hang, 60 * SECOND);
+            let Lost(reason) = me.keep_leading(start).await;
+            assert_eq!(Instant::now() - start, 10 * SECOND);
+            assert!(reason.contains("renew deadline"), "{reason}");
+            // The renewal at 2 s never got an answer: given up when the deadline passed.
+            assert_eq!(
+                requests(&fake, start),
+                [at("GET", 0, 404), at("POST", 0, 201), at("PUT", 2, 0)]
+            );
+            assert_eq!(spec(&stored(&fake)).holder_identity.as_deref(), Some(ME));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn the_renew_deadline_counts_from_the_start_of_the_last_successful_renewal() {
+            let fake = FakeSeed::default();
+            let (mut me, start) = leading(&fake).await;
+            // Failing until 5 s, then again from 7 s on.
+            fake.outage(Outage::Fail(503), 5 * SECOND);
+            tokio::spawn({
+                let fake = fake.clone();
+                async move {
+                    tokio::time::sleep(7 * SECOND).await;
+                    fake.outage(Outage::Fail(503), 60 * SECOND);
+                }
+            });
+            let Lost(reason) = me.keep_leading(start).await;
+            assert_eq!(Instant::now() - start, 16 * SECOND, "6 s + the deadline");
+            assert!(reason.contains("renew deadline"), "{reason}");
+            assert_eq!(
+                requests(&fake, start)[2..],
+                [
+                    at("PUT", 2, 503),
+                    at("PUT", 4, 503),
+                    at("PUT", 6, 200),
+                    at("PUT", 8, 503),
+                    at("PUT", 10, 503),
+                    at("PUT", 12, 503),
+                    at("PUT", 14, 503),
+                ]
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_conflict_on_renewal_with_the_lease_still_ours_renews_from_a_fresh_read() {
+            let fake = FakeSeed::default();
+            let (mut me, start) = leading(&fake).await;
+            // Written since (e.g. our last renewal's answer was lost): our copy is stale.
+            let current = fake.put_lease(&stored(&fake));
+            let leading = tokio::time::timeout(5 * SECOND, me.keep_leading(start)).await;
+            assert!(leading.is_err(), "still leading: {leading:?}");
+            assert_eq!(
+                requests(&fake, start)[2..],
+                [
+                    at("PUT", 2, 409),
+                    at("GET", 2, 200),
+                    at("PUT", 2, 200),
+                    at("PUT", 4, 200),
+                ]
+            );
+            let writes = lease_writes(&fake);
+            assert_eq!(precondition(&writes[2]), Some(current));
+            let s = spec(&stored(&fake));
+            assert_eq!(s.holder_identity.as_deref(), Some(ME));
+            assert_eq!(s.lease_transitions, Some(0), "a renewal, not a takeover");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_race_lost_while_renewing_is_tried_again_at_the_next_retry_period() {
+            let fake = FakeSeed::default();
+            let (mut me, start) = leading(&fake).await;
+            // Our renewal conflicts, and so does the write after the fresh read.
+            fake.lock().fail_writes.extend([(409, None); 2]);
+            let leading = tokio::time::timeout(5 * SECOND, me.keep_leading(start)).await;
+            assert!(leading.is_err(), "still leading: {leading:?}");
+            assert_eq!(
+                requests(&fake, start)[2..],
+                [
+                    at("PUT", 2, 409),
+                    at("GET", 2, 200),
+                    at("PUT", 2, 409),
+                    // No copy held after the lost race: read first.
+                    at("GET", 4, 200),
+                    at("PUT", 4, 200),
+                ]
+            );
+            assert_eq!(spec(&stored(&fake)).holder_identity.as_deref(), Some(ME));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_conflict_on_renewal_with_another_holder_is_lost_leadership() {
+            let fake = FakeSeed::default();
+            let (mut me, start) = leading(&fake).await;
+            let theirs = fake.put_lease(&held_by(OTHER));
+            let Lost(reason) = me.keep_leading(start).await;
+            assert_eq!(Instant::now() - start, 2 * SECOND, "at the first renewal");
+            assert_eq!(
+                reason,
+                format!("lease {NS}/{PROBER_LEASE} is now held by {OTHER}")
+            );
+            assert_eq!(
+                requests(&fake, start)[2..],
+                [at("PUT", 2, 409), at("GET", 2, 200)]
+            );
+            // Nothing left to release: the other holder's Lease is not touched.
+            me.release().await.expect("release");
+            assert_eq!(requests(&fake, start).len(), 4);
+            assert_eq!(version(&stored(&fake)), theirs);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn release_on_shutdown_hands_the_lease_to_the_next_candidate_at_once() {
+            let fake = FakeSeed::default();
+            let (mut me, start) = leading(&fake).await;
+            let held = version(&stored(&fake));
+            tokio::time::sleep(SECOND).await;
+            me.release().await.expect("release");
+            let writes = lease_writes(&fake);
+            assert_eq!(writes.len(), 2, "{writes:?}");
+            assert_eq!(writes[1].method, http::Method::PUT);
+            assert_eq!(precondition(&writes[1]), Some(held));
+            assert_eq!(holder_written(&writes[1]), None);
+            let released = spec(&stored(&fake));
+            assert_eq!(released.holder_identity, None);
+            assert_eq!(released.lease_duration_seconds, Some(1));
+            // Released once: a second call has nothing to do.
+            me.release().await.expect("release again");
+            assert_eq!(lease_writes(&fake).len(), 2);
+
+            // The next candidate takes it at its first attempt, not after the lease duration.
+            let mut other = candidate(&fake, OTHER);
+            let taken = other.acquire(|| {}).await;
+            assert_eq!(taken - start, SECOND);
+            let s = spec(&stored(&fake));
+            assert_eq!(s.holder_identity.as_deref(), Some(OTHER));
+            assert_eq!(s.lease_transitions, Some(1));
+            assert_eq!(
+                requests(&fake, start)[3..],
+                [at("GET", 1, 200), at("PUT", 1, 200)]
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn release_with_a_stale_copy_releases_only_a_lease_still_ours() {
+            // Still ours, written since: released from a fresh read.
+            let fake = FakeSeed::default();
+            let (mut me, start) = leading(&fake).await;
+            let current = fake.put_lease(&stored(&fake));
+            me.release().await.expect("release");
+            assert_eq!(
+                requests(&fake, start)[2..],
+                [at("PUT", 0, 409), at("GET", 0, 200), at("PUT", 0, 200)]
+            );
+            assert_eq!(precondition(&lease_writes(&fake)[2]), Some(current));
+            assert_eq!(spec(&stored(&fake)).holder_identity, None);
+
+            // Taken by another since: left alone.
+            let fake = FakeSeed::default();
+            let (mut me, start) = leading(&fake).await;
+            let theirs = fake.put_lease(&held_by(OTHER));
+            me.release().await.expect("release");
+            assert_eq!(
+                requests(&fake, start)[2..],
+                [at("PUT", 0, 409), at("GET", 0, 200)]
+            );
+            assert_eq!(version(&stored(&fake)), theirs);
+            assert_eq!(spec(&stored(&fake)).holder_identity.as_deref(), Some(OTHER));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_candidate_losing_the_race_to_create_follows_the_winner() {
+            let fake = FakeSeed::default();
+            // The other candidate creates the Lease between our read and our create (the 409
+            // is injected: the fake has no hook between two requests).
+            let mut me = candidate(&fake, ME);
+            let start = Instant::now();
+            fake.lock().fail_writes.push_back((409, None));
+            assert_eq!(
+                me.try_acquire_or_renew().await.expect("attempt"),
+                Attempt::LostRace
+            );
+            fake.put_lease(&held_by(OTHER));
+            assert_eq!(
+                me.try_acquire_or_renew().await.expect("attempt"),
+                Attempt::Following {
+                    holder: OTHER.into()
+                }
+            );
+            assert_eq!(
+                requests(&fake, start),
+                [at("GET", 0, 404), at("POST", 0, 409), at("GET", 0, 200)]
+            );
+            // What the apiserver answers such a create.
+            let api: Api<Lease> = Api::namespaced(fake.client(), NS);
+            match api.create(&PostParams::default(), &held_by(ME)).await {
+                Err(kube::Error::Api(s)) => {
+                    assert_eq!((s.code, s.reason.as_str()), (409, "AlreadyExists"));
+                }
+                other => panic!("a second create must conflict: {other:?}"),
+            }
+        }
+    }
 }

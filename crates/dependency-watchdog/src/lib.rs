@@ -20,6 +20,9 @@ pub mod config;
 pub mod error;
 pub mod events;
 pub mod explain;
+/// An in-memory seed apiserver behind a real `kube::Client`, for unit tests on a paused clock.
+#[cfg(test)]
+mod fake_seed;
 pub mod gardener;
 pub mod health;
 pub mod kube_client;

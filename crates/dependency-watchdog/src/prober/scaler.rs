@@ -705,315 +705,23 @@ async fn wait_for_goal(
 
 #[cfg(test)]
 mod tests {
-    //! The executor against a fake seed apiserver (list, watch and merge patches of targets,
-    //! preconditions enforced), on a paused clock: waits of seconds take no time, and the
-    //! instants of the writes are exact.
+    //! The executor against the fake seed apiserver ([`crate::fake_seed`]: list, watch and
+    //! merge patches of targets, preconditions enforced), on a paused clock: waits of seconds
+    //! take no time, and the instants of the writes are exact.
 
     use super::*;
-    use std::collections::VecDeque;
     use std::sync::Arc;
 
-    use bytes::Bytes;
-    use futures::channel::mpsc;
-    use http::{Request, Response};
-    use http_body::Frame;
-    use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
     use kube::api::{ApiResource, GroupVersionKind};
     use serde_json::{Value, json};
     use tokio::time::Instant;
 
     use crate::cache::{Cache, run_cache};
     use crate::events::Events;
+    use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed, RC};
     use crate::metrics::Metrics;
     use crate::prober::seed_caches::{SeedCaches, project_target};
-    use crate::retry_after::{MAX_RETRIES, RetryAfterLayer};
     use dwd_core::scaling::{MELTDOWN_ANNOTATION, READINESS_WAIT, REPLICAS_ANNOTATION};
-
-    type Body = BoxBody<Bytes, std::convert::Infallible>;
-
-    /// One write the fake seed answered: (path, patch, when, status).
-    #[derive(Debug, Clone)]
-    struct Write {
-        path: String,
-        patch: Value,
-        at: Instant,
-        status: u16,
-    }
-
-    /// Where a watch's event lines go.
-    type EventSender = mpsc::UnboundedSender<Result<Frame<Bytes>, std::convert::Infallible>>;
-
-    /// A kind the fake serves.
-    struct Kind {
-        api_version: &'static str,
-        kind: &'static str,
-        plural: &'static str,
-    }
-
-    const DEPLOYMENT: Kind = Kind {
-        api_version: "apps/v1",
-        kind: "Deployment",
-        plural: "deployments",
-    };
-
-    /// Core v1's kind with a scale subresource: scaled through it, not through spec.
-    const RC: Kind = Kind {
-        api_version: "v1",
-        kind: "ReplicationController",
-        plural: "replicationcontrollers",
-    };
-
-    #[derive(Default)]
-    struct FakeState {
-        rv: u64,
-        /// (plural, namespace, name) → object.
-        objects: BTreeMap<(String, String, String), Value>,
-        /// (plural, name) of each open watch and where its events go.
-        watchers: Vec<(String, String, EventSender)>,
-        writes: Vec<Write>,
-        /// Answers (status, Retry-After) for the next writes, before they are applied.
-        fail_writes: VecDeque<(u16, Option<&'static str>)>,
-        /// Time from a change of spec.replicas until status.readyReplicas follows; `None`:
-        /// never (a seed whose status lags without end).
-        status_delay: Option<Duration>,
-    }
-
-    #[derive(Clone, Default)]
-    struct FakeSeed(Arc<Mutex<FakeState>>);
-
-    fn status(code: u16, reason: &str) -> Response<Body> {
-        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": reason, "reason": reason, "code": code});
-        Response::builder()
-            .status(code)
-            .header("Content-Type", "application/json")
-            .body(Full::new(Bytes::from(body.to_string())).boxed())
-            .expect("response")
-    }
-
-    fn ok(body: &Value) -> Response<Body> {
-        Response::builder()
-            .header("Content-Type", "application/json")
-            .body(Full::new(Bytes::from(body.to_string())).boxed())
-            .expect("response")
-    }
-
-    /// RFC 7386 merge patch.
-    fn merge(target: &mut Value, patch: &Value) {
-        let Value::Object(patch) = patch else {
-            *target = patch.clone();
-            return;
-        };
-        if !target.is_object() {
-            *target = json!({});
-        }
-        let object = target.as_object_mut().expect("object");
-        for (k, v) in patch {
-            if v.is_null() {
-                object.remove(k);
-            } else {
-                merge(object.entry(k.clone()).or_insert(Value::Null), v);
-            }
-        }
-    }
-
-    impl FakeSeed {
-        fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
-            self.0.lock().expect("fake seed")
-        }
-
-        /// Creates a `kind` `namespace/name` with `replicas`, ready.
-        fn create(
-            &self,
-            kind: &Kind,
-            namespace: &str,
-            name: &str,
-            replicas: i32,
-            annotations: &[(&str, &str)],
-        ) {
-            let mut s = self.lock();
-            s.rv += 1;
-            let annotations: BTreeMap<&str, &str> = annotations.iter().copied().collect();
-            let object = json!({
-                "apiVersion": kind.api_version, "kind": kind.kind,
-                "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
-                             "resourceVersion": s.rv.to_string(), "annotations": annotations},
-                "spec": {"replicas": replicas},
-                "status": {"readyReplicas": replicas},
-            });
-            s.objects
-                .insert((kind.plural.into(), namespace.into(), name.into()), object);
-        }
-
-        fn object(&self, plural: &str, namespace: &str, name: &str) -> Value {
-            self.lock().objects[&(plural.to_owned(), namespace.to_owned(), name.to_owned())].clone()
-        }
-
-        fn writes(&self) -> Vec<Write> {
-            self.lock().writes.clone()
-        }
-
-        fn client(&self) -> kube::Client {
-            let fake = self.clone();
-            let service = tower::service_fn(move |req: Request<kube::client::Body>| {
-                let fake = fake.clone();
-                async move { Ok::<_, std::convert::Infallible>(fake.serve(req).await) }
-            });
-            // The seed client's retry layer, as `rate_limited_client` stacks it.
-            let service = tower::ServiceBuilder::new()
-                .layer(RetryAfterLayer::new(MAX_RETRIES, None))
-                .service(service);
-            kube::Client::new(service, "default")
-        }
-
-        /// Sends `object` as a watch event to the watches of its kind and name.
-        fn notify(s: &mut FakeState, plural: &str, object: &Value) {
-            let name = object["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let line = format!("{}\n", json!({"type": "MODIFIED", "object": object}));
-            s.watchers.retain(|(p, n, tx)| {
-                p != plural
-                    || n != &name
-                    || tx
-                        .unbounded_send(Ok(Frame::data(Bytes::from(line.clone()))))
-                        .is_ok()
-            });
-        }
-
-        /// Makes status follow spec `delay` after a change, if the fake is set to.
-        fn follow_status(&self, key: (String, String, String)) {
-            let Some(delay) = self.lock().status_delay else {
-                return;
-            };
-            let fake = self.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let mut s = fake.lock();
-                s.rv += 1;
-                let rv = s.rv.to_string();
-                let Some(object) = s.objects.get_mut(&key) else {
-                    return;
-                };
-                object["status"]["readyReplicas"] = object["spec"]["replicas"].clone();
-                object["metadata"]["resourceVersion"] = json!(rv);
-                let object = object.clone();
-                Self::notify(&mut s, &key.0, &object);
-            });
-        }
-
-        async fn serve(&self, req: Request<kube::client::Body>) -> Response<Body> {
-            let (parts, body) = req.into_parts();
-            let body = body.collect_bytes().await.unwrap_or_default();
-            let path = parts.uri.path().to_owned();
-            let query = parts.uri.query().unwrap_or_default().replace("%3D", "=");
-            let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-            let Some(ns_at) = segments.iter().position(|s| *s == "namespaces") else {
-                // Cluster-wide list or watch of one kind, selected by name.
-                let plural = segments.last().copied().unwrap_or_default().to_owned();
-                let name = query
-                    .split('&')
-                    .find_map(|kv| kv.strip_prefix("fieldSelector=metadata.name="))
-                    .unwrap_or_default()
-                    .to_owned();
-                let mut s = self.lock();
-                if query.contains("watch=true") {
-                    let (tx, rx) = mpsc::unbounded();
-                    s.watchers.push((plural, name, tx));
-                    return Response::builder()
-                        .header("Content-Type", "application/json")
-                        .body(BodyExt::boxed(StreamBody::new(rx)))
-                        .expect("response");
-                }
-                let items: Vec<Value> = s
-                    .objects
-                    .iter()
-                    .filter(|((p, _, n), _)| *p == plural && *n == name)
-                    .map(|(_, o)| o.clone())
-                    .collect();
-                return ok(&json!({"kind": "List", "apiVersion": "v1",
-                    "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}));
-            };
-            let (Some(ns), Some(plural), Some(name)) = (
-                segments.get(ns_at + 1),
-                segments.get(ns_at + 2),
-                segments.get(ns_at + 3),
-            ) else {
-                return status(404, "NotFound");
-            };
-            let scale = segments.get(ns_at + 4) == Some(&"scale");
-            if parts.method != http::Method::PATCH {
-                return status(405, "MethodNotAllowed");
-            }
-            let patch: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let key = ((*plural).to_owned(), (*ns).to_owned(), (*name).to_owned());
-            let mut s = self.lock();
-            let mut write = Write {
-                path: path.clone(),
-                patch: patch.clone(),
-                at: Instant::now(),
-                status: 200,
-            };
-            if let Some((code, retry_after)) = s.fail_writes.pop_front() {
-                write.status = code;
-                s.writes.push(write);
-                let mut response = status(code, "Injected");
-                if let Some(v) = retry_after {
-                    response
-                        .headers_mut()
-                        .insert("Retry-After", http::HeaderValue::from_static(v));
-                }
-                return response;
-            }
-            s.rv += 1;
-            let rv = s.rv.to_string();
-            let Some(object) = s.objects.get_mut(&key) else {
-                write.status = 404;
-                s.writes.push(write);
-                return status(404, "NotFound");
-            };
-            let precondition = patch["metadata"]["resourceVersion"].as_str();
-            if precondition
-                .is_some_and(|p| Some(p) != object["metadata"]["resourceVersion"].as_str())
-            {
-                write.status = 409;
-                s.writes.push(write);
-                return status(409, "Conflict");
-            }
-            let replicas_before = object["spec"]["replicas"].clone();
-            if scale {
-                // A Scale: only spec.replicas reaches the parent.
-                if let Some(r) = patch.pointer("/spec/replicas") {
-                    object["spec"]["replicas"] = r.clone();
-                }
-            } else {
-                let mut patch = patch.clone();
-                if let Some(m) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.remove("resourceVersion");
-                }
-                merge(object, &patch);
-            }
-            object["metadata"]["resourceVersion"] = json!(rv);
-            let object = object.clone();
-            let answer = if scale {
-                json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
-                    "metadata": {"name": name, "namespace": ns, "uid": object["metadata"]["uid"],
-                                 "resourceVersion": rv},
-                    "spec": {"replicas": object["spec"]["replicas"]},
-                    "status": {"replicas": object["status"]["readyReplicas"]}})
-            } else {
-                object.clone()
-            };
-            s.writes.push(write);
-            Self::notify(&mut s, plural, &object);
-            drop(s);
-            if replicas_before != object["spec"]["replicas"] {
-                self.follow_status(key);
-            }
-            ok(&answer)
-        }
-    }
 
     /// A prober context on `fake` for `config` (YAML of dependentResourceInfos entries, with
     /// plural names: Deployments and ReplicationControllers), the target caches fed by the
@@ -1082,7 +790,7 @@ mod tests {
     }
 
     /// When the first successful write to `name` happened.
-    fn written_at(writes: &[Write], name: &str) -> Instant {
+    fn written_at(writes: &[Call], name: &str) -> Instant {
         writes
             .iter()
             .find(|w| w.status == 200 && w.path.contains(&format!("/{name}")))
@@ -1261,19 +969,16 @@ mod tests {
         // Annotations first, conditional on the cached version; then the scale, conditional
         // on the version the first write produced.
         assert!(!writes[0].path.ends_with("/scale"));
+        assert_eq!(writes[0].body["metadata"]["resourceVersion"], json!(before));
         assert_eq!(
-            writes[0].patch["metadata"]["resourceVersion"],
-            json!(before)
-        );
-        assert_eq!(
-            writes[0].patch["metadata"]["annotations"][REPLICAS_ANNOTATION],
+            writes[0].body["metadata"]["annotations"][REPLICAS_ANNOTATION],
             "3"
         );
         assert!(writes[1].path.ends_with("/scale"));
-        assert_eq!(writes[1].patch["spec"]["replicas"], 0);
+        assert_eq!(writes[1].body["spec"]["replicas"], 0);
         let after_first: u64 = before.parse::<u64>().expect("rv") + 1;
         assert_eq!(
-            writes[1].patch["metadata"]["resourceVersion"],
+            writes[1].body["metadata"]["resourceVersion"],
             json!(after_first.to_string())
         );
 
@@ -1285,14 +990,11 @@ mod tests {
             .expect("up");
         let writes = &fake.writes()[2..];
         assert!(writes[0].path.ends_with("/scale"));
-        assert_eq!(
-            writes[0].patch["metadata"]["resourceVersion"],
-            json!(cached)
-        );
-        assert_eq!(writes[0].patch["spec"]["replicas"], 3);
+        assert_eq!(writes[0].body["metadata"]["resourceVersion"], json!(cached));
+        assert_eq!(writes[0].body["spec"]["replicas"], 3);
         let scaled: u64 = cached.parse::<u64>().expect("rv") + 1;
         assert_eq!(
-            writes[1].patch["metadata"]["resourceVersion"],
+            writes[1].body["metadata"]["resourceVersion"],
             json!(scaled.to_string())
         );
         let object = fake.object("replicationcontrollers", "rc", "kcm");

@@ -1,0 +1,498 @@
+//! An in-memory seed apiserver for unit tests: a tower service behind a real `kube::Client`,
+//! so the code under test sends real requests and reads real answers, on a paused clock
+//! (waits of seconds take no time, and the instants of the requests are exact).
+//!
+//! What it serves:
+//! - cluster-wide lists and watches of one kind selected by `metadata.name` (the scaler's
+//!   target caches), fed by every change the fake makes;
+//! - merge patches of objects and of their `scale` subresource, with the `resourceVersion`
+//!   precondition enforced (`409 Conflict` on a stale one);
+//! - `GET` of one object (`404 NotFound` when absent), `POST` (`409 AlreadyExists` when it
+//!   exists) and `PUT` with the `resourceVersion` precondition: enough of
+//!   `coordination.k8s.io/v1` Leases for the leader elector;
+//! - injected failures: answers (status, `Retry-After`) for the next writes, and outages in
+//!   which every request fails or never gets an answer (a partition).
+//!
+//! Every request is recorded ([`Call`]) with its method, path, body, instant and answer.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::channel::mpsc;
+use http::{Method, Request, Response};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::SignedDuration;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::retry_after::{MAX_RETRIES, RetryAfterLayer};
+
+/// The body of the fake's answers.
+pub(crate) type Body = BoxBody<Bytes, std::convert::Infallible>;
+
+/// One request the fake received: (method, path, body, when, status). A request that never
+/// got an answer (a hung outage) has status 0.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub method: Method,
+    pub path: String,
+    /// The request's JSON body (a merge patch, or the whole object of a `POST`/`PUT`);
+    /// `null` without one.
+    pub body: Value,
+    pub at: Instant,
+    pub status: u16,
+}
+
+/// Where a watch's event lines go.
+type EventSender = mpsc::UnboundedSender<Result<Frame<Bytes>, std::convert::Infallible>>;
+
+/// A kind the fake serves.
+pub(crate) struct Kind {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+}
+
+/// `apps/v1` Deployments.
+pub(crate) const DEPLOYMENT: Kind = Kind {
+    api_version: "apps/v1",
+    kind: "Deployment",
+    plural: "deployments",
+};
+
+/// Core v1's kind with a scale subresource: scaled through it, not through spec.
+pub(crate) const RC: Kind = Kind {
+    api_version: "v1",
+    kind: "ReplicationController",
+    plural: "replicationcontrollers",
+};
+
+/// How the apiserver is unreachable during an outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outage {
+    /// Every request is answered with this status.
+    Fail(u16),
+    /// No request is answered (and none reaches the store): a network partition.
+    Hang,
+}
+
+#[derive(Default)]
+pub(crate) struct FakeState {
+    pub rv: u64,
+    /// (plural, namespace, name) → object.
+    pub objects: BTreeMap<(String, String, String), Value>,
+    /// (plural, name) of each open watch and where its events go.
+    watchers: Vec<(String, String, EventSender)>,
+    /// Every request, in order.
+    pub calls: Vec<Call>,
+    /// Answers (status, Retry-After) for the next writes, before they are applied.
+    pub fail_writes: VecDeque<(u16, Option<&'static str>)>,
+    /// Until when requests meet an outage, and which.
+    pub outage: Option<(Outage, Instant)>,
+    /// Time from a change of spec.replicas until status.readyReplicas follows; `None`:
+    /// never (a seed whose status lags without end).
+    pub status_delay: Option<Duration>,
+}
+
+/// The fake apiserver; clones share its state.
+#[derive(Clone, Default)]
+pub(crate) struct FakeSeed(Arc<Mutex<FakeState>>);
+
+fn status(code: u16, reason: &str) -> Response<Body> {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": reason, "reason": reason, "code": code});
+    Response::builder()
+        .status(code)
+        .header("Content-Type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())).boxed())
+        .expect("response")
+}
+
+fn answer(code: u16, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("Content-Type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())).boxed())
+        .expect("response")
+}
+
+fn ok(body: &Value) -> Response<Body> {
+    answer(200, body)
+}
+
+/// RFC 7386 merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let object = target.as_object_mut().expect("object");
+    for (k, v) in patch {
+        if v.is_null() {
+            object.remove(k);
+        } else {
+            merge(object.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+impl FakeSeed {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.0.lock().expect("fake seed")
+    }
+
+    /// Creates a `kind` `namespace/name` with `replicas`, ready.
+    pub(crate) fn create(
+        &self,
+        kind: &Kind,
+        namespace: &str,
+        name: &str,
+        replicas: i32,
+        annotations: &[(&str, &str)],
+    ) {
+        let mut s = self.lock();
+        s.rv += 1;
+        let annotations: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+        let object = json!({
+            "apiVersion": kind.api_version, "kind": kind.kind,
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
+                         "resourceVersion": s.rv.to_string(), "annotations": annotations},
+            "spec": {"replicas": replicas},
+            "status": {"readyReplicas": replicas},
+        });
+        s.objects
+            .insert((kind.plural.into(), namespace.into(), name.into()), object);
+    }
+
+    pub(crate) fn object(&self, plural: &str, namespace: &str, name: &str) -> Value {
+        self.lock().objects[&(plural.to_owned(), namespace.to_owned(), name.to_owned())].clone()
+    }
+
+    /// Every request that was not a `GET` (lists and watches are `GET`s too).
+    pub(crate) fn writes(&self) -> Vec<Call> {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.method != Method::GET)
+            .cloned()
+            .collect()
+    }
+
+    /// Every request whose path contains `part`.
+    pub(crate) fn calls_to(&self, part: &str) -> Vec<Call> {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.path.contains(part))
+            .cloned()
+            .collect()
+    }
+
+    /// Lease `namespace/name` as stored, if any.
+    pub(crate) fn lease(&self, namespace: &str, name: &str) -> Option<Lease> {
+        let key = ("leases".to_owned(), namespace.to_owned(), name.to_owned());
+        let object = self.lock().objects.get(&key).cloned()?;
+        Some(serde_json::from_value(object).expect("lease"))
+    }
+
+    /// Stores `lease` as another writer would (a new resourceVersion); returns that version.
+    pub(crate) fn put_lease(&self, lease: &Lease) -> String {
+        let mut object = serde_json::to_value(lease).expect("lease");
+        let namespace = object["metadata"]["namespace"].as_str().expect("namespace");
+        let name = object["metadata"]["name"].as_str().expect("name");
+        let key = ("leases".to_owned(), namespace.to_owned(), name.to_owned());
+        let mut s = self.lock();
+        s.rv += 1;
+        let rv = s.rv.to_string();
+        object["metadata"]["resourceVersion"] = json!(rv);
+        s.objects.insert(key, object);
+        rv
+    }
+
+    /// Moves Lease `namespace/name`'s `renewTime` and `acquireTime` `by` into the past, as
+    /// if the wall clock had advanced that much since they were written: a paused tokio
+    /// clock does not move the wall clock (`Timestamp::now()`) the elector compares them with.
+    /// Not a write: the resourceVersion stays.
+    pub(crate) fn age_lease(&self, namespace: &str, name: &str, by: Duration) {
+        let key = ("leases".to_owned(), namespace.to_owned(), name.to_owned());
+        let mut s = self.lock();
+        let object = s.objects.get_mut(&key).expect("lease to age");
+        let by = SignedDuration::try_from(by).expect("duration");
+        for field in ["renewTime", "acquireTime"] {
+            let Some(time) = object["spec"][field].as_str() else {
+                continue;
+            };
+            let time: MicroTime = serde_json::from_value(json!(time)).expect("micro time");
+            let aged = MicroTime(time.0.checked_sub(by).expect("aged time"));
+            object["spec"][field] = serde_json::to_value(aged).expect("micro time");
+        }
+    }
+
+    /// Every request meets `outage` from now for `length`.
+    pub(crate) fn outage(&self, outage: Outage, length: Duration) {
+        self.lock().outage = Some((outage, Instant::now() + length));
+    }
+
+    /// A client to the fake, with the seed client's retry layer.
+    pub(crate) fn client(&self) -> kube::Client {
+        let fake = self.clone();
+        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let fake = fake.clone();
+            async move { Ok::<_, std::convert::Infallible>(fake.serve(req).await) }
+        });
+        // The seed client's retry layer, as `rate_limited_client` stacks it.
+        let service = tower::ServiceBuilder::new()
+            .layer(RetryAfterLayer::new(MAX_RETRIES, None))
+            .service(service);
+        kube::Client::new(service, "default")
+    }
+
+    /// Sends `object` as a watch event to the watches of its kind and name.
+    fn notify(s: &mut FakeState, plural: &str, object: &Value) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let line = format!("{}\n", json!({"type": "MODIFIED", "object": object}));
+        s.watchers.retain(|(p, n, tx)| {
+            p != plural
+                || n != &name
+                || tx
+                    .unbounded_send(Ok(Frame::data(Bytes::from(line.clone()))))
+                    .is_ok()
+        });
+    }
+
+    /// Makes status follow spec `delay` after a change, if the fake is set to.
+    fn follow_status(&self, key: (String, String, String)) {
+        let Some(delay) = self.lock().status_delay else {
+            return;
+        };
+        let fake = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let mut s = fake.lock();
+            s.rv += 1;
+            let rv = s.rv.to_string();
+            let Some(object) = s.objects.get_mut(&key) else {
+                return;
+            };
+            object["status"]["readyReplicas"] = object["spec"]["replicas"].clone();
+            object["metadata"]["resourceVersion"] = json!(rv);
+            let object = object.clone();
+            Self::notify(&mut s, &key.0, &object);
+        });
+    }
+
+    async fn serve(&self, req: Request<kube::client::Body>) -> Response<Body> {
+        let (parts, body) = req.into_parts();
+        let body = body.collect_bytes().await.unwrap_or_default();
+        let mut call = Call {
+            method: parts.method.clone(),
+            path: parts.uri.path().to_owned(),
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            at: Instant::now(),
+            status: 0,
+        };
+        let outage = {
+            let mut s = self.lock();
+            match s.outage {
+                Some((outage, until)) if call.at < until => Some(outage),
+                Some(_) => {
+                    s.outage = None;
+                    None
+                }
+                None => None,
+            }
+        };
+        match outage {
+            Some(Outage::Fail(code)) => {
+                call.status = code;
+                self.lock().calls.push(call);
+                return status(code, "Injected");
+            }
+            Some(Outage::Hang) => {
+                self.lock().calls.push(call);
+                return std::future::pending().await;
+            }
+            None => {}
+        }
+        let response = self.answer(&parts, &call.body).await;
+        call.status = response.status().as_u16();
+        self.lock().calls.push(call);
+        response
+    }
+
+    async fn answer(&self, parts: &http::request::Parts, body: &Value) -> Response<Body> {
+        let path = parts.uri.path().to_owned();
+        let query = parts.uri.query().unwrap_or_default().replace("%3D", "=");
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let Some(ns_at) = segments.iter().position(|s| *s == "namespaces") else {
+            // Cluster-wide list or watch of one kind, selected by name.
+            let plural = segments.last().copied().unwrap_or_default().to_owned();
+            let name = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("fieldSelector=metadata.name="))
+                .unwrap_or_default()
+                .to_owned();
+            let mut s = self.lock();
+            if query.contains("watch=true") {
+                let (tx, rx) = mpsc::unbounded();
+                s.watchers.push((plural, name, tx));
+                return Response::builder()
+                    .header("Content-Type", "application/json")
+                    .body(BodyExt::boxed(StreamBody::new(rx)))
+                    .expect("response");
+            }
+            let items: Vec<Value> = s
+                .objects
+                .iter()
+                .filter(|((p, _, n), _)| *p == plural && *n == name)
+                .map(|(_, o)| o.clone())
+                .collect();
+            return ok(&json!({"kind": "List", "apiVersion": "v1",
+                "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}));
+        };
+        let (Some(ns), Some(plural)) = (segments.get(ns_at + 1), segments.get(ns_at + 2)) else {
+            return status(404, "NotFound");
+        };
+        if parts.method == Method::POST && segments.len() == ns_at + 3 {
+            return self.post(ns, plural, body);
+        }
+        let Some(name) = segments.get(ns_at + 3) else {
+            return status(404, "NotFound");
+        };
+        let key = ((*plural).to_owned(), (*ns).to_owned(), (*name).to_owned());
+        let scale = segments.get(ns_at + 4) == Some(&"scale");
+        match parts.method {
+            Method::PATCH => {}
+            Method::GET if !scale => {
+                return match self.lock().objects.get(&key) {
+                    Some(object) => ok(object),
+                    None => status(404, "NotFound"),
+                };
+            }
+            Method::PUT if !scale => return self.put(key, body),
+            _ => return status(405, "MethodNotAllowed"),
+        }
+        let patch = body;
+        let mut s = self.lock();
+        if let Some(response) = Self::injected(&mut s) {
+            return response;
+        }
+        s.rv += 1;
+        let rv = s.rv.to_string();
+        let Some(object) = s.objects.get_mut(&key) else {
+            return status(404, "NotFound");
+        };
+        let precondition = patch["metadata"]["resourceVersion"].as_str();
+        if precondition.is_some_and(|p| Some(p) != object["metadata"]["resourceVersion"].as_str()) {
+            return status(409, "Conflict");
+        }
+        let replicas_before = object["spec"]["replicas"].clone();
+        if scale {
+            // A Scale: only spec.replicas reaches the parent.
+            if let Some(r) = patch.pointer("/spec/replicas") {
+                object["spec"]["replicas"] = r.clone();
+            }
+        } else {
+            let mut patch = patch.clone();
+            if let Some(m) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("resourceVersion");
+            }
+            merge(object, &patch);
+        }
+        object["metadata"]["resourceVersion"] = json!(rv);
+        let object = object.clone();
+        let answer = if scale {
+            json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": name, "namespace": ns, "uid": object["metadata"]["uid"],
+                             "resourceVersion": rv},
+                "spec": {"replicas": object["spec"]["replicas"]},
+                "status": {"replicas": object["status"]["readyReplicas"]}})
+        } else {
+            object.clone()
+        };
+        Self::notify(&mut s, plural, &object);
+        drop(s);
+        if replicas_before != object["spec"]["replicas"] {
+            self.follow_status(key);
+        }
+        ok(&answer)
+    }
+
+    /// The next injected answer to a write, if any.
+    fn injected(s: &mut FakeState) -> Option<Response<Body>> {
+        let (code, retry_after) = s.fail_writes.pop_front()?;
+        let mut response = status(code, "Injected");
+        if let Some(v) = retry_after {
+            response
+                .headers_mut()
+                .insert("Retry-After", http::HeaderValue::from_static(v));
+        }
+        Some(response)
+    }
+
+    /// Creates `object` in `namespace` (`409 AlreadyExists` if its name is taken).
+    fn post(&self, namespace: &str, plural: &str, object: &Value) -> Response<Body> {
+        let mut s = self.lock();
+        if let Some(response) = Self::injected(&mut s) {
+            return response;
+        }
+        let Some(name) = object["metadata"]["name"].as_str() else {
+            return status(422, "Invalid");
+        };
+        let key = (plural.to_owned(), namespace.to_owned(), name.to_owned());
+        if s.objects.contains_key(&key) {
+            return status(409, "AlreadyExists");
+        }
+        if object["metadata"]["resourceVersion"].is_string() {
+            // The apiserver refuses a create that names a version.
+            return status(422, "Invalid");
+        }
+        s.rv += 1;
+        let mut object = object.clone();
+        object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+        object["metadata"]["namespace"] = json!(namespace);
+        object["metadata"]["uid"] = json!(format!("uid-{name}"));
+        s.objects.insert(key, object.clone());
+        Self::notify(&mut s, plural, &object);
+        answer(201, &object)
+    }
+
+    /// Replaces the object at `key` with `object`: conditional on the version it names
+    /// (`409 Conflict` on a stale one), `404` when there is none.
+    fn put(&self, key: (String, String, String), object: &Value) -> Response<Body> {
+        let mut s = self.lock();
+        if let Some(response) = Self::injected(&mut s) {
+            return response;
+        }
+        let Some(current) = s.objects.get(&key) else {
+            return status(404, "NotFound");
+        };
+        if object["metadata"]["name"].as_str() != Some(key.2.as_str()) {
+            return status(400, "BadRequest");
+        }
+        let precondition = object["metadata"]["resourceVersion"].as_str();
+        if precondition.is_some_and(|p| Some(p) != current["metadata"]["resourceVersion"].as_str())
+        {
+            return status(409, "Conflict");
+        }
+        let uid = current["metadata"]["uid"].clone();
+        s.rv += 1;
+        let mut object = object.clone();
+        object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+        object["metadata"]["uid"] = uid;
+        s.objects.insert(key.clone(), object.clone());
+        Self::notify(&mut s, &key.0, &object);
+        ok(&object)
+    }
+}
