@@ -225,18 +225,13 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     // Scale-up: CA with the widget (0), then KCM and MCM (1).
     shoot.kubelets().resume_all();
     wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
-    {
-        let log = logged(&log, &[(CA, 2), (KCM, 3), (MCM, 2)], scaled_down).await;
-        let (ca, kcm, mcm) = (
-            position_from(&log, CA, 2, scaled_down),
-            position_from(&log, KCM, 3, scaled_down),
-            position_from(&log, MCM, 2, scaled_down),
-        );
-        assert!(
-            ca < kcm && ca < mcm,
-            "scale-up order must be CA (0, with the widget) before KCM and MCM (1): {log:?}"
-        );
-    }
+    assert_level_order(
+        &log,
+        &[&[(CA, 2)], &[(KCM, 3), (MCM, 2)]],
+        scaled_down,
+        "scale-up: CA (0, with the widget) before KCM and MCM (1)",
+    )
+    .await;
     wait_annotations_cleared(&seed, &ns, &[KCM, MCM, CA]).await;
     watch.abort();
 

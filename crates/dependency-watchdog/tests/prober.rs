@@ -87,18 +87,13 @@ async fn outage_scales_down_in_level_order_and_recovery_restores_recorded_replic
 
     sick.kubelets().resume_all();
     wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
-    {
-        let log = logged(&log, &[(CA, 2), (KCM, 3), (MCM, 2)], scaled_down).await;
-        let (ca, kcm, mcm) = (
-            position_from(&log, CA, 2, scaled_down),
-            position_from(&log, KCM, 3, scaled_down),
-            position_from(&log, MCM, 2, scaled_down),
-        );
-        assert!(
-            ca < kcm && ca < mcm,
-            "scale-up order must be CA (0) before KCM and MCM (1): {log:?}"
-        );
-    }
+    assert_level_order(
+        &log,
+        &[&[(CA, 2)], &[(KCM, 3), (MCM, 2)]],
+        scaled_down,
+        "scale-up: CA (0) before KCM and MCM (1)",
+    )
+    .await;
     wait_annotations_cleared(&seed, &ns, &[KCM, MCM, CA]).await;
     watch.abort();
 }

@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{
-    CA, DEADLINE, KCM, MCM, RENEW, deployment_state, logged, position_from, record_replica_changes,
-    wait_annotations_cleared, wait_replicas,
+    CA, DEADLINE, KCM, MCM, RENEW, assert_level_order, deployment_state, logged, position_from,
+    record_replica_changes, wait_annotations_cleared, wait_replicas,
 };
 use dependency_watchdog::events::{
     REASON_SCALE_DOWN, REASON_ZONE_DISRUPTED, REASON_ZONE_RECOVERED,
@@ -538,15 +538,14 @@ async fn a_lost_zone_scales_down_only_the_zonal_targets_and_its_recovery_restore
     shoot.kubelets().resume_all();
     wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
     {
-        let log = logged(&log, &[(MCM, 2), (CA, 2)], scaled_down).await;
-        let (mcm, ca) = (
-            position_from(&log, MCM, 2, scaled_down),
-            position_from(&log, CA, 2, scaled_down),
-        );
-        assert!(
-            mcm < ca,
-            "scale-up order must be MCM (1) before CA (2): {log:?}"
-        );
+        assert_level_order(
+            &log,
+            &[&[(MCM, 2)], &[(CA, 2)]],
+            scaled_down,
+            "scale-up: MCM (1) before CA (2)",
+        )
+        .await;
+        let log = log.lock().expect("log").clone();
         assert!(
             log.iter().all(|(n, r)| n != KCM || *r == 3),
             "KCM must never be scaled: {log:?}"
@@ -632,19 +631,13 @@ async fn two_lost_zones_of_three_are_the_shoot_wide_rule_and_kcm_goes_down_too()
     silence_zone(&shoot, "a");
     silence_zone(&shoot, "b");
     wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
-    let scaled_down = {
-        let log = logged(&log, &[(KCM, 0), (MCM, 0), (CA, 0)], 0).await;
-        let (kcm, mcm, ca) = (
-            position_from(&log, KCM, 0, 0),
-            position_from(&log, MCM, 0, 0),
-            position_from(&log, CA, 0, 0),
-        );
-        assert!(
-            mcm < kcm && ca < kcm,
-            "scale-down order must be MCM and CA (0) before KCM (1): {log:?}"
-        );
-        kcm.max(mcm).max(ca) + 1
-    };
+    let scaled_down = assert_level_order(
+        &log,
+        &[&[(MCM, 0), (CA, 0)], &[(KCM, 0)]],
+        0,
+        "scale-down: MCM and CA (0) before KCM (1)",
+    )
+    .await;
     for (name, recorded) in [(KCM, "3"), (MCM, "2"), (CA, "2")] {
         let (_, a) = deployment_state(&seed, &ns, name).await;
         assert_eq!(
@@ -666,18 +659,13 @@ async fn two_lost_zones_of_three_are_the_shoot_wide_rule_and_kcm_goes_down_too()
     // Both zones back: everything restored, KCM (0) first, then MCM (1), then CA (2).
     shoot.kubelets().resume_all();
     wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
-    {
-        let log = logged(&log, &[(KCM, 3), (MCM, 2), (CA, 2)], scaled_down).await;
-        let (kcm, mcm, ca) = (
-            position_from(&log, KCM, 3, scaled_down),
-            position_from(&log, MCM, 2, scaled_down),
-            position_from(&log, CA, 2, scaled_down),
-        );
-        assert!(
-            kcm < mcm && mcm < ca,
-            "scale-up order must be KCM (0) < MCM (1) < CA (2): {log:?}"
-        );
-    }
+    assert_level_order(
+        &log,
+        &[&[(KCM, 3)], &[(MCM, 2)], &[(CA, 2)]],
+        scaled_down,
+        "scale-up: KCM (0), MCM (1), CA (2)",
+    )
+    .await;
     wait_annotations_cleared(&seed, &ns, &[KCM, MCM, CA]).await;
     watch.abort();
 }

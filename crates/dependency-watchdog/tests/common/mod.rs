@@ -308,6 +308,41 @@ pub fn position_from(log: &[(String, i32)], name: &str, replicas: i32, from: usi
         .unwrap_or_else(|| panic!("{name} never reached {replicas} after entry {from}: {log:?}"))
 }
 
+/// Waits until the replica log holds every `(name, replicas)` of `levels` at or after entry
+/// `from`, then asserts the flow's level order: every entry of a level comes before any entry
+/// of a later level (targets of one level run together, in any order). `what` names the flow
+/// in the failure message. Returns the index just after the last of these entries.
+pub async fn assert_level_order(
+    log: &ReplicaLog,
+    levels: &[&[(&str, i32)]],
+    from: usize,
+    what: &str,
+) -> usize {
+    let wanted: Vec<(&str, i32)> = levels.iter().flat_map(|l| l.iter().copied()).collect();
+    let log = logged(log, &wanted, from).await;
+    let positions: Vec<Vec<usize>> = levels
+        .iter()
+        .map(|level| {
+            level
+                .iter()
+                .map(|(name, replicas)| position_from(&log, name, *replicas, from))
+                .collect()
+        })
+        .collect();
+    for pair in positions.windows(2) {
+        let (earlier, later) = (&pair[0], &pair[1]);
+        assert!(
+            earlier.iter().max() < later.iter().min(),
+            "{what}: levels must run in order {levels:?}: {log:?}"
+        );
+    }
+    positions
+        .iter()
+        .flatten()
+        .max()
+        .map_or(from, |last| last + 1)
+}
+
 /// A copy of `log` once it holds every `(name, replicas)` of `wanted` at or after index
 /// `from`. The recording watch may lag a direct read of the Deployments by a moment, so an
 /// order is judged only once the log itself has seen every change.
