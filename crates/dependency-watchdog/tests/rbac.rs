@@ -34,13 +34,13 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail, ensure};
+use anyhow::{Context, Result, anyhow, ensure};
 use dependency_watchdog::events::{
     REASON_POD_DELETED, REASON_SCALE_DOWN, REASON_SCALE_UP, REASON_SCALED_DOWN, REASON_SCALED_UP,
 };
@@ -67,14 +67,12 @@ use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::{Watchdog, sample};
 
 /// Namespace of the deployments, their ServiceAccounts and Leases.
 const GARDEN: &str = "garden";
 /// Deadline for anything that needs process start-up, cache sync or a few probe runs.
 const DEADLINE: Duration = Duration::from_secs(45);
-/// How long a stopped binary may take to exit after SIGTERM.
-const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 
 const KCM: &str = "kube-controller-manager";
 const MCM: &str = "machine-controller-manager";
@@ -619,201 +617,35 @@ const LEADER_FLAGS: &[&str] = &[
     "--leader-elect-retry-period=500ms",
 ];
 
-/// The real binary, started with the shipped command line; killed on drop (and by the kernel
-/// if the test process dies first).
-struct Watchdog {
-    name: String,
-    child: Mutex<Option<Child>>,
-    log: PathBuf,
-    metrics_port: u16,
-}
-
-impl Watchdog {
-    /// Starts `c`'s binary as run `run` (also its POD_NAME, so its events name it): the shipped
-    /// command line with `--config-file` pointing at `config`, plus what a test must add —
-    /// the ServiceAccount's kubeconfig (in a pod: in-cluster config), loopback ports, short
-    /// leader-election timings.
-    fn start(
-        c: &Component,
-        run: &str,
-        dir: &Path,
-        config: &Path,
-        kubeconfig: &Path,
-    ) -> Result<Watchdog> {
-        let log = dir.join(format!("{run}.log"));
-        let out = std::fs::File::create(&log)?;
-        let err = out.try_clone()?;
-        let metrics_port = dwd_testenv::free_port()?;
-        let health_port = dwd_testenv::free_port()?;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"));
-        for arg in c.shipped_args()? {
+/// Starts `c`'s real binary as run `run` (also its POD_NAME, so its events name it): the
+/// shipped command line with `--config-file` pointing at `config`, plus what a test must add —
+/// the ServiceAccount's kubeconfig (in a pod: in-cluster config), loopback ports, short
+/// leader-election timings. The shipped `--zap-log-level` decides, as in the pod.
+fn start_watchdog(
+    c: &Component,
+    run: &str,
+    dir: &Path,
+    config: &Path,
+    kubeconfig: &Path,
+) -> Result<Watchdog> {
+    let metrics_port = dwd_testenv::free_port()?;
+    let health_port = dwd_testenv::free_port()?;
+    let mut args: Vec<String> = c
+        .shipped_args()?
+        .into_iter()
+        .map(|arg| {
             if arg.starts_with("--config-file=") {
-                cmd.arg(format!("--config-file={}", config.display()));
+                format!("--config-file={}", config.display())
             } else {
-                cmd.arg(arg);
+                arg
             }
-        }
-        cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--metrics-bind-addr=127.0.0.1:{metrics_port}"))
-            .arg(format!("--health-bind-addr=127.0.0.1:{health_port}"))
-            .args(LEADER_FLAGS)
-            .env("POD_NAME", run)
-            // The shipped --zap-log-level decides, as in the pod.
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
-        dwd_testenv::process::die_with_parent(&mut cmd);
-        let child = cmd.spawn().with_context(|| format!("starting {run}"))?;
-        Ok(Watchdog {
-            name: run.to_string(),
-            child: Mutex::new(Some(child)),
-            log,
-            metrics_port,
         })
-    }
-
-    /// The log so far, without backslashes (error messages are quoted in some lines).
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .replace('\\', "")
-    }
-
-    fn tail(&self) -> String {
-        let text = self.log();
-        let lines: Vec<&str> = text.lines().collect();
-        let start = lines.len().saturating_sub(30);
-        format!(
-            "--- {} log tail ---\n{}",
-            self.name,
-            lines[start..].join("\n")
-        )
-    }
-
-    /// `Some(status)` once the process ended.
-    fn exited(&self) -> Option<ExitStatus> {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        child.as_mut().and_then(|c| c.try_wait().ok().flatten())
-    }
-
-    /// Waits until at least `n` lines of the log contain `needle`. A denied call is logged on
-    /// one line per attempt by the code that retries it (kube-runtime's watcher for the Cluster
-    /// watch, ours elsewhere), so `n` lines of a denial mean `n` attempts.
-    async fn wait_log(&self, needle: &str, n: usize) -> Result<()> {
-        self.wait_log_lines(&[needle], n).await
-    }
-
-    /// Waits until at least `n` lines of the log contain every one of `needles`.
-    async fn wait_log_lines(&self, needles: &[&str], n: usize) -> Result<()> {
-        let what = format!("{n} lines with {needles:?} in the log of {}", self.name);
-        eventually(DEADLINE, &what, || async move {
-            if let Some(status) = self.exited() {
-                return Err(format!("exited with {status}"));
-            }
-            let log = self.log();
-            let lines = log
-                .lines()
-                .filter(|l| needles.iter().all(|n| l.contains(n)))
-                .count();
-            Ok((lines >= n).then_some(()))
-        })
-        .await
-        .map_err(|e| anyhow!("{e}\n{}", self.tail()))
-    }
-
-    async fn metrics(&self) -> Result<String> {
-        let (status, body) = http_get(self.metrics_port, "/metrics").await?;
-        ensure!(status == 200, "{}: /metrics answered {status}", self.name);
-        Ok(body)
-    }
-
-    /// The value of one series (0 when absent: counters and families start without series).
-    async fn sample(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64> {
-        Ok(sample(&self.metrics().await?, name, labels).unwrap_or(0.0))
-    }
-
-    /// Waits until a series reaches `min`.
-    async fn wait_sample(&self, name: &str, labels: &[(&str, &str)], min: f64) -> Result<()> {
-        let what = format!("{name}{labels:?} ≥ {min} on {}", self.name);
-        eventually(DEADLINE, &what, || async move {
-            if let Some(status) = self.exited() {
-                return Err(format!("exited with {status}"));
-            }
-            let value = self.sample(name, labels).await.map_err(|e| e.to_string())?;
-            Ok((value >= min).then_some(()))
-        })
-        .await
-        .map_err(|e| anyhow!("{e}\n{}", self.tail()))
-    }
-
-    /// SIGTERM, then waits for the exit (SIGKILL after [`EXIT_TIMEOUT`]).
-    async fn stop(&self) -> Result<ExitStatus> {
-        if self.exited().is_none() {
-            let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-            let child = child.as_ref().context("no process")?;
-            // Not reaped yet: exited() saw it running, and only this handle reaps it.
-            dwd_testenv::process::signal(child, dwd_testenv::process::Signal::TERM)?;
-        }
-        let deadline = Instant::now() + EXIT_TIMEOUT;
-        loop {
-            if let Some(status) = self.exited() {
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "{} did not exit within {EXIT_TIMEOUT:?} of SIGTERM\n{}",
-                    self.name,
-                    self.tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(mut child) = child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("no HTTP status")?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
-}
-
-/// The value of the first series `name{…}` having all `labels`, in Prometheus text.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .find(|(series, _)| {
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|(_, value)| value.parse().ok())
+        .collect();
+    args.push(format!("--kubeconfig={}", kubeconfig.display()));
+    args.push(format!("--metrics-bind-addr=127.0.0.1:{metrics_port}"));
+    args.push(format!("--health-bind-addr=127.0.0.1:{health_port}"));
+    args.extend(LEADER_FLAGS.iter().map(|f| (*f).to_string()));
+    Watchdog::spawn(run, &args, &[("POD_NAME", run)], dir, metrics_port)
 }
 
 // --- reading the seed -----------------------------------------------------------------------
@@ -1422,7 +1254,7 @@ struct ProberWorld {
 
 impl ProberWorld {
     fn start(&self, run: &str) -> Result<Watchdog> {
-        Watchdog::start(
+        start_watchdog(
             &self.component,
             run,
             &self.dir,
@@ -1964,7 +1796,7 @@ impl WeederWorld {
     }
 
     fn start(&self, run: &str) -> Result<Watchdog> {
-        Watchdog::start(
+        start_watchdog(
             &self.component,
             run,
             &self.dir,

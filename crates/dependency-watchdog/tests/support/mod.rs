@@ -142,6 +142,43 @@ impl Watchdog {
         }
     }
 
+    /// Waits until at least `n` lines of the log contain `needle` (backslashes ignored: error
+    /// messages are quoted in some lines). A denied call is logged on one line per attempt by
+    /// the code that retries it, so `n` lines of a denial mean `n` attempts.
+    pub async fn wait_log(&self, needle: &str, n: usize) -> Result<()> {
+        self.wait_log_lines(&[needle], n).await
+    }
+
+    /// Waits until at least `n` lines of the log contain every one of `needles` (backslashes
+    /// ignored).
+    pub async fn wait_log_lines(&self, needles: &[&str], n: usize) -> Result<()> {
+        let what = format!("{n} lines with {needles:?} in the log of {}", self.name);
+        self.until(&what, || async move {
+            let log = self.log().replace('\\', "");
+            let lines = log
+                .lines()
+                .filter(|l| needles.iter().all(|n| l.contains(n)))
+                .count();
+            Ok((lines >= n).then_some(()))
+        })
+        .await
+    }
+
+    /// The value of one series (0 when absent: counters and families start without series).
+    pub async fn sample(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64> {
+        Ok(sample(&self.metrics().await?, name, labels).unwrap_or(0.0))
+    }
+
+    /// Waits until a series reaches `min`.
+    pub async fn wait_sample(&self, name: &str, labels: &[(&str, &str)], min: f64) -> Result<()> {
+        let what = format!("{name}{labels:?} ≥ {min} on {}", self.name);
+        self.until(&what, || async move {
+            let value = self.sample(name, labels).await?;
+            Ok((value >= min).then_some(()))
+        })
+        .await
+    }
+
     /// Log lines at warn level or above (JSON `"level":"warn"`/`"error"`, or text `WARN`/`ERROR`).
     pub fn warnings(&self) -> Vec<String> {
         self.log()
@@ -202,4 +239,19 @@ pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         })
         .filter_map(|(_, value)| value.parse::<f64>().ok())
         .sum()
+}
+
+/// The value of the first series `name{…}` having all `labels`, in Prometheus text.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(series, _)| {
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|(_, value)| value.parse().ok())
 }
