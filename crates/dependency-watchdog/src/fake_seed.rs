@@ -13,6 +13,15 @@
 //! - injected failures: answers (status, `Retry-After`) for the next writes, and outages in
 //!   which every request fails or never gets an answer (a partition).
 //!
+//! And, to stand in for a shoot's kube-apiserver (the probe's reads):
+//! - `GET /version`;
+//! - namespaced lists (`…/namespaces/{ns}/{plural}`: node leases) and cluster-wide lists
+//!   without a field selector (all objects of the kind: nodes, Machines);
+//! - injected answers (status, `Retry-After`) for the next requests whose path contains a
+//!   given part, and delays before the answers to such requests;
+//! - [`FakeSeed::shoot_client`]: a client with the shoot client's retry layer (its budget the
+//!   probe timeout).
+//!
 //! Every request is recorded ([`Call`]) with its method, path, body, instant and answer.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -92,6 +101,11 @@ pub(crate) struct FakeState {
     pub calls: Vec<Call>,
     /// Answers (status, Retry-After) for the next writes, before they are applied.
     pub fail_writes: VecDeque<(u16, Option<&'static str>)>,
+    /// Answers (path part, status, Retry-After) for the next requests whose path contains
+    /// the part: each is used once, by the first such request.
+    pub fail_requests: VecDeque<(&'static str, u16, Option<&'static str>)>,
+    /// Delays (path part, delay) before answering each request whose path contains the part.
+    pub delays: Vec<(&'static str, Duration)>,
     /// Until when requests meet an outage, and which.
     pub outage: Option<(Outage, Instant)>,
     /// Time from a change of spec.replicas until status.readyReplicas follows; `None`:
@@ -236,6 +250,24 @@ impl FakeSeed {
         }
     }
 
+    /// Stores `object` (JSON with `metadata.name`, and `metadata.namespace` unless it is
+    /// cluster-scoped) as a `plural` as another writer would: a new resourceVersion.
+    pub(crate) fn insert(&self, plural: &str, object: Value) {
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("object name")
+            .to_owned();
+        let mut s = self.lock();
+        s.rv += 1;
+        let mut object = object;
+        object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+        s.objects.insert((plural.into(), namespace, name), object);
+    }
+
     /// Every request meets `outage` from now for `length`.
     pub(crate) fn outage(&self, outage: Outage, length: Duration) {
         self.lock().outage = Some((outage, Instant::now() + length));
@@ -255,6 +287,21 @@ impl FakeSeed {
         kube::Client::new(service, "default")
     }
 
+    /// A client to the fake standing in for a shoot, with the shoot client's retry layer: a
+    /// `Retry-After` wait is taken only while it ends within `probe_timeout` (see
+    /// `PreparedShootConfig::client`).
+    pub(crate) fn shoot_client(&self, probe_timeout: Duration) -> kube::Client {
+        let fake = self.clone();
+        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let fake = fake.clone();
+            async move { Ok::<_, std::convert::Infallible>(fake.serve(req).await) }
+        });
+        let service = tower::ServiceBuilder::new()
+            .layer(RetryAfterLayer::new(MAX_RETRIES, Some(probe_timeout)))
+            .service(service);
+        kube::Client::new(service, "default")
+    }
+
     /// Sends `object` as a watch event to the watches of its kind and name.
     fn notify(s: &mut FakeState, plural: &str, object: &Value) {
         let name = object["metadata"]["name"]
@@ -264,7 +311,7 @@ impl FakeSeed {
         let line = format!("{}\n", json!({"type": "MODIFIED", "object": object}));
         s.watchers.retain(|(p, n, tx)| {
             p != plural
-                || n != &name
+                || (!n.is_empty() && n != &name)
                 || tx
                     .unbounded_send(Ok(Frame::data(Bytes::from(line.clone()))))
                     .is_ok()
@@ -325,6 +372,35 @@ impl FakeSeed {
             }
             None => {}
         }
+        let delay = self
+            .lock()
+            .delays
+            .iter()
+            .filter(|(part, _)| call.path.contains(part))
+            .map(|(_, d)| *d)
+            .max();
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        let injected = {
+            let mut s = self.lock();
+            let at = s
+                .fail_requests
+                .iter()
+                .position(|(part, _, _)| call.path.contains(part));
+            at.and_then(|i| s.fail_requests.remove(i))
+        };
+        if let Some((_, code, retry_after)) = injected {
+            let mut response = status(code, "Injected");
+            if let Some(v) = retry_after {
+                response
+                    .headers_mut()
+                    .insert("Retry-After", http::HeaderValue::from_static(v));
+            }
+            call.status = code;
+            self.lock().calls.push(call);
+            return response;
+        }
         let response = self.answer(&parts, &call.body).await;
         call.status = response.status().as_u16();
         self.lock().calls.push(call);
@@ -335,6 +411,13 @@ impl FakeSeed {
         let path = parts.uri.path().to_owned();
         let query = parts.uri.query().unwrap_or_default().replace("%3D", "=");
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        if path == "/version" {
+            return ok(
+                &json!({"major": "1", "minor": "31", "gitVersion": "v1.31.0",
+                "gitCommit": "fake", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                "goVersion": "go1.23", "compiler": "gc", "platform": "linux/amd64"}),
+            );
+        }
         let Some(ns_at) = segments.iter().position(|s| *s == "namespaces") else {
             // Cluster-wide list or watch of one kind, selected by name.
             let plural = segments.last().copied().unwrap_or_default().to_owned();
@@ -352,10 +435,11 @@ impl FakeSeed {
                     .body(BodyExt::boxed(StreamBody::new(rx)))
                     .expect("response");
             }
+            // Without a field selector: every object of the kind.
             let items: Vec<Value> = s
                 .objects
                 .iter()
-                .filter(|((p, _, n), _)| *p == plural && *n == name)
+                .filter(|((p, _, n), _)| *p == plural && (name.is_empty() || *n == name))
                 .map(|(_, o)| o.clone())
                 .collect();
             return ok(&json!({"kind": "List", "apiVersion": "v1",
@@ -366,6 +450,18 @@ impl FakeSeed {
         };
         if parts.method == Method::POST && segments.len() == ns_at + 3 {
             return self.post(ns, plural, body);
+        }
+        if parts.method == Method::GET && segments.len() == ns_at + 3 {
+            // A namespaced list.
+            let s = self.lock();
+            let items: Vec<Value> = s
+                .objects
+                .iter()
+                .filter(|((p, n, _), _)| p == plural && n == ns)
+                .map(|(_, o)| o.clone())
+                .collect();
+            return ok(&json!({"kind": "List", "apiVersion": "v1",
+                "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}));
         }
         let Some(name) = segments.get(ns_at + 3) else {
             return status(404, "NotFound");

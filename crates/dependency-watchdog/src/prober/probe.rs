@@ -193,7 +193,15 @@ pub struct Probe {
     /// The probe secret's kubeconfig as last prepared (parsed, TLS configured): reused while
     /// the secret holds the same text, prepared anew when it changes.
     pub shoot_config: std::sync::Mutex<Option<Arc<PreparedShootConfig>>>,
+    /// Test-only (absent outside unit tests): makes each run's shoot client in place of the
+    /// probe secret's kubeconfig, e.g. a client on a fake shoot apiserver.
+    #[cfg(test)]
+    pub shoot_connector: Option<ShootConnector>,
 }
+
+/// Test-only: what makes a run's shoot client (see [`Probe::shoot_connector`]).
+#[cfg(test)]
+pub type ShootConnector = Arc<dyn Fn() -> Client + Send + Sync>;
 
 /// The report's summary without its trailing decision ("4/5 node leases expired (0.80 ≥
 /// 0.60)" of "…: scale down"): events append what was done to it.
@@ -225,6 +233,8 @@ impl Probe {
             ctx,
             cancel,
             shoot_config: Default::default(),
+            #[cfg(test)]
+            shoot_connector: None,
         }
     }
 
@@ -647,6 +657,10 @@ impl Probe {
 
     /// A client for this run only, from the secret's current kubeconfig.
     async fn shoot_client(&self) -> Result<Client, Error> {
+        #[cfg(test)]
+        if let Some(connect) = &self.shoot_connector {
+            return Ok(connect());
+        }
         let secret = &self.ctx.config.kube_config_secret_name;
         let err = |reason: String| Error::ShootKubeconfig {
             namespace: self.namespace.clone(),
@@ -764,6 +778,10 @@ fn cut(text: &str, limit: usize) -> String {
     }
     format!("{}… ({} bytes)", &text[..end], text.len())
 }
+
+#[cfg(test)]
+#[path = "probe_tests.rs"]
+mod loop_tests;
 
 #[cfg(test)]
 mod tests {

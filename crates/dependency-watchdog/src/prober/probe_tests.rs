@@ -1,0 +1,429 @@
+//! The probe loop itself ([`Probe::run`]) on a paused clock, against two fake apiservers
+//! ([`crate::fake_seed`]): one the seed (caches of secrets, Machines and targets; the scaling
+//! writes), one the shoot (`/version`, node leases, nodes), reached through
+//! [`Probe::shoot_connector`] instead of a kubeconfig. Waits of minutes take no time, and the
+//! instants of the requests are exact: the assertions read the fakes' recorded requests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use dwd_core::EffectiveProbeSettings;
+use http::Method;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Probe, ProbeSpec};
+use crate::cache::{Cache, run_cache};
+use crate::events::Events;
+use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed};
+use crate::metrics::Metrics;
+use crate::prober::ProberContext;
+use crate::prober::seed_caches::{
+    SecretKubeconfig, SeedCaches, TargetCache, machine_gvk, project_machine, project_target,
+};
+
+/// The shoot's namespace in the seed.
+const NS: &str = "shoot--p--a";
+
+/// kcm goes down first and comes up last; mcm the other way round.
+const TARGETS: &str = "
+dependentResourceInfos:
+- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
+  scaleUp: {level: 1}
+  scaleDown: {level: 0}
+- ref: {apiVersion: apps/v1, kind: Deployment, name: mcm}
+  scaleUp: {level: 0}
+  scaleDown: {level: 1}
+";
+
+/// A running probe and the fakes it talks to.
+struct Harness {
+    seed: FakeSeed,
+    shoot: FakeSeed,
+    spec: watch::Sender<ProbeSpec>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    /// When the probe was started.
+    t0: Instant,
+}
+
+fn settings(grace: Duration) -> ProbeSpec {
+    ProbeSpec {
+        settings: EffectiveProbeSettings {
+            node_monitor_grace: grace,
+            pool_conditions: BTreeMap::new(),
+        },
+        cluster_uid: Some("uid-cluster".into()),
+    }
+}
+
+/// A lease of node `node` last renewed `age` ago (by the wall clock: a paused tokio clock does
+/// not move it, so ages are set, not waited for).
+fn lease(node: &str, age: Duration) -> Value {
+    let renewed = Utc::now() - chrono::Duration::from_std(age).expect("age");
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": node, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": node,
+                 "renewTime": renewed.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}})
+}
+
+impl Harness {
+    /// Seed: kcm and mcm at 2 replicas (status follows spec after 1 s), a Running Machine
+    /// per node. Shoot: nodes n1..n3 whose leases were renewed `ages` ago. The probe runs
+    /// with `config` (prober config lines, without targets) and `grace`, its first run after
+    /// the config's `initialDelay`.
+    async fn start(config: &str, grace: Duration, ages: [Duration; 3]) -> Harness {
+        let config = dwd_core::ProberConfig::from_yaml(&format!(
+            "kubeConfigSecretName: probe\n{config}{TARGETS}"
+        ))
+        .expect("config")
+        .config;
+        let seed = FakeSeed::default();
+        seed.lock().status_delay = Some(Duration::from_secs(1));
+        for name in ["kcm", "mcm"] {
+            seed.create(&DEPLOYMENT, NS, name, 2, &[]);
+        }
+        let shoot = FakeSeed::default();
+        for (i, age) in ages.into_iter().enumerate() {
+            let node = format!("n{}", i + 1);
+            seed.insert(
+                "machines",
+                json!({"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+                    "metadata": {"name": format!("m-{node}"), "namespace": NS,
+                                 "labels": {"node": node}},
+                    "status": {"currentStatus": {"phase": "Running"}}}),
+            );
+            shoot.insert(
+                "nodes",
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+            );
+            shoot.insert("leases", lease(&node, age));
+        }
+        let caches = caches(&seed, &config).await;
+        let metrics = Arc::new(Metrics::default());
+        let probe_timeout = config.probe_timeout;
+        let first_delay = config.initial_delay;
+        let ctx = Arc::new(ProberContext {
+            config,
+            seed: seed.client(),
+            caches,
+            events: Events::disabled(metrics.clone()),
+            metrics,
+        });
+        let (spec, updates) = watch::channel(settings(grace));
+        let cancel = CancellationToken::new();
+        let series = ctx.metrics.open_shoot(NS);
+        let mut probe = Probe::new(NS.into(), updates, series, ctx, cancel.clone());
+        let fake_shoot = shoot.clone();
+        probe.shoot_connector = Some(Arc::new(move || fake_shoot.shoot_client(probe_timeout)));
+        let t0 = Instant::now();
+        let task = tokio::spawn(probe.run(first_delay));
+        Harness {
+            seed,
+            shoot,
+            spec,
+            cancel,
+            task,
+            t0,
+        }
+    }
+
+    /// Lets the probe run until `at` after its start.
+    async fn until(&self, at: Duration) {
+        tokio::time::sleep_until(self.t0 + at).await;
+    }
+
+    /// When the shoot was asked for requests whose path contains `part`, after the start.
+    fn shoot_calls(&self, part: &str) -> Vec<(Duration, u16)> {
+        self.shoot
+            .calls_to(part)
+            .iter()
+            .map(|c| (c.at - self.t0, c.status))
+            .collect()
+    }
+
+    /// The seed's writes (scaling patches), as (after the start, target, spec.replicas
+    /// written).
+    fn scaling_writes(&self) -> Vec<(Duration, String, Value)> {
+        self.seed
+            .writes()
+            .iter()
+            .map(|c: &Call| {
+                assert_eq!(c.method, Method::PATCH, "{c:?}");
+                assert_eq!(c.status, 200, "{c:?}");
+                let target = c.path.rsplit('/').next().unwrap_or_default().to_owned();
+                (c.at - self.t0, target, c.body["spec"]["replicas"].clone())
+            })
+            .collect()
+    }
+
+    fn replicas(&self, name: &str) -> Value {
+        self.seed.object("deployments", NS, name)["spec"]["replicas"].clone()
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.task.await.expect("probe task");
+    }
+}
+
+/// The seed caches on `seed`, synced: probe secrets (never read: the shoot client comes from
+/// the connector), Machines, and the targets of `config`.
+async fn caches(seed: &FakeSeed, config: &dwd_core::ProberConfig) -> SeedCaches {
+    let client = seed.client();
+    let secrets = Cache::new("probe kubeconfig secrets");
+    tokio::spawn(run_cache(
+        Api::<Secret>::all(client.clone()),
+        kube::runtime::watcher::Config::default().fields("metadata.name=probe"),
+        secrets.clone(),
+        |_: &Secret| Some(SecretKubeconfig(Err("not read in these tests".into()))),
+    ));
+    let machines = Cache::new("machines");
+    tokio::spawn(run_cache(
+        Api::<DynamicObject>::all_with(client.clone(), &ApiResource::from_gvk(&machine_gvk())),
+        kube::runtime::watcher::Config::default(),
+        machines.clone(),
+        project_machine,
+    ));
+    let mut targets = Vec::new();
+    for info in &config.dependent_resource_infos {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        );
+        let cache = Cache::new("scaling targets");
+        tokio::spawn(run_cache(
+            Api::<DynamicObject>::all_with(client.clone(), &resource),
+            kube::runtime::watcher::Config::default()
+                .fields(&format!("metadata.name={}", info.target.name)),
+            cache.clone(),
+            project_target,
+        ));
+        cache.wait_ready().await;
+        targets.push(TargetCache {
+            info: info.clone(),
+            resource,
+            cache,
+        });
+    }
+    secrets.wait_ready().await;
+    machines.wait_ready().await;
+    assert_eq!(machines.in_namespace(NS).len(), 3);
+    SeedCaches {
+        secrets,
+        machines,
+        targets,
+    }
+}
+
+const FRESH: Duration = Duration::ZERO;
+const EXPIRED: Duration = Duration::from_secs(300);
+const GRACE: Duration = Duration::from_secs(40);
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Gaps between consecutive instants.
+fn gaps(at: &[Duration]) -> Vec<Duration> {
+    at.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn runs_start_after_initial_delay_and_follow_the_interval_with_sliding_jitter() {
+    let h = Harness::start(
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0.5\n",
+        GRACE,
+        [FRESH; 3],
+    )
+    .await;
+    // Each run takes 1 s (the shoot answers /version late): the next waits its jittered
+    // interval from the end of the run, not from its start.
+    h.shoot.lock().delays.push(("/version", secs(1)));
+    h.until(secs(600)).await;
+    let versions: Vec<Duration> = h.shoot_calls("/version").iter().map(|c| c.0).collect();
+    assert_eq!(versions.first(), Some(&secs(30)), "{versions:?}");
+    assert!(versions.len() > (600 - 30) / 16, "{versions:?}");
+    let gaps = gaps(&versions);
+    for gap in &gaps {
+        assert!(
+            (secs(11)..=secs(16)).contains(gap),
+            "gap {gap:?} outside 1 s run + [10 s, 15 s]: {versions:?}"
+        );
+    }
+    // Jittered, not a fixed 11 s (with 50 runs, equal draws are out of the question).
+    assert!(gaps.iter().any(|g| *g != gaps[0]), "{gaps:?}");
+    // Every lease fresh, nothing to restore: no node list, no scaling.
+    assert_eq!(h.shoot_calls("/leases").len(), versions.len());
+    assert!(h.shoot_calls("/nodes").is_empty());
+    assert!(h.seed.writes().is_empty());
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_spaces_the_next_run_at_least_ten_seconds_after_it() {
+    let h = Harness::start(
+        "probeInterval: 2s\ninitialDelay: 5s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
+        GRACE,
+        [FRESH; 3],
+    )
+    .await;
+    {
+        let mut s = h.shoot.lock();
+        // The first run's /version: Retry-After past the probe timeout, so not retried within
+        // the call. Then the second run's lease list.
+        s.fail_requests.push_back(("/version", 429, Some("30")));
+        s.fail_requests.push_back(("/leases", 429, Some("30")));
+        // Retried within the call (1 s < probe timeout): the run succeeds, no spacing.
+        s.fail_requests.push_back(("/leases", 429, Some("1")));
+    }
+    h.until(secs(40)).await;
+    let versions = h.shoot_calls("/version");
+    let leases = h.shoot_calls("/leases");
+    // 5 s: 429 → next run 10 s after it, not 2 s. 15 s: lease list 429 → 25 s. 25 s: its
+    // lease list 429, retried after 1 s and answered (a 429 that did not end the run): the
+    // next run 2 s after the run's end.
+    assert_eq!(
+        versions[..4],
+        [
+            (secs(5), 429),
+            (secs(15), 200),
+            (secs(25), 200),
+            (secs(28), 200)
+        ],
+        "{versions:?}"
+    );
+    assert_eq!(
+        leases[..4],
+        [
+            (secs(15), 429),
+            (secs(25), 429),
+            (secs(26), 200),
+            (secs(28), 200)
+        ],
+        "{leases:?}"
+    );
+    for gap in gaps(&versions.iter().map(|c| c.0).collect::<Vec<_>>())[3..].iter() {
+        assert_eq!(*gap, secs(2), "{versions:?}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_grace_period_applies_from_the_next_run_without_a_new_initial_delay() {
+    // Leases renewed 60 s ago: fresh under a 120 s grace period, expired under 40 s.
+    let h = Harness::start(
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
+        secs(120),
+        [secs(60); 3],
+    )
+    .await;
+    h.until(secs(45)).await;
+    assert_eq!(h.shoot_calls("/version").len(), 2);
+    assert!(h.shoot_calls("/nodes").is_empty());
+    assert!(h.seed.writes().is_empty());
+    h.spec.send_replace(settings(GRACE));
+    h.until(secs(75)).await;
+    let versions: Vec<Duration> = h.shoot_calls("/version").iter().map(|c| c.0).collect();
+    // The same schedule: no restart, no second initial delay (the run at 50 s took 2 s: its
+    // flow waits for each level's targets to be ready, 1 s after their write).
+    assert_eq!(
+        versions,
+        [secs(30), secs(40), secs(50), secs(62), secs(72)],
+        "{versions:?}"
+    );
+    // The run at 50 s judged with 40 s: every lease expired, so it scaled down.
+    assert_eq!(h.shoot_calls("/nodes")[0].0, secs(50));
+    assert_eq!(
+        h.scaling_writes(),
+        [
+            (secs(50), "kcm".into(), json!(0)),
+            (secs(51), "mcm".into(), json!(0))
+        ]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_majority_scales_down_once_in_level_order_and_recovery_restores() {
+    let h = Harness::start(
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
+        GRACE,
+        [EXPIRED, EXPIRED, FRESH],
+    )
+    .await;
+    h.until(secs(95)).await;
+    // One flow: kcm (level 0), then mcm (level 1) once kcm is ready at 0 (status follows
+    // after 1 s). The runs after it find the targets already down.
+    assert_eq!(
+        h.scaling_writes(),
+        [
+            (secs(30), "kcm".into(), json!(0)),
+            (secs(31), "mcm".into(), json!(0))
+        ]
+    );
+    assert_eq!((h.replicas("kcm"), h.replicas("mcm")), (json!(0), json!(0)));
+    assert!(h.shoot_calls("/version").len() >= 7);
+    // The nodes renew their leases.
+    for node in ["n1", "n2"] {
+        h.shoot.insert("leases", lease(node, FRESH));
+    }
+    h.until(secs(135)).await;
+    let writes = h.scaling_writes();
+    // The next run (at 102 s: the flow made the run at 30 s 2 s long, waiting for each level
+    // to be ready) restores them: mcm (up level 0) first, then kcm; nothing after.
+    assert_eq!(
+        writes[2..],
+        [
+            (secs(102), "mcm".into(), json!(2)),
+            (secs(103), "kcm".into(), json!(2))
+        ],
+        "{writes:?}"
+    );
+    assert_eq!((h.replicas("kcm"), h.replicas("mcm")), (json!(2), json!(2)));
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_run_scales_nothing() {
+    let h = Harness::start(
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
+        GRACE,
+        [EXPIRED; 3],
+    )
+    .await;
+    {
+        let mut s = h.shoot.lock();
+        // Run 1: the API server probe fails; run 2: the lease list; run 3: the node list.
+        s.fail_requests.push_back(("/version", 500, None));
+        s.fail_requests.push_back(("/leases", 500, None));
+        s.fail_requests.push_back(("/nodes", 500, None));
+    }
+    h.until(secs(55)).await;
+    assert_eq!(
+        h.shoot_calls("/version"),
+        [(secs(30), 500), (secs(40), 200), (secs(50), 200)]
+    );
+    // No lease probe after a failed API server probe, no node list after a failed lease list.
+    assert_eq!(h.shoot_calls("/leases"), [(secs(40), 500), (secs(50), 200)]);
+    assert_eq!(h.shoot_calls("/nodes"), [(secs(50), 500)]);
+    assert!(h.seed.writes().is_empty(), "{:?}", h.seed.writes());
+    // The fourth run gets every answer: the same shoot is scaled down.
+    h.until(secs(65)).await;
+    assert_eq!(
+        h.scaling_writes(),
+        [
+            (secs(60), "kcm".into(), json!(0)),
+            (secs(61), "mcm".into(), json!(0))
+        ]
+    );
+    h.stop().await;
+}
