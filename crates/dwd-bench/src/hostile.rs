@@ -329,38 +329,24 @@ pub async fn scrape_watchdog(addr: SocketAddr) -> Option<String> {
 }
 
 /// Per-shoot series of the watchdog's metrics for namespace `ns`: `{metric: value}` (the
-/// label spelling of ours is `shoot="<ns>"`; any series naming the namespace is taken).
+/// label spelling of ours is `shoot="<ns>"`; any series with a label naming the namespace is
+/// taken).
 fn series_for(metrics: &str, ns: &str) -> BTreeMap<String, f64> {
-    let quoted = format!("\"{ns}\"");
     let mut out = BTreeMap::new();
-    for line in metrics.lines() {
-        if line.starts_with('#') || !line.contains(&quoted) {
-            continue;
+    for s in dwd_testenv::metrics::parse(metrics) {
+        if s.labels.values().any(|v| v == ns) {
+            *out.entry(s.name).or_insert(0.0) += s.value;
         }
-        let Some((head, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = value.trim().parse::<f64>() else {
-            continue;
-        };
-        let name = head.split('{').next().unwrap_or(head).to_string();
-        *out.entry(name).or_insert(0.0) += v;
     }
     out
 }
 
 /// Sum of every series of `name` whose `shoot` label starts with `prefix`.
 fn sum_shoots(metrics: &str, name: &str, prefix: &str) -> f64 {
-    let label = format!("shoot=\"{prefix}");
-    metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (head, v) = l.rsplit_once(' ')?;
-            (head.split('{').next() == Some(name) && head.contains(&label))
-                .then(|| v.trim().parse::<f64>().ok())
-                .flatten()
-        })
+    dwd_testenv::metrics::parse(metrics)
+        .into_iter()
+        .filter(|s| s.name == name && s.labels.get("shoot").is_some_and(|v| v.starts_with(prefix)))
+        .map(|s| s.value)
         // An empty sum is -0.0; +0.0 makes it print as 0.
         .sum::<f64>()
         + 0.0

@@ -13,6 +13,8 @@ use anyhow::{Context, Result};
 use kube::api::GetParams;
 use serde_json::{Value, json};
 
+use dwd_testenv::metrics::{Series, parse};
+
 use crate::audit;
 
 /// What the metric's non-resource series (`resource=""`) is called here.
@@ -57,47 +59,6 @@ pub async fn get_size(client: &kube::Client, path: &str) -> Result<usize> {
     Ok(text.len())
 }
 
-/// Splits a Prometheus text line `name{k="v",…} value` into name, labels and value.
-fn parse_line(line: &str) -> Option<(&str, BTreeMap<String, String>, f64)> {
-    if line.starts_with('#') || line.trim().is_empty() {
-        return None;
-    }
-    let (head, value) = line.rsplit_once(' ')?;
-    let value: f64 = value.trim().parse().ok()?;
-    let Some((name, rest)) = head.split_once('{') else {
-        return Some((head.trim(), BTreeMap::new(), value));
-    };
-    let body = rest.strip_suffix('}')?;
-    let mut labels = BTreeMap::new();
-    let mut chars = body.chars().peekable();
-    loop {
-        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
-        if key.is_empty() {
-            break;
-        }
-        if chars.next() != Some('"') {
-            return None;
-        }
-        let mut value = String::new();
-        // Label values escape `\\`, `\"` and `\n`.
-        loop {
-            match chars.next()? {
-                '\\' => match chars.next()? {
-                    'n' => value.push('\n'),
-                    c => value.push(c),
-                },
-                '"' => break,
-                c => value.push(c),
-            }
-        }
-        labels.insert(key.trim().to_string(), value);
-        if chars.peek() == Some(&',') {
-            chars.next();
-        }
-    }
-    Some((name, labels, value))
-}
-
 /// `verb resource[/subresource]` in the audit log's spelling (lower-case verb).
 fn key_of(labels: &BTreeMap<String, String>) -> String {
     let get = |k: &str| labels.get(k).map(String::as_str).unwrap_or_default();
@@ -115,11 +76,13 @@ fn key_of(labels: &BTreeMap<String, String>) -> String {
 /// (summed over groups, versions, scopes and components).
 pub fn response_sizes(text: &str) -> Snapshot {
     let mut out = Snapshot::new();
-    for line in text.lines() {
-        let Some((name, labels, value)) = parse_line(line) else {
-            continue;
-        };
-        let entry = match name {
+    for Series {
+        name,
+        labels,
+        value,
+    } in parse(text)
+    {
+        let entry = match name.as_str() {
             "apiserver_response_sizes_sum" => &mut out.entry(key_of(&labels)).or_default().bytes,
             "apiserver_response_sizes_count" => &mut out.entry(key_of(&labels)).or_default().count,
             _ => continue,
@@ -131,16 +94,16 @@ pub fn response_sizes(text: &str) -> Snapshot {
 
 /// Open long-running requests (`apiserver_longrunning_requests`) of `verb` on `resource`.
 pub fn longrunning(text: &str, verb: &str, resource: &str) -> f64 {
-    text.lines()
-        .filter_map(parse_line)
-        .filter(|(name, labels, _)| {
-            *name == "apiserver_longrunning_requests"
-                && labels
+    parse(text)
+        .into_iter()
+        .filter(|s| {
+            s.name == "apiserver_longrunning_requests"
+                && s.labels
                     .get("verb")
                     .is_some_and(|v| v.eq_ignore_ascii_case(verb))
-                && labels.get("resource").is_some_and(|r| r == resource)
+                && s.labels.get("resource").is_some_and(|r| r == resource)
         })
-        .map(|(_, _, v)| v)
+        .map(|s| s.value)
         .sum()
 }
 
@@ -297,14 +260,5 @@ apiserver_longrunning_requests{component="apiserver",group="discovery.k8s.io",re
         let (rows, total) = attribute(&d, &requests, &sizes);
         assert_eq!(total, 2000.0 + 600.0);
         assert_eq!(rows["list nodes"]["bytes"], 2000.0);
-    }
-
-    #[test]
-    fn escaped_label_values() {
-        let (name, labels, v) =
-            parse_line(r#"m{a="x\"y",b="z"} 1"#).unwrap_or(("", BTreeMap::new(), 0.0));
-        assert_eq!((name, v), ("m", 1.0));
-        assert_eq!(labels.get("a").map(String::as_str), Some("x\"y"));
-        assert_eq!(labels.get("b").map(String::as_str), Some("z"));
     }
 }

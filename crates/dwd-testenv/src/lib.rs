@@ -13,6 +13,7 @@
 pub mod binaries;
 pub mod cargo;
 pub mod front_door;
+pub mod metrics;
 pub mod pki;
 pub mod process;
 

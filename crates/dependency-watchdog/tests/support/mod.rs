@@ -225,33 +225,6 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
     Ok((status, body))
 }
 
-/// The sum of every series `name{…}` having all `labels`, in Prometheus text (0 when none).
-pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(series, _)| {
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
-        })
-        .filter_map(|(_, value)| value.parse::<f64>().ok())
-        .sum()
-}
-
-/// The value of the first series `name{…}` having all `labels`, in Prometheus text.
-pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .find(|(series, _)| {
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|(_, value)| value.parse().ok())
-}
+/// Prometheus text, read with the workspace's one parser (each test crate uses some of it).
+#[allow(unused_imports)]
+pub use dwd_testenv::metrics::{sample, sum};
