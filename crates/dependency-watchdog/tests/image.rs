@@ -1245,12 +1245,13 @@ async fn weeder_from_the_image_restarts_crash_looping_dependants_under_gardeners
         Ok((!exists("kube-controller-manager-5f6d").await?).then_some(()))
     })
     .await?;
-    let m = pod.metrics().await?;
-    ensure!(
-        sum(&m, "dwd_weeder_pods_deleted_total", &[]) >= 2.0,
-        "pods_deleted: {}",
-        sum(&m, "dwd_weeder_pods_deleted_total", &[])
-    );
+    // The weeder counts a deletion once the apiserver answered it: the pod can be seen gone
+    // a moment before the counter moves.
+    pod.until("dwd_weeder_pods_deleted_total ≥ 2", || async {
+        let m = pod.metrics().await?;
+        Ok((sum(&m, "dwd_weeder_pods_deleted_total", &[]) >= 2.0).then_some(()))
+    })
+    .await?;
 
     let status = pod.stop().await?;
     ensure!(status.success(), "exit status {status}\n{}", pod.tail());
