@@ -15,6 +15,7 @@ pub mod lease;
 pub mod scaling;
 pub mod schedule;
 pub mod selector;
+pub mod shadow;
 pub mod shoot;
 pub mod weeder;
 pub mod zone;
