@@ -160,6 +160,18 @@ pub struct CommonArgs {
     /// and --zap-devel.
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Shadow mode (ours): decide exactly as usual but never scale a target or delete a pod;
+    /// report what would have been done (log, dwd_shadow_* metrics, Events about our own pod)
+    /// and compare it with what the acting watchdog does (GET /shadow on the metrics
+    /// address). Needs read rights only (deploy/shadow); with --enable-leader-election it
+    /// elects on a Lease of its own (`<lease>-shadow`), never the acting watchdog's.
+    #[arg(long, default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool, action = clap::ArgAction::Set)]
+    pub shadow: bool,
+    /// Shadow mode: how long one side's action waits for the other's before it is reported
+    /// as a disagreement. Default: prober 3 × probeInterval (at least 2m), weeder the
+    /// watchDuration (at least 1m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub shadow_window: Option<Duration>,
 }
 
 impl CommonArgs {

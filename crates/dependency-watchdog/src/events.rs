@@ -234,6 +234,22 @@ pub struct TargetRef<'a> {
     pub uid: Option<&'a str>,
 }
 
+/// What a shadow-mode note is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject<'a> {
+    /// A shoot: its Cluster (= its namespace in the seed).
+    Cluster(&'a str),
+    /// A pod the weeder would delete or saw deleted.
+    Pod {
+        /// Namespace.
+        namespace: &'a str,
+        /// Name.
+        name: &'a str,
+        /// UID.
+        uid: &'a str,
+    },
+}
+
 /// One event on the queue.
 struct Queued {
     regarding: ObjectReference,
@@ -262,6 +278,27 @@ impl Events {
         own_pod: PodRef,
         metrics: Arc<Metrics>,
     ) -> Self {
+        Self::start_with(client, component, own_pod, metrics, true)
+    }
+
+    /// Like [`Events::start`], but writes only the core/v1 copies about `own_pod`, in its
+    /// namespace: shadow mode (`--shadow`) writes nothing about the objects it watches.
+    pub fn start_own_pod_only(
+        client: Client,
+        component: Component,
+        own_pod: PodRef,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self::start_with(client, component, own_pod, metrics, false)
+    }
+
+    fn start_with(
+        client: Client,
+        component: Component,
+        own_pod: PodRef,
+        metrics: Arc<Metrics>,
+        about_objects: bool,
+    ) -> Self {
         let (events, rx) = Self::with_queue(QUEUE_CAPACITY, metrics.clone());
         let mut reporter = reporter(component);
         if reporter.instance.is_none() {
@@ -274,6 +311,7 @@ impl Events {
             metrics,
             recorders: HashMap::new(),
             own_pod,
+            about_objects,
             pod_series: HashMap::new(),
             paused: HashMap::new(),
             refusal_logged: HashSet::new(),
@@ -450,6 +488,48 @@ impl Events {
         });
     }
 
+    /// A note of shadow mode (`--shadow`, [`crate::shadow`]) about `subject`: what we would
+    /// have done, or how that compared with what the acting watchdog did.
+    pub fn shadow_note(
+        &self,
+        subject: &Subject<'_>,
+        warning: bool,
+        reason: &'static str,
+        note: String,
+    ) {
+        let regarding = match subject {
+            Subject::Cluster(name) => ObjectReference {
+                api_version: Some(crate::gardener::cluster_gvk().api_version()),
+                kind: Some("Cluster".into()),
+                name: Some((*name).into()),
+                ..ObjectReference::default()
+            },
+            Subject::Pod {
+                namespace,
+                name,
+                uid,
+            } => ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some((*namespace).into()),
+                name: Some((*name).into()),
+                uid: Some((*uid).into()),
+                ..ObjectReference::default()
+            },
+        };
+        self.enqueue(Queued {
+            regarding,
+            resolve: None,
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason,
+            note,
+        });
+    }
+
     fn enqueue(&self, event: Queued) {
         let Some(tx) = &self.tx else {
             return;
@@ -558,6 +638,9 @@ struct Worker {
     recorders: HashMap<SeriesKey, (Recorder, Instant)>,
     /// The pod the core/v1 copies of the events are about.
     own_pod: PodRef,
+    /// Whether the `events.k8s.io/v1` Events about the objects are written too (not in shadow
+    /// mode, whose only writes are the events about its own pod).
+    about_objects: bool,
     /// core/v1 events written recently, for aggregating repetitions the way client-go does
     /// (a repetition raises `count` and `lastTimestamp` of the first): name, count, last use.
     pod_series: HashMap<SeriesKey, (String, i32, Instant)>,
@@ -590,7 +673,9 @@ impl Worker {
             } else {
                 self.count(EventOutcome::Refused);
             }
-            if self.may_write(Sink::Object) {
+            if !self.about_objects {
+                // Shadow mode: only the copy about our own pod.
+            } else if self.may_write(Sink::Object) {
                 let written = tokio::time::timeout(PUBLISH_TIMEOUT, self.publish(event))
                     .await
                     .unwrap_or_else(|_| Err(timed_out()));

@@ -33,6 +33,10 @@ use tracing::{debug, info, warn};
 pub const PROBER_LEASE: &str = "dwd-prober-leader-election";
 /// The weeder's Lease (the reference's name).
 pub const WEEDER_LEASE: &str = "dwd-weeder-leader-election";
+/// The prober's Lease in shadow mode: never the acting watchdog's.
+pub const PROBER_SHADOW_LEASE: &str = "dwd-prober-leader-election-shadow";
+/// The weeder's Lease in shadow mode: never the acting watchdog's.
+pub const WEEDER_SHADOW_LEASE: &str = "dwd-weeder-leader-election-shadow";
 
 /// The three timing flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

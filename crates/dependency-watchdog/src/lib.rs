@@ -35,6 +35,7 @@ pub mod request_settings;
 pub mod retry_after;
 pub mod runtime;
 pub mod server;
+pub mod shadow;
 pub mod supervision;
 pub mod weeder;
 

@@ -16,6 +16,7 @@ use crate::config::{load_prober_config, load_weeder_config};
 use crate::health::{self, Health};
 use crate::leader::{self, Lost};
 use crate::metrics::Metrics;
+use crate::shadow::Shadow;
 use crate::{Error, Result, events, explain, kube_client, prober, server, weeder};
 
 /// Cancels `token` on the first SIGTERM or SIGINT; a second one exits at once (code 130).
@@ -59,15 +60,22 @@ struct Runtime {
     shutdown: CancellationToken,
 }
 
-async fn start_endpoints(args: &CommonArgs, shutdown: CancellationToken) -> Result<Runtime> {
+async fn start_endpoints(
+    args: &CommonArgs,
+    shutdown: CancellationToken,
+    shadow: Option<Arc<Shadow>>,
+) -> Result<Runtime> {
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();
     metrics.register(&mut registry);
+    if let Some(shadow) = &shadow {
+        shadow.metrics.register(&mut registry);
+    }
     let health = Arc::new(Health::default());
     let (maddr, _) = server::serve(
         "metrics",
         &args.metrics_bind_addr,
-        server::Endpoints::Metrics(Arc::new(Mutex::new(registry))),
+        server::Endpoints::Metrics(Arc::new(Mutex::new(registry)), shadow),
         shutdown.clone(),
     )
     .await?;
@@ -218,17 +226,31 @@ pub async fn run(cli: Cli) -> Result<()> {
             let seed_config = kube_client::seed_config(args.kubeconfig.as_deref()).await?;
             let seed =
                 kube_client::rate_limited_client(seed_config.clone(), args.qps(), args.burst())?;
-            let rt = start_endpoints(&args, shutdown).await?;
+            let shadow = args.shadow.then(|| {
+                let window = args
+                    .shadow_window
+                    .unwrap_or_else(|| (config.probe_interval * 3).max(Duration::from_secs(120)));
+                Shadow::new(events::Component::Prober, window)
+            });
+            let rt = start_endpoints(&args, shutdown, shadow.clone()).await?;
             info!(targets = config.dependent_resource_infos.len(), interval = ?config.probe_interval, "prober starting");
+            let lease = match &shadow {
+                Some(shadow) => {
+                    warn!(window = ?shadow.window(), "shadow mode: deciding as usual, scaling nothing; comparing with the acting watchdog (GET /shadow on the metrics address)");
+                    leader::PROBER_SHADOW_LEASE
+                }
+                None => leader::PROBER_LEASE,
+            };
             let (metrics, health) = (rt.metrics.clone(), rt.health.clone());
-            run_elected(&args, &seed_config, leader::PROBER_LEASE, &rt, |token| {
-                prober::run(
+            run_elected(&args, &seed_config, lease, &rt, |token| {
+                prober::run_with_shadow(
                     config,
                     seed,
                     metrics,
                     health,
                     args.concurrent_reconciles,
                     events::PodRef::discover(&args.leader_election_namespace),
+                    shadow,
                     token,
                 )
             })
@@ -242,12 +264,26 @@ pub async fn run(cli: Cli) -> Result<()> {
             let seed_config = kube_client::seed_config(args.kubeconfig.as_deref()).await?;
             let seed =
                 kube_client::rate_limited_client(seed_config.clone(), args.qps(), args.burst())?;
-            let rt = start_endpoints(&args, shutdown).await?;
+            let shadow = args.shadow.then(|| {
+                let window = args
+                    .shadow_window
+                    .unwrap_or_else(|| config.watch_duration.max(Duration::from_secs(60)));
+                Shadow::new(events::Component::Weeder, window)
+            });
+            let rt = start_endpoints(&args, shutdown, shadow.clone()).await?;
             info!(services = config.services_and_dependant_selectors.len(), watch_duration = ?config.watch_duration, "weeder starting");
+            let lease = match &shadow {
+                Some(shadow) => {
+                    warn!(window = ?shadow.window(), "shadow mode: deleting no pod; comparing with the acting watchdog (GET /shadow on the metrics address)");
+                    leader::WEEDER_SHADOW_LEASE
+                }
+                None => leader::WEEDER_LEASE,
+            };
             let (metrics, health) = (rt.metrics.clone(), rt.health.clone());
-            run_elected(&args, &seed_config, leader::WEEDER_LEASE, &rt, |token| {
+            run_elected(&args, &seed_config, lease, &rt, |token| {
                 let own_pod = events::PodRef::discover(&args.leader_election_namespace);
-                weeder::run(config, seed, metrics, health, own_pod, token)
+                let weeders = weeder::Weeders::new(metrics, token.child_token());
+                weeder::run_with_shadow(config, seed, weeders, health, own_pod, shadow, token)
             })
             .await
         }

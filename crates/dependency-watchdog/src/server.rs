@@ -54,15 +54,23 @@ pub fn parse_bind_addr(addr: &str) -> Result<SocketAddr, String> {
 /// What a server answers.
 #[derive(Clone)]
 pub enum Endpoints {
-    /// `/metrics`.
-    Metrics(Arc<Mutex<Registry>>),
+    /// `/metrics`, and in shadow mode `/shadow` and `/shadow.json`.
+    Metrics(Arc<Mutex<Registry>>, Option<Arc<crate::shadow::Shadow>>),
     /// `/healthz`, `/readyz`.
     Health(Arc<Health>),
 }
 
 fn respond(endpoints: &Endpoints, path: &str) -> Response<Full<Bytes>> {
     let (status, ctype, body) = match (endpoints, path) {
-        (Endpoints::Metrics(registry), "/metrics") => {
+        (Endpoints::Metrics(_, Some(shadow)), "/shadow") => (
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            shadow.render_text(),
+        ),
+        (Endpoints::Metrics(_, Some(shadow)), "/shadow.json") => {
+            (StatusCode::OK, "application/json", shadow.render_json())
+        }
+        (Endpoints::Metrics(registry, _), "/metrics") => {
             let mut text = String::new();
             let registry = registry
                 .lock()

@@ -395,6 +395,7 @@ dependentResourceInfos:
             },
             events: Events::disabled(metrics.clone()),
             metrics,
+            shadow: None,
         })
     }
 

@@ -28,6 +28,7 @@ use crate::Result;
 use crate::events::{Component, Events, PodRef};
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::shadow::Shadow;
 use manager::ProbeManager;
 use seed_caches::SeedCaches;
 
@@ -43,6 +44,9 @@ pub struct ProberContext {
     pub metrics: Arc<Metrics>,
     /// Kubernetes Events for scaling decisions and target changes.
     pub events: Events,
+    /// Shadow mode (`--shadow`): decide, never scale, and compare with the acting watchdog
+    /// ([`crate::shadow`]); `None` in normal operation.
+    pub shadow: Option<Arc<Shadow>>,
 }
 
 /// Runs the prober until `shutdown` is cancelled or a critical task dies.
@@ -53,6 +57,32 @@ pub async fn run(
     health: Arc<Health>,
     concurrent_reconciles: u16,
     own_pod: PodRef,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    run_with_shadow(
+        config,
+        seed,
+        metrics,
+        health,
+        concurrent_reconciles,
+        own_pod,
+        None,
+        shutdown,
+    )
+    .await
+}
+
+/// [`run`], in shadow mode when `shadow` is given: every decision is taken as usual, none is
+/// carried out, and the book compares them with what the acting watchdog does.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_with_shadow(
+    config: ProberConfig,
+    seed: Client,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    concurrent_reconciles: u16,
+    own_pod: PodRef,
+    shadow: Option<Arc<Shadow>>,
     shutdown: CancellationToken,
 ) -> Result<()> {
     // Said once here rather than by every probe.
@@ -67,13 +97,29 @@ pub async fn run(
         &mut tasks,
     )
     .await?;
-    let events = Events::start(seed.clone(), Component::Prober, own_pod, metrics.clone());
+    let events = match shadow {
+        // Shadow mode writes nothing but the events about its own pod.
+        Some(_) => {
+            Events::start_own_pod_only(seed.clone(), Component::Prober, own_pod, metrics.clone())
+        }
+        None => Events::start(seed.clone(), Component::Prober, own_pod, metrics.clone()),
+    };
+    if let Some(shadow) = &shadow {
+        tasks.spawn({
+            let (shadow, events, shutdown) = (shadow.clone(), events.clone(), shutdown.clone());
+            async move {
+                shadow.run_expiry(events, shutdown).await;
+                "shadow comparisons"
+            }
+        });
+    }
     let ctx = Arc::new(ProberContext {
         config,
         seed,
         caches,
         metrics,
         events,
+        shadow,
     });
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
 

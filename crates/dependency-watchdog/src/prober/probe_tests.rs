@@ -117,6 +117,7 @@ impl Harness {
             caches,
             events: Events::disabled(metrics.clone()),
             metrics,
+            shadow: None,
         });
         let (spec, updates) = watch::channel(settings(grace));
         let cancel = CancellationToken::new();

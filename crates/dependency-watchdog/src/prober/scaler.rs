@@ -771,6 +771,7 @@ mod tests {
             },
             events: Events::disabled(metrics.clone()),
             metrics,
+            shadow: None,
         }
     }
 

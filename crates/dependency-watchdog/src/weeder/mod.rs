@@ -30,6 +30,7 @@ use crate::Result;
 use crate::events::{Component, Events, PodRef};
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::shadow::Shadow;
 pub use pods::Weeder;
 pub use registry::{StartOutcome, Weeders};
 
@@ -43,11 +44,20 @@ pub struct WeederContext {
     pub seed: Client,
     /// Kubernetes Events for deleted pods, shared by every weeder.
     pub events: Events,
+    /// Shadow mode (`--shadow`): never delete, and compare with the acting watchdog
+    /// ([`crate::shadow`]); `None` in normal operation.
+    pub shadow: Option<Arc<Shadow>>,
 }
 
 impl WeederContext {
-    /// The context of `config` against the seed behind `seed`, reporting through `events`.
-    pub fn new(config: WeederConfig, seed: Client, events: Events) -> Self {
+    /// The context of `config` against the seed behind `seed`, reporting through `events`
+    /// (in shadow mode when `shadow` is given).
+    pub fn new(
+        config: WeederConfig,
+        seed: Client,
+        events: Events,
+        shadow: Option<Arc<Shadow>>,
+    ) -> Self {
         let selectors = config
             .services_and_dependant_selectors
             .into_iter()
@@ -58,6 +68,7 @@ impl WeederContext {
             selectors,
             seed,
             events,
+            shadow,
         }
     }
 }
@@ -84,14 +95,37 @@ pub async fn run_with(
     own_pod: PodRef,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let events = Events::start(
-        seed.clone(),
-        Component::Weeder,
-        own_pod,
-        weeders.metrics().clone(),
-    );
-    let ctx = Arc::new(WeederContext::new(config, seed, events));
+    run_with_shadow(config, seed, weeders, health, own_pod, None, shutdown).await
+}
+
+/// [`run_with`], in shadow mode when `shadow` is given: no pod is deleted; what would have
+/// been is compared with what the acting watchdog deletes.
+pub async fn run_with_shadow(
+    config: WeederConfig,
+    seed: Client,
+    weeders: Arc<Weeders>,
+    health: Arc<Health>,
+    own_pod: PodRef,
+    shadow: Option<Arc<Shadow>>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let metrics = weeders.metrics().clone();
+    let events = match shadow {
+        // Shadow mode writes nothing but the events about its own pod.
+        Some(_) => Events::start_own_pod_only(seed.clone(), Component::Weeder, own_pod, metrics),
+        None => Events::start(seed.clone(), Component::Weeder, own_pod, metrics),
+    };
     let mut tasks = tokio::task::JoinSet::new();
+    if let Some(shadow) = &shadow {
+        tasks.spawn({
+            let (shadow, events, shutdown) = (shadow.clone(), events.clone(), shutdown.clone());
+            async move {
+                shadow.run_expiry(events, shutdown).await;
+                "shadow comparisons"
+            }
+        });
+    }
+    let ctx = Arc::new(WeederContext::new(config, seed, events, shadow));
     tasks.spawn({
         let (ctx, weeders, health) = (ctx.clone(), weeders.clone(), health.clone());
         async move {

@@ -1,0 +1,610 @@
+//! Shadow mode (`--shadow`, docs/behaviour.md §5): run beside the acting watchdog (the
+//! reference, or ours in normal mode), decide exactly as in normal operation, never act, and
+//! report every disagreement.
+//!
+//! The prober and the weeder report what they *would* have done ([`Shadow::would`]) and what
+//! the acting watchdog was seen doing in the seed ([`Shadow::reference_did`]): the
+//! `meltdown-protection-active` annotation appearing on or leaving a shoot's targets, a
+//! crash-looping dependant pod deleted. [`dwd_core::shadow::Comparator`] matches the two within
+//! a window; each resolved comparison is counted (`dwd_shadow_comparisons_total{component,
+//! action, verdict}`), logged, published as an Event about our own pod (the only write shadow
+//! mode makes) and kept, the last [`RECORDS_KEPT`], for `GET /shadow` (text) and
+//! `GET /shadow.json` on the metrics address. For something only the reference did, the record
+//! carries our own latest finding for that shoot ([`Shadow::note_finding`]: the expired
+//! fraction and the per-node verdicts), which is why we would not have.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use dwd_core::shadow::{Agreement, Comparator, Comparison, ShadowAction, Side, Sighting};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::events::{Component, Events, Subject};
+
+/// Comparisons kept for `/shadow`: enough for days of a seed's disagreements, bounded.
+pub const RECORDS_KEPT: usize = 200;
+/// Sightings waiting for their counterpart at most (past it the oldest resolves early).
+pub const WAITING_LIMIT: usize = 10_000;
+/// Longest evidence text kept per sighting or finding (per-node verdicts come from tenants).
+pub const EVIDENCE_LIMIT: usize = 2_048;
+/// How often waiting sightings are checked against the window.
+const EXPIRY_TICK: Duration = Duration::from_secs(1);
+
+/// `reason` of the Event about our pod when we would have scaled a shoot down.
+pub const REASON_WOULD_SCALE_DOWN: &str = "WouldScaleDown";
+/// `reason` of the Event about our pod when we would have scaled a shoot up.
+pub const REASON_WOULD_SCALE_UP: &str = "WouldScaleUp";
+/// `reason` of the Event about our pod when we would have deleted a crash-looping pod.
+pub const REASON_WOULD_DELETE_POD: &str = "WouldDeleteCrashLoopingPod";
+/// `reason` of the Event when both watchdogs did the same within the window.
+pub const REASON_AGREEMENT: &str = "ShadowAgreement";
+/// `reason` of the (Warning) Event when only one of them did.
+pub const REASON_DISAGREEMENT: &str = "ShadowDisagreement";
+
+/// Label set `{component, action}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    /// `prober` or `weeder`.
+    pub component: String,
+    /// `scale_down`, `scale_up` or `delete_pod`.
+    pub action: String,
+}
+
+/// Label set `{component, action, verdict}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ComparisonLabels {
+    /// `prober` or `weeder`.
+    pub component: String,
+    /// `scale_down`, `scale_up` or `delete_pod`.
+    pub action: String,
+    /// `agree`, `only_us` or `only_reference`.
+    pub verdict: String,
+}
+
+/// Shadow mode's metrics (registered only in shadow mode).
+#[derive(Debug)]
+pub struct ShadowMetrics {
+    /// What we would have done.
+    pub would: Family<ActionLabels, Counter>,
+    /// What the acting watchdog was seen doing.
+    pub reference: Family<ActionLabels, Counter>,
+    /// Resolved comparisons by verdict.
+    pub comparisons: Family<ComparisonLabels, Counter>,
+    /// For agreements: how far apart the two acted, in seconds.
+    pub agreement_gap: Family<ActionLabels, Histogram>,
+    /// Sightings waiting for their counterpart now.
+    pub waiting: Gauge,
+}
+
+impl Default for ShadowMetrics {
+    fn default() -> Self {
+        ShadowMetrics {
+            would: Family::default(),
+            reference: Family::default(),
+            comparisons: Family::default(),
+            agreement_gap: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.25, 2.0, 12))
+            }),
+            waiting: Gauge::default(),
+        }
+    }
+}
+
+impl ShadowMetrics {
+    /// Registers the families under `dwd_shadow_`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry
+            .sub_registry_with_prefix("dwd")
+            .sub_registry_with_prefix("shadow");
+        r.register(
+            "would",
+            "What shadow mode would have done (and did not), by action",
+            self.would.clone(),
+        );
+        r.register(
+            "reference_actions",
+            "What the acting watchdog was seen doing in the seed, by action",
+            self.reference.clone(),
+        );
+        r.register(
+            "comparisons",
+            "Resolved comparisons of shadow mode with the acting watchdog, by action and verdict (agree, only_us, only_reference)",
+            self.comparisons.clone(),
+        );
+        r.register(
+            "agreement_gap_seconds",
+            "For agreements: seconds between our decision and the acting watchdog's action",
+            self.agreement_gap.clone(),
+        );
+        r.register(
+            "waiting_sightings",
+            "Sightings of one side waiting for the other's (at most the window)",
+            self.waiting.clone(),
+        );
+    }
+}
+
+/// One resolved comparison as `/shadow` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    /// `prober` or `weeder`.
+    pub component: &'static str,
+    /// Shoot namespace, or `namespace/pod (uid)`.
+    pub key: String,
+    /// `scale_down`, `scale_up`, `delete_pod`.
+    pub action: &'static str,
+    /// `agree`, `only_us`, `only_reference`.
+    pub verdict: &'static str,
+    /// When we would have acted (RFC 3339), if we would have.
+    pub ours_at: Option<String>,
+    /// When the acting watchdog was seen acting (RFC 3339), if it was.
+    pub reference_at: Option<String>,
+    /// For agreements: seconds the acting watchdog acted after us (negative: before).
+    pub reference_lag_seconds: Option<f64>,
+    /// Our evidence when we would have acted.
+    pub ours: Option<String>,
+    /// What was seen of the acting watchdog.
+    pub reference: Option<String>,
+    /// For `only_reference`: our latest finding for the key, i.e. why we would not have.
+    pub our_latest_finding: Option<String>,
+}
+
+/// Shadow mode's book: the comparator, the kept records, our latest findings.
+pub struct Shadow {
+    component: Component,
+    comparator: Mutex<Comparator>,
+    records: Mutex<VecDeque<Record>>,
+    /// Our latest finding per key (shoot namespace), for "we would not, because …".
+    latest: Mutex<HashMap<String, String>>,
+    /// The time origin of sightings, as a monotonic and a wall-clock instant.
+    origin: (Instant, SystemTime),
+    /// The shadow families.
+    pub metrics: ShadowMetrics,
+}
+
+impl Shadow {
+    /// A book for `component` matching sightings at most `window` apart.
+    pub fn new(component: Component, window: Duration) -> Arc<Self> {
+        Arc::new(Shadow {
+            component,
+            comparator: Mutex::new(Comparator::new(window, WAITING_LIMIT)),
+            records: Mutex::new(VecDeque::new()),
+            latest: Mutex::new(HashMap::new()),
+            origin: (Instant::now(), SystemTime::now()),
+            metrics: ShadowMetrics::default(),
+        })
+    }
+
+    /// The matching window.
+    pub fn window(&self) -> Duration {
+        lock(&self.comparator).window()
+    }
+
+    fn component_label(&self) -> &'static str {
+        match self.component {
+            Component::Prober => "prober",
+            Component::Weeder => "weeder",
+        }
+    }
+
+    fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.origin.0)
+    }
+
+    fn wall(&self, at: Duration) -> String {
+        let time: chrono::DateTime<chrono::Utc> = (self.origin.1 + at).into();
+        time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    }
+
+    fn labels(&self, action: ShadowAction) -> ActionLabels {
+        ActionLabels {
+            component: self.component_label().into(),
+            action: action.label().into(),
+        }
+    }
+
+    /// We would have done `action` on `key` (about `subject`) now, because `evidence`: logged,
+    /// counted, an Event about our pod, and a sighting for the comparator.
+    pub fn would(
+        &self,
+        events: &Events,
+        subject: &Subject<'_>,
+        key: &str,
+        action: ShadowAction,
+        evidence: &str,
+    ) {
+        let evidence = cut(evidence);
+        info!(key, %action, evidence = %evidence, "shadow mode: would {action} (not done)");
+        self.metrics.would.get_or_create(&self.labels(action)).inc();
+        let reason = match action {
+            ShadowAction::ScaleDown => REASON_WOULD_SCALE_DOWN,
+            ShadowAction::ScaleUp => REASON_WOULD_SCALE_UP,
+            ShadowAction::DeletePod => REASON_WOULD_DELETE_POD,
+        };
+        events.shadow_note(
+            subject,
+            false,
+            reason,
+            format!("shadow mode, not done: would {action}: {evidence}"),
+        );
+        self.sight(events, subject, key, action, Side::Ours, evidence);
+    }
+
+    /// The acting watchdog was seen doing `action` on `key` now; `evidence` says what was seen.
+    pub fn reference_did(
+        &self,
+        events: &Events,
+        subject: &Subject<'_>,
+        key: &str,
+        action: ShadowAction,
+        evidence: &str,
+    ) {
+        let evidence = cut(evidence);
+        info!(key, %action, evidence = %evidence, "shadow mode: the acting watchdog did {action}");
+        self.metrics
+            .reference
+            .get_or_create(&self.labels(action))
+            .inc();
+        self.sight(events, subject, key, action, Side::Reference, evidence);
+    }
+
+    /// Our latest finding for `key` (a shoot namespace): what `/shadow` shows when the acting
+    /// watchdog did something we would not have.
+    pub fn note_finding(&self, key: &str, finding: &str) {
+        lock(&self.latest).insert(key.to_string(), cut(finding));
+    }
+
+    /// Forgets our finding for `key` (its probe was removed).
+    pub fn forget(&self, key: &str) {
+        lock(&self.latest).remove(key);
+    }
+
+    fn sight(
+        &self,
+        events: &Events,
+        subject: &Subject<'_>,
+        key: &str,
+        action: ShadowAction,
+        side: Side,
+        evidence: String,
+    ) {
+        let resolved = lock(&self.comparator).observe(Sighting {
+            key: key.to_string(),
+            action,
+            side,
+            at: self.now(),
+            evidence,
+        });
+        self.metrics.waiting.set(self.waiting() as i64);
+        for comparison in resolved {
+            self.resolve(events, Some(subject), comparison);
+        }
+    }
+
+    fn waiting(&self) -> usize {
+        lock(&self.comparator).waiting()
+    }
+
+    /// Resolves every sighting that waited longer than the window, until `shutdown`.
+    pub async fn run_expiry(&self, events: Events, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(EXPIRY_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let resolved = lock(&self.comparator).expire(self.now());
+            self.metrics.waiting.set(self.waiting() as i64);
+            for comparison in resolved {
+                self.resolve(&events, None, comparison);
+            }
+        }
+    }
+
+    fn resolve(&self, events: &Events, subject: Option<&Subject<'_>>, c: Comparison) {
+        let labels = ComparisonLabels {
+            component: self.component_label().into(),
+            action: c.action.label().into(),
+            verdict: c.verdict.label().into(),
+        };
+        self.metrics.comparisons.get_or_create(&labels).inc();
+        let lag = c.reference_lag_seconds();
+        if let Some(lag) = lag {
+            self.metrics
+                .agreement_gap
+                .get_or_create(&self.labels(c.action))
+                .observe(lag.abs());
+        }
+        let our_latest_finding = match c.verdict {
+            Agreement::OnlyReference => lock(&self.latest).get(&c.key).cloned(),
+            _ => None,
+        };
+        let record = Record {
+            component: self.component_label(),
+            key: c.key.clone(),
+            action: c.action.label(),
+            verdict: c.verdict.label(),
+            ours_at: c.ours_at.map(|at| self.wall(at)),
+            reference_at: c.reference_at.map(|at| self.wall(at)),
+            reference_lag_seconds: lag,
+            ours: c.ours_evidence.clone(),
+            reference: c.reference_evidence.clone(),
+            our_latest_finding,
+        };
+        let summary = summary(&record, self.window());
+        match c.verdict {
+            Agreement::Agree => {
+                info!(key = %c.key, action = c.action.label(), verdict = "agree", lag_seconds = ?lag, "shadow mode: {summary}")
+            }
+            _ => {
+                warn!(key = %c.key, action = c.action.label(), verdict = c.verdict.label(), "shadow mode: {summary}")
+            }
+        }
+        // Expired sightings carry no subject: name the key's Cluster or pod from the key.
+        let fallback;
+        let subject = match subject {
+            Some(subject) => subject,
+            None => {
+                fallback = subject_of_key(&c.key, c.action);
+                &fallback
+            }
+        };
+        let (warning, reason) = match c.verdict {
+            Agreement::Agree => (false, REASON_AGREEMENT),
+            _ => (true, REASON_DISAGREEMENT),
+        };
+        events.shadow_note(subject, warning, reason, summary);
+        let mut records = lock(&self.records);
+        if records.len() >= RECORDS_KEPT {
+            records.pop_front();
+        }
+        records.push_back(record);
+    }
+
+    /// The last `n` resolved comparisons, oldest first.
+    pub fn records(&self, n: usize) -> Vec<Record> {
+        let records = lock(&self.records);
+        records
+            .iter()
+            .skip(records.len().saturating_sub(n))
+            .cloned()
+            .collect()
+    }
+
+    /// `GET /shadow`: the kept comparisons for people, newest last, each with its evidence.
+    pub fn render_text(&self) -> String {
+        use std::fmt::Write;
+        let records = self.records(RECORDS_KEPT);
+        let mut out = String::new();
+        let counts = |verdict: &str| records.iter().filter(|r| r.verdict == verdict).count();
+        let _ = writeln!(
+            out,
+            "shadow mode ({}): {} comparisons kept (agree {}, only us {}, only the acting watchdog {}); window {:?}; {} sightings waiting",
+            self.component_label(),
+            records.len(),
+            counts("agree"),
+            counts("only_us"),
+            counts("only_reference"),
+            self.window(),
+            self.waiting(),
+        );
+        for r in &records {
+            let _ = writeln!(out, "\n{}", summary(r, self.window()));
+            if let Some(ours) = &r.ours {
+                let _ = writeln!(out, "  ours: {ours}");
+            }
+            if let Some(reference) = &r.reference {
+                let _ = writeln!(out, "  acting watchdog: {reference}");
+            }
+            if let Some(finding) = &r.our_latest_finding {
+                let _ = writeln!(out, "  our latest finding: {finding}");
+            }
+        }
+        out
+    }
+
+    /// `GET /shadow.json`: the kept comparisons for machines.
+    pub fn render_json(&self) -> String {
+        serde_json::to_string_pretty(&self.records(RECORDS_KEPT))
+            .unwrap_or_else(|e| format!("{{\"error\": \"encoding: {e}\"}}"))
+    }
+}
+
+/// One line about a record: "shoot--p--a: scale down: both; the acting watchdog 12.0 s after
+/// us (ours 2026-…, acting 2026-…)".
+fn summary(r: &Record, window: Duration) -> String {
+    let action = r.action.replace('_', " ");
+    match r.verdict {
+        "agree" => {
+            let lag = r.reference_lag_seconds.unwrap_or(0.0);
+            let when = if lag >= 0.0 {
+                format!("the acting watchdog {lag:.1} s after us")
+            } else {
+                format!("the acting watchdog {:.1} s before us", -lag)
+            };
+            format!(
+                "{}: {action}: both agree; {when} (ours {}, acting {})",
+                r.key,
+                r.ours_at.as_deref().unwrap_or("-"),
+                r.reference_at.as_deref().unwrap_or("-")
+            )
+        }
+        "only_us" => format!(
+            "{}: {action}: we would have at {}; the acting watchdog did not within {window:?}",
+            r.key,
+            r.ours_at.as_deref().unwrap_or("-"),
+        ),
+        _ => format!(
+            "{}: {action}: the acting watchdog did at {}; we would not have within {window:?}",
+            r.key,
+            r.reference_at.as_deref().unwrap_or("-"),
+        ),
+    }
+}
+
+/// The subject a key names: a shoot namespace for scaling, `namespace/name (uid)` for pods.
+fn subject_of_key(key: &str, action: ShadowAction) -> Subject<'_> {
+    if action == ShadowAction::DeletePod
+        && let Some((namespace, rest)) = key.split_once('/')
+    {
+        let (name, uid) = match rest.split_once(" (") {
+            Some((name, uid)) => (name, uid.trim_end_matches(')')),
+            None => (rest, ""),
+        };
+        return Subject::Pod {
+            namespace,
+            name,
+            uid,
+        };
+    }
+    Subject::Cluster(key)
+}
+
+/// The key of a pod: `namespace/name (uid)`.
+pub fn pod_key(namespace: &str, name: &str, uid: &str) -> String {
+    format!("{namespace}/{name} ({uid})")
+}
+
+fn cut(text: &str) -> String {
+    crate::events::truncate(text, EVIDENCE_LIMIT).into_owned()
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_agreement_and_an_expired_sighting_are_counted_kept_and_rendered() {
+        let shadow = Shadow::new(Component::Prober, Duration::from_secs(60));
+        let events = Events::disabled(Arc::new(Metrics::default()));
+        let shutdown = CancellationToken::new();
+        let expiry = tokio::spawn({
+            let (shadow, events, shutdown) = (shadow.clone(), events.clone(), shutdown.clone());
+            async move { shadow.run_expiry(events, shutdown).await }
+        });
+        let a = Subject::Cluster("shoot--p--a");
+        shadow.would(
+            &events,
+            &a,
+            "shoot--p--a",
+            ShadowAction::ScaleDown,
+            "4/5 node leases expired",
+        );
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        shadow.reference_did(
+            &events,
+            &a,
+            "shoot--p--a",
+            ShadowAction::ScaleDown,
+            "meltdown-protection-active on kube-controller-manager",
+        );
+        shadow.note_finding("shoot--p--b", "0/3 node leases expired: no scaling");
+        let b = Subject::Cluster("shoot--p--b");
+        shadow.reference_did(
+            &events,
+            &b,
+            "shoot--p--b",
+            ShadowAction::ScaleDown,
+            "meltdown-protection-active on machine-controller-manager",
+        );
+        tokio::time::sleep(Duration::from_secs(62)).await;
+
+        let records = shadow.records(10);
+        assert_eq!(records.len(), 2, "{records:?}");
+        assert_eq!(
+            (records[0].verdict, records[0].reference_lag_seconds),
+            ("agree", Some(7.0))
+        );
+        assert_eq!(records[1].verdict, "only_reference");
+        assert_eq!(
+            records[1].our_latest_finding.as_deref(),
+            Some("0/3 node leases expired: no scaling")
+        );
+        let text = shadow.render_text();
+        assert!(
+            text.contains(
+                "shoot--p--a: scale down: both agree; the acting watchdog 7.0 s after us"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("our latest finding: 0/3 node leases expired"),
+            "{text}"
+        );
+        assert!(shadow.render_json().contains("\"only_reference\""));
+        let count = |verdict: &str| {
+            shadow
+                .metrics
+                .comparisons
+                .get_or_create(&ComparisonLabels {
+                    component: "prober".into(),
+                    action: "scale_down".into(),
+                    verdict: verdict.into(),
+                })
+                .get()
+        };
+        assert_eq!(
+            (count("agree"), count("only_reference"), count("only_us")),
+            (1, 1, 0)
+        );
+        shutdown.cancel();
+        let _ = expiry.await;
+    }
+
+    #[test]
+    fn pod_keys_name_their_pod_again() {
+        let key = pod_key("shoot--p--a", "kube-apiserver-1", "u-1");
+        assert_eq!(
+            subject_of_key(&key, ShadowAction::DeletePod),
+            Subject::Pod {
+                namespace: "shoot--p--a",
+                name: "kube-apiserver-1",
+                uid: "u-1"
+            }
+        );
+        assert_eq!(
+            subject_of_key("shoot--p--a", ShadowAction::ScaleDown),
+            Subject::Cluster("shoot--p--a")
+        );
+    }
+
+    #[test]
+    fn kept_records_are_bounded() {
+        let shadow = Shadow::new(Component::Weeder, Duration::from_secs(1));
+        let events = Events::disabled(Arc::new(Metrics::default()));
+        for i in 0..(RECORDS_KEPT + 5) {
+            shadow.resolve(
+                &events,
+                None,
+                Comparison {
+                    key: pod_key("ns", &format!("p{i}"), "u"),
+                    action: ShadowAction::DeletePod,
+                    verdict: Agreement::OnlyUs,
+                    ours_at: Some(Duration::ZERO),
+                    reference_at: None,
+                    ours_evidence: Some("crash-looping".into()),
+                    reference_evidence: None,
+                },
+            );
+        }
+        let records = shadow.records(usize::MAX);
+        assert_eq!(records.len(), RECORDS_KEPT);
+        assert_eq!(records[0].key, "ns/p5 (u)");
+    }
+}
