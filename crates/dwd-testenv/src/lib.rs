@@ -16,6 +16,7 @@ pub mod front_door;
 pub mod metrics;
 pub mod pki;
 pub mod process;
+pub mod reference;
 
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
