@@ -8,14 +8,14 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail, ensure};
+use anyhow::{Context, Result, anyhow, ensure};
 use dependency_watchdog::leader::PROBER_LEASE;
 use dwd_core::scaling::REPLICAS_ANNOTATION;
 use dwd_sim::{SimShoot, SimShootOptions};
@@ -30,7 +30,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The prober config of the processes: tests/common's, intervals shrunk to fractions of a second.
 const PROBER_CONFIG: &str = r#"
@@ -84,158 +83,85 @@ fn go_duration(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
 
-/// A `dependency-watchdog prober` process with its log, metrics and health ports; killed on
-/// drop (and by the kernel if the test process dies: PR_SET_PDEATHSIG).
-struct Watchdog {
-    name: String,
-    child: Option<Child>,
-    exit: Option<ExitStatus>,
-    log: PathBuf,
-    metrics_port: u16,
+/// A `dependency-watchdog prober` process (tests/support's [`support::Watchdog`]: its log,
+/// metrics, signals; killed on drop and by the kernel if the test process dies) and its health
+/// port.
+struct Candidate {
+    dog: support::Watchdog,
     health_port: u16,
 }
 
-impl Watchdog {
+impl std::ops::Deref for Candidate {
+    type Target = support::Watchdog;
+    fn deref(&self) -> &support::Watchdog {
+        &self.dog
+    }
+}
+
+impl Candidate {
     /// Starts `name`; with `timing`, as a leader-election candidate.
-    fn spawn(name: &str, dir: &Path, seed: &ApiServer, timing: Option<Timing>) -> Result<Watchdog> {
+    fn spawn(
+        name: &str,
+        dir: &Path,
+        seed: &ApiServer,
+        timing: Option<Timing>,
+    ) -> Result<Candidate> {
         // One file per process: rewriting a shared one could truncate it under another reader.
         let config = dir.join(format!("{name}-config.yaml"));
         std::fs::write(&config, PROBER_CONFIG)?;
-        let log = dir.join(format!("{name}.log"));
-        let out = File::create(&log)?;
-        let err = out.try_clone()?;
         let (metrics_port, health_port) = (dwd_testenv::free_port()?, dwd_testenv::free_port()?);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"));
-        cmd.arg("prober")
-            .arg(format!("--config-file={}", config.display()))
-            .arg(format!("--kubeconfig={}", seed.kubeconfig_path().display()));
+        let mut args = vec![
+            "prober".to_string(),
+            format!("--config-file={}", config.display()),
+            format!("--kubeconfig={}", seed.kubeconfig_path().display()),
+        ];
         if let Some(timing) = timing {
-            cmd.arg("--enable-leader-election=true")
-                .arg(format!("--leader-election-namespace={LEASE_NAMESPACE}"))
-                .arg(format!(
+            args.extend([
+                "--enable-leader-election=true".to_string(),
+                format!("--leader-election-namespace={LEASE_NAMESPACE}"),
+                format!(
                     "--leader-elect-lease-duration={}",
                     go_duration(timing.lease)
-                ))
-                .arg(format!(
+                ),
+                format!(
                     "--leader-elect-renew-deadline={}",
                     go_duration(timing.renew)
-                ))
-                .arg(format!(
-                    "--leader-elect-retry-period={}",
-                    go_duration(timing.retry)
-                ));
+                ),
+                format!("--leader-elect-retry-period={}", go_duration(timing.retry)),
+            ]);
         }
-        cmd.arg(format!("--metrics-bind-addr=127.0.0.1:{metrics_port}"))
-            .arg(format!("--health-bind-addr=127.0.0.1:{health_port}"))
-            .arg("--log-format=json")
-            .env("RUST_LOG", "info,kube=warn,hyper=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
-        dwd_testenv::process::die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("spawning watchdog {name}"))?;
-        Ok(Watchdog {
-            name: name.to_string(),
-            child: Some(child),
-            exit: None,
-            log,
-            metrics_port,
-            health_port,
-        })
-    }
-
-    fn signal(&self, signal: Signal) -> Result<()> {
-        let child = self.child.as_ref().context("process already reaped")?;
-        dwd_testenv::process::signal(child, signal).with_context(|| format!("kill {}", self.name))
-    }
-
-    /// The exit status once the process has ended.
-    fn try_exit(&mut self) -> Result<Option<ExitStatus>> {
-        if let Some(status) = self.exit {
-            return Ok(Some(status));
-        }
-        let child = self.child.as_mut().context("no child")?;
-        self.exit = child.try_wait()?;
-        Ok(self.exit)
-    }
-
-    async fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.try_exit()? {
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "{} did not exit within {timeout:?}\n{}",
-                    self.name,
-                    self.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let start = text.len().saturating_sub(4000);
-        let start = (start..text.len())
-            .find(|i| text.is_char_boundary(*i))
-            .unwrap_or(text.len());
-        format!("--- {} log tail ---\n{}", self.name, &text[start..])
+        args.extend([
+            format!("--metrics-bind-addr=127.0.0.1:{metrics_port}"),
+            format!("--health-bind-addr=127.0.0.1:{health_port}"),
+            "--log-format=json".to_string(),
+        ]);
+        let env = [("RUST_LOG", "info,kube=warn,hyper=warn")];
+        let dog = support::Watchdog::spawn(name, &args, &env, dir, metrics_port)?;
+        Ok(Candidate { dog, health_port })
     }
 
     /// The identity it announced (`leader election: candidate` log line).
     fn identity(&self) -> Option<String> {
-        let text = std::fs::read_to_string(&self.log).ok()?;
-        text.lines()
+        self.log()
+            .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .find(|v| v["msg"] == "leader election: candidate")
             .and_then(|v| v["identity"].as_str().map(str::to_string))
     }
 
-    async fn get(port: u16, path: &str) -> Result<(u16, String)> {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        stream
-            .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-            .await?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await?;
-        let status = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .context("no HTTP status")?;
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Ok((status, body))
-    }
-
     async fn ready(&self) -> bool {
-        matches!(Self::get(self.health_port, "/readyz").await, Ok((200, _)))
-    }
-
-    async fn metrics(&self) -> Result<String> {
-        let (status, body) = Self::get(self.metrics_port, "/metrics").await?;
-        ensure!(status == 200, "{}: /metrics answered {status}", self.name);
-        Ok(body)
+        matches!(
+            support::http_get(self.health_port, "/readyz").await,
+            Ok((200, _))
+        )
     }
 
     /// Probe runs for `shoot` so far (0 without a series).
     async fn probe_runs(&self, shoot: &str) -> Result<u64> {
-        let prefix = format!("dwd_prober_shoot_probe_runs_total{{shoot=\"{shoot}\"");
-        Ok(self
-            .metrics()
-            .await?
-            .lines()
-            .find(|l| l.starts_with(&prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .map_or(0, |v| v as u64))
+        let runs = self
+            .sample("dwd_prober_shoot_probe_runs_total", &[("shoot", shoot)])
+            .await?;
+        Ok(runs as u64)
     }
 
     /// Fails unless this process has never probed `shoot` and runs no probe.
@@ -247,20 +173,11 @@ impl Watchdog {
             self.name
         );
         ensure!(
-            text.lines().any(|l| l == "dwd_prober_active_probes 0"),
+            support::sample(&text, "dwd_prober_active_probes", &[]) == Some(0.0),
             "follower {} runs probes:\n{text}",
             self.name
         );
         Ok(())
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
@@ -314,7 +231,7 @@ async fn lease_transitions(client: &kube::Client) -> Result<i32> {
 }
 
 /// Waits until every process is ready and one of them holds the Lease; returns its index.
-async fn wait_for_leader(client: &kube::Client, dogs: &[Watchdog]) -> Result<usize> {
+async fn wait_for_leader(client: &kube::Client, dogs: &[Candidate]) -> Result<usize> {
     let what = "all candidates ready and one of them leading";
     eventually(DEADLINE, what, || async {
         for dog in dogs {
@@ -325,7 +242,7 @@ async fn wait_for_leader(client: &kube::Client, dogs: &[Watchdog]) -> Result<usi
         let Some(h) = holder(client).await.map_err(|e| e.to_string())? else {
             return Err("no holder".into());
         };
-        let ids: Vec<Option<String>> = dogs.iter().map(Watchdog::identity).collect();
+        let ids: Vec<Option<String>> = dogs.iter().map(Candidate::identity).collect();
         match ids.iter().position(|id| id.as_deref() == Some(h.as_str())) {
             Some(i) => Ok(Some(i)),
             None => Err(format!("holder {h} is none of {ids:?}")),
@@ -336,7 +253,7 @@ async fn wait_for_leader(client: &kube::Client, dogs: &[Watchdog]) -> Result<usi
 }
 
 /// Waits until `holder` of the Lease is `dog`; returns when that was seen.
-async fn wait_for_holder(client: &kube::Client, dog: &Watchdog, timeout: Duration) -> Result<()> {
+async fn wait_for_holder(client: &kube::Client, dog: &Candidate, timeout: Duration) -> Result<()> {
     let id = dog.identity().context("candidate announced no identity")?;
     eventually(
         timeout,
@@ -351,10 +268,10 @@ async fn wait_for_holder(client: &kube::Client, dog: &Watchdog, timeout: Duratio
         },
     )
     .await
-    .map_err(|e| anyhow!("{e}\n{}", dog.log_tail()))
+    .map_err(|e| anyhow!("{e}\n{}", dog.tail()))
 }
 
-async fn wait_probe_runs(dog: &Watchdog, shoot: &str, at_least: u64) -> Result<()> {
+async fn wait_probe_runs(dog: &Candidate, shoot: &str, at_least: u64) -> Result<()> {
     eventually(
         DEADLINE,
         &format!("{} to probe {shoot} {at_least} times", dog.name),
@@ -364,21 +281,14 @@ async fn wait_probe_runs(dog: &Watchdog, shoot: &str, at_least: u64) -> Result<(
         },
     )
     .await
-    .map_err(|e| anyhow!("{e}\n{}", dog.log_tail()))
+    .map_err(|e| anyhow!("{e}\n{}", dog.tail()))
 }
 
-fn logs(dogs: &[Watchdog]) -> String {
+fn logs(dogs: &[Candidate]) -> String {
     dogs.iter()
-        .map(Watchdog::log_tail)
+        .map(|dog| dog.tail())
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// The value of the sample `series` (name and labels exactly as exported) in `text`.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The standard families of every controller-runtime controller, which operators' dashboards
@@ -386,21 +296,22 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 /// leader gauge and request counter (seed and shoot API servers by host:port),
 /// client_golang's process metrics.
 async fn assert_standard_metrics(
-    leader: &Watchdog,
-    follower: &Watchdog,
+    leader: &Candidate,
+    follower: &Candidate,
     seed: &ApiServer,
     shoots: &ApiServer,
 ) -> Result<()> {
     let text = leader.metrics().await?;
-    let lease = format!("leader_election_master_status{{name=\"{PROBER_LEASE}\"}}");
+    let lease = [("name", PROBER_LEASE)];
+    let status = "leader_election_master_status";
     ensure!(
-        sample(&text, &lease) == Some(1.0),
-        "leader: {lease} 1\n{text}"
+        support::sample(&text, status, &lease) == Some(1.0),
+        "leader: {status}{lease:?} 1\n{text}"
     );
     let idle = follower.metrics().await?;
     ensure!(
-        sample(&idle, &lease) == Some(0.0),
-        "follower: {lease} 0\n{idle}"
+        support::sample(&idle, status, &lease) == Some(0.0),
+        "follower: {status}{lease:?} 0\n{idle}"
     );
     // Cache lists and the probes' reads on the seed, /version and lease lists on the shoot,
     // lease renewals (PUT) on the seed.
@@ -409,12 +320,11 @@ async fn assert_standard_metrics(
         (shoots.addr(), "GET"),
         (seed.addr(), "PUT"),
     ] {
-        let series = format!(
-            "rest_client_requests_total{{code=\"200\",method=\"{method}\",host=\"{host}\"}}"
-        );
+        let host = host.to_string();
+        let labels = [("code", "200"), ("method", method), ("host", host.as_str())];
         ensure!(
-            sample(&text, &series).is_some_and(|n| n >= 1.0),
-            "leader: {series} counted\n{text}"
+            support::sample(&text, "rest_client_requests_total", &labels).is_some_and(|n| n >= 1.0),
+            "leader: rest_client_requests_total{labels:?} counted\n{text}"
         );
     }
     for name in [
@@ -426,11 +336,11 @@ async fn assert_standard_metrics(
         "process_start_time_seconds",
     ] {
         ensure!(
-            sample(&text, name).is_some_and(|v| v > 0.0),
+            support::sample(&text, name, &[]).is_some_and(|v| v > 0.0),
             "leader: {name} > 0\n{text}"
         );
     }
-    let rss = sample(&text, "process_resident_memory_bytes").unwrap_or_default();
+    let rss = support::sample(&text, "process_resident_memory_bytes", &[]).unwrap_or_default();
     ensure!(
         rss > 1e6 && rss < 1e9,
         "resident memory {rss} bytes is implausible"
@@ -542,9 +452,9 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_without_double_sca
     };
     let dir = env.dir().join("le-kill");
     std::fs::create_dir_all(&dir)?;
-    let mut dogs = vec![
-        Watchdog::spawn("kill-a", &dir, &seed, Some(timing))?,
-        Watchdog::spawn("kill-b", &dir, &seed, Some(timing))?,
+    let dogs = vec![
+        Candidate::spawn("kill-a", &dir, &seed, Some(timing))?,
+        Candidate::spawn("kill-b", &dir, &seed, Some(timing))?,
     ];
     let leader = wait_for_leader(&admin, &dogs).await?;
     let follower = 1 - leader;
@@ -644,9 +554,9 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_without_double_sca
         "the leader noticed the lost Lease only after {gone:?}"
     );
     ensure!(
-        dogs[follower].log_tail().contains("leadership lost"),
+        dogs[follower].tail().contains("leadership lost"),
         "{}",
-        dogs[follower].log_tail()
+        dogs[follower].tail()
     );
     Ok(())
 }
@@ -672,10 +582,10 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     };
     let dir = env.dir().join("le-term");
     std::fs::create_dir_all(&dir)?;
-    let mut dogs = vec![
-        Watchdog::spawn("term-a", &dir, &seed, Some(timing))?,
-        Watchdog::spawn("term-b", &dir, &seed, Some(timing))?,
-        Watchdog::spawn("term-c", &dir, &seed, Some(timing))?,
+    let dogs = vec![
+        Candidate::spawn("term-a", &dir, &seed, Some(timing))?,
+        Candidate::spawn("term-b", &dir, &seed, Some(timing))?,
+        Candidate::spawn("term-c", &dir, &seed, Some(timing))?,
     ];
     let leader = wait_for_leader(&admin, &dogs).await?;
     wait_probe_runs(&dogs[leader], &ns, 2).await?;
@@ -690,7 +600,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     ensure!(
         status.success(),
         "follower exit: {status}\n{}",
-        dogs[follower].log_tail()
+        dogs[follower].tail()
     );
     println!("follower exited 0 after SIGTERM in {:?}", stopped.elapsed());
     ensure!(holder(&admin).await? == dogs[leader].identity());
@@ -705,7 +615,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     ensure!(
         status.success(),
         "leader exit: {status}\n{}",
-        dogs[leader].log_tail()
+        dogs[leader].tail()
     );
     wait_for_holder(&admin, &dogs[successor], DEADLINE).await?;
     let takeover = stopped.elapsed();
@@ -735,7 +645,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     );
 
     // Without leader election too: SIGTERM while probing → exit 0, promptly.
-    let mut alone = Watchdog::spawn("term-alone", &dir, &seed, None)?;
+    let alone = Candidate::spawn("term-alone", &dir, &seed, None)?;
     wait_probe_runs(&alone, &ns, 2).await?;
     let text = alone.metrics().await?;
     ensure!(
@@ -747,7 +657,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     let status = alone.wait_exit(Duration::from_secs(5)).await?;
     let exited = stopped.elapsed();
     println!("watchdog without leader election exited ({status}) after SIGTERM in {exited:?}");
-    ensure!(status.success(), "exit: {status}\n{}", alone.log_tail());
+    ensure!(status.success(), "exit: {status}\n{}", alone.tail());
     ensure!(
         exited < Duration::from_secs(2),
         "graceful exit took {exited:?}"

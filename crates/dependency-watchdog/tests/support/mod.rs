@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use dwd_testenv::eventually;
+use dwd_testenv::process::Signal;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -120,25 +121,37 @@ impl Watchdog {
 
     /// SIGTERM, then waits for the exit.
     pub async fn stop(&self) -> Result<ExitStatus> {
+        self.signal(Signal::TERM)?;
+        self.wait_exit(EXIT_TIMEOUT).await
+    }
+
+    /// Sends `signal` unless the process already ended.
+    pub fn signal(&self, signal: Signal) -> Result<()> {
         if self.exited().is_none() {
             let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
             let child = child.as_ref().context("no process")?;
             // Not reaped yet: exited() saw it running, and only this handle reaps it.
-            dwd_testenv::process::signal(child, dwd_testenv::process::Signal::TERM)?;
+            dwd_testenv::process::signal(child, signal)
+                .with_context(|| format!("signal {signal:?} to {}", self.name))?;
         }
-        let deadline = Instant::now() + EXIT_TIMEOUT;
+        Ok(())
+    }
+
+    /// Waits at most `timeout` for the process to end.
+    pub async fn wait_exit(&self, timeout: Duration) -> Result<ExitStatus> {
+        let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.exited() {
                 return Ok(status);
             }
             if Instant::now() >= deadline {
                 bail!(
-                    "{} did not exit within {EXIT_TIMEOUT:?} of SIGTERM\n{}",
+                    "{} did not exit within {timeout:?}\n{}",
                     self.name,
                     self.tail()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
