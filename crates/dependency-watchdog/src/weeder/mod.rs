@@ -11,6 +11,10 @@
 //! - [`pods`]: one weeder: for `watchDuration`, a pod watch per selector in the slice's
 //!   namespace, deleting crash-looping pods.
 //!
+//! In shadow mode ([`run_with_shadow`] with a [`Shadow`]) every weeder decides the same but
+//! deletes nothing: it reports the pods it would have deleted and the acting watchdog's
+//! deletions of crash-looping pods it saw, for the comparison ([`pods`]).
+//!
 //! The rules (which slice is ready, which event starts a weeder, which pod is deleted) are pure
 //! functions of `dwd_core::weeder` and of this module's submodules; this module does the I/O.
 

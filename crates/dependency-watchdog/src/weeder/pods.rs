@@ -8,14 +8,20 @@
 //! the pod's UID as a precondition, so a pod that was re-created under the same name (a
 //! StatefulSet's `etcd-main-0`) is never deleted on the strength of its predecessor's status.
 //! Each deletion attempt has [`DELETE_TIMEOUT`]: the watch that found the pod waits for it.
+//!
+//! In shadow mode (`--shadow`, [`crate::shadow`]) a weeder decides the same but never deletes:
+//! it reports the pod it would have deleted ([`Shadow::would`]), and each watch keeps a
+//! [`DeletionSpotter`] to see the acting watchdog's deletions of crash-looping pods
+//! ([`Shadow::reference_did`]), so the two can be compared.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dwd_core::PodSelector;
-use dwd_core::weeder::should_delete_pod;
+use dwd_core::shadow::ShadowAction;
+use dwd_core::weeder::{crashlooping_container, should_delete_pod};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Preconditions};
@@ -25,9 +31,10 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::events::Events;
+use crate::events::{Events, Subject};
 use crate::metrics::{Metrics, ServiceLabels};
 use crate::rate_limit::{Priority, prioritized};
+use crate::shadow::{Shadow, pod_key};
 
 /// Attempts per pod deletion before the pod is left for a new list of its watch.
 const DELETE_ATTEMPTS: u32 = 3;
@@ -69,8 +76,11 @@ pub struct Weeder {
     pub client: Client,
     /// Process metrics (`pods_deleted`).
     pub metrics: Arc<Metrics>,
-    /// Kubernetes Events: one per deleted pod.
+    /// Kubernetes Events: one per deleted pod (in shadow mode: about our own pod only).
     pub events: Events,
+    /// Shadow mode: never delete, report what would have been and what the acting watchdog
+    /// deleted; `None` in normal operation.
+    pub shadow: Option<Arc<Shadow>>,
 }
 
 /// A pod the weeder should delete, as read from the pod.
@@ -94,11 +104,7 @@ pub fn deletion_target(
     selector: &PodSelector,
 ) -> Option<DeletionTarget> {
     let meta = &pod.metadata;
-    if meta.namespace.as_deref() != Some(namespace) {
-        return None;
-    }
-    let empty = std::collections::BTreeMap::new();
-    if !selector.matches(meta.labels.as_ref().unwrap_or(&empty)) {
+    if !in_scope(pod, namespace, selector) {
         return None;
     }
     let container = should_delete_pod(pod)?;
@@ -107,6 +113,186 @@ pub fn deletion_target(
         uid: meta.uid.clone()?,
         container,
     })
+}
+
+/// Whether `pod` is in `namespace` and matches `selector`.
+fn in_scope(pod: &Pod, namespace: &str, selector: &PodSelector) -> bool {
+    let meta = &pod.metadata;
+    let empty = std::collections::BTreeMap::new();
+    meta.namespace.as_deref() == Some(namespace)
+        && selector.matches(meta.labels.as_ref().unwrap_or(&empty))
+}
+
+/// A deletion of a crash-looping pod seen by a shadow weeder's watch: in shadow mode we delete
+/// nothing, so this is what the acting watchdog (or someone else) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenDeletion {
+    /// Pod name.
+    pub name: String,
+    /// Pod UID.
+    pub uid: String,
+    /// What was seen, for the comparison's record.
+    pub evidence: String,
+}
+
+/// What a shadow weeder's watch remembers of a pod it saw crash-looping or terminating.
+#[derive(Debug, Clone)]
+struct SeenPod {
+    name: String,
+    /// The container waiting in `CrashLoopBackOff` when last seen, if any.
+    crashlooping: Option<String>,
+    /// Whether the pod was seen with `deletionTimestamp` (its deletion reported then, or it
+    /// was terminating already when first seen).
+    terminating: bool,
+}
+
+/// Spots, from one pod watch's events, the deletions of pods last seen crash-looping: a
+/// `deletionTimestamp` appearing (graceful deletion), a watch `Delete` of a pod still matching
+/// the selector (a pod that merely stopped matching is not a deletion), or — after the watch
+/// lost its place — a crash-looping pod missing from the new list.
+///
+/// Keeps only pods last seen crash-looping or terminating (a healthy pod's deletion is nobody's
+/// weeding), each until its `Delete`: memory is bounded by the crash-looping pods the watch
+/// saw, and dropped with the weeder. A pod first seen terminating is not reported: when and by
+/// whom it was deleted is unknown.
+#[derive(Debug, Default)]
+pub struct DeletionSpotter {
+    pods: HashMap<String, SeenPod>,
+    /// UIDs listed since a (re-)list began; `None` outside a list.
+    listed: Option<HashSet<String>>,
+}
+
+impl DeletionSpotter {
+    /// The watch reported `pod` (added, changed, or listed): a deletion if it now shows
+    /// `deletionTimestamp` for the first time and was last seen crash-looping.
+    pub fn applied(
+        &mut self,
+        pod: &Pod,
+        namespace: &str,
+        selector: &PodSelector,
+    ) -> Option<SeenDeletion> {
+        let meta = &pod.metadata;
+        let (name, uid) = (meta.name.as_ref()?, meta.uid.as_ref()?);
+        if let Some(listed) = self.listed.as_mut() {
+            listed.insert(uid.clone());
+        }
+        if !in_scope(pod, namespace, selector) {
+            self.pods.remove(uid);
+            return None;
+        }
+        let crashlooping = crashlooping_container(pod);
+        let terminating = meta.deletion_timestamp.is_some();
+        let previous = if crashlooping.is_some() || terminating {
+            self.pods.insert(
+                uid.clone(),
+                SeenPod {
+                    name: name.clone(),
+                    crashlooping: crashlooping.clone(),
+                    terminating,
+                },
+            )
+        } else {
+            self.pods.remove(uid)
+        };
+        let previous = previous?;
+        if !terminating || previous.terminating {
+            return None;
+        }
+        // The state before the deletion is what the deleter saw.
+        let container = previous.crashlooping.or(crashlooping)?;
+        let at = meta
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default();
+        Some(SeenDeletion {
+            name: name.clone(),
+            uid: uid.clone(),
+            evidence: format!(
+                "pod deleted while container {container} was in CrashLoopBackOff (deletionTimestamp {at})"
+            ),
+        })
+    }
+
+    /// The watch reported `pod` gone: a deletion if the pod still matches the selector, was
+    /// last seen crash-looping, and its deletion was not seen before (`deletionTimestamp`).
+    pub fn deleted(
+        &mut self,
+        pod: &Pod,
+        namespace: &str,
+        selector: &PodSelector,
+    ) -> Option<SeenDeletion> {
+        let meta = &pod.metadata;
+        let (name, uid) = (meta.name.as_ref()?, meta.uid.as_ref()?);
+        let previous = self.pods.remove(uid);
+        // A label change out of the selector also ends the pod's watch with a `Delete`, which
+        // carries the pod as it is now: still there, just no longer ours.
+        if !in_scope(pod, namespace, selector) {
+            return None;
+        }
+        if previous.as_ref().is_some_and(|p| p.terminating) {
+            return None;
+        }
+        let container = previous
+            .and_then(|p| p.crashlooping)
+            .or_else(|| crashlooping_container(pod))?;
+        let at = match &meta.deletion_timestamp {
+            Some(t) => format!(" (deletionTimestamp {})", t.0),
+            None => String::new(),
+        };
+        Some(SeenDeletion {
+            name: name.clone(),
+            uid: uid.clone(),
+            evidence: format!(
+                "pod deleted while container {container} was in CrashLoopBackOff{at}"
+            ),
+        })
+    }
+
+    /// A (re-)list of the watch begins.
+    pub fn begin_list(&mut self) {
+        self.listed = Some(HashSet::new());
+    }
+
+    /// The (re-)list is complete: pods last seen crash-looping that it did not report went away
+    /// while the watch was away.
+    pub fn end_list(&mut self) -> Vec<SeenDeletion> {
+        let Some(listed) = self.listed.take() else {
+            return Vec::new();
+        };
+        let gone: Vec<String> = self
+            .pods
+            .keys()
+            .filter(|uid| !listed.contains(*uid))
+            .cloned()
+            .collect();
+        gone.into_iter()
+            .filter_map(|uid| {
+                let pod = self.pods.remove(&uid)?;
+                if pod.terminating {
+                    return None;
+                }
+                let container = pod.crashlooping?;
+                Some(SeenDeletion {
+                    name: pod.name,
+                    uid,
+                    evidence: format!(
+                        "pod gone (deleted, or no longer matching the selector) when the watch listed again; last seen with container {container} in CrashLoopBackOff"
+                    ),
+                })
+            })
+            .collect()
+    }
+
+    /// Pods remembered.
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Whether no pod is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
 }
 
 /// How one deletion ended.
@@ -150,10 +336,13 @@ impl Weeder {
         // UIDs this weeder deleted or is deleting: two selectors may pick the same pod, and a
         // deleted pod keeps sending events (deletionTimestamp, finalizers) until it is gone.
         let handled = Mutex::new(HashSet::<String>::new());
+        // Shadow mode: UIDs whose deletion by the acting watchdog was reported (once per UID,
+        // whichever selector's watch saw it).
+        let reported = Mutex::new(HashSet::<String>::new());
         let watches = futures::future::join_all(
             self.selectors
                 .iter()
-                .map(|selector| self.watch_selector(&apis, selector, &handled)),
+                .map(|selector| self.watch_selector(&apis, selector, &handled, &reported)),
         );
         tokio::select! {
             _ = tokio::time::sleep(self.watch_duration) => info!("weeder ended: watch duration passed"),
@@ -167,8 +356,11 @@ impl Weeder {
         apis: &PodApis,
         selector: &PodSelector,
         handled: &Mutex<HashSet<String>>,
+        reported: &Mutex<HashSet<String>>,
     ) {
         let query = selector.to_query();
+        // Only in shadow mode: normal operation keeps nothing per pod.
+        let mut spotter = self.shadow.is_some().then(DeletionSpotter::default);
         let config = |streaming: bool| {
             let config = watcher::Config::default().labels(&query);
             // A streaming list (one watch request with `sendInitialEvents`) instead of a list
@@ -207,12 +399,58 @@ impl Weeder {
             };
             let pod = match event {
                 Event::Apply(pod) | Event::InitApply(pod) => pod,
-                Event::Init | Event::InitDone | Event::Delete(_) => continue,
+                Event::Init => {
+                    if let Some(spotter) = spotter.as_mut() {
+                        spotter.begin_list();
+                    }
+                    continue;
+                }
+                Event::InitDone => {
+                    if let Some(spotter) = spotter.as_mut() {
+                        for seen in spotter.end_list() {
+                            self.reference_deleted(reported, seen);
+                        }
+                    }
+                    continue;
+                }
+                Event::Delete(pod) => {
+                    if let Some(seen) = spotter
+                        .as_mut()
+                        .and_then(|s| s.deleted(&pod, &self.namespace, selector))
+                    {
+                        self.reference_deleted(reported, seen);
+                    }
+                    continue;
+                }
             };
+            if let Some(seen) = spotter
+                .as_mut()
+                .and_then(|s| s.applied(&pod, &self.namespace, selector))
+            {
+                self.reference_deleted(reported, seen);
+            }
             let Some(target) = deletion_target(&pod, &self.namespace, selector) else {
                 continue;
             };
             if !lock(handled).insert(target.uid.clone()) {
+                continue;
+            }
+            if let Some(shadow) = &self.shadow {
+                // Decided exactly as in normal operation; reported instead of done.
+                shadow.would(
+                    &self.events,
+                    &Subject::Pod {
+                        namespace: &self.namespace,
+                        name: &target.name,
+                        uid: &target.uid,
+                    },
+                    &pod_key(&self.namespace, &target.name, &target.uid),
+                    ShadowAction::DeletePod,
+                    &format!(
+                        "container {} in CrashLoopBackOff; service {} is ready again (selector {query})",
+                        target.container, self.service
+                    ),
+                );
                 continue;
             }
             match delete_pod(&apis.delete, &target).await {
@@ -270,6 +508,29 @@ impl Weeder {
                 }
             }
         }
+    }
+}
+
+impl Weeder {
+    /// Shadow mode: the acting watchdog deleted a crash-looping pod (reported once per UID).
+    fn reference_deleted(&self, reported: &Mutex<HashSet<String>>, seen: SeenDeletion) {
+        let Some(shadow) = &self.shadow else {
+            return;
+        };
+        if !lock(reported).insert(seen.uid.clone()) {
+            return;
+        }
+        shadow.reference_did(
+            &self.events,
+            &Subject::Pod {
+                namespace: &self.namespace,
+                name: &seen.name,
+                uid: &seen.uid,
+            },
+            &pod_key(&self.namespace, &seen.name, &seen.uid),
+            ShadowAction::DeletePod,
+            &seen.evidence,
+        );
     }
 }
 
@@ -452,6 +713,131 @@ mod tests {
         let mut p = pod("shoot--a", "apiserver", "CrashLoopBackOff");
         p.metadata.uid = None;
         assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
+    }
+
+    fn terminating(mut p: Pod) -> Pod {
+        p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        p
+    }
+
+    #[test]
+    fn a_deletion_timestamp_on_a_crashlooping_pod_is_seen_once() {
+        let mut s = DeletionSpotter::default();
+        let crashing = pod("shoot--a", "apiserver", "CrashLoopBackOff");
+        assert_eq!(s.applied(&crashing, "shoot--a", &selector()), None);
+        assert_eq!(s.applied(&crashing, "shoot--a", &selector()), None);
+        let seen = s
+            .applied(&terminating(crashing.clone()), "shoot--a", &selector())
+            .expect("a deletion");
+        assert_eq!(
+            (seen.name.as_str(), seen.uid.as_str()),
+            ("kube-apiserver-abc", "uid-1")
+        );
+        assert!(
+            seen.evidence.starts_with(
+                "pod deleted while container kube-apiserver was in CrashLoopBackOff (deletionTimestamp 1970-01-01"
+            ),
+            "{}",
+            seen.evidence
+        );
+        // Further updates of the terminating pod and its final removal are the same deletion.
+        assert_eq!(
+            s.applied(&terminating(crashing.clone()), "shoot--a", &selector()),
+            None
+        );
+        assert_eq!(
+            s.deleted(&terminating(crashing), "shoot--a", &selector()),
+            None
+        );
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn an_immediate_delete_of_a_crashlooping_pod_is_seen() {
+        let mut s = DeletionSpotter::default();
+        let crashing = pod("shoot--a", "apiserver", "CrashLoopBackOff");
+        s.applied(&crashing, "shoot--a", &selector());
+        assert_eq!(s.len(), 1);
+        let seen = s
+            .deleted(&crashing, "shoot--a", &selector())
+            .expect("a deletion");
+        assert_eq!(
+            seen.evidence,
+            "pod deleted while container kube-apiserver was in CrashLoopBackOff"
+        );
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn healthy_relabelled_or_already_terminating_pods_are_not_deletions_to_compare() {
+        let mut s = DeletionSpotter::default();
+        // Healthy when deleted: nobody's weeding; not even remembered.
+        let healthy = pod("shoot--a", "apiserver", "ContainerCreating");
+        assert_eq!(s.applied(&healthy, "shoot--a", &selector()), None);
+        assert!(s.is_empty());
+        assert_eq!(
+            s.applied(&terminating(healthy.clone()), "shoot--a", &selector()),
+            None
+        );
+        assert_eq!(
+            s.deleted(&terminating(healthy), "shoot--a", &selector()),
+            None
+        );
+        // Crash-looping, then recovered, then deleted.
+        s.applied(
+            &pod("shoot--a", "apiserver", "CrashLoopBackOff"),
+            "shoot--a",
+            &selector(),
+        );
+        let recovered = pod("shoot--a", "apiserver", "ContainerCreating");
+        s.applied(&recovered, "shoot--a", &selector());
+        assert!(s.is_empty());
+        assert_eq!(s.deleted(&recovered, "shoot--a", &selector()), None);
+        // Crash-looping, then relabelled out of the selector: the watch's Delete carries the
+        // pod as it is now.
+        s.applied(
+            &pod("shoot--a", "apiserver", "CrashLoopBackOff"),
+            "shoot--a",
+            &selector(),
+        );
+        let relabelled = pod("shoot--a", "etcd", "CrashLoopBackOff");
+        assert_eq!(s.deleted(&relabelled, "shoot--a", &selector()), None);
+        assert!(s.is_empty());
+        // First seen terminating: when and by whom it was deleted is unknown.
+        let old = terminating(pod("shoot--a", "apiserver", "CrashLoopBackOff"));
+        assert_eq!(s.applied(&old, "shoot--a", &selector()), None);
+        assert_eq!(s.deleted(&old, "shoot--a", &selector()), None);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_crashlooping_pod_missing_from_a_relist_was_deleted_meanwhile() {
+        let mut s = DeletionSpotter::default();
+        s.begin_list();
+        let mut other = pod("shoot--a", "apiserver", "CrashLoopBackOff");
+        other.metadata.name = Some("kube-apiserver-def".into());
+        other.metadata.uid = Some("uid-2".into());
+        s.applied(
+            &pod("shoot--a", "apiserver", "CrashLoopBackOff"),
+            "shoot--a",
+            &selector(),
+        );
+        s.applied(&other, "shoot--a", &selector());
+        assert_eq!(s.end_list(), Vec::new());
+        // The watch lost its place; meanwhile uid-1 went away.
+        s.begin_list();
+        s.applied(&other, "shoot--a", &selector());
+        let gone = s.end_list();
+        assert_eq!(gone.len(), 1, "{gone:?}");
+        assert_eq!(gone[0].uid, "uid-1");
+        assert!(
+            gone[0].evidence.contains("container kube-apiserver"),
+            "{:?}",
+            gone[0]
+        );
+        assert_eq!(s.len(), 1);
+        // Outside a list nothing is concluded from absence.
+        assert_eq!(s.end_list(), Vec::new());
     }
 
     #[test]

@@ -191,6 +191,7 @@ mod tests {
             client,
             metrics: metrics.clone(),
             events: crate::events::Events::disabled(metrics.clone()),
+            shadow: None,
         }
     }
 

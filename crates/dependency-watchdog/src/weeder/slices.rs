@@ -170,6 +170,7 @@ fn on_slice(
         client: ctx.seed.clone(),
         metrics: weeders.metrics().clone(),
         events: ctx.events.clone(),
+        shadow: ctx.shadow.clone(),
     });
     let replaced = outcome == StartOutcome::Replaced;
     info!(%namespace, slice = %name, %service, replaced, "service is ready again; weeding its crash-looping dependants");
