@@ -202,6 +202,7 @@ impl ProbeManager {
             Some(p) => {
                 p.cancel.cancel();
                 self.ctx.metrics.forget_shoot(namespace);
+                self.forget_shadow(namespace);
                 true
             }
             None => false,
@@ -224,8 +225,18 @@ impl ProbeManager {
         for (ns, p) in drained {
             p.cancel.cancel();
             self.ctx.metrics.forget_shoot(&ns);
+            self.forget_shadow(&ns);
         }
         self.ctx.metrics.active_probes.set(0);
+    }
+
+    /// Shadow mode forgets a removed shoot: our latest finding and would-be state (a probe
+    /// started for it later begins from the acting watchdog's state at that time).
+    fn forget_shadow(&self, namespace: &str) {
+        if let Some(shadow) = &self.ctx.shadow {
+            shadow.forget(namespace);
+        }
+        self.ctx.shadow_states.forget(namespace);
     }
 }
 
@@ -396,6 +407,7 @@ dependentResourceInfos:
             events: Events::disabled(metrics.clone()),
             metrics,
             shadow: None,
+            shadow_states: Default::default(),
         })
     }
 

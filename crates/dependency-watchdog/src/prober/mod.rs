@@ -5,6 +5,7 @@
 //! - [`manager`]: the registry of running probe tasks;
 //! - [`probe`]: one shoot's probe loop (API-server probe, lease probe, decision);
 //! - [`scaler`]: executes scaling flows;
+//! - [`shadow_observer`]: in shadow mode, what the acting watchdog did to each shoot;
 //! - [`shoot_reads`]: consistent, paginated, bounded lists of a shoot's objects;
 //! - [`view`]: the prober's reads as a public API, for tools (`explain`).
 
@@ -13,6 +14,7 @@ pub mod manager;
 pub mod probe;
 pub mod scaler;
 pub mod seed_caches;
+pub mod shadow_observer;
 pub mod shoot_reads;
 pub mod slim;
 pub mod view;
@@ -31,6 +33,7 @@ use crate::metrics::Metrics;
 use crate::shadow::Shadow;
 use manager::ProbeManager;
 use seed_caches::SeedCaches;
+use shadow_observer::ShadowStates;
 
 /// What every probe shares.
 pub struct ProberContext {
@@ -47,6 +50,9 @@ pub struct ProberContext {
     /// Shadow mode (`--shadow`): decide, never scale, and compare with the acting watchdog
     /// ([`crate::shadow`]); `None` in normal operation.
     pub shadow: Option<Arc<Shadow>>,
+    /// Shadow mode's per-shoot states: the acting watchdog's when first seen, our would-be
+    /// one (empty in normal operation).
+    pub shadow_states: ShadowStates,
 }
 
 /// Runs the prober until `shutdown` is cancelled or a critical task dies.
@@ -120,8 +126,23 @@ pub async fn run_with_shadow(
         metrics,
         events,
         shadow,
+        shadow_states: ShadowStates::default(),
     });
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
+    if let Some(shadow) = &ctx.shadow {
+        tasks.spawn({
+            let (ctx, shadow, manager, shutdown) = (
+                ctx.clone(),
+                shadow.clone(),
+                manager.clone(),
+                shutdown.clone(),
+            );
+            async move {
+                shadow_observer::observe(ctx, shadow, || manager.namespaces(), shutdown).await;
+                "shadow observer of the acting watchdog"
+            }
+        });
+    }
 
     let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
     tasks.spawn({

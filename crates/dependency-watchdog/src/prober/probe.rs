@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono::Utc;
 use dwd_core::lease::LeaseReport;
 use dwd_core::scaling::FlowScope;
+use dwd_core::shadow::ShadowAction;
 use dwd_core::{
     Direction, EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases,
     leases_alone_suffice,
@@ -25,13 +26,22 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
 use super::scaler;
+use super::shadow_observer::{self, VirtualState};
 use super::shoot_reads::{LEASE_PAGE, NODE_PAGE, list_all};
 use super::slim::{NodeLease, ProbedNode};
 use crate::Error;
+use crate::events::Subject;
 use crate::kube_client::{PreparedShootConfig, ResponseLimits, is_response_too_large};
 use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootSeries,
 };
+
+/// Nodes listed by name in shadow mode's note of a finding; the rest are counted (node
+/// names come from the tenant).
+pub const NOTED_NODES_LIMIT: usize = 20;
+
+/// Longest node name quoted in shadow mode's note of a finding.
+const NOTED_NAME_LIMIT: usize = 100;
 
 /// Namespace of node leases in the shoot (the protocol constant, defined in `dwd_core`).
 pub use dwd_core::lease::NODE_LEASE_NAMESPACE;
@@ -147,6 +157,20 @@ pub enum ProbeFailure {
     ShootList(Error),
     /// The Machine cache has not synced yet.
     MachinesNotSynced,
+}
+
+impl std::fmt::Display for ProbeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeFailure::SeedCachesNotSynced(pending) => {
+                write!(f, "seed caches not in sync: {pending}")
+            }
+            ProbeFailure::NoShootClient(e) => write!(f, "no usable kubeconfig: {e}"),
+            ProbeFailure::ApiServer(e) => write!(f, "API server probe failed: {e}"),
+            ProbeFailure::ShootList(e) => write!(f, "lease probe failed: {e}"),
+            ProbeFailure::MachinesNotSynced => f.write_str("machine cache not synced yet"),
+        }
+    }
 }
 
 impl ProbeFailure {
@@ -340,6 +364,12 @@ impl Probe {
             }
         });
         self.count_run(category);
+        if let Some(shadow) = &self.ctx.shadow {
+            shadow.note_finding(
+                &self.namespace,
+                &format!("probe failed: {failure}; no scaling this run"),
+            );
+        }
         match &failure {
             // A run not made: counted as a failed lease probe (as a machine cache not yet
             // synced always was). Logged at debug: the caches and the readiness report it
@@ -398,11 +428,23 @@ impl Probe {
         // only change the outcome when a scale-down is building up, a target waits to be
         // restored (see `leases_alone_suffice`), or a zone was disrupted (its recovery event
         // says how many of its leases are fresh).
-        let to_restore =
-            scaler::targets_to_scale(&self.ctx, &self.namespace, Direction::Up, FlowScope::All);
+        // In shadow mode the targets are the acting watchdog's: what waits to be restored is
+        // what we would have scaled down, our would-be state, so that a would-scale-up is
+        // judged on every node's verdict whatever the acting watchdog did.
+        let shadow_state = self.ctx.shadow.as_ref().map(|_| self.virtual_state());
+        let to_restore = match shadow_state {
+            Some(_) => Vec::new(),
+            None => {
+                scaler::targets_to_scale(&self.ctx, &self.namespace, Direction::Up, FlowScope::All)
+            }
+        };
+        let waits_to_be_restored = match shadow_state {
+            Some(state) => state.is_protected(),
+            None => !to_restore.is_empty(),
+        };
         let nodes_may_matter = memory.hysteresis.streaks().1 > 0
             || !memory.disrupted_zones.is_empty()
-            || !to_restore.is_empty();
+            || waits_to_be_restored;
         match self.probe_shoot(nodes_may_matter).await {
             Err(failure) => self.report_failure(failure, &mut outcome),
             Ok(finding) => {
@@ -426,6 +468,12 @@ impl Probe {
         let report = match finding {
             Finding::Report(report) => report,
             Finding::AllLeasesFresh { leases } => {
+                if let Some(shadow) = &self.ctx.shadow {
+                    shadow.note_finding(
+                        &self.namespace,
+                        &format!("all {leases} node leases fresh: no scaling"),
+                    );
+                }
                 self.set_expired_fraction(0.0);
                 self.ctx.metrics.zones_all_fresh(&self.series);
                 self.count_run(RunResult::ScaleUp);
@@ -454,11 +502,18 @@ impl Probe {
             LeaseDecision::NoScaling(_) => RunResult::NoScaling,
         });
         let scope = FlowScope::of(&report.decision);
+        if let Some(shadow) = &self.ctx.shadow {
+            shadow.note_finding(&self.namespace, &finding_note(&report, Utc::now()));
+        }
         let Some(dir) = action else {
             debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
                 decision = %report.decision, "{report}; no scaling this run");
             return None;
         };
+        if let Some(shadow) = &self.ctx.shadow {
+            self.decide_in_shadow(shadow, dir, scope, &report);
+            return None;
+        }
         let targets = match (dir, scope) {
             (Direction::Up, FlowScope::All) => to_restore,
             _ => scaler::targets_to_scale(&self.ctx, &self.namespace, dir, scope),
@@ -489,6 +544,73 @@ impl Probe {
             &names,
         );
         Some(PlannedFlow { dir, scope, reason })
+    }
+
+    /// Our would-be state of this shoot in shadow mode: at first the acting watchdog's when
+    /// shadow mode first saw the shoot (asked of the caches, which are in sync during a run,
+    /// if the observer has not seen it yet).
+    fn virtual_state(&self) -> VirtualState {
+        self.ctx.shadow_states.ours(&self.namespace, || {
+            shadow_observer::acting_protected(&self.ctx.caches, &self.namespace)
+        })
+    }
+
+    /// Shadow mode's part of a run whose hysteresis calls for a flow in `dir`: no flow and
+    /// no decision event; when it changes our would-be state (a scale-down of a shoot we
+    /// have not scaled down, a scale-up of one we have), a sighting of what we would have
+    /// done. The targets it names are those the flow would act on whatever the acting
+    /// watchdog did to them.
+    fn decide_in_shadow(
+        &self,
+        shadow: &crate::shadow::Shadow,
+        dir: Direction,
+        scope: FlowScope,
+        report: &LeaseReport,
+    ) {
+        let ns = self.namespace.as_str();
+        let (action, next) = match (dir, self.virtual_state()) {
+            (Direction::Down, VirtualState::Normal) => {
+                (ShadowAction::ScaleDown, VirtualState::Protected(scope))
+            }
+            (Direction::Down, VirtualState::Protected(FlowScope::Zonal))
+                if scope == FlowScope::All =>
+            {
+                // The marker the acting watchdog is judged by is already there: the
+                // broader scope is remembered, not reported as a second scale-down.
+                debug!(%scope, "{report}; shadow mode: already scaled down (zonal), now all targets");
+                self.ctx
+                    .shadow_states
+                    .set_ours(ns, VirtualState::Protected(scope));
+                return;
+            }
+            (Direction::Up, VirtualState::Protected(_)) => {
+                (ShadowAction::ScaleUp, VirtualState::Normal)
+            }
+            (_, state) => {
+                debug!(action = %dir, ?state, "{report}; shadow mode: already there");
+                return;
+            }
+        };
+        let targets = scaler::targets_in_scope(&self.ctx, ns, scope);
+        self.ctx.shadow_states.set_ours(ns, next);
+        if targets.is_empty() {
+            debug!(action = %dir, %scope, "{report}; shadow mode: no target to act on");
+            return;
+        }
+        info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
+            threshold = report.threshold, action = %dir, %scope, "{report}");
+        let evidence = format!(
+            "{}; {scope}: {}",
+            decision_reason(report),
+            targets.join(", ")
+        );
+        shadow.would(
+            &self.ctx.events,
+            &Subject::Cluster(ns),
+            ns,
+            action,
+            &evidence,
+        );
     }
 
     /// Runs a flow the run decided on and reports how it ended (a 429 on the way spaces the
@@ -747,6 +869,50 @@ impl Probe {
     }
 }
 
+/// Shadow mode's note of a finding: the report's summary and decision, then each node's
+/// verdict (at most [`NOTED_NODES_LIMIT`] of them, the rest counted): candidate or why it is
+/// excluded, its lease's age against its expiry at `now`, its zone.
+pub fn finding_note(report: &LeaseReport, now: chrono::DateTime<Utc>) -> String {
+    use dwd_core::lease::Verdict;
+    use std::fmt::Write;
+    let mut note = report.to_string();
+    for (i, node) in report.nodes.iter().enumerate() {
+        if i == NOTED_NODES_LIMIT {
+            let _ = write!(note, "; … and {} more", report.nodes.len() - i);
+            break;
+        }
+        let _ = write!(note, "; {}", cut(&node.node, NOTED_NAME_LIMIT));
+        if let Some(zone) = &node.zone {
+            let _ = write!(note, " (zone {})", cut(zone, NOTED_NAME_LIMIT));
+        }
+        let seconds = |d: chrono::TimeDelta| d.num_milliseconds() as f64 / 1000.0;
+        let _ = match &node.verdict {
+            Verdict::Candidate {
+                renew_time: Some(renewed),
+                expires_at,
+                expired,
+            } => {
+                let state = if *expired { "expired" } else { "fresh" };
+                match expires_at {
+                    Some(at) => write!(
+                        note,
+                        ": candidate, lease {:.1} s old, expires at {:.1} s: {state}",
+                        seconds(now - *renewed),
+                        seconds(*at - *renewed)
+                    ),
+                    None => write!(
+                        note,
+                        ": candidate, lease {:.1} s old: {state}",
+                        seconds(now - *renewed)
+                    ),
+                }
+            }
+            verdict => write!(note, ": {verdict}"),
+        };
+    }
+    note
+}
+
 /// How much of a shoot's error message goes into our logs and errors: enough to tell what
 /// went wrong, not a tenant's megabyte.
 pub const SHOOT_MESSAGE_LIMIT: usize = 300;
@@ -899,6 +1065,51 @@ mod tests {
             cut.reason.len()
         );
         assert_eq!(cut.code, 500);
+    }
+
+    #[test]
+    fn shadow_modes_note_of_a_finding_names_at_most_twenty_nodes_with_their_verdicts() {
+        use dwd_core::lease::{ExclusionReason, NodeVerdict, Verdict};
+        let now = Utc::now();
+        let renewed = now - chrono::Duration::seconds(300);
+        let mut report = report(4, LeaseDecision::ScaleDown);
+        report.nodes = (0..25)
+            .map(|i| NodeVerdict {
+                node: format!("n{i:02}"),
+                zone: (i == 0).then(|| "eu-1a".to_string()),
+                verdict: match i {
+                    0 => Verdict::Candidate {
+                        renew_time: Some(renewed),
+                        expires_at: Some(renewed + chrono::Duration::seconds(30)),
+                        expired: true,
+                    },
+                    1 => Verdict::Excluded(ExclusionReason::NoMachine),
+                    _ => Verdict::Candidate {
+                        renew_time: None,
+                        expires_at: None,
+                        expired: true,
+                    },
+                },
+            })
+            .collect();
+        let note = finding_note(&report, now);
+        assert!(
+            note.starts_with(
+                "4/5 node leases expired (0.80 ≥ 0.60): scale down; \
+                 n00 (zone eu-1a): candidate, lease 300.0 s old, expires at 30.0 s: expired; \
+                 n01: excluded: no Machine backs this node; \
+                 n02: candidate, lease has no renew time: expired; "
+            ),
+            "{note}"
+        );
+        assert!(note.contains("; n19: "), "{note}");
+        assert!(!note.contains("n20"), "{note}");
+        assert!(note.ends_with("; … and 5 more"), "{note}");
+
+        // A tenant's node names are cut.
+        report.nodes.truncate(1);
+        report.nodes[0].node = "x".repeat(10_000);
+        assert!(finding_note(&report, now).len() < 400);
     }
 
     #[test]

@@ -21,13 +21,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Probe, ProbeSpec};
 use crate::cache::{Cache, run_cache};
-use crate::events::Events;
-use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed};
+use crate::events::{Component, Events};
+use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed, Outage};
 use crate::metrics::Metrics;
-use crate::prober::ProberContext;
 use crate::prober::seed_caches::{
     SecretKubeconfig, SeedCaches, TargetCache, machine_gvk, project_machine, project_target,
 };
+use crate::prober::{ProberContext, shadow_observer};
+use crate::shadow::{ActionLabels, Shadow};
+use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use kube::api::{Patch, PatchParams};
 
 /// The shoot's namespace in the seed.
 const NS: &str = "shoot--p--a";
@@ -43,10 +46,27 @@ dependentResourceInfos:
   scaleDown: {level: 1}
 ";
 
+/// How the probe runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// As the acting watchdog.
+    Normal,
+    /// In shadow mode, the targets at 2 replicas.
+    Shadow,
+    /// In shadow mode, started when the acting watchdog has already scaled the targets down
+    /// (marked, at 0, 2 recorded).
+    ShadowOfMarkedTargets,
+}
+
+/// Shadow mode's matching window in these tests.
+const WINDOW: Duration = Duration::from_secs(60);
+
 /// A running probe and the fakes it talks to.
 struct Harness {
     seed: FakeSeed,
     shoot: FakeSeed,
+    /// Shadow mode's book, when the probe runs in shadow mode.
+    shadow: Option<Arc<Shadow>>,
     spec: watch::Sender<ProbeSpec>,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -80,6 +100,12 @@ impl Harness {
     /// with `config` (prober config lines, without targets) and `grace`, its first run after
     /// the config's `initialDelay`.
     async fn start(config: &str, grace: Duration, ages: [Duration; 3]) -> Harness {
+        Harness::start_with(config, grace, ages, Mode::Normal).await
+    }
+
+    /// [`Harness::start`] in `mode`. In shadow mode the observer of the acting watchdog and
+    /// the book's expiry run too, the window [`WINDOW`].
+    async fn start_with(config: &str, grace: Duration, ages: [Duration; 3], mode: Mode) -> Harness {
         let config = dwd_core::ProberConfig::from_yaml(&format!(
             "kubeConfigSecretName: probe\n{config}{TARGETS}"
         ))
@@ -88,7 +114,16 @@ impl Harness {
         let seed = FakeSeed::default();
         seed.lock().status_delay = Some(Duration::from_secs(1));
         for name in ["kcm", "mcm"] {
-            seed.create(&DEPLOYMENT, NS, name, 2, &[]);
+            match mode {
+                Mode::ShadowOfMarkedTargets => seed.create(
+                    &DEPLOYMENT,
+                    NS,
+                    name,
+                    0,
+                    &[(MELTDOWN_ANNOTATION, ""), (REPLICAS_ANNOTATION, "2")],
+                ),
+                _ => seed.create(&DEPLOYMENT, NS, name, 2, &[]),
+            }
         }
         let shoot = FakeSeed::default();
         for (i, age) in ages.into_iter().enumerate() {
@@ -111,16 +146,34 @@ impl Harness {
         let metrics = Arc::new(Metrics::default());
         let probe_timeout = config.probe_timeout;
         let first_delay = config.initial_delay;
+        let shadow = match mode {
+            Mode::Normal => None,
+            _ => Some(Shadow::new(Component::Prober, WINDOW)),
+        };
+        let events = Events::disabled(metrics.clone());
         let ctx = Arc::new(ProberContext {
             config,
             seed: seed.client(),
             caches,
-            events: Events::disabled(metrics.clone()),
+            events: events.clone(),
             metrics,
-            shadow: None,
+            shadow: shadow.clone(),
+            shadow_states: Default::default(),
         });
-        let (spec, updates) = watch::channel(settings(grace));
         let cancel = CancellationToken::new();
+        if let Some(shadow) = &shadow {
+            tokio::spawn({
+                let (shadow, cancel) = (shadow.clone(), cancel.clone());
+                async move { shadow.run_expiry(events, cancel).await }
+            });
+            tokio::spawn(shadow_observer::observe(
+                ctx.clone(),
+                shadow.clone(),
+                || vec![NS.to_string()],
+                cancel.clone(),
+            ));
+        }
+        let (spec, updates) = watch::channel(settings(grace));
         let series = ctx.metrics.open_shoot(NS);
         let mut probe = Probe::new(NS.into(), updates, series, ctx, cancel.clone());
         let fake_shoot = shoot.clone();
@@ -130,6 +183,7 @@ impl Harness {
         Harness {
             seed,
             shoot,
+            shadow,
             spec,
             cancel,
             task,
@@ -164,6 +218,51 @@ impl Harness {
                 (c.at - self.t0, target, c.body["spec"]["replicas"].clone())
             })
             .collect()
+    }
+
+    /// Shadow mode's count of what we would have done (`would`) or saw the acting watchdog
+    /// do (`reference`), by action label.
+    fn shadow_count(&self, reference: bool, action: &str) -> u64 {
+        let shadow = self.shadow.as_ref().expect("shadow mode");
+        let family = if reference {
+            &shadow.metrics.reference
+        } else {
+            &shadow.metrics.would
+        };
+        family
+            .get_or_create(&ActionLabels {
+                component: "prober".into(),
+                action: action.into(),
+            })
+            .get()
+    }
+
+    /// (would scale down, would scale up, the acting watchdog scaled down, … up).
+    fn shadow_counts(&self) -> (u64, u64, u64, u64) {
+        (
+            self.shadow_count(false, "scale_down"),
+            self.shadow_count(false, "scale_up"),
+            self.shadow_count(true, "scale_down"),
+            self.shadow_count(true, "scale_up"),
+        )
+    }
+
+    /// As the acting watchdog writes it: `name`'s replicas and annotations (merge patch; a
+    /// `null` annotation removes it).
+    async fn act_on(&self, name: &str, replicas: i32, annotations: Value) {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        );
+        Api::<DynamicObject>::namespaced_with(self.seed.client(), NS, &resource)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": annotations},
+                                     "spec": {"replicas": replicas}})),
+            )
+            .await
+            .expect("the acting watchdog's patch");
     }
 
     fn replicas(&self, name: &str) -> Value {
@@ -425,6 +524,157 @@ async fn a_failed_run_scales_nothing() {
             (secs(60), "kcm".into(), json!(0)),
             (secs(61), "mcm".into(), json!(0))
         ]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_shadow_mode_an_outage_is_one_would_scale_down_and_recovery_one_would_scale_up_and_nothing_is_written()
+ {
+    let h = Harness::start_with(
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
+        GRACE,
+        [EXPIRED, EXPIRED, FRESH],
+        Mode::Shadow,
+    )
+    .await;
+    h.until(secs(95)).await;
+    // Seven runs, each deciding "scale down": one would-scale-down, at the first.
+    assert!(h.shoot_calls("/version").len() >= 7);
+    assert_eq!(h.shadow_counts(), (1, 0, 0, 0));
+    // No acting watchdog here: past the window it is ours alone, with our evidence (the
+    // targets in the scale-down flow's level order).
+    let records = h.shadow.as_ref().expect("shadow").records(10);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].action, records[0].verdict),
+        ("scale_down", "only_us")
+    );
+    assert_eq!(
+        records[0].ours.as_deref(),
+        Some("2/3 node leases expired (0.67 ≥ 0.60); all targets: kcm, mcm")
+    );
+    // The nodes renew their leases.
+    for node in ["n1", "n2"] {
+        h.shoot.insert("leases", lease(node, FRESH));
+    }
+    h.until(secs(135)).await;
+    assert_eq!(h.shadow_counts(), (1, 1, 0, 0));
+    // Not one write of any kind reached the seed: the targets are as they were.
+    assert!(h.seed.writes().is_empty(), "{:?}", h.seed.writes());
+    for name in ["kcm", "mcm"] {
+        let object = h.seed.object("deployments", NS, name);
+        assert_eq!(object["spec"]["replicas"], json!(2), "{object}");
+        assert_eq!(object["metadata"]["annotations"], json!({}), "{object}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_shadow_mode_a_start_with_targets_already_scaled_down_reports_no_scale_down() {
+    let h = Harness::start_with(
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
+        GRACE,
+        [EXPIRED, EXPIRED, FRESH],
+        Mode::ShadowOfMarkedTargets,
+    )
+    .await;
+    h.until(secs(95)).await;
+    // The acting watchdog had scaled the shoot down before we looked: neither it nor we
+    // scaled down now.
+    assert_eq!(h.shadow_counts(), (0, 0, 0, 0));
+    // Our would-be state is "scaled down", so the recovery is a would-scale-up.
+    for node in ["n1", "n2"] {
+        h.shoot.insert("leases", lease(node, FRESH));
+    }
+    h.until(secs(105)).await;
+    assert_eq!(h.shadow_counts(), (0, 1, 0, 0));
+    assert!(h.seed.writes().is_empty(), "{:?}", h.seed.writes());
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_shadow_mode_the_acting_watchdogs_markers_are_its_sightings_and_our_finding_says_why_not()
+ {
+    let h = Harness::start_with(
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
+        GRACE,
+        [FRESH; 3],
+        Mode::Shadow,
+    )
+    .await;
+    h.until(secs(35)).await;
+    assert_eq!(h.shadow_counts(), (0, 0, 0, 0));
+    // The acting watchdog scales the healthy shoot down (kcm first, then mcm): one
+    // sighting, when the first marker appears.
+    let marked = json!({MELTDOWN_ANNOTATION: "", REPLICAS_ANNOTATION: "2"});
+    h.act_on("kcm", 0, marked.clone()).await;
+    h.until(secs(36)).await;
+    h.act_on("mcm", 0, marked).await;
+    h.until(secs(40)).await;
+    assert_eq!(h.shadow_counts(), (0, 0, 1, 0));
+    // And up again: one sighting, when the last marker leaves.
+    let cleared = json!({MELTDOWN_ANNOTATION: null, REPLICAS_ANNOTATION: null});
+    h.act_on("mcm", 2, cleared.clone()).await;
+    h.until(secs(41)).await;
+    assert_eq!(h.shadow_counts(), (0, 0, 1, 0));
+    h.act_on("kcm", 2, cleared).await;
+    h.until(secs(42)).await;
+    assert_eq!(h.shadow_counts(), (0, 0, 1, 1));
+    // Past the window both are the acting watchdog's alone, each with what it was seen
+    // doing and our latest finding.
+    h.until(secs(110)).await;
+    let records = h.shadow.as_ref().expect("shadow").records(10);
+    let seen: Vec<(&str, &str)> = records.iter().map(|r| (r.action, r.verdict)).collect();
+    assert_eq!(
+        seen,
+        [
+            ("scale_down", "only_reference"),
+            ("scale_up", "only_reference")
+        ],
+        "{records:?}"
+    );
+    assert_eq!(
+        records[0].reference.as_deref(),
+        Some(
+            "dependency-watchdog.gardener.cloud/meltdown-protection-active on kcm (replicas 0, recorded 2)"
+        )
+    );
+    assert_eq!(
+        records[1].reference.as_deref(),
+        Some(
+            "dependency-watchdog.gardener.cloud/meltdown-protection-active on no target; replicas kcm 2, mcm 2"
+        )
+    );
+    assert_eq!(
+        records[0].our_latest_finding.as_deref(),
+        Some("all 3 node leases fresh: no scaling")
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_shadow_mode_a_failed_run_is_our_latest_finding() {
+    let h = Harness::start_with(
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
+        GRACE,
+        [FRESH; 3],
+        Mode::Shadow,
+    )
+    .await;
+    // The shoot's apiserver answers nothing but 500 from now on.
+    h.shoot.outage(Outage::Fail(500), secs(600));
+    h.until(secs(31)).await;
+    h.act_on("kcm", 0, json!({MELTDOWN_ANNOTATION: ""})).await;
+    h.until(secs(95)).await;
+    let records = h.shadow.as_ref().expect("shadow").records(10);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].verdict, "only_reference");
+    let finding = records[0].our_latest_finding.as_deref().unwrap_or_default();
+    assert!(
+        finding.starts_with("probe failed: API server probe failed: ")
+            && finding.ends_with("; no scaling this run"),
+        "{finding}"
     );
     h.stop().await;
 }

@@ -113,6 +113,45 @@ pub fn targets_to_scale(
         .collect()
 }
 
+/// Names of the targets of `scope` a flow would act on whatever state they are in now, in
+/// the scale-down flow's level order, judged from the caches: those that exist (or are
+/// mandatory, so a flow would fail naming them) and do not carry `ignore-scaling`. Unlike
+/// [`targets_to_scale`] it does not skip targets already scaled down or up: in shadow mode
+/// the acting watchdog changes them under us, and our decision must not depend on that.
+pub fn targets_in_scope(ctx: &ProberContext, namespace: &str, scope: FlowScope) -> Vec<String> {
+    plan_levels(&ctx.config.dependent_resource_infos, Direction::Down, scope)
+        .iter()
+        .flat_map(|level| level.targets.iter())
+        .filter(
+            |info| match ctx.caches.targets.iter().find(|t| t.info == **info) {
+                Some(t) => target_in_play(t, namespace),
+                None => !info.optional,
+            },
+        )
+        .map(|info| info.target.name.clone())
+        .collect()
+}
+
+fn target_in_play(t: &TargetCache, namespace: &str) -> bool {
+    if !t.cache.is_ready() {
+        return true;
+    }
+    match t.cache.get(namespace, &t.info.target.name) {
+        None => !t.info.optional,
+        Some(state) => {
+            let snapshot = TargetSnapshot {
+                spec_replicas: state.spec_replicas,
+                annotations: state.annotations.clone(),
+            };
+            // `ignore-scaling` is judged from the annotations alone, whatever the direction.
+            !matches!(
+                plan_target(Direction::Down, &snapshot).action,
+                TargetAction::Ignored { .. }
+            )
+        }
+    }
+}
+
 fn target_needs_flow(t: &TargetCache, namespace: &str, dir: Direction) -> bool {
     if !t.cache.is_ready() {
         return true;
@@ -772,6 +811,7 @@ mod tests {
             events: Events::disabled(metrics.clone()),
             metrics,
             shadow: None,
+            shadow_states: Default::default(),
         }
     }
 
@@ -1079,6 +1119,54 @@ mod tests {
             "{}",
             failure.error
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn targets_in_scope_ignore_what_was_done_to_them_but_not_ignore_scaling() {
+        let fake = FakeSeed::default();
+        // kcm already scaled down and marked (by the acting watchdog), mcm to be left alone.
+        fake.create(
+            &DEPLOYMENT,
+            "scope",
+            "kcm",
+            0,
+            &[(MELTDOWN_ANNOTATION, ""), (REPLICAS_ANNOTATION, "2")],
+        );
+        fake.create(
+            &DEPLOYMENT,
+            "scope",
+            "mcm",
+            2,
+            &[(dwd_core::scaling::IGNORE_SCALING_ANNOTATION, "true")],
+        );
+        let infos = "
+- ref: {apiVersion: apps/v1, kind: Deployment, name: mcm}
+  scaleUp: {level: 0}
+  scaleDown: {level: 1}
+- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
+  scaleUp: {level: 1}
+  scaleDown: {level: 0}
+- ref: {apiVersion: apps/v1, kind: Deployment, name: absent-optional}
+  optional: true
+  scaleUp: {level: 0}
+  scaleDown: {level: 0}
+- ref: {apiVersion: apps/v1, kind: Deployment, name: absent-mandatory}
+  scaleUp: {level: 0}
+  scaleDown: {level: 2}
+";
+        let ctx = context(&fake, infos, &[]).await;
+        // Level order of the scale-down flow; kcm though it is already down.
+        assert_eq!(
+            targets_in_scope(&ctx, "scope", FlowScope::All),
+            ["kcm", "absent-mandatory"]
+        );
+        assert!(
+            targets_to_scale(&ctx, "scope", Direction::Down, FlowScope::All)
+                .iter()
+                .all(|t| t != "kcm")
+        );
+        // None of them is zonal.
+        assert!(targets_in_scope(&ctx, "scope", FlowScope::Zonal).is_empty());
     }
 
     #[tokio::test(start_paused = true)]
