@@ -1,0 +1,387 @@
+//! The weeder in shadow mode (`--shadow`) against a real seed kube-apiserver: it deletes
+//! nothing, reports the crash-looping pods it would have deleted, sees the acting watchdog's
+//! deletions, and compares the two (agree / only_us).
+//!
+//! Each test runs its weeders in-process (`weeder::run_with` acting, `weeder::run_with_shadow`
+//! in shadow mode) with its own service names and namespaces, so tests running in parallel on
+//! the shared seed never see each other's slices.
+
+// A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, ensure};
+use dependency_watchdog::events::{Component, PodRef};
+use dependency_watchdog::health::Health;
+use dependency_watchdog::metrics::{Metrics, ServiceLabels};
+use dependency_watchdog::shadow::{ActionLabels, Record, Shadow, pod_key};
+use dependency_watchdog::weeder::{self, Weeders};
+use dwd_sim::seed::endpoint_slice_name;
+use dwd_sim::{EndpointsState, SeedControlPlane};
+use dwd_testenv::{TestEnv, eventually};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use tokio_util::sync::CancellationToken;
+
+/// Generous deadline for anything the weeder should do within a second or two.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A weeder config: `service` with one selector `role In [<role>]`.
+fn config(watch_duration: &str, service: &str, role: &str) -> dwd_core::WeederConfig {
+    let yaml = format!(
+        "watchDuration: {watch_duration}\nservicesAndDependantSelectors:\n  {service}:\n    \
+         podSelectors:\n    - matchExpressions:\n      - {{key: role, operator: In, values: [{role}]}}\n"
+    );
+    dwd_core::WeederConfig::from_yaml(&yaml)
+        .expect("test weeder config is valid")
+        .config
+}
+
+/// One in-process weeder (acting, or in shadow mode with `shadow`), stopped by [`Running::stop`].
+struct Running {
+    weeders: Arc<Weeders>,
+    metrics: Arc<Metrics>,
+    shadow: Option<Arc<Shadow>>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<dependency_watchdog::Result<()>>,
+}
+
+impl Running {
+    /// Starts `weeder::run_with_shadow` on `client` and waits until its slice list is through.
+    async fn start(
+        client: kube::Client,
+        config: dwd_core::WeederConfig,
+        shadow: Option<Arc<Shadow>>,
+    ) -> Result<Running> {
+        let metrics = Arc::new(Metrics::default());
+        let health = Arc::new(Health::default());
+        let shutdown = CancellationToken::new();
+        let weeders = Weeders::new(metrics.clone(), shutdown.child_token());
+        let task = tokio::spawn(weeder::run_with_shadow(
+            config,
+            client,
+            weeders.clone(),
+            health.clone(),
+            PodRef {
+                namespace: "default".into(),
+                name: "dwd-shadow-weeder-test".into(),
+            },
+            shadow.clone(),
+            shutdown.clone(),
+        ));
+        eventually(DEADLINE, "weeder ready", || {
+            let ready = health.is_ready();
+            async move { Ok(ready.then_some(())) }
+        })
+        .await
+        .map_err(|e| anyhow!(e))?;
+        Ok(Running {
+            weeders,
+            metrics,
+            shadow,
+            shutdown,
+            task,
+        })
+    }
+
+    fn deleted(&self, service: &str) -> u64 {
+        self.metrics
+            .pods_deleted
+            .get_or_create(&ServiceLabels {
+                service: service.into(),
+            })
+            .get()
+    }
+
+    fn shadow(&self) -> &Shadow {
+        self.shadow.as_deref().expect("a weeder in shadow mode")
+    }
+
+    /// Shadow mode: how many pod deletions we would have made.
+    fn would_delete(&self) -> u64 {
+        self.shadow()
+            .metrics
+            .would
+            .get_or_create(&ActionLabels {
+                component: "weeder".into(),
+                action: "delete_pod".into(),
+            })
+            .get()
+    }
+
+    /// Shadow mode: the kept record of `key`, once there is one.
+    async fn wait_record(&self, key: &str) -> Result<Record> {
+        eventually(DEADLINE, &format!("a shadow record of {key}"), || {
+            let record = self
+                .shadow()
+                .records(usize::MAX)
+                .into_iter()
+                .find(|r| r.key == key);
+            async move { Ok(record) }
+        })
+        .await
+        .map_err(|e| anyhow!(e))
+    }
+
+    /// Shadow mode: `dwd_shadow_comparisons_total{component="weeder",action="delete_pod",
+    /// verdict}` as the metrics endpoint shows it.
+    fn comparisons(&self, verdict: &str) -> f64 {
+        let mut registry = prometheus_client::registry::Registry::default();
+        self.shadow().metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        dwd_testenv::metrics::sample(
+            &text,
+            "dwd_shadow_comparisons_total",
+            &[
+                ("component", "weeder"),
+                ("action", "delete_pod"),
+                ("verdict", verdict),
+            ],
+        )
+        .unwrap_or(0.0)
+    }
+
+    /// Waits until a weeder runs for `namespace/<slice of service>`.
+    async fn wait_started(&self, namespace: &str, service: &str) -> Result<()> {
+        let key = format!("{namespace}/{}", endpoint_slice_name(service));
+        eventually(DEADLINE, &format!("weeder for {key}"), || {
+            let running = self.weeders.keys().contains(&key);
+            async move { Ok(running.then_some(())) }
+        })
+        .await
+        .map_err(|e| anyhow!(e))
+    }
+
+    /// Cancels the weeder; it must end with `Ok` and leave no weeder task behind.
+    async fn stop(mut self) -> Result<()> {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), &mut self.task)
+            .await
+            .context("weeder did not stop within 10 s")??
+            .context("weeder::run ended with an error")?;
+        eventually(DEADLINE, "all weeders ended", || {
+            let idle = self.weeders.active() == 0 && self.weeders.live_tasks() == 0;
+            async move { Ok(idle.then_some(())) }
+        })
+        .await
+        .map_err(|e| anyhow!(e))
+    }
+}
+
+async fn seed_client() -> Result<kube::Client> {
+    let env = TestEnv::shared().await?;
+    Ok(env
+        .apiserver("seed")
+        .context("seed apiserver")?
+        .client()
+        .await?)
+}
+
+/// A namespace with the simulator's helpers for pods and slices.
+async fn namespace(client: &kube::Client, name: &str) -> Result<SeedControlPlane> {
+    let ns = SeedControlPlane::new(client.clone(), name);
+    ns.create_namespace().await?;
+    Ok(ns)
+}
+
+/// The pod's UID, or `None` when it no longer exists.
+async fn pod_uid(ns: &SeedControlPlane, pod: &str) -> Result<Option<String>> {
+    let api: Api<Pod> = Api::namespaced(ns.client().clone(), ns.namespace());
+    Ok(api.get_opt(pod).await?.and_then(|p| p.metadata.uid))
+}
+
+async fn uid_of(ns: &SeedControlPlane, pod: &str) -> Result<String> {
+    pod_uid(ns, pod)
+        .await?
+        .with_context(|| format!("pod {}/{pod} exists", ns.namespace()))
+}
+
+/// `base`, counting the pod watches whose response began: from then on the apiserver has the
+/// watch registered, so every later pod change reaches it, in resourceVersion order.
+fn counting_pod_watches(base: kube::Client, answered: Arc<AtomicUsize>) -> kube::Client {
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let (base, answered) = (base.clone(), answered.clone());
+        async move {
+            let pod_watch = request.uri().path().ends_with("/pods")
+                && request
+                    .uri()
+                    .query()
+                    .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+            let response = base.send(request).await.map_err(tower::BoxError::from)?;
+            if pod_watch && response.status().is_success() {
+                answered.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok::<_, tower::BoxError>(response)
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// Our acting weeder and our shadow weeder on the same seed: the service turns ready while a
+/// dependant is healthy, then the dependant crash-loops. The acting one deletes it; the shadow
+/// deletes nothing, would have, sees the deletion, and records an agreement.
+#[tokio::test]
+async fn the_shadow_agrees_with_the_acting_weeders_deletion() -> Result<()> {
+    const SVC: &str = "etcd-shadow-agree";
+    let client = seed_client().await?;
+    let ns = namespace(&client, "wd-shadow-agree").await?;
+    ns.create_running_pod("kapi", &[("role", "apiserver")])
+        .await?;
+    let uid = uid_of(&ns, "kapi").await?;
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::NotReady)
+        .await?;
+
+    let acting = Running::start(client.clone(), config("60s", SVC, "apiserver"), None).await?;
+    let shadow_watches = Arc::new(AtomicUsize::new(0));
+    let shadow = Running::start(
+        counting_pod_watches(client.clone(), shadow_watches.clone()),
+        config("60s", SVC, "apiserver"),
+        Some(Shadow::new(Component::Weeder, Duration::from_secs(20))),
+    )
+    .await?;
+
+    // Both weeders start and watch the healthy pod; only then does it crash-loop, so the
+    // shadow's watch sees the crash loop before the acting weeder's deletion, whatever the
+    // timing of the two.
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
+        .await?;
+    acting.wait_started(ns.namespace(), SVC).await?;
+    shadow.wait_started(ns.namespace(), SVC).await?;
+    eventually(DEADLINE, "the shadow weeder's pod watch", || {
+        let n = shadow_watches.load(Ordering::SeqCst);
+        async move { Ok((n >= 1).then_some(())) }
+    })
+    .await
+    .map_err(|e| anyhow!(e))?;
+    ensure!(pod_uid(&ns, "kapi").await? == Some(uid.clone()));
+    ns.set_crashlooping("kapi", true).await?;
+
+    let key = pod_key(ns.namespace(), "kapi", &uid);
+    let record = shadow.wait_record(&key).await?;
+    eprintln!("shadow record: {record:?}");
+    ensure!(
+        (record.action, record.verdict) == ("delete_pod", "agree"),
+        "{record:?}"
+    );
+    let lag = record.reference_lag_seconds.context("an agreement's lag")?;
+    ensure!((0.0..20.0).contains(&lag), "lag {lag} s: {record:?}");
+    let ours = record.ours.as_deref().unwrap_or_default();
+    ensure!(
+        ours.contains("container") && ours.contains("CrashLoopBackOff") && ours.contains(SVC),
+        "{record:?}"
+    );
+    let reference = record.reference.as_deref().unwrap_or_default();
+    ensure!(
+        reference.starts_with("pod deleted while container"),
+        "{record:?}"
+    );
+    ensure!(
+        pod_uid(&ns, "kapi").await?.is_none(),
+        "the acting weeder deleted it"
+    );
+    ensure!(
+        acting.deleted(SVC) == 1,
+        "acting deletions {}",
+        acting.deleted(SVC)
+    );
+    ensure!(
+        shadow.deleted(SVC) == 0,
+        "the shadow deleted {}",
+        shadow.deleted(SVC)
+    );
+    ensure!(shadow.would_delete() == 1);
+    ensure!(shadow.comparisons("agree") == 1.0);
+    ensure!(shadow.comparisons("only_us") == 0.0 && shadow.comparisons("only_reference") == 0.0);
+    shadow.stop().await?;
+    acting.stop().await
+}
+
+/// The shadow weeder alone: a crash-looping dependant is not deleted; after the window the
+/// would-be deletion is `only_us`. A crash-looping dependant someone else deletes gracefully (a
+/// finalizer keeps it terminating) is seen by its `deletionTimestamp` and agrees.
+#[tokio::test]
+async fn the_shadow_weeder_alone_deletes_nothing_and_reports_only_us() -> Result<()> {
+    const SVC: &str = "etcd-shadow-alone";
+    const HOLD: &str = "dwd.test/hold";
+    let client = seed_client().await?;
+    let ns = namespace(&client, "wd-shadow-alone").await?;
+    ns.create_crashlooping_pod("kapi-crash", &[("role", "apiserver")])
+        .await?;
+    ns.create_crashlooping_pod("kapi-held", &[("role", "apiserver")])
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.namespace());
+    let finalizers =
+        |list: Vec<&str>| Patch::Merge(serde_json::json!({"metadata": {"finalizers": list}}));
+    pods.patch(
+        "kapi-held",
+        &PatchParams::default(),
+        &finalizers(vec![HOLD]),
+    )
+    .await?;
+    let crash_uid = uid_of(&ns, "kapi-crash").await?;
+    let held_uid = uid_of(&ns, "kapi-held").await?;
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::NotReady)
+        .await?;
+
+    let window = Duration::from_secs(4);
+    let shadow = Running::start(
+        client.clone(),
+        config("30s", SVC, "apiserver"),
+        Some(Shadow::new(Component::Weeder, window)),
+    )
+    .await?;
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
+        .await?;
+    eventually(DEADLINE, "two would-be deletions", || {
+        let n = shadow.would_delete();
+        async move { Ok((n >= 2).then_some(())) }
+    })
+    .await
+    .map_err(|e| anyhow!(e))?;
+    ensure!(
+        pod_uid(&ns, "kapi-crash").await? == Some(crash_uid.clone()),
+        "shadow mode must not delete"
+    );
+
+    // Someone else (the acting watchdog, here the test) deletes the held pod: it stays,
+    // terminating, until its finalizer goes.
+    pods.delete("kapi-held", &DeleteParams::default()).await?;
+    let held = shadow
+        .wait_record(&pod_key(ns.namespace(), "kapi-held", &held_uid))
+        .await?;
+    ensure!(held.verdict == "agree", "{held:?}");
+    ensure!(
+        held.reference
+            .as_deref()
+            .is_some_and(|r| r.contains("(deletionTimestamp ")),
+        "{held:?}"
+    );
+
+    let crash = shadow
+        .wait_record(&pod_key(ns.namespace(), "kapi-crash", &crash_uid))
+        .await?;
+    eprintln!("shadow record: {crash:?}");
+    ensure!(
+        (crash.action, crash.verdict) == ("delete_pod", "only_us"),
+        "{crash:?}"
+    );
+    ensure!(
+        crash.reference.is_none() && crash.ours.is_some(),
+        "{crash:?}"
+    );
+    ensure!(
+        pod_uid(&ns, "kapi-crash").await? == Some(crash_uid),
+        "still there after the window"
+    );
+    ensure!(shadow.deleted(SVC) == 0);
+    ensure!(shadow.would_delete() == 2, "one would-be deletion per pod");
+    ensure!(shadow.comparisons("only_us") == 1.0 && shadow.comparisons("agree") == 1.0);
+
+    pods.patch("kapi-held", &PatchParams::default(), &finalizers(vec![]))
+        .await?;
+    shadow.stop().await
+}
