@@ -27,6 +27,10 @@
 //! Without `--reference` it runs ours alone and checks every scenario's expected timeline,
 //! which is what CI does (`cargo test -p dwd-parity --test scenarios`). `--list` lists the
 //! scenarios; `--keep DIR` keeps every run's config and log in `DIR`.
+//!
+//! Shadow mode (issue 16) is shown the other way round: the reference acts and ours watches
+//! with `--shadow` under `deploy/shadow/`'s read-only RBAC, on one seed with an audit log
+//! ([`shadow`], `cargo test -p dwd-parity --test shadow`).
 
 #![forbid(unsafe_code)]
 
@@ -35,6 +39,7 @@ pub mod check;
 pub mod compare;
 pub mod runner;
 pub mod scenario;
+pub mod shadow;
 pub mod timeline;
 pub mod world;
 

@@ -27,12 +27,25 @@ pub struct RunResult {
 }
 
 /// The binary as a child process; killed on drop (and by the kernel if we die first).
-struct Binary {
+pub struct Binary {
     child: Child,
 }
 
 impl Binary {
-    fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Binary> {
+    /// Starts `bin` with `args`, stdout and stderr to `log`, without the variables that would
+    /// change what it does (`POD_NAME`, `POD_NAMESPACE`, `RUST_LOG`, `KUBECONFIG`).
+    pub fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Binary> {
+        Self::spawn_with_env(bin, args, &[], log)
+    }
+
+    /// Like [`Binary::spawn`], with these variables set (e.g. the pod a shadow's Events are
+    /// about).
+    pub fn spawn_with_env(
+        bin: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Result<Binary> {
         let out =
             std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
         let err = out.try_clone()?;
@@ -45,6 +58,7 @@ impl Binary {
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err));
+        cmd.envs(env.iter().copied());
         dwd_testenv::process::die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
@@ -53,11 +67,28 @@ impl Binary {
     }
 
     /// `Some(code)` once exited (`Some(None)`: by a signal).
-    fn exited(&mut self) -> Option<Option<i32>> {
+    pub fn exited(&mut self) -> Option<Option<i32>> {
         self.child.try_wait().ok().flatten().map(|s| s.code())
     }
 
-    fn sigterm(&mut self) {
+    /// SIGTERM, then waits up to `timeout` for the exit (then it is killed on drop): the
+    /// exit code, `None` when it did not exit in time or died by a signal.
+    pub async fn stop(&mut self, timeout: Duration) -> Option<i32> {
+        self.sigterm();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(code) = self.exited() {
+                return code;
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Asks it to stop (SIGTERM), unless it has exited.
+    pub fn sigterm(&mut self) {
         // Not reaped yet: exited() saw it running, and only this handle reaps it.
         if self.exited().is_none() {
             let _ = dwd_testenv::process::signal(&self.child, dwd_testenv::process::Signal::TERM);

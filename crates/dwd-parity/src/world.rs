@@ -47,8 +47,23 @@ pub struct Lane {
 impl Lane {
     /// Starts the lane's two apiservers in `env`; its files go to `dir`.
     pub async fn start(env: &TestEnv, name: &str, dir: PathBuf) -> Result<Lane> {
+        Self::start_with(env, name, dir, ApiServerOptions::seed()).await
+    }
+
+    /// Like [`Lane::start`] with the seed's options (e.g. an audit log, for the shadow-mode
+    /// test); the CRDs are installed whatever `seed_options` says.
+    pub async fn start_with(
+        env: &TestEnv,
+        name: &str,
+        dir: PathBuf,
+        seed_options: ApiServerOptions,
+    ) -> Result<Lane> {
+        let seed_options = ApiServerOptions {
+            install_crds: true,
+            ..seed_options
+        };
         let seed = env
-            .start_apiserver_with(&format!("{name}-seed"), ApiServerOptions::seed())
+            .start_apiserver_with(&format!("{name}-seed"), seed_options)
             .await?;
         let shoot = env.start_apiserver(&format!("{name}-shoot")).await?;
         let seed_direct = seed.direct_client().await?;
