@@ -31,6 +31,10 @@ struct Cli {
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
+    /// Print the path of the reference binary the tests use and exit: DWD_REFERENCE_BIN, else
+    /// the per-user cache, else built there once (minutes; CI runs this up front).
+    #[arg(long)]
+    locate_reference: bool,
     /// Keep every run's config and log in this directory (else they go with the
     /// environment's temporary directory).
     #[arg(long, value_name = "DIR")]
@@ -52,6 +56,11 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<bool> {
+    if cli.locate_reference {
+        let bin = dwd_testenv::reference::binary()?;
+        println!("{}", bin.display());
+        return Ok(true);
+    }
     if cli.list {
         for s in catalogue::all() {
             println!("{:<28} {:?}  {}", s.name, s.role, s.about);
