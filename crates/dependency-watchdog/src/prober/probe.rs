@@ -592,11 +592,17 @@ impl Probe {
             }
         };
         let targets = scaler::targets_in_scope(&self.ctx, ns, scope);
-        self.ctx.shadow_states.set_ours(ns, next);
         if targets.is_empty() {
+            // Nothing a flow would touch, so nothing the acting watchdog would be seen doing:
+            // a scale-down of nothing leaves us as we were; a scale-up of nothing still ends
+            // our scale-down.
+            if next == VirtualState::Normal {
+                self.ctx.shadow_states.set_ours(ns, next);
+            }
             debug!(action = %dir, %scope, "{report}; shadow mode: no target to act on");
             return;
         }
+        self.ctx.shadow_states.set_ours(ns, next);
         info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
             threshold = report.threshold, action = %dir, %scope, "{report}");
         let evidence = format!(

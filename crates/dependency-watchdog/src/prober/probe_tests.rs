@@ -678,3 +678,26 @@ async fn in_shadow_mode_a_failed_run_is_our_latest_finding() {
     );
     h.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn in_shadow_mode_nodes_are_listed_while_we_would_have_the_shoot_scaled_down() {
+    // Started when the acting watchdog has the shoot scaled down though every lease is fresh:
+    // our would-be state is "scaled down", so the first run lists the nodes (no streak, no
+    // disrupted zone, and the real targets are not what decides) and would scale up.
+    let h = Harness::start_with(
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
+        GRACE,
+        [FRESH; 3],
+        Mode::ShadowOfMarkedTargets,
+    )
+    .await;
+    h.until(secs(35)).await;
+    assert_eq!(h.shoot_calls("/nodes").first().map(|c| c.0), Some(secs(30)));
+    assert_eq!(h.shadow_counts(), (0, 1, 0, 0));
+    // From then on we would have it as it should be: all leases fresh, no node list.
+    h.until(secs(65)).await;
+    assert_eq!(h.shoot_calls("/nodes").len(), 1);
+    assert_eq!(h.shadow_counts(), (0, 1, 0, 0));
+    assert!(h.seed.writes().is_empty(), "{:?}", h.seed.writes());
+    h.stop().await;
+}
