@@ -133,7 +133,17 @@ pub struct SeenDeletion {
     pub uid: String,
     /// What was seen, for the comparison's record.
     pub evidence: String,
+    /// Set when the acting watchdog was faster than our watch: the pod was deleted after our
+    /// weeder started but before our watch first listed it, so our list showed it crash-looping
+    /// and already terminating. Our weeder, acting, would have deleted it: the crash-looping
+    /// container, for our would-be deletion.
+    pub raced: Option<String>,
 }
+
+/// Slack for comparing the apiserver's `deletionTimestamp` (whole seconds, its clock) with
+/// our weeder's start (our clock), when telling a deletion that raced our first list from an
+/// older one.
+pub const RACE_SLACK_SECONDS: i64 = 2;
 
 /// What a shadow weeder's watch remembers of a pod it saw crash-looping or terminating.
 #[derive(Debug, Clone)]
@@ -153,16 +163,41 @@ struct SeenPod {
 ///
 /// Keeps only pods last seen crash-looping or terminating (a healthy pod's deletion is nobody's
 /// weeding), each until its `Delete`: memory is bounded by the crash-looping pods the watch
-/// saw, and dropped with the weeder. A pod first seen terminating is not reported: when and by
-/// whom it was deleted is unknown.
+/// saw, and dropped with the weeder. A pod first seen terminating is reported only when the
+/// watch's first list shows it crash-looping and deleted since the weeder started (the acting
+/// watchdog's weeder started on the same slice event and was faster, see
+/// [`SeenDeletion::raced`]); otherwise when and by whom it was deleted is unknown.
 #[derive(Debug, Default)]
 pub struct DeletionSpotter {
     pods: HashMap<String, SeenPod>,
     /// UIDs listed since a (re-)list began; `None` outside a list.
     listed: Option<HashSet<String>>,
+    /// Whether the watch's first list is through.
+    listed_once: bool,
+    /// When the weeder started, in seconds since the Unix epoch.
+    started: i64,
 }
 
 impl DeletionSpotter {
+    /// A spotter for a weeder that started at `started` (seconds since the Unix epoch).
+    pub fn new(started: i64) -> Self {
+        DeletionSpotter {
+            started,
+            ..DeletionSpotter::default()
+        }
+    }
+
+    /// Whether `pod` (terminating) was deleted after the weeder started: its deletionTimestamp
+    /// is the deletion's time plus its grace period.
+    fn deleted_since_start(&self, pod: &Pod) -> bool {
+        let meta = &pod.metadata;
+        let Some(at) = &meta.deletion_timestamp else {
+            return false;
+        };
+        let grace = meta.deletion_grace_period_seconds.unwrap_or(0);
+        at.0.as_second().saturating_sub(grace) >= self.started.saturating_sub(RACE_SLACK_SECONDS)
+    }
+
     /// The watch reported `pod` (added, changed, or listed): a deletion if it now shows
     /// `deletionTimestamp` for the first time and was last seen crash-looping.
     pub fn applied(
@@ -194,7 +229,28 @@ impl DeletionSpotter {
         } else {
             self.pods.remove(uid)
         };
-        let previous = previous?;
+        let Some(previous) = previous else {
+            // First sight. Terminating and crash-looping in the watch's first list, deleted
+            // since the weeder started: the acting watchdog was faster than our list.
+            let raced = terminating
+                && self.listed.is_some()
+                && !self.listed_once
+                && self.deleted_since_start(pod);
+            let container = crashlooping.filter(|_| raced)?;
+            return Some(SeenDeletion {
+                name: name.clone(),
+                uid: uid.clone(),
+                evidence: format!(
+                    "pod deleted while container {container} was in CrashLoopBackOff, before our weeder's first list (deletionTimestamp {}, grace period {} s)",
+                    meta.deletion_timestamp
+                        .as_ref()
+                        .map(|t| t.0.to_string())
+                        .unwrap_or_default(),
+                    meta.deletion_grace_period_seconds.unwrap_or(0)
+                ),
+                raced: Some(container),
+            });
+        };
         if !terminating || previous.terminating {
             return None;
         }
@@ -211,6 +267,7 @@ impl DeletionSpotter {
             evidence: format!(
                 "pod deleted while container {container} was in CrashLoopBackOff (deletionTimestamp {at})"
             ),
+            raced: None,
         })
     }
 
@@ -246,6 +303,7 @@ impl DeletionSpotter {
             evidence: format!(
                 "pod deleted while container {container} was in CrashLoopBackOff{at}"
             ),
+            raced: None,
         })
     }
 
@@ -260,6 +318,7 @@ impl DeletionSpotter {
         let Some(listed) = self.listed.take() else {
             return Vec::new();
         };
+        self.listed_once = true;
         let gone: Vec<String> = self
             .pods
             .keys()
@@ -279,6 +338,7 @@ impl DeletionSpotter {
                     evidence: format!(
                         "pod gone (deleted, or no longer matching the selector) when the watch listed again; last seen with container {container} in CrashLoopBackOff"
                     ),
+                    raced: None,
                 })
             })
             .collect()
@@ -339,11 +399,13 @@ impl Weeder {
         // Shadow mode: UIDs whose deletion by the acting watchdog was reported (once per UID,
         // whichever selector's watch saw it).
         let reported = Mutex::new(HashSet::<String>::new());
-        let watches = futures::future::join_all(
-            self.selectors
-                .iter()
-                .map(|selector| self.watch_selector(&apis, selector, &handled, &reported)),
-        );
+        // Shadow mode: deletions since this tell the acting watchdog's weeder racing ours.
+        let started_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let watches = futures::future::join_all(self.selectors.iter().map(|selector| {
+            self.watch_selector(&apis, selector, &handled, &reported, started_unix)
+        }));
         tokio::select! {
             _ = tokio::time::sleep(self.watch_duration) => info!("weeder ended: watch duration passed"),
             _ = cancel.cancelled() => info!("weeder stopped: replaced or shutting down"),
@@ -357,10 +419,14 @@ impl Weeder {
         selector: &PodSelector,
         handled: &Mutex<HashSet<String>>,
         reported: &Mutex<HashSet<String>>,
+        started_unix: i64,
     ) {
         let query = selector.to_query();
         // Only in shadow mode: normal operation keeps nothing per pod.
-        let mut spotter = self.shadow.is_some().then(DeletionSpotter::default);
+        let mut spotter = self
+            .shadow
+            .is_some()
+            .then(|| DeletionSpotter::new(started_unix));
         let config = |streaming: bool| {
             let config = watcher::Config::default().labels(&query);
             // A streaming list (one watch request with `sendInitialEvents`) instead of a list
@@ -427,7 +493,25 @@ impl Weeder {
                 .as_mut()
                 .and_then(|s| s.applied(&pod, &self.namespace, selector))
             {
+                let raced = seen
+                    .raced
+                    .clone()
+                    .map(|c| (seen.name.clone(), seen.uid.clone(), c));
                 self.reference_deleted(reported, seen);
+                // The acting watchdog was first; ours would have deleted the pod it listed.
+                if let (Some(shadow), Some((name, uid, container))) = (&self.shadow, raced)
+                    && lock(handled).insert(uid.clone())
+                {
+                    self.would_delete(
+                        shadow,
+                        &name,
+                        &uid,
+                        &format!(
+                            "container {container} in CrashLoopBackOff when our weeder first listed the pod (already deleted by then); service {} is ready again (selector {query})",
+                            self.service
+                        ),
+                    );
+                }
             }
             let Some(target) = deletion_target(&pod, &self.namespace, selector) else {
                 continue;
@@ -437,15 +521,10 @@ impl Weeder {
             }
             if let Some(shadow) = &self.shadow {
                 // Decided exactly as in normal operation; reported instead of done.
-                shadow.would(
-                    &self.events,
-                    &Subject::Pod {
-                        namespace: &self.namespace,
-                        name: &target.name,
-                        uid: &target.uid,
-                    },
-                    &pod_key(&self.namespace, &target.name, &target.uid),
-                    ShadowAction::DeletePod,
+                self.would_delete(
+                    shadow,
+                    &target.name,
+                    &target.uid,
                     &format!(
                         "container {} in CrashLoopBackOff; service {} is ready again (selector {query})",
                         target.container, self.service
@@ -512,6 +591,21 @@ impl Weeder {
 }
 
 impl Weeder {
+    /// Shadow mode: we would have deleted the pod `name` (`uid`), because `evidence`.
+    fn would_delete(&self, shadow: &Shadow, name: &str, uid: &str, evidence: &str) {
+        shadow.would(
+            &self.events,
+            &Subject::Pod {
+                namespace: &self.namespace,
+                name,
+                uid,
+            },
+            &pod_key(&self.namespace, name, uid),
+            ShadowAction::DeletePod,
+            evidence,
+        );
+    }
+
     /// Shadow mode: the acting watchdog deleted a crash-looping pod (reported once per UID).
     fn reference_deleted(&self, reported: &Mutex<HashSet<String>>, seen: SeenDeletion) {
         let Some(shadow) = &self.shadow else {
@@ -808,6 +902,53 @@ mod tests {
         assert_eq!(s.applied(&old, "shoot--a", &selector()), None);
         assert_eq!(s.deleted(&old, "shoot--a", &selector()), None);
         assert!(s.is_empty());
+    }
+
+    /// `p` with deletionTimestamp at `second` and a grace period of `grace` seconds.
+    fn deleted_at(mut p: Pod, second: i64, grace: i64) -> Pod {
+        p.metadata.deletion_timestamp =
+            Some(Time(Timestamp::from_second(second).expect("valid second")));
+        p.metadata.deletion_grace_period_seconds = Some(grace);
+        p
+    }
+
+    #[test]
+    fn a_deletion_that_raced_the_first_list_is_seen_with_what_we_would_have_done() {
+        let crashing = || pod("shoot--a", "apiserver", "CrashLoopBackOff");
+        let in_first_list = |p: Pod| {
+            let mut s = DeletionSpotter::new(1_000);
+            s.begin_list();
+            let seen = s.applied(&p, "shoot--a", &selector());
+            (s, seen)
+        };
+        // Deleted at 1005 (no grace), or at 1000 with 30 s of grace: after the weeder started.
+        for p in [
+            deleted_at(crashing(), 1_005, 0),
+            deleted_at(crashing(), 1_030, 30),
+        ] {
+            let (mut s, seen) = in_first_list(p.clone());
+            let seen = seen.expect("a deletion that raced our list");
+            assert_eq!(seen.raced.as_deref(), Some("kube-apiserver"));
+            assert!(
+                seen.evidence.contains("before our weeder's first list"),
+                "{seen:?}"
+            );
+            // Its further updates and its removal are the same deletion.
+            assert_eq!(s.applied(&p, "shoot--a", &selector()), None);
+            assert_eq!(s.end_list(), Vec::new());
+            assert_eq!(s.deleted(&p, "shoot--a", &selector()), None);
+        }
+        // Deleted long before the weeder started (a stuck finalizer), or healthy: not ours to
+        // compare.
+        assert_eq!(in_first_list(deleted_at(crashing(), 990, 0)).1, None);
+        let healthy = pod("shoot--a", "apiserver", "ContainerCreating");
+        assert_eq!(in_first_list(deleted_at(healthy, 1_005, 0)).1, None);
+        // After the first list, a pod first seen terminating tells nothing about who was first.
+        let mut s = DeletionSpotter::new(1_000);
+        s.begin_list();
+        s.end_list();
+        let late = deleted_at(crashing(), 1_005, 0);
+        assert_eq!(s.applied(&late, "shoot--a", &selector()), None);
     }
 
     #[test]
