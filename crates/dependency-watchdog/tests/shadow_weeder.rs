@@ -385,3 +385,96 @@ async fn the_shadow_weeder_alone_deletes_nothing_and_reports_only_us() -> Result
         .await?;
     shadow.stop().await
 }
+
+/// `base`, holding every pod list and watch request until `gate` has permits; `arrived` counts
+/// the requests that came to the gate.
+fn gated_pod_reads(
+    base: kube::Client,
+    gate: Arc<tokio::sync::Semaphore>,
+    arrived: Arc<AtomicUsize>,
+) -> kube::Client {
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let (base, gate, arrived) = (base.clone(), gate.clone(), arrived.clone());
+        async move {
+            if request.method() == http::Method::GET && request.uri().path().ends_with("/pods") {
+                arrived.fetch_add(1, Ordering::SeqCst);
+                drop(gate.acquire().await.map_err(tower::BoxError::from)?);
+            }
+            base.send(request).await.map_err(tower::BoxError::from)
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// The acting watchdog's weeder started on the same slice event as ours and deleted a
+/// crash-looping dependant (gracefully: it stays terminating) before our watch listed it. Our
+/// list shows it crash-looping and already terminating: we would have deleted it, the acting
+/// watchdog did, first — an agreement with the acting watchdog ahead.
+#[tokio::test]
+async fn a_deletion_that_beats_the_shadows_first_list_still_agrees() -> Result<()> {
+    const SVC: &str = "etcd-shadow-race";
+    const HOLD: &str = "dwd.test/hold";
+    let client = seed_client().await?;
+    let ns = namespace(&client, "wd-shadow-race").await?;
+    ns.create_crashlooping_pod("kapi", &[("role", "apiserver")])
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.namespace());
+    let finalizers =
+        |list: Vec<&str>| Patch::Merge(serde_json::json!({"metadata": {"finalizers": list}}));
+    pods.patch("kapi", &PatchParams::default(), &finalizers(vec![HOLD]))
+        .await?;
+    let uid = uid_of(&ns, "kapi").await?;
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::NotReady)
+        .await?;
+
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let shadow = Running::start(
+        gated_pod_reads(client.clone(), gate.clone(), arrived.clone()),
+        config("30s", SVC, "apiserver"),
+        Some(Shadow::new(Component::Weeder, Duration::from_secs(20))),
+    )
+    .await?;
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
+        .await?;
+    shadow.wait_started(ns.namespace(), SVC).await?;
+    eventually(DEADLINE, "the shadow weeder's first pod list, held", || {
+        let n = arrived.load(Ordering::SeqCst);
+        async move { Ok((n >= 1).then_some(())) }
+    })
+    .await
+    .map_err(|e| anyhow!(e))?;
+    // The acting watchdog is faster.
+    pods.delete("kapi", &DeleteParams::default()).await?;
+    gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+
+    let record = shadow
+        .wait_record(&pod_key(ns.namespace(), "kapi", &uid))
+        .await?;
+    eprintln!("shadow record: {record:?}");
+    ensure!(
+        (record.action, record.verdict) == ("delete_pod", "agree"),
+        "{record:?}"
+    );
+    let lag = record.reference_lag_seconds.context("an agreement's lag")?;
+    ensure!(lag <= 0.0, "the acting watchdog was first: lag {lag} s");
+    ensure!(
+        record
+            .reference
+            .as_deref()
+            .is_some_and(|r| r.contains("before our weeder's first list")),
+        "{record:?}"
+    );
+    ensure!(
+        record
+            .ours
+            .as_deref()
+            .is_some_and(|r| r.contains("when our weeder first listed the pod")),
+        "{record:?}"
+    );
+    ensure!(shadow.would_delete() == 1 && shadow.deleted(SVC) == 0);
+
+    pods.patch("kapi", &PatchParams::default(), &finalizers(vec![]))
+        .await?;
+    shadow.stop().await
+}
