@@ -57,7 +57,6 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const GARDEN: &str = "garden";
 const KCM: &str = "kube-controller-manager";
@@ -836,22 +835,8 @@ impl Drop for PodProcess {
 }
 
 async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("no HTTP status")?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    Ok(dwd_testenv::http::get(addr, path, Duration::from_secs(10)).await?)
 }
 
 /// Waits until nothing (e.g. another test binary's watchdog) holds the default ports.

@@ -33,7 +33,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::scenario::{Watchdog, secs};
 use crate::setup::{self, World, lock};
@@ -310,22 +309,10 @@ pub async fn watch(watchdog: &mut Watchdog, d: Duration, limit: u64) -> Result<E
 
 /// The watchdog's own `/metrics` text (any binary serving Prometheus text there), or `None`.
 pub async fn scrape_watchdog(addr: SocketAddr) -> Option<String> {
-    let read = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .await
-            .ok()?;
-        let mut body = Vec::new();
-        stream.read_to_end(&mut body).await.ok()?;
-        let text = String::from_utf8_lossy(&body).into_owned();
-        let (_, body) = text.split_once("\r\n\r\n")?;
-        Some(body.to_string())
-    };
-    tokio::time::timeout(Duration::from_secs(10), read)
-        .await
-        .ok()
-        .flatten()
+    match dwd_testenv::http::get(addr, "/metrics", Duration::from_secs(10)).await {
+        Ok((200, body)) => Some(body),
+        _ => None,
+    }
 }
 
 /// Per-shoot series of the watchdog's metrics for namespace `ns`: `{metric: value}` (the

@@ -19,7 +19,6 @@ use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::chart::{self, Dists};
 use crate::gardener;
@@ -138,18 +137,10 @@ fn deleted_at(storm: &Storm, ns: &str, pod: &str, after: DateTime<Utc>) -> Optio
 
 /// The status code of `GET http://addr/path`, `None` when nothing answers.
 async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    let fetch = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut head = vec![0u8; 64];
-        let n = stream.read(&mut head).await.ok()?;
-        let line = String::from_utf8_lossy(&head[..n]).into_owned();
-        line.split_whitespace().nth(1)?.parse().ok()
-    };
-    tokio::time::timeout(Duration::from_secs(2), fetch)
+    dwd_testenv::http::get(addr, path, Duration::from_secs(2))
         .await
-        .ok()?
+        .ok()
+        .map(|(status, _)| status)
 }
 
 /// Waits until the weeder is ready and holds a watch on EndpointSlices at the seed

@@ -13,6 +13,7 @@
 pub mod binaries;
 pub mod cargo;
 pub mod front_door;
+pub mod http;
 pub mod metrics;
 pub mod pki;
 pub mod process;
@@ -709,7 +710,7 @@ impl ApiServer {
                     });
                 }
             }
-            let request = http::Request::get("/readyz").body(Vec::new());
+            let request = ::http::Request::get("/readyz").body(Vec::new());
             match request {
                 Ok(req) => match client.request_text(req).await {
                     Ok(body) if body.trim() == "ok" => return Ok(()),

@@ -1,8 +1,8 @@
 //! Reading Prometheus text (an apiserver's or the watchdog's `/metrics`) in tests and tools,
 //! on the `prometheus-parse` crate: one parser for the workspace instead of a hand-written one
-//! per test file and tool. Its one limit that matters here: a label value with an escaped
-//! quote (`\"`) is not matched. The series read here are labelled with Kubernetes names and
-//! label values, which cannot contain one.
+//! per test file and tool. Its limits that matter here: a label value with an escaped quote
+//! (`\"`) or a comma is not matched. The series read here are labelled with Kubernetes names
+//! and label values, which contain neither.
 
 use std::collections::BTreeMap;
 

@@ -15,7 +15,6 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use dwd_testenv::eventually;
 use dwd_testenv::process::Signal;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How long a condition on a running binary may take.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -218,24 +217,10 @@ impl Drop for Watchdog {
     }
 }
 
-/// `GET path` on 127.0.0.1:`port`: status and body.
+/// `GET path` on 127.0.0.1:`port`: status and body (the workspace's one HTTP GET).
 pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .context("no HTTP status")?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    Ok(dwd_testenv::http::get(addr, path, Duration::from_secs(10)).await?)
 }
 
 /// Prometheus text, read with the workspace's one parser (each test crate uses some of it).
