@@ -39,9 +39,10 @@ use dwd_parity::shadow::{
     AuditEntry, ShadowManifests, find_record, http_get, read_audit, records,
     service_account_kubeconfig,
 };
-use dwd_parity::world::{GARDEN, Lane, command_line, gardener_config, shortened};
+use dwd_parity::world::{GARDEN, Lane, command_line, gardener_config, lease_name, shortened};
 use dwd_sim::{EndpointsState, SeedControlPlane, ShootState};
 use dwd_testenv::{ApiServerOptions, TestEnv};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
@@ -306,6 +307,27 @@ async fn own_events(admin: &kube::Client, pod: &str) -> Result<Vec<(String, Stri
         .collect())
 }
 
+/// The reference leads on Gardener's Lease; ours, without leader election, made none (its
+/// shadow Lease, `<lease>-shadow`, does not exist either).
+async fn check_leases(admin: &kube::Client, role: Role) -> Result<()> {
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), GARDEN);
+    let name = lease_name(role);
+    let holder = leases
+        .get_opt(name)
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    ensure!(!holder.is_empty(), "nobody holds {GARDEN}/{name}");
+    let shadow_lease = format!("{name}-shadow");
+    ensure!(
+        leases.get_opt(&shadow_lease).await?.is_none(),
+        "{GARDEN}/{shadow_lease} exists"
+    );
+    eprintln!("lease {GARDEN}/{name}: held by the reference ({holder}); no {shadow_lease}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_prober_next_to_the_reference() -> Result<()> {
     let started = Instant::now();
@@ -426,6 +448,7 @@ async fn shadow_prober_next_to_the_reference() -> Result<()> {
     for (reason, message) in &events {
         eprintln!("event {reason}: {message}");
     }
+    check_leases(&admin, Role::Prober).await?;
     for reason in ["WouldScaleDown", "ShadowAgreement", "ShadowDisagreement"] {
         ensure!(
             events.iter().any(|(r, _)| r == reason),
@@ -586,6 +609,7 @@ async fn shadow_weeder_next_to_the_reference() -> Result<()> {
     for (reason, message) in &events {
         eprintln!("event {reason}: {message}");
     }
+    check_leases(&admin, Role::Weeder).await?;
     for reason in ["WouldDeleteCrashLoopingPod", "ShadowAgreement"] {
         ensure!(
             events.iter().any(|(r, _)| r == reason),
