@@ -328,8 +328,9 @@ async fn the_shadow_weeder_alone_deletes_nothing_and_reports_only_us() -> Result
         .await?;
 
     let window = Duration::from_secs(4);
+    let deletes = Arc::new(AtomicUsize::new(0));
     let shadow = Running::start(
-        client.clone(),
+        counting_deletes(client.clone(), deletes.clone()),
         config("30s", SVC, "apiserver"),
         Some(Shadow::new(Component::Weeder, window)),
     )
@@ -378,6 +379,10 @@ async fn the_shadow_weeder_alone_deletes_nothing_and_reports_only_us() -> Result
         "still there after the window"
     );
     ensure!(shadow.deleted(SVC) == 0);
+    ensure!(
+        deletes.load(Ordering::SeqCst) == 0,
+        "the shadow sent no DELETE"
+    );
     ensure!(shadow.would_delete() == 2, "one would-be deletion per pod");
     ensure!(shadow.comparisons("only_us") == 1.0 && shadow.comparisons("agree") == 1.0);
 
@@ -399,6 +404,20 @@ fn gated_pod_reads(
             if request.method() == http::Method::GET && request.uri().path().ends_with("/pods") {
                 arrived.fetch_add(1, Ordering::SeqCst);
                 drop(gate.acquire().await.map_err(tower::BoxError::from)?);
+            }
+            base.send(request).await.map_err(tower::BoxError::from)
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// `base`, counting the DELETE requests it sends.
+fn counting_deletes(base: kube::Client, deletes: Arc<AtomicUsize>) -> kube::Client {
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let (base, deletes) = (base.clone(), deletes.clone());
+        async move {
+            if request.method() == http::Method::DELETE {
+                deletes.fetch_add(1, Ordering::SeqCst);
             }
             base.send(request).await.map_err(tower::BoxError::from)
         }
