@@ -132,11 +132,17 @@ struct Waiting {
 /// Matches the two sides' sightings (see the module doc). Holds at most `capacity` waiting
 /// sightings: past that the oldest resolves early, alone, so memory stays bounded whatever the
 /// seed does.
+///
+/// An agreement is remembered for one window: a further sighting of the same action on the
+/// same key within it is the same event seen again (two weeders of one namespace whose
+/// selectors both pick the deleted pod), not a new one that would wait alone.
 #[derive(Debug)]
 pub struct Comparator {
     window: Duration,
     capacity: usize,
     waiting: BTreeMap<(String, ShadowAction), Waiting>,
+    /// Agreements of the last window: when each was completed.
+    agreed: BTreeMap<(String, ShadowAction), Duration>,
 }
 
 impl Comparator {
@@ -147,6 +153,7 @@ impl Comparator {
             window,
             capacity: capacity.max(1),
             waiting: BTreeMap::new(),
+            agreed: BTreeMap::new(),
         }
     }
 
@@ -165,6 +172,12 @@ impl Comparator {
     /// the side already waiting keeps the first one's time.
     pub fn observe(&mut self, sighting: Sighting) -> Vec<Comparison> {
         let slot = (sighting.key.clone(), sighting.action);
+        if let Some(agreed_at) = self.agreed.get(&slot) {
+            if sighting.at.saturating_sub(*agreed_at) <= self.window {
+                return Vec::new();
+            }
+            self.agreed.remove(&slot);
+        }
         if let Some(first) = self.waiting.get(&slot) {
             if first.side == sighting.side {
                 return Vec::new();
@@ -173,6 +186,7 @@ impl Comparator {
                 let Some(first) = self.waiting.remove(&slot) else {
                     return Vec::new();
                 };
+                self.remember_agreement(slot.clone(), sighting.at);
                 return vec![agreement(slot, first, sighting)];
             }
             // Too far apart to be the same event: the first resolves alone, the new one waits.
@@ -184,6 +198,25 @@ impl Comparator {
             return resolved;
         }
         self.wait(slot, sighting)
+    }
+
+    /// Remembers an agreement for a window, at most `capacity` of them (the oldest forgotten
+    /// first).
+    fn remember_agreement(&mut self, slot: (String, ShadowAction), at: Duration) {
+        while self.agreed.len() >= self.capacity {
+            let oldest = self
+                .agreed
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(slot, _)| slot.clone());
+            match oldest {
+                Some(oldest) => {
+                    self.agreed.remove(&oldest);
+                }
+                None => break,
+            }
+        }
+        self.agreed.insert(slot, at);
     }
 
     fn wait(&mut self, slot: (String, ShadowAction), sighting: Sighting) -> Vec<Comparison> {
@@ -213,6 +246,8 @@ impl Comparator {
     /// Resolves, alone, every sighting that has waited longer than the window at `now`.
     pub fn expire(&mut self, now: Duration) -> Vec<Comparison> {
         let window = self.window;
+        self.agreed
+            .retain(|_, agreed_at| now.saturating_sub(*agreed_at) <= window);
         let due: Vec<(String, ShadowAction)> = self
             .waiting
             .iter()
@@ -366,6 +401,30 @@ mod tests {
         assert_eq!(c.waiting(), 1);
         let done = c.expire(Duration::from_secs(400));
         assert_eq!(done[0].verdict, Agreement::OnlyReference);
+    }
+
+    #[test]
+    fn the_same_event_seen_again_within_the_window_after_an_agreement_is_ignored() {
+        let mut c = Comparator::new(WINDOW, 10);
+        c.observe(s("ns/p (u)", ShadowAction::DeletePod, Side::Ours, 100));
+        assert_eq!(
+            c.observe(s("ns/p (u)", ShadowAction::DeletePod, Side::Reference, 101))[0].verdict,
+            Agreement::Agree
+        );
+        // A second weeder of the namespace picked the same pod: both sides seen again.
+        assert!(
+            c.observe(s("ns/p (u)", ShadowAction::DeletePod, Side::Reference, 102))
+                .is_empty()
+        );
+        assert!(
+            c.observe(s("ns/p (u)", ShadowAction::DeletePod, Side::Ours, 103))
+                .is_empty()
+        );
+        assert_eq!(c.waiting(), 0);
+        assert!(c.expire(Duration::from_secs(500)).is_empty());
+        // Past the window it is a new event again.
+        c.observe(s("ns/p (u)", ShadowAction::DeletePod, Side::Ours, 600));
+        assert_eq!(c.waiting(), 1);
     }
 
     #[test]
