@@ -120,6 +120,33 @@ impl ShadowManifests {
             .context("the ConfigMap has no dep-config.yaml")
     }
 
+    /// Every `(apiGroup, resource, verb)` the ClusterRole grants.
+    pub fn cluster_permissions(&self) -> Result<Vec<(String, String, String)>> {
+        let rules = self.one("ClusterRole")?["rules"]
+            .as_array()
+            .context("a ClusterRole without rules")?;
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut out = Vec::new();
+        for rule in rules {
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        out.push((group.clone(), resource.clone(), verb));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Applies the ServiceAccount, the ClusterRole, the Role and their bindings exactly as
     /// shipped (server-side apply of the documents, field manager `dwd-parity-shadow`).
     pub async fn apply_rbac(&self, admin: &kube::Client) -> Result<()> {
