@@ -3,8 +3,9 @@
 //! and to check afterwards, from the seed's audit log, that ours wrote nothing but Events about
 //! its own pod.
 //!
-//! - [`ShadowManifests`]: `deploy/shadow/<role>.yaml` and `<role>-config.yaml` as shipped: the
-//!   RBAC objects applied to the seed as they are, the Deployment's command line, the config.
+//! - [`ShadowManifests`]: `deploy/shadow/<role>.yaml` and `<role>-config.yaml` as shipped: every
+//!   object applied to the seed as it is ([`apply_all`]), the Deployment's command line (checked
+//!   against Gardener's, [`gardener_args`]), the config, the ClusterRole's permissions.
 //! - [`service_account_kubeconfig`]: a kubeconfig with a token of the shipped ServiceAccount
 //!   (TokenRequest API), as the pod's in-cluster credential would be.
 //! - [`read_audit`]: the seed's audit log (JSON lines) as [`AuditEntry`]s.
@@ -146,45 +147,74 @@ impl ShadowManifests {
         }
         Ok(out)
     }
+}
 
-    /// Applies the ServiceAccount, the ClusterRole, the Role and their bindings exactly as
-    /// shipped (server-side apply of the documents, field manager `dwd-parity-shadow`).
-    pub async fn apply_rbac(&self, admin: &kube::Client) -> Result<()> {
-        let kinds = [
-            (
-                "ServiceAccount",
-                ApiResource::erase::<ServiceAccount>(&()),
-                true,
-            ),
-            ("ClusterRole", ApiResource::erase::<ClusterRole>(&()), false),
-            (
-                "ClusterRoleBinding",
-                ApiResource::erase::<ClusterRoleBinding>(&()),
-                false,
-            ),
-            ("Role", ApiResource::erase::<RbacRole>(&()), true),
-            ("RoleBinding", ApiResource::erase::<RoleBinding>(&()), true),
-        ];
-        for (kind, resource, namespaced) in kinds {
-            let doc = self.one(kind)?;
-            let name = doc["metadata"]["name"]
+/// Applies every document of the role's files (RBAC, ConfigMap, Deployment, Service) with
+/// strict field validation, as `kubectl apply -f deploy/shadow/` would: the seed accepts them as
+/// written. (The test environment runs no controllers: the Deployment creates no pod.)
+pub async fn apply_all(manifests: &ShadowManifests, admin: &kube::Client) -> Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{ConfigMap, Service};
+    for doc in &manifests.docs {
+        let kind = doc["kind"].as_str().context("a document without kind")?;
+        let (resource, namespaced) = match kind {
+            "ServiceAccount" => (ApiResource::erase::<ServiceAccount>(&()), true),
+            "ClusterRole" => (ApiResource::erase::<ClusterRole>(&()), false),
+            "ClusterRoleBinding" => (ApiResource::erase::<ClusterRoleBinding>(&()), false),
+            "Role" => (ApiResource::erase::<RbacRole>(&()), true),
+            "RoleBinding" => (ApiResource::erase::<RoleBinding>(&()), true),
+            "ConfigMap" => (ApiResource::erase::<ConfigMap>(&()), true),
+            "Deployment" => (ApiResource::erase::<Deployment>(&()), true),
+            "Service" => (ApiResource::erase::<Service>(&()), true),
+            other => anyhow::bail!("unexpected kind {other} in deploy/shadow"),
+        };
+        let name = doc["metadata"]["name"]
+            .as_str()
+            .with_context(|| format!("{kind} without a name"))?;
+        let api: Api<DynamicObject> = if namespaced {
+            let ns = doc["metadata"]["namespace"]
                 .as_str()
-                .with_context(|| format!("{kind} without a name"))?;
-            let api: Api<DynamicObject> = if namespaced {
-                Api::namespaced_with(admin.clone(), GARDEN, &resource)
-            } else {
-                Api::all_with(admin.clone(), &resource)
-            };
-            api.patch(
-                name,
-                &PatchParams::apply("dwd-parity-shadow").force(),
-                &Patch::Apply(doc),
-            )
-            .await
-            .with_context(|| format!("apply {kind} {name}"))?;
-        }
-        Ok(())
+                .with_context(|| format!("{kind} {name} without a namespace"))?;
+            Api::namespaced_with(admin.clone(), ns, &resource)
+        } else {
+            Api::all_with(admin.clone(), &resource)
+        };
+        api.patch(
+            name,
+            &PatchParams::apply("dwd-parity-shadow")
+                .force()
+                .validation_strict(),
+            &Patch::Apply(doc),
+        )
+        .await
+        .with_context(|| format!("apply {kind} {name}"))?;
     }
+    Ok(())
+}
+
+/// The command line of Gardener's Deployment for `role` (`deploy/gardener/<role>.yaml`),
+/// without the binary's path.
+pub fn gardener_args(role: Role) -> Result<Vec<String>> {
+    let path = crate::world::gardener_dir().join(format!("{}.yaml", role_name(role)));
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&text).map_err(|e| anyhow!("parse {}: {e}", path.display()))?;
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .with_context(|| format!("no Deployment in {}", path.display()))?;
+    deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+        .as_array()
+        .context("Gardener's Deployment has no command")?
+        .iter()
+        .skip(1)
+        .map(|a| {
+            a.as_str()
+                .map(str::to_string)
+                .context("a non-string argument")
+        })
+        .collect()
 }
 
 /// A kubeconfig for `seed` (through its front door) with a one-hour token of the ServiceAccount

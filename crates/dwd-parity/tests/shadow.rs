@@ -36,8 +36,8 @@ use anyhow::{Context, Result, anyhow, ensure};
 use dwd_parity::runner::Binary;
 use dwd_parity::scenario::{CA, ConfigEdit, KCM, MCM, Role, Scenario, WorldSpec};
 use dwd_parity::shadow::{
-    AuditEntry, ShadowManifests, find_record, http_get, read_audit, records,
-    service_account_kubeconfig,
+    AuditEntry, ShadowManifests, apply_all, find_record, gardener_args, http_get, read_audit,
+    records, service_account_kubeconfig,
 };
 use dwd_parity::world::{GARDEN, Lane, command_line, gardener_config, lease_name, shortened};
 use dwd_sim::{EndpointsState, SeedControlPlane, ShootState};
@@ -78,6 +78,22 @@ fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf> {
     let path = dir.join(name);
     std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
     Ok(path)
+}
+
+/// The shipped shadow Deployment runs Gardener's command line without leader election, plus
+/// `--shadow`.
+fn check_command_line(manifests: &ShadowManifests) -> Result<()> {
+    let mut want: Vec<String> = gardener_args(manifests.role)?
+        .into_iter()
+        .filter(|a| !a.starts_with("--enable-leader-election"))
+        .collect();
+    want.push("--shadow".to_string());
+    let shipped = manifests.args()?;
+    ensure!(
+        shipped == want,
+        "deploy/shadow runs {shipped:?}, want Gardener's without leader election plus --shadow: {want:?}"
+    );
+    Ok(())
 }
 
 /// Ours in shadow mode: the shipped command line with our config, kubeconfig and ports.
@@ -376,7 +392,8 @@ async fn shadow_prober_next_to_the_reference() -> Result<()> {
         manifests.config()? == gardener_config(Role::Prober)?,
         "deploy/shadow/prober-config.yaml is not Gardener's prober config"
     );
-    manifests.apply_rbac(&admin).await?;
+    check_command_line(&manifests)?;
+    apply_all(&manifests, &admin).await?;
     let shadow_kubeconfig = write(
         &dir,
         "shadow.kubeconfig",
@@ -527,7 +544,8 @@ async fn shadow_weeder_next_to_the_reference() -> Result<()> {
         manifests.config()? == gardener_config(Role::Weeder)?,
         "deploy/shadow/weeder-config.yaml is not Gardener's weeder config"
     );
-    manifests.apply_rbac(&admin).await?;
+    check_command_line(&manifests)?;
+    apply_all(&manifests, &admin).await?;
     let shadow_user = manifests.username()?;
     let shadow_kubeconfig = write(
         &dir,
