@@ -205,6 +205,17 @@ async fn wait_record(
     Ok(record)
 }
 
+/// Every record of ours as `(key, action, verdict)`: nothing beyond what the test expects
+/// (no spurious disagreement).
+async fn verdicts(shadow: &Shadow) -> Result<Vec<(String, String, String)>> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    Ok(records(shadow.metrics_port)
+        .await?
+        .iter()
+        .map(|r| (text(&r["key"]), text(&r["action"]), text(&r["verdict"])))
+        .collect())
+}
+
 async fn metrics(shadow: &Shadow) -> Result<String> {
     let (status, body) = http_get(shadow.metrics_port, "/metrics").await?;
     ensure!(status == 200, "GET /metrics: {status}");
@@ -476,6 +487,14 @@ async fn shadow_prober_next_to_the_reference() -> Result<()> {
 
     let (_, shadow_text) = http_get(ours.metrics_port, "/shadow").await?;
     eprintln!("GET /shadow:\n{shadow_text}");
+    let all = verdicts(&ours).await?;
+    let want = [
+        (ns.clone(), "scale_down", "agree"),
+        (ns.clone(), "scale_up", "agree"),
+        (ns_grace.clone(), "scale_down", "only_reference"),
+    ]
+    .map(|(k, a, v)| (k, a.to_string(), v.to_string()));
+    ensure!(all == want, "records {all:?}, want {want:?}");
     let text = metrics(&ours).await?;
     eprintln!(
         "{}",
@@ -646,6 +665,11 @@ async fn shadow_weeder_next_to_the_reference() -> Result<()> {
     );
     let (_, shadow_text) = http_get(ours.metrics_port, "/shadow").await?;
     eprintln!("GET /shadow:\n{shadow_text}");
+    let all = verdicts(&ours).await?;
+    ensure!(
+        all.len() == 1 && all[0].1 == "delete_pod" && all[0].2 == "agree",
+        "records {all:?}, want one agreement on the deletion"
+    );
     let events = own_events(&admin, pod).await?;
     for (reason, message) in &events {
         eprintln!("event {reason}: {message}");
