@@ -158,6 +158,19 @@ impl<T: Send + Sync + 'static> Cache<T> {
         shelf.get(namespace).and_then(|ns| ns.get(name)).cloned()
     }
 
+    /// The namespaces holding at least one cached object.
+    pub fn namespaces(&self) -> Vec<String> {
+        let shelf = self
+            .objects
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        shelf
+            .iter()
+            .filter(|(_, objects)| !objects.is_empty())
+            .map(|(ns, _)| ns.clone())
+            .collect()
+    }
+
     /// All cached objects of one namespace.
     pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<T>> {
         let shelf = self

@@ -74,6 +74,20 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     dwd_core::parse_go_duration(s).map_err(|e| e.to_string())
 }
 
+/// The shortest `--shadow-window`: the two watchdogs' runs are not in step, so a shorter
+/// window would report nearly every action of either as a disagreement.
+pub const MIN_SHADOW_WINDOW: Duration = Duration::from_secs(1);
+
+fn parse_shadow_window(s: &str) -> Result<Duration, String> {
+    let window = parse_duration(s)?;
+    if window < MIN_SHADOW_WINDOW {
+        return Err(format!(
+            "{s}: must be at least {MIN_SHADOW_WINDOW:?} (a shorter window reports nearly every action as a disagreement)"
+        ));
+    }
+    Ok(window)
+}
+
 /// Log output format (ours).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -170,7 +184,7 @@ pub struct CommonArgs {
     /// Shadow mode: how long one side's action waits for the other's before it is reported
     /// as a disagreement. Default: prober 3 × probeInterval (at least 2m), weeder the
     /// watchDuration (at least 1m).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_shadow_window)]
     pub shadow_window: Option<Duration>,
 }
 

@@ -23,7 +23,8 @@
 //! worker looks up UIDs the caller does not know (best effort: a failed lookup only means an
 //! event without UID, still listed by `kubectl get events`).
 //!
-//! Every event is written twice: as an `events.k8s.io/v1` Event about the object it concerns
+//! Every event is written twice (in shadow mode only the second, [`Events::start_own_pod_only`]):
+//! as an `events.k8s.io/v1` Event about the object it concerns
 //! (Cluster, target, pod), and as a core/v1 Event about the watchdog's own pod in its own
 //! namespace ([`PodRef`]), whose message names the object. Gardener's RBAC allows only the
 //! second (core/v1 events in `garden`), so in a Gardener seed `kubectl -n garden get events`
@@ -926,10 +927,13 @@ impl Worker {
 
 /// The `action` of an event with `reason`: what the watchdog did to the object.
 fn action_of(reason: &str) -> &'static str {
-    if reason == REASON_POD_DELETED {
-        "Delete"
-    } else {
-        "Scale"
+    use crate::shadow::{REASON_AGREEMENT, REASON_DISAGREEMENT, REASON_WOULD_DELETE_POD};
+    match reason {
+        REASON_POD_DELETED => "Delete",
+        // Shadow mode acts on nothing: it compares.
+        REASON_WOULD_DELETE_POD | REASON_AGREEMENT | REASON_DISAGREEMENT => "Compare",
+        reason if reason.starts_with("Would") => "Compare",
+        _ => "Scale",
     }
 }
 

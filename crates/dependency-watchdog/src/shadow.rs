@@ -8,10 +8,11 @@
 //! crash-looping dependant pod deleted. [`dwd_core::shadow::Comparator`] matches the two within
 //! a window; each resolved comparison is counted (`dwd_shadow_comparisons_total{component,
 //! action, verdict}`), logged, published as an Event about our own pod (the only write shadow
-//! mode makes) and kept, the last [`RECORDS_KEPT`], for `GET /shadow` (text) and
-//! `GET /shadow.json` on the metrics address. For something only the reference did, the record
-//! carries our own latest finding for that shoot ([`Shadow::note_finding`]: the expired
-//! fraction and the per-node verdicts), which is why we would not have.
+//! mode makes, besides its own leader-election Lease when `--enable-leader-election` is given)
+//! and kept, the last [`RECORDS_KEPT`], for `GET /shadow` (text) and `GET /shadow.json` on the
+//! metrics address. For something only the reference did, the record carries our own latest
+//! finding for that shoot ([`Shadow::note_finding`]: the expired fraction and the per-node
+//! verdicts, or that we run no probe for it), which is why we would not have.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -50,6 +51,9 @@ pub const REASON_WOULD_DELETE_POD: &str = "WouldDeleteCrashLoopingPod";
 pub const REASON_AGREEMENT: &str = "ShadowAgreement";
 /// `reason` of the (Warning) Event when only one of them did.
 pub const REASON_DISAGREEMENT: &str = "ShadowDisagreement";
+/// Our finding for a shoot the acting watchdog scaled but we run no probe for.
+pub const NO_PROBE_FINDING: &str = "we run no probe for this shoot (hibernated, being created, \
+    migrated or deleted, or no probe secret; `dependency-watchdog explain` says which)";
 
 /// Label set `{component, action}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -287,7 +291,9 @@ impl Shadow {
         });
         self.metrics.waiting.set(self.waiting() as i64);
         for comparison in resolved {
-            self.resolve(events, Some(subject), comparison);
+            // A full comparator may resolve another key's sighting to make room.
+            let subject = (comparison.key == key).then_some(subject);
+            self.resolve(events, subject, comparison);
         }
     }
 
@@ -326,8 +332,13 @@ impl Shadow {
                 .get_or_create(&self.labels(c.action))
                 .observe(lag.abs());
         }
-        let our_latest_finding = match c.verdict {
-            Agreement::OnlyReference => lock(&self.latest).get(&c.key).cloned(),
+        let our_latest_finding = match (c.verdict, self.component) {
+            (Agreement::OnlyReference, Component::Prober) => Some(
+                lock(&self.latest)
+                    .get(&c.key)
+                    .cloned()
+                    .unwrap_or_else(|| NO_PROBE_FINDING.to_string()),
+            ),
             _ => None,
         };
         let record = Record {
@@ -387,17 +398,36 @@ impl Shadow {
         use std::fmt::Write;
         let records = self.records(RECORDS_KEPT);
         let mut out = String::new();
-        let counts = |verdict: &str| records.iter().filter(|r| r.verdict == verdict).count();
+        // Totals since start, from the counters (the records keep only the last ones).
+        let totals = |verdict: Agreement| -> u64 {
+            [
+                ShadowAction::ScaleDown,
+                ShadowAction::ScaleUp,
+                ShadowAction::DeletePod,
+            ]
+            .into_iter()
+            .map(|action| {
+                self.metrics
+                    .comparisons
+                    .get_or_create(&ComparisonLabels {
+                        component: self.component_label().into(),
+                        action: action.label().into(),
+                        verdict: verdict.label().into(),
+                    })
+                    .get()
+            })
+            .sum()
+        };
         let _ = writeln!(
             out,
-            "shadow mode ({}): {} comparisons kept (agree {}, only us {}, only the acting watchdog {}); window {:?}; {} sightings waiting",
+            "shadow mode ({}), since start: agree {}, only us {}, only the acting watchdog {}; window {:?}; {} sightings waiting; the last {} comparisons:",
             self.component_label(),
-            records.len(),
-            counts("agree"),
-            counts("only_us"),
-            counts("only_reference"),
+            totals(Agreement::Agree),
+            totals(Agreement::OnlyUs),
+            totals(Agreement::OnlyReference),
             self.window(),
             self.waiting(),
+            records.len(),
         );
         for r in &records {
             let _ = writeln!(out, "\n{}", summary(r, self.window()));

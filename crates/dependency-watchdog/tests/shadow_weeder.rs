@@ -276,7 +276,7 @@ async fn the_shadow_agrees_with_the_acting_weeders_deletion() -> Result<()> {
     );
     let reference = record.reference.as_deref().unwrap_or_default();
     ensure!(
-        reference.starts_with("pod deleted while container"),
+        reference.starts_with("pod deleted (by the acting weeder or anyone else"),
         "{record:?}"
     );
     ensure!(

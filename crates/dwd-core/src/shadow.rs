@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use crate::hysteresis::Direction;
+use crate::scaling::FlowScope;
+
 /// Who did (or would have done) something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Side {
@@ -34,6 +37,15 @@ pub enum ShadowAction {
 }
 
 impl ShadowAction {
+    /// The action that undoes this one on the same shoot, if any.
+    pub fn opposite(self) -> Option<ShadowAction> {
+        match self {
+            ShadowAction::ScaleDown => Some(ShadowAction::ScaleUp),
+            ShadowAction::ScaleUp => Some(ShadowAction::ScaleDown),
+            ShadowAction::DeletePod => None,
+        }
+    }
+
     /// Stable name, also the `action` metric label.
     pub fn label(self) -> &'static str {
         match self {
@@ -121,6 +133,62 @@ impl Comparison {
     }
 }
 
+/// What our shadow prober would have done to a shoot so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VirtualState {
+    /// Targets left as they are (never scaled down, or restored).
+    Normal,
+    /// Scaled down: every target, or only the zonal ones.
+    Protected(FlowScope),
+}
+
+impl VirtualState {
+    /// Whether the shoot is (virtually) scaled down.
+    pub fn is_protected(self) -> bool {
+        matches!(self, VirtualState::Protected(_))
+    }
+}
+
+/// What one shadow decision does: the sighting to report, if any, and the state after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// The would-be action to report.
+    pub report: Option<ShadowAction>,
+    /// Our would-be state afterwards.
+    pub next: VirtualState,
+}
+
+/// The shadow prober's decision when the hysteresis says `dir` over `scope` while we are in
+/// `state`; `acts` says whether the flow would touch any target (one not ignored, existing or
+/// mandatory). A scale-down while normal is reported, and a scale-up while scaled down; a
+/// scale-down of nothing leaves us as we were (the acting watchdog can't be seen doing it
+/// either), a scale-up of nothing still ends our scale-down. A zonal scale-down widening to
+/// all targets is remembered, not reported: the marker the acting watchdog is judged by is
+/// already there.
+pub fn step(state: VirtualState, dir: Direction, scope: FlowScope, acts: bool) -> Step {
+    let stay = Step {
+        report: None,
+        next: state,
+    };
+    match (dir, state) {
+        (Direction::Down, VirtualState::Normal) if acts => Step {
+            report: Some(ShadowAction::ScaleDown),
+            next: VirtualState::Protected(scope),
+        },
+        (Direction::Down, VirtualState::Protected(FlowScope::Zonal)) if scope == FlowScope::All => {
+            Step {
+                report: None,
+                next: VirtualState::Protected(FlowScope::All),
+            }
+        }
+        (Direction::Up, VirtualState::Protected(_)) => Step {
+            report: acts.then_some(ShadowAction::ScaleUp),
+            next: VirtualState::Normal,
+        },
+        _ => stay,
+    }
+}
+
 /// A sighting waiting for its counterpart.
 #[derive(Debug, Clone)]
 struct Waiting {
@@ -133,9 +201,13 @@ struct Waiting {
 /// sightings: past that the oldest resolves early, alone, so memory stays bounded whatever the
 /// seed does.
 ///
-/// An agreement is remembered for one window: a further sighting of the same action on the
-/// same key within it is the same event seen again (two weeders of one namespace whose
-/// selectors both pick the deleted pod), not a new one that would wait alone.
+/// A pod deletion's agreement is remembered for one window: a further sighting of it is the
+/// same deletion seen again (two weeders of one namespace whose selectors both pick the pod;
+/// the key holds the pod's UID), not a new one that would wait alone. A shoot's scalings are
+/// not: each side reports only changes of its state, so a repeat is a new scale-down after a
+/// scale-up (a flapping shoot). For the same reason a side's scaling sighting resolves, alone,
+/// that side's waiting sighting of the opposite action: it has undone it before the other
+/// side matched it.
 #[derive(Debug)]
 pub struct Comparator {
     window: Duration,
@@ -172,6 +244,23 @@ impl Comparator {
     /// the side already waiting keeps the first one's time.
     pub fn observe(&mut self, sighting: Sighting) -> Vec<Comparison> {
         let slot = (sighting.key.clone(), sighting.action);
+        let mut resolved = Vec::new();
+        if let Some(opposite) = sighting.action.opposite() {
+            let undone = (sighting.key.clone(), opposite);
+            if self
+                .waiting
+                .get(&undone)
+                .is_some_and(|w| w.side == sighting.side)
+                && let Some(waiting) = self.waiting.remove(&undone)
+            {
+                resolved.push(alone(undone, waiting));
+            }
+        }
+        resolved.extend(self.take(slot, sighting));
+        resolved
+    }
+
+    fn take(&mut self, slot: (String, ShadowAction), sighting: Sighting) -> Vec<Comparison> {
         if let Some(agreed_at) = self.agreed.get(&slot) {
             if sighting.at.saturating_sub(*agreed_at) <= self.window {
                 return Vec::new();
@@ -186,7 +275,9 @@ impl Comparator {
                 let Some(first) = self.waiting.remove(&slot) else {
                     return Vec::new();
                 };
-                self.remember_agreement(slot.clone(), sighting.at);
+                if slot.1 == ShadowAction::DeletePod {
+                    self.remember_agreement(slot.clone(), sighting.at);
+                }
                 return vec![agreement(slot, first, sighting)];
             }
             // Too far apart to be the same event: the first resolves alone, the new one waits.
@@ -387,8 +478,13 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(c.waiting(), 3);
+        // The reference's scale-down also undoes its own unmatched scale-up (resolved alone).
         let done = c.observe(s("shoot--a", ShadowAction::ScaleDown, Side::Reference, 150));
-        assert_eq!(done[0].ours_at, Some(Duration::from_secs(100)));
+        let agreed = done
+            .iter()
+            .find(|c| c.verdict == Agreement::Agree)
+            .expect("an agreement");
+        assert_eq!(agreed.ours_at, Some(Duration::from_secs(100)));
     }
 
     #[test]
@@ -428,6 +524,64 @@ mod tests {
     }
 
     #[test]
+    fn a_flapping_shoot_is_compared_flap_by_flap() {
+        let mut c = Comparator::new(Duration::from_secs(120), 10);
+        let k = "shoot--a";
+        c.observe(s(k, ShadowAction::ScaleDown, Side::Ours, 0));
+        assert_eq!(
+            c.observe(s(k, ShadowAction::ScaleDown, Side::Reference, 5))[0].verdict,
+            Agreement::Agree
+        );
+        c.observe(s(k, ShadowAction::ScaleUp, Side::Ours, 30));
+        assert_eq!(
+            c.observe(s(k, ShadowAction::ScaleUp, Side::Reference, 35))[0].verdict,
+            Agreement::Agree
+        );
+        // We would scale down again; the reference does not: reported, not swallowed.
+        assert!(
+            c.observe(s(k, ShadowAction::ScaleDown, Side::Ours, 60))
+                .is_empty()
+        );
+        let done = c.expire(Duration::from_secs(181));
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            (done[0].action, done[0].verdict),
+            (ShadowAction::ScaleDown, Agreement::OnlyUs)
+        );
+    }
+
+    #[test]
+    fn undoing_an_unmatched_scaling_resolves_it_alone_at_once() {
+        let mut c = Comparator::new(Duration::from_secs(120), 10);
+        let k = "shoot--a";
+        c.observe(s(k, ShadowAction::ScaleDown, Side::Ours, 0));
+        // We scale up before the reference scaled down: our scale-down stood alone.
+        let done = c.observe(s(k, ShadowAction::ScaleUp, Side::Ours, 30));
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            (done[0].action, done[0].verdict, done[0].ours_at),
+            (
+                ShadowAction::ScaleDown,
+                Agreement::OnlyUs,
+                Some(Duration::ZERO)
+            )
+        );
+        // Our next scale-down undoes our scale-up, which the reference never matched, and
+        // pairs with the reference's scale-down, not the old one.
+        let done = c.observe(s(k, ShadowAction::ScaleDown, Side::Ours, 60));
+        assert_eq!(
+            (done[0].action, done[0].verdict),
+            (ShadowAction::ScaleUp, Agreement::OnlyUs)
+        );
+        let done = c.observe(s(k, ShadowAction::ScaleDown, Side::Reference, 100));
+        assert_eq!(
+            (done[0].verdict, done[0].reference_lag_seconds()),
+            (Agreement::Agree, Some(40.0))
+        );
+        assert_eq!(c.waiting(), 0);
+    }
+
+    #[test]
     fn a_full_comparator_resolves_its_oldest_sighting_to_make_room() {
         let mut c = Comparator::new(WINDOW, 2);
         c.observe(s("p1", ShadowAction::DeletePod, Side::Ours, 10));
@@ -439,6 +593,52 @@ mod tests {
             ("p2", Agreement::OnlyUs)
         );
         assert_eq!(c.waiting(), 2);
+    }
+
+    #[test]
+    fn the_would_be_state_moves_only_on_a_change_that_acts() {
+        use FlowScope::{All, Zonal};
+        use VirtualState::{Normal, Protected};
+        let table = [
+            // (state, dir, scope, acts) → (report, next)
+            (
+                (Normal, Direction::Down, All, true),
+                (Some(ShadowAction::ScaleDown), Protected(All)),
+            ),
+            (
+                (Normal, Direction::Down, Zonal, true),
+                (Some(ShadowAction::ScaleDown), Protected(Zonal)),
+            ),
+            ((Normal, Direction::Down, All, false), (None, Normal)),
+            ((Normal, Direction::Up, All, true), (None, Normal)),
+            (
+                (Protected(All), Direction::Down, All, true),
+                (None, Protected(All)),
+            ),
+            (
+                (Protected(Zonal), Direction::Down, All, true),
+                (None, Protected(All)),
+            ),
+            (
+                (Protected(All), Direction::Down, Zonal, true),
+                (None, Protected(All)),
+            ),
+            (
+                (Protected(All), Direction::Up, All, true),
+                (Some(ShadowAction::ScaleUp), Normal),
+            ),
+            (
+                (Protected(Zonal), Direction::Up, All, false),
+                (None, Normal),
+            ),
+        ];
+        for ((state, dir, scope, acts), (report, next)) in table {
+            assert_eq!(
+                step(state, dir, scope, acts),
+                Step { report, next },
+                "{state:?} {dir} {scope} acts={acts}"
+            );
+        }
     }
 
     #[test]

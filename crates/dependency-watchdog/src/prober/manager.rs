@@ -236,7 +236,7 @@ impl ProbeManager {
         if let Some(shadow) = &self.ctx.shadow {
             shadow.forget(namespace);
         }
-        self.ctx.shadow_states.forget(namespace);
+        self.ctx.shadow_states.forget_ours(namespace);
     }
 }
 

@@ -131,14 +131,9 @@ pub async fn run_with_shadow(
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
     if let Some(shadow) = &ctx.shadow {
         tasks.spawn({
-            let (ctx, shadow, manager, shutdown) = (
-                ctx.clone(),
-                shadow.clone(),
-                manager.clone(),
-                shutdown.clone(),
-            );
+            let (ctx, shadow, shutdown) = (ctx.clone(), shadow.clone(), shutdown.clone());
             async move {
-                shadow_observer::observe(ctx, shadow, || manager.namespaces(), shutdown).await;
+                shadow_observer::observe(ctx, shadow, shutdown).await;
                 "shadow observer of the acting watchdog"
             }
         });

@@ -12,7 +12,6 @@ use std::time::Duration;
 use chrono::Utc;
 use dwd_core::lease::LeaseReport;
 use dwd_core::scaling::FlowScope;
-use dwd_core::shadow::ShadowAction;
 use dwd_core::{
     Direction, EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases,
     leases_alone_suffice,
@@ -364,7 +363,7 @@ impl Probe {
             }
         });
         self.count_run(category);
-        if let Some(shadow) = &self.ctx.shadow {
+        if let Some(shadow) = self.noting_shadow() {
             shadow.note_finding(
                 &self.namespace,
                 &format!("probe failed: {failure}; no scaling this run"),
@@ -468,7 +467,7 @@ impl Probe {
         let report = match finding {
             Finding::Report(report) => report,
             Finding::AllLeasesFresh { leases } => {
-                if let Some(shadow) = &self.ctx.shadow {
+                if let Some(shadow) = self.noting_shadow() {
                     shadow.note_finding(
                         &self.namespace,
                         &format!("all {leases} node leases fresh: no scaling"),
@@ -502,7 +501,7 @@ impl Probe {
             LeaseDecision::NoScaling(_) => RunResult::NoScaling,
         });
         let scope = FlowScope::of(&report.decision);
-        if let Some(shadow) = &self.ctx.shadow {
+        if let Some(shadow) = self.noting_shadow() {
             shadow.note_finding(&self.namespace, &finding_note(&report, Utc::now()));
         }
         let Some(dir) = action else {
@@ -546,6 +545,15 @@ impl Probe {
         Some(PlannedFlow { dir, scope, reason })
     }
 
+    /// In shadow mode, the book this probe notes its findings in; `None` once the probe was
+    /// removed (its last run must not bring back the finding its removal forgot).
+    fn noting_shadow(&self) -> Option<&crate::shadow::Shadow> {
+        self.ctx
+            .shadow
+            .as_deref()
+            .filter(|_| !self.cancel.is_cancelled())
+    }
+
     /// Our would-be state of this shoot in shadow mode: at first the acting watchdog's when
     /// shadow mode first saw the shoot (asked of the caches, which are in sync during a run,
     /// if the observer has not seen it yet).
@@ -567,42 +575,22 @@ impl Probe {
         scope: FlowScope,
         report: &LeaseReport,
     ) {
-        let ns = self.namespace.as_str();
-        let (action, next) = match (dir, self.virtual_state()) {
-            (Direction::Down, VirtualState::Normal) => {
-                (ShadowAction::ScaleDown, VirtualState::Protected(scope))
-            }
-            (Direction::Down, VirtualState::Protected(FlowScope::Zonal))
-                if scope == FlowScope::All =>
-            {
-                // The marker the acting watchdog is judged by is already there: the
-                // broader scope is remembered, not reported as a second scale-down.
-                debug!(%scope, "{report}; shadow mode: already scaled down (zonal), now all targets");
-                self.ctx
-                    .shadow_states
-                    .set_ours(ns, VirtualState::Protected(scope));
-                return;
-            }
-            (Direction::Up, VirtualState::Protected(_)) => {
-                (ShadowAction::ScaleUp, VirtualState::Normal)
-            }
-            (_, state) => {
-                debug!(action = %dir, ?state, "{report}; shadow mode: already there");
-                return;
-            }
-        };
-        let targets = scaler::targets_in_scope(&self.ctx, ns, scope);
-        if targets.is_empty() {
-            // Nothing a flow would touch, so nothing the acting watchdog would be seen doing:
-            // a scale-down of nothing leaves us as we were; a scale-up of nothing still ends
-            // our scale-down.
-            if next == VirtualState::Normal {
-                self.ctx.shadow_states.set_ours(ns, next);
-            }
-            debug!(action = %dir, %scope, "{report}; shadow mode: no target to act on");
+        // A removed probe's last run must not bring back the state its removal forgot.
+        if self.cancel.is_cancelled() {
             return;
         }
-        self.ctx.shadow_states.set_ours(ns, next);
+        let ns = self.namespace.as_str();
+        let state = self.virtual_state();
+        let targets = scaler::targets_in_scope(&self.ctx, ns, scope);
+        let step = dwd_core::shadow::step(state, dir, scope, !targets.is_empty());
+        if step.next != state {
+            self.ctx.shadow_states.set_ours(ns, step.next);
+        }
+        let Some(action) = step.report else {
+            debug!(action = %dir, %scope, ?state, next = ?step.next, targets = targets.len(),
+                "{report}; shadow mode: nothing to report");
+            return;
+        };
         info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
             threshold = report.threshold, action = %dir, %scope, "{report}");
         let evidence = format!(
@@ -695,9 +683,14 @@ impl Probe {
         if !cfg.zone_rule().protection {
             return "zonal protection is not configured".into();
         }
+        // Shadow mode scales nothing: its events say what it would do.
+        let (scales, is) = match self.ctx.shadow {
+            Some(_) => ("would scale", "would be"),
+            None => ("scales", "is"),
+        };
         match report.decision {
             LeaseDecision::ScaleDown => {
-                "the shoot-wide rule applies: every target is scaled down".into()
+                format!("the shoot-wide rule applies: every target {is} scaled down")
             }
             LeaseDecision::ZonalScaleDown => {
                 let zonal: Vec<&str> = cfg
@@ -706,7 +699,7 @@ impl Probe {
                     .filter(|i| i.scale_down_on_zone_outage)
                     .map(|i| i.target.name.as_str())
                     .collect();
-                format!("zonal protection scales down {}", zonal.join(", "))
+                format!("zonal protection {scales} down {}", zonal.join(", "))
             }
             _ => format!("no scaling this run ({})", report.decision),
         }

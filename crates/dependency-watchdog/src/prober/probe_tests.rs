@@ -169,7 +169,6 @@ impl Harness {
             tokio::spawn(shadow_observer::observe(
                 ctx.clone(),
                 shadow.clone(),
-                || vec![NS.to_string()],
                 cancel.clone(),
             ));
         }

@@ -5,18 +5,21 @@
 //! The acting watchdog (Gardener's reference, or ours in normal mode) marks every target it
 //! scales down with `meltdown-protection-active` and removes the marker when it scales them
 //! up again. [`observe`] watches the target caches and turns each shoot's marker appearing
-//! (on any configured target) or leaving (every target) into a sighting
-//! ([`Shadow::reference_did`]). Its first look after the caches synced only records what it
-//! found: starting the shadow in the middle of an outage is no scale-down of the acting
-//! watchdog's, and the probes start their own would-be state from the same snapshot
-//! ([`ShadowStates`]), so it is no scale-down of ours either.
+//! (on any configured target not excluded by `ignore-scaling`) or leaving (every such target)
+//! into a sighting ([`Shadow::reference_did`]). It looks at every shoot with a target, probed
+//! by us or not: the acting watchdog scaling a shoot we run no probe for is a disagreement
+//! too. Its first look at a shoot only records what it found, and a probe's would-be state
+//! starts from the acting watchdog's state as the observer last recorded it
+//! ([`ShadowStates`]): every later change of the acting watchdog's is a sighting, and
+//! starting the shadow in the middle of an outage is no scale-down of either side.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use dwd_core::scaling::{FlowScope, MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use dwd_core::scaling::{IGNORE_SCALING_ANNOTATION, MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_core::shadow::ShadowAction;
+pub use dwd_core::shadow::VirtualState;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -25,32 +28,15 @@ use super::seed_caches::SeedCaches;
 use crate::events::Subject;
 use crate::shadow::Shadow;
 
-/// How often the observer looks again without a cache change: probes the controller started
-/// since the last look are picked up within it.
+/// How often the observer looks again without a cache change.
 pub const RESCAN: Duration = Duration::from_secs(1);
 
 /// Longest value of a tenant's `replicas` annotation quoted in evidence.
 const QUOTED_VALUE_LIMIT: usize = 20;
 
-/// What our shadow probe would have done to a shoot so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VirtualState {
-    /// Targets left as they are (never scaled down, or restored).
-    Normal,
-    /// Scaled down: every target, or only the zonal ones.
-    Protected(FlowScope),
-}
-
-impl VirtualState {
-    /// Whether the shoot is (virtually) scaled down.
-    pub fn is_protected(self) -> bool {
-        matches!(self, VirtualState::Protected(_))
-    }
-}
-
-/// Per shoot namespace: the acting watchdog's state when shadow mode first saw the shoot,
-/// and our would-be state. One entry per probed shoot; a removed probe's entry goes
-/// ([`ShadowStates::forget`]).
+/// Per shoot namespace: the acting watchdog's state as the observer last recorded it, and our
+/// would-be state. An entry per shoot with a target or a probe: the observer drops shoots
+/// without targets, a removed probe drops our state ([`ShadowStates::forget_ours`]).
 #[derive(Debug, Default)]
 pub struct ShadowStates {
     shoots: Mutex<HashMap<String, ShootStates>>,
@@ -58,39 +44,40 @@ pub struct ShadowStates {
 
 #[derive(Debug, Default, Clone, Copy)]
 struct ShootStates {
-    /// Whether the acting watchdog had the shoot protected when shadow mode first saw it.
-    first_seen_protected: Option<bool>,
+    /// Whether the acting watchdog had the shoot protected at the observer's last look.
+    acting: Option<bool>,
     /// Our would-be state, once a probe has asked for it.
     ours: Option<VirtualState>,
 }
 
 impl ShadowStates {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, ShootStates>> {
-        // Entries are replaced whole: a panic elsewhere can't leave one torn.
+        // Entries are replaced field by field, each whole: a panic elsewhere can't tear one.
         self.shoots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the acting watchdog had `namespace` protected when shadow mode first saw it;
-    /// `now()` (its state now) becomes that first sight when nobody saw it before.
-    pub fn first_seen_protected(&self, namespace: &str, now: impl FnOnce() -> bool) -> bool {
+    /// The observer saw the acting watchdog's state of `namespace` as `protected`: returns
+    /// what it had recorded before (`None` the first time).
+    pub fn acting_seen(&self, namespace: &str, protected: bool) -> Option<bool> {
         let mut shoots = self.lock();
         let entry = shoots.entry(namespace.to_string()).or_default();
-        *entry.first_seen_protected.get_or_insert_with(now)
+        entry.acting.replace(protected)
     }
 
-    /// Our would-be state for `namespace`: at first what the acting watchdog had when shadow
-    /// mode first saw the shoot (`acting_now()` if that is now), so that a shadow started in
-    /// the middle of an outage does not take the acting watchdog's scale-down for one still
-    /// to make.
+    /// Our would-be state for `namespace`: at first the acting watchdog's as the observer
+    /// last recorded it (`acting_now()`, recorded as the observer's first look, if it has not
+    /// looked yet), so that a shadow started in the middle of an outage does not take the
+    /// acting watchdog's scale-down for one still to make, and a probe started later begins
+    /// where the acting watchdog stands.
     pub fn ours(&self, namespace: &str, acting_now: impl FnOnce() -> bool) -> VirtualState {
         let mut shoots = self.lock();
         let entry = shoots.entry(namespace.to_string()).or_default();
         if let Some(ours) = entry.ours {
             return ours;
         }
-        let ours = if *entry.first_seen_protected.get_or_insert_with(acting_now) {
+        let ours = if *entry.acting.get_or_insert_with(acting_now) {
             // Which scope the acting watchdog chose is not told by the markers: all.
-            VirtualState::Protected(FlowScope::All)
+            VirtualState::Protected(dwd_core::scaling::FlowScope::All)
         } else {
             VirtualState::Normal
         };
@@ -103,10 +90,28 @@ impl ShadowStates {
         self.lock().entry(namespace.to_string()).or_default().ours = Some(state);
     }
 
-    /// Forgets `namespace` (its probe was removed): a probe started for it later begins from
-    /// the acting watchdog's state at that time.
-    pub fn forget(&self, namespace: &str) {
-        self.lock().remove(namespace);
+    /// Forgets our would-be state of `namespace` (its probe was removed): a probe started for
+    /// it later begins from the acting watchdog's state at that time.
+    pub fn forget_ours(&self, namespace: &str) {
+        let mut shoots = self.lock();
+        if let Some(entry) = shoots.get_mut(namespace) {
+            entry.ours = None;
+            if entry.acting.is_none() {
+                shoots.remove(namespace);
+            }
+        }
+    }
+
+    /// Keeps the acting watchdog's state only of `namespaces` (the shoots with a target), and
+    /// entries that hold our state.
+    fn retain_acting(&self, namespaces: &HashSet<String>) {
+        let mut shoots = self.lock();
+        shoots.retain(|ns, entry| {
+            if !namespaces.contains(ns) {
+                entry.acting = None;
+            }
+            entry.acting.is_some() || entry.ours.is_some()
+        });
     }
 
     /// Shoots with an entry.
@@ -140,6 +145,11 @@ pub fn acting_state(caches: &SeedCaches, namespace: &str) -> ActingState {
         let Some(state) = t.cache.get(namespace, name) else {
             continue;
         };
+        // The acting watchdog leaves an ignored target alone, a stale marker included (an
+        // operator may add `ignore-scaling` to a target it holds down); so does our flow.
+        if state.annotations.contains_key(IGNORE_SCALING_ANNOTATION) {
+            continue;
+        }
         replicas.push(format!("{name} {}", state.spec_replicas));
         if state.annotations.contains_key(MELTDOWN_ANNOTATION) {
             let recorded = state
@@ -183,16 +193,10 @@ pub fn acting_protected(caches: &SeedCaches, namespace: &str) -> bool {
 }
 
 /// Watches the target caches until `shutdown` and reports every change of the acting
-/// watchdog's state of a probed shoot (`shoots()`: the namespaces with a probe) to `shadow`.
-/// A shoot seen for the first time (at the first look after the caches synced, or later)
-/// only records its state; so does a look while a cache is out of sync (nothing is judged
-/// from it; a change made meanwhile is reported once it has listed again).
-pub async fn observe(
-    ctx: Arc<ProberContext>,
-    shadow: Arc<Shadow>,
-    shoots: impl Fn() -> Vec<String>,
-    shutdown: CancellationToken,
-) {
+/// watchdog's state of a shoot (any namespace holding a target) to `shadow`. A shoot seen for
+/// the first time only records its state; nothing is judged while a cache is out of sync (a
+/// change made meanwhile is reported once it has listed again).
+pub async fn observe(ctx: Arc<ProberContext>, shadow: Arc<Shadow>, shutdown: CancellationToken) {
     let mut changes: Vec<_> = ctx
         .caches
         .targets
@@ -201,11 +205,9 @@ pub async fn observe(
         .collect();
     let mut rescan = tokio::time::interval(RESCAN);
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Last state seen per probed shoot.
-    let mut last: HashMap<String, bool> = HashMap::new();
     loop {
         if ctx.caches.targets.iter().all(|t| t.cache.is_ready()) {
-            look(&ctx, &shadow, &shoots(), &mut last);
+            look(&ctx, &shadow);
         }
         let any_change = async {
             if changes.is_empty() {
@@ -224,20 +226,20 @@ pub async fn observe(
     }
 }
 
-/// One look at every probed shoot: a sighting for each whose state changed since the last.
-fn look(ctx: &ProberContext, shadow: &Shadow, shoots: &[String], last: &mut HashMap<String, bool>) {
-    let probed: HashSet<&str> = shoots.iter().map(String::as_str).collect();
-    // Bounded: only probed shoots are remembered.
-    last.retain(|ns, _| probed.contains(ns.as_str()));
-    for ns in shoots {
+/// One look at every shoot with a target: a sighting for each whose state changed since the
+/// last.
+fn look(ctx: &ProberContext, shadow: &Shadow) {
+    let shoots: HashSet<String> = ctx
+        .caches
+        .targets
+        .iter()
+        .flat_map(|t| t.cache.namespaces())
+        .collect();
+    ctx.shadow_states.retain_acting(&shoots);
+    for ns in &shoots {
         let now = acting_state(&ctx.caches, ns);
-        let before = match last.get(ns) {
-            Some(before) => *before,
-            // First seen: its first sight is the baseline (a probe may have taken it first).
-            None => ctx.shadow_states.first_seen_protected(ns, || now.protected),
-        };
-        last.insert(ns.clone(), now.protected);
-        if before == now.protected {
+        let before = ctx.shadow_states.acting_seen(ns, now.protected);
+        if before.is_none_or(|before| before == now.protected) {
             continue;
         }
         let action = if now.protected {
@@ -262,22 +264,29 @@ mod tests {
 
     #[test]
     fn our_state_starts_from_the_first_sight_of_the_acting_watchdogs_and_forget_starts_anew() {
+        use dwd_core::scaling::FlowScope;
         let states = ShadowStates::default();
         // The observer saw the shoot protected first; a probe asking later starts there,
-        // whatever the acting watchdog does now.
-        assert!(states.first_seen_protected("a", || true));
+        // whatever the caches say now.
+        assert_eq!(states.acting_seen("a", true), None);
         assert_eq!(
             states.ours("a", || false),
             VirtualState::Protected(FlowScope::All)
         );
         states.set_ours("a", VirtualState::Normal);
         assert_eq!(states.ours("a", || true), VirtualState::Normal);
-        // A probe that asks first takes the state now, and the observer's first sight is it.
+        // A probe that asks first takes the state now, and that is the observer's baseline.
         assert_eq!(states.ours("b", || false), VirtualState::Normal);
-        assert!(!states.first_seen_protected("b", || true));
+        assert_eq!(states.acting_seen("b", true), Some(false));
         assert_eq!(states.len(), 2);
-        states.forget("a");
+        // A removed probe's state goes; a new probe starts where the acting watchdog stands
+        // at the observer's last look.
+        states.forget_ours("a");
+        assert_eq!(states.acting_seen("a", false), Some(true));
+        assert_eq!(states.ours("a", || true), VirtualState::Normal);
+        // A shoot without targets keeps only what a probe holds.
+        states.forget_ours("b");
+        states.retain_acting(&HashSet::from(["a".to_string()]));
         assert_eq!(states.len(), 1);
-        assert_eq!(states.ours("a", || false), VirtualState::Normal);
     }
 }

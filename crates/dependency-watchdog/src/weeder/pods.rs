@@ -241,7 +241,7 @@ impl DeletionSpotter {
                 name: name.clone(),
                 uid: uid.clone(),
                 evidence: format!(
-                    "pod deleted while container {container} was in CrashLoopBackOff, before our weeder's first list (deletionTimestamp {}, grace period {} s)",
+                    "pod deleted (by the acting weeder or anyone else: the pod does not say) while container {container} was in CrashLoopBackOff, before our weeder's first list (deletionTimestamp {}, grace period {} s)",
                     meta.deletion_timestamp
                         .as_ref()
                         .map(|t| t.0.to_string())
@@ -265,7 +265,7 @@ impl DeletionSpotter {
             name: name.clone(),
             uid: uid.clone(),
             evidence: format!(
-                "pod deleted while container {container} was in CrashLoopBackOff (deletionTimestamp {at})"
+                "pod deleted (by the acting weeder or anyone else: the pod does not say) while container {container} was in CrashLoopBackOff (deletionTimestamp {at})"
             ),
             raced: None,
         })
@@ -301,7 +301,7 @@ impl DeletionSpotter {
             name: name.clone(),
             uid: uid.clone(),
             evidence: format!(
-                "pod deleted while container {container} was in CrashLoopBackOff{at}"
+                "pod deleted (by the acting weeder or anyone else: the pod does not say) while container {container} was in CrashLoopBackOff{at}"
             ),
             raced: None,
         })
@@ -829,7 +829,7 @@ mod tests {
         );
         assert!(
             seen.evidence.starts_with(
-                "pod deleted while container kube-apiserver was in CrashLoopBackOff (deletionTimestamp 1970-01-01"
+                "pod deleted (by the acting weeder or anyone else: the pod does not say) while container kube-apiserver was in CrashLoopBackOff (deletionTimestamp 1970-01-01"
             ),
             "{}",
             seen.evidence
@@ -857,7 +857,7 @@ mod tests {
             .expect("a deletion");
         assert_eq!(
             seen.evidence,
-            "pod deleted while container kube-apiserver was in CrashLoopBackOff"
+            "pod deleted (by the acting weeder or anyone else: the pod does not say) while container kube-apiserver was in CrashLoopBackOff"
         );
         assert!(s.is_empty());
     }
