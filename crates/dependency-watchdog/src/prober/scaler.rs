@@ -98,19 +98,16 @@ pub fn targets_to_scale(
     dir: Direction,
     scope: FlowScope,
 ) -> Vec<String> {
-    plan_levels(&ctx.config.dependent_resource_infos, dir, scope)
-        .iter()
-        .flat_map(|level| level.targets.iter())
-        .filter(|info| {
-            match ctx.caches.targets.iter().find(|t| t.info == **info) {
-                Some(t) => target_needs_flow(t, namespace, dir),
-                // No cache: its kind is not served by the seed. Nothing to do for an optional
-                // target; a mandatory one makes the flow fail, naming it.
-                None => !info.optional,
+    targets_planned(ctx, namespace, dir, scope, |action| {
+        !matches!(
+            action,
+            TargetAction::AlreadyDone {
+                clear_marker: false
+            } | TargetAction::Ignored {
+                clear_marker: false
             }
-        })
-        .map(|info| info.target.name.clone())
-        .collect()
+        )
+    })
 }
 
 /// Names of the targets of `scope` a flow would act on whatever state they are in now, in
@@ -119,60 +116,47 @@ pub fn targets_to_scale(
 /// [`targets_to_scale`] it does not skip targets already scaled down or up: in shadow mode
 /// the acting watchdog changes them under us, and our decision must not depend on that.
 pub fn targets_in_scope(ctx: &ProberContext, namespace: &str, scope: FlowScope) -> Vec<String> {
-    plan_levels(&ctx.config.dependent_resource_infos, Direction::Down, scope)
+    // `ignore-scaling` is judged from the annotations alone, whatever the direction.
+    targets_planned(ctx, namespace, Direction::Down, scope, |action| {
+        !matches!(action, TargetAction::Ignored { .. })
+    })
+}
+
+/// Names of the targets of the flow in `dir` over `scope`, in its level order, that the flow
+/// would take up: those whose plan from the cache passes `taken`; a target whose cache is not
+/// in sync, and a missing or unserved mandatory target (the flow fails naming it), always; a
+/// missing or unserved optional target never.
+fn targets_planned(
+    ctx: &ProberContext,
+    namespace: &str,
+    dir: Direction,
+    scope: FlowScope,
+    taken: impl Fn(&TargetAction) -> bool,
+) -> Vec<String> {
+    plan_levels(&ctx.config.dependent_resource_infos, dir, scope)
         .iter()
         .flat_map(|level| level.targets.iter())
-        .filter(
-            |info| match ctx.caches.targets.iter().find(|t| t.info == **info) {
-                Some(t) => target_in_play(t, namespace),
-                None => !info.optional,
-            },
-        )
+        .filter(|info| {
+            let Some(t) = ctx.caches.targets.iter().find(|t| t.info == **info) else {
+                // No cache: its kind is not served by the seed.
+                return !info.optional;
+            };
+            if !t.cache.is_ready() {
+                return true;
+            }
+            match t.cache.get(namespace, &t.info.target.name) {
+                None => !t.info.optional,
+                Some(state) => {
+                    let snapshot = TargetSnapshot {
+                        spec_replicas: state.spec_replicas,
+                        annotations: state.annotations.clone(),
+                    };
+                    taken(&plan_target(dir, &snapshot).action)
+                }
+            }
+        })
         .map(|info| info.target.name.clone())
         .collect()
-}
-
-fn target_in_play(t: &TargetCache, namespace: &str) -> bool {
-    if !t.cache.is_ready() {
-        return true;
-    }
-    match t.cache.get(namespace, &t.info.target.name) {
-        None => !t.info.optional,
-        Some(state) => {
-            let snapshot = TargetSnapshot {
-                spec_replicas: state.spec_replicas,
-                annotations: state.annotations.clone(),
-            };
-            // `ignore-scaling` is judged from the annotations alone, whatever the direction.
-            !matches!(
-                plan_target(Direction::Down, &snapshot).action,
-                TargetAction::Ignored { .. }
-            )
-        }
-    }
-}
-
-fn target_needs_flow(t: &TargetCache, namespace: &str, dir: Direction) -> bool {
-    if !t.cache.is_ready() {
-        return true;
-    }
-    match t.cache.get(namespace, &t.info.target.name) {
-        None => !t.info.optional,
-        Some(state) => {
-            let snapshot = TargetSnapshot {
-                spec_replicas: state.spec_replicas,
-                annotations: state.annotations.clone(),
-            };
-            !matches!(
-                plan_target(dir, &snapshot).action,
-                TargetAction::AlreadyDone {
-                    clear_marker: false
-                } | TargetAction::Ignored {
-                    clear_marker: false
-                }
-            )
-        }
-    }
 }
 
 /// Runs the flow in `dir` over the targets of `scope` for shoot `namespace`. `reason` (the
