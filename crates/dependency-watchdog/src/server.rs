@@ -60,16 +60,19 @@ pub enum Endpoints {
     Health(Arc<Health>),
 }
 
-fn respond(endpoints: &Endpoints, path: &str) -> Response<Full<Bytes>> {
+/// The answer to `GET path?query`.
+fn respond(endpoints: &Endpoints, path: &str, query: Option<&str>) -> Response<Full<Bytes>> {
     let (status, ctype, body) = match (endpoints, path) {
         (Endpoints::Metrics(_, Some(shadow)), "/shadow") => (
             StatusCode::OK,
             "text/plain; charset=utf-8",
-            shadow.render_text(),
+            shadow.render_text(&crate::shadow::Selection::parse(query)),
         ),
-        (Endpoints::Metrics(_, Some(shadow)), "/shadow.json") => {
-            (StatusCode::OK, "application/json", shadow.render_json())
-        }
+        (Endpoints::Metrics(_, Some(shadow)), "/shadow.json") => (
+            StatusCode::OK,
+            "application/json",
+            shadow.render_json(&crate::shadow::Selection::parse(query)),
+        ),
         (Endpoints::Metrics(registry, _), "/metrics") => {
             let mut text = String::new();
             let registry = registry
@@ -245,7 +248,7 @@ pub async fn accept_loop<A: Acceptor>(
         tokio::spawn(async move {
             let _permit = permit;
             let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let resp = respond(&endpoints, req.uri().path());
+                let resp = respond(&endpoints, req.uri().path(), req.uri().query());
                 async move { Ok::<_, std::convert::Infallible>(resp) }
             });
             let mut builder = hyper::server::conn::http1::Builder::new();
@@ -266,7 +269,11 @@ mod tests {
     use http_body_util::BodyExt;
 
     async fn get(endpoints: &Endpoints, path: &str) -> (StatusCode, String) {
-        let resp = respond(endpoints, path);
+        let (path, query) = match path.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (path, None),
+        };
+        let resp = respond(endpoints, path, query);
         let status = resp.status();
         let body = resp
             .into_body()

@@ -163,6 +163,39 @@ pub struct Record {
     pub our_latest_finding: Option<String>,
 }
 
+/// Which kept comparisons `/shadow` shows: `?last=N` (the newest N, default all kept) and
+/// `?only=disagreements` (`only_us` and `only_reference`), e.g.
+/// `/shadow?only=disagreements&last=20`. Unknown parameters are ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Selection {
+    /// At most this many, the newest.
+    pub last: usize,
+    /// Only disagreements.
+    pub disagreements_only: bool,
+}
+
+impl Selection {
+    /// The selection a query string asks for.
+    pub fn parse(query: Option<&str>) -> Selection {
+        let mut selection = Selection {
+            last: RECORDS_KEPT,
+            disagreements_only: false,
+        };
+        for pair in query.unwrap_or_default().split('&') {
+            match pair.split_once('=') {
+                Some(("last", n)) => {
+                    if let Ok(n) = n.parse::<usize>() {
+                        selection.last = n.min(RECORDS_KEPT);
+                    }
+                }
+                Some(("only", "disagreements")) => selection.disagreements_only = true,
+                _ => {}
+            }
+        }
+        selection
+    }
+}
+
 /// Shadow mode's book: the comparator, the kept records, our latest findings.
 pub struct Shadow {
     component: Component,
@@ -385,18 +418,31 @@ impl Shadow {
 
     /// The last `n` resolved comparisons, oldest first.
     pub fn records(&self, n: usize) -> Vec<Record> {
+        self.select(&Selection {
+            last: n,
+            disagreements_only: false,
+        })
+    }
+
+    /// The kept comparisons `selection` asks for, oldest first.
+    pub fn select(&self, selection: &Selection) -> Vec<Record> {
         let records = lock(&self.records);
-        records
+        let chosen: Vec<&Record> = records
             .iter()
-            .skip(records.len().saturating_sub(n))
-            .cloned()
+            .filter(|r| !selection.disagreements_only || r.verdict != Agreement::Agree.label())
+            .collect();
+        chosen
+            .iter()
+            .skip(chosen.len().saturating_sub(selection.last))
+            .map(|r| (*r).clone())
             .collect()
     }
 
-    /// `GET /shadow`: the kept comparisons for people, newest last, each with its evidence.
-    pub fn render_text(&self) -> String {
+    /// `GET /shadow`: the kept comparisons `selection` asks for, for people, newest last,
+    /// each with its evidence.
+    pub fn render_text(&self, selection: &Selection) -> String {
         use std::fmt::Write;
-        let records = self.records(RECORDS_KEPT);
+        let records = self.select(selection);
         let mut out = String::new();
         // Totals since start, from the counters (the records keep only the last ones).
         let totals = |verdict: Agreement| -> u64 {
@@ -420,7 +466,7 @@ impl Shadow {
         };
         let _ = writeln!(
             out,
-            "shadow mode ({}), since start: agree {}, only us {}, only the acting watchdog {}; window {:?}; {} sightings waiting; the last {} comparisons:",
+            "shadow mode ({}), since start: agree {}, only us {}, only the acting watchdog {}; window {:?}; {} sightings waiting; the last {} {}:",
             self.component_label(),
             totals(Agreement::Agree),
             totals(Agreement::OnlyUs),
@@ -428,6 +474,11 @@ impl Shadow {
             self.window(),
             self.waiting(),
             records.len(),
+            if selection.disagreements_only {
+                "disagreements"
+            } else {
+                "comparisons"
+            },
         );
         for r in &records {
             let _ = writeln!(out, "\n{}", summary(r, self.window()));
@@ -444,9 +495,9 @@ impl Shadow {
         out
     }
 
-    /// `GET /shadow.json`: the kept comparisons for machines.
-    pub fn render_json(&self) -> String {
-        serde_json::to_string_pretty(&self.records(RECORDS_KEPT))
+    /// `GET /shadow.json`: the kept comparisons `selection` asks for, for machines.
+    pub fn render_json(&self, selection: &Selection) -> String {
+        serde_json::to_string_pretty(&self.select(selection))
             .unwrap_or_else(|e| format!("{{\"error\": \"encoding: {e}\"}}"))
     }
 }
@@ -566,7 +617,7 @@ mod tests {
             records[1].our_latest_finding.as_deref(),
             Some("0/3 node leases expired: no scaling")
         );
-        let text = shadow.render_text();
+        let text = shadow.render_text(&Selection::parse(None));
         assert!(
             text.contains(
                 "shoot--p--a: scale down: both agree; the acting watchdog 7.0 s after us"
@@ -577,7 +628,20 @@ mod tests {
             text.contains("our latest finding: 0/3 node leases expired"),
             "{text}"
         );
-        assert!(shadow.render_json().contains("\"only_reference\""));
+        assert!(
+            shadow
+                .render_json(&Selection::parse(None))
+                .contains("\"only_reference\"")
+        );
+        // The disagreements alone, the newest first cut to `last`.
+        let only = shadow.render_text(&Selection::parse(Some("only=disagreements&last=5")));
+        assert!(only.contains("the last 1 disagreements:"), "{only}");
+        assert!(!only.contains("both agree"), "{only}");
+        let json = shadow.render_json(&Selection::parse(Some("last=1")));
+        assert!(
+            json.contains("only_reference") && !json.contains("\"agree\""),
+            "{json}"
+        );
         let count = |verdict: &str| {
             shadow
                 .metrics

@@ -22,7 +22,7 @@ use common::{CA, DEADLINE, KCM, MCM, PROBER_CONFIG, RENEW, wait_replicas};
 use dependency_watchdog::events::{Component, PodRef};
 use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
-use dependency_watchdog::shadow::{ActionLabels, Record, Shadow};
+use dependency_watchdog::shadow::{ActionLabels, Record, Selection, Shadow};
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
@@ -166,7 +166,7 @@ async fn wait_record(shadow: &Shadow, ns: &str, action: &str) -> Record {
         },
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", shadow.render_text()))
+    .unwrap_or_else(|e| panic!("{e}\n{}", shadow.render_text(&Selection::parse(None))))
 }
 
 /// Every target's (name, spec.replicas, metadata.generation, has a scaling annotation).
@@ -202,7 +202,12 @@ async fn beside_the_acting_prober_an_outage_and_its_recovery_are_agreements_with
     // The acting prober scales the shoot down; the shadow would have, and saw it do so.
     wait_replicas(&client, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
     let down = wait_record(&shadow, &ns, "scale_down").await;
-    assert_eq!(down.verdict, "agree", "{}", shadow.render_text());
+    assert_eq!(
+        down.verdict,
+        "agree",
+        "{}",
+        shadow.render_text(&Selection::parse(None))
+    );
     let lag = down.reference_lag_seconds.expect("an agreement's lag");
     assert!(lag.abs() < WINDOW.as_secs_f64(), "{lag}");
     let ours = down.ours.as_deref().unwrap_or_default();
@@ -220,7 +225,12 @@ async fn beside_the_acting_prober_an_outage_and_its_recovery_are_agreements_with
     sick.kubelets().resume_all();
     wait_replicas(&client, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
     let up = wait_record(&shadow, &ns, "scale_up").await;
-    assert_eq!(up.verdict, "agree", "{}", shadow.render_text());
+    assert_eq!(
+        up.verdict,
+        "agree",
+        "{}",
+        shadow.render_text(&Selection::parse(None))
+    );
     assert!(up.reference_lag_seconds.is_some());
     // One of each: the runs between changed nothing.
     assert_eq!(
@@ -232,9 +242,9 @@ async fn beside_the_acting_prober_an_outage_and_its_recovery_are_agreements_with
         ),
         (1, 1, 1, 1),
         "{}",
-        shadow.render_text()
+        shadow.render_text(&Selection::parse(None))
     );
-    let text = shadow.render_text();
+    let text = shadow.render_text(&Selection::parse(None));
     assert!(
         text.contains(&format!("{ns}: scale down: both agree")),
         "{text}"
@@ -264,10 +274,15 @@ async fn alone_an_outage_is_a_would_scale_down_that_writes_nothing_and_past_the_
         Ok((count(&shadow, false, "scale_down") >= 1).then_some(()))
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", shadow.render_text()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", shadow.render_text(&Selection::parse(None))));
     // Nobody acts: past the window the scale-down is ours alone.
     let down = wait_record(&shadow, &ns, "scale_down").await;
-    assert_eq!(down.verdict, "only_us", "{}", shadow.render_text());
+    assert_eq!(
+        down.verdict,
+        "only_us",
+        "{}",
+        shadow.render_text(&Selection::parse(None))
+    );
     assert!(down.reference.is_none());
     // The shadow wrote nothing to the targets: same replicas, no annotation, same generation.
     assert_eq!(targets(&client, &ns).await, before);
