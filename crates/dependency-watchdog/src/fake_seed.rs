@@ -5,6 +5,11 @@
 //! What it serves:
 //! - cluster-wide lists and watches of one kind selected by `metadata.name` (the scaler's
 //!   target caches), fed by every change the fake makes;
+//! - cluster-wide lists and watches of every object of a kind (the Cluster controller's
+//!   watcher), fed by [`FakeSeed::apply`] and [`FakeSeed::delete`] (`ADDED`, `MODIFIED`,
+//!   `DELETED`); a watch that is lost ([`FakeSeed::expire_watches`]) resumes into `410 Gone`
+//!   as on an apiserver whose history moved on, so the watcher has to list again, and
+//!   [`FakeSeed::delete_unseen`] is a deletion made while no watch was there to see it;
 //! - merge patches of objects and of their `scale` subresource, with the `resourceVersion`
 //!   precondition enforced (`409 Conflict` on a stale one);
 //! - `GET` of one object (`404 NotFound` when absent), `POST` (`409 AlreadyExists` when it
@@ -50,6 +55,8 @@ pub(crate) type Body = BoxBody<Bytes, std::convert::Infallible>;
 pub(crate) struct Call {
     pub method: Method,
     pub path: String,
+    /// The query string, decoded (`watch=true&resourceVersion=7&…`); empty without one.
+    pub query: String,
     /// The request's JSON body (a merge patch, or the whole object of a `POST`/`PUT`);
     /// `null` without one.
     pub body: Value,
@@ -97,6 +104,9 @@ pub(crate) struct FakeState {
     pub objects: BTreeMap<(String, String, String), Value>,
     /// (plural, name) of each open watch and where its events go.
     watchers: Vec<(String, String, EventSender)>,
+    /// Watches of a plural resuming from a resourceVersion below this one are answered
+    /// `410 Gone` (see [`FakeSeed::expire_watches`]).
+    pub expired_before: BTreeMap<String, u64>,
     /// Every request, in order.
     pub calls: Vec<Call>,
     /// Answers (status, Retry-After) for the next writes, before they are applied.
@@ -133,6 +143,14 @@ fn answer(code: u16, body: &Value) -> Response<Body> {
         .header("Content-Type", "application/json")
         .body(Full::new(Bytes::from(body.to_string())).boxed())
         .expect("response")
+}
+
+/// The query of `uri` with `=` and `,` decoded (kube encodes them inside values).
+fn decoded_query(uri: &http::Uri) -> String {
+    uri.query()
+        .unwrap_or_default()
+        .replace("%3D", "=")
+        .replace("%2C", ",")
 }
 
 fn ok(body: &Value) -> Response<Body> {
@@ -268,6 +286,65 @@ impl FakeSeed {
         s.objects.insert((plural.into(), namespace, name), object);
     }
 
+    /// Stores `object` (as [`FakeSeed::insert`]) and tells the watches of its kind: `ADDED`
+    /// when it is new, `MODIFIED` when it replaces one. Returns its new resourceVersion.
+    pub(crate) fn apply(&self, plural: &str, object: Value) -> String {
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("object name")
+            .to_owned();
+        let key = (plural.to_owned(), namespace, name);
+        let mut s = self.lock();
+        s.rv += 1;
+        let rv = s.rv.to_string();
+        let mut object = object;
+        object["metadata"]["resourceVersion"] = json!(rv);
+        let event = match s.objects.insert(key, object.clone()) {
+            Some(_) => "MODIFIED",
+            None => "ADDED",
+        };
+        Self::notify_as(&mut s, event, plural, &object);
+        rv
+    }
+
+    /// Deletes `plural` `namespace/name` (empty namespace: cluster-scoped) and tells the
+    /// watches of its kind (`DELETED`, the object at the deletion's resourceVersion).
+    pub(crate) fn delete(&self, plural: &str, namespace: &str, name: &str) {
+        let mut s = self.lock();
+        if let Some(object) = Self::remove(&mut s, plural, namespace, name) {
+            Self::notify_as(&mut s, "DELETED", plural, &object);
+        }
+    }
+
+    /// Deletes `plural` `namespace/name` without any watch event: a deletion that happened
+    /// while the watches were away (follow with [`FakeSeed::expire_watches`]).
+    pub(crate) fn delete_unseen(&self, plural: &str, namespace: &str, name: &str) {
+        let mut s = self.lock();
+        Self::remove(&mut s, plural, namespace, name);
+    }
+
+    fn remove(s: &mut FakeState, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        let key = (plural.to_owned(), namespace.to_owned(), name.to_owned());
+        let mut object = s.objects.remove(&key)?;
+        s.rv += 1;
+        object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+        Some(object)
+    }
+
+    /// Closes every open watch of `plural` (a lost connection) and makes a watch that resumes
+    /// from a resourceVersion older than the current one meet `410 Gone`, as on an apiserver
+    /// whose event history moved on: the watcher has to list anew.
+    pub(crate) fn expire_watches(&self, plural: &str) {
+        let mut s = self.lock();
+        let now = s.rv;
+        s.expired_before.insert(plural.to_owned(), now);
+        s.watchers.retain(|(p, _, _)| p != plural);
+    }
+
     /// Every request meets `outage` from now for `length`.
     pub(crate) fn outage(&self, outage: Outage, length: Duration) {
         self.lock().outage = Some((outage, Instant::now() + length));
@@ -302,13 +379,18 @@ impl FakeSeed {
         kube::Client::new(service, "default")
     }
 
-    /// Sends `object` as a watch event to the watches of its kind and name.
+    /// Sends `object` as a `MODIFIED` watch event to the watches of its kind and name.
     fn notify(s: &mut FakeState, plural: &str, object: &Value) {
+        Self::notify_as(s, "MODIFIED", plural, object);
+    }
+
+    /// Sends `object` as a watch event of type `event` to the watches of its kind and name.
+    fn notify_as(s: &mut FakeState, event: &str, plural: &str, object: &Value) {
         let name = object["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let line = format!("{}\n", json!({"type": "MODIFIED", "object": object}));
+        let line = format!("{}\n", json!({"type": event, "object": object}));
         s.watchers.retain(|(p, n, tx)| {
             p != plural
                 || (!n.is_empty() && n != &name)
@@ -345,6 +427,7 @@ impl FakeSeed {
         let mut call = Call {
             method: parts.method.clone(),
             path: parts.uri.path().to_owned(),
+            query: decoded_query(&parts.uri),
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
             at: Instant::now(),
             status: 0,
@@ -409,7 +492,7 @@ impl FakeSeed {
 
     async fn answer(&self, parts: &http::request::Parts, body: &Value) -> Response<Body> {
         let path = parts.uri.path().to_owned();
-        let query = parts.uri.query().unwrap_or_default().replace("%3D", "=");
+        let query = decoded_query(&parts.uri);
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         if path == "/version" {
             return ok(
@@ -429,7 +512,25 @@ impl FakeSeed {
             let mut s = self.lock();
             if query.contains("watch=true") {
                 let (tx, rx) = mpsc::unbounded();
-                s.watchers.push((plural, name, tx));
+                let from = query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("resourceVersion="))
+                    .and_then(|rv| rv.parse::<u64>().ok());
+                let expired = s
+                    .expired_before
+                    .get(&plural)
+                    .is_some_and(|before| from.is_some_and(|from| from < *before));
+                if expired {
+                    // As the apiserver answers a watch from a version it no longer has: one
+                    // ERROR event, then the end of the stream.
+                    let gone = json!({"type": "ERROR", "object": {"kind": "Status",
+                        "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": "too old resource version", "reason": "Expired", "code": 410}});
+                    let _ = tx.unbounded_send(Ok(Frame::data(Bytes::from(format!("{gone}\n")))));
+                    drop(tx);
+                } else {
+                    s.watchers.push((plural, name, tx));
+                }
                 return Response::builder()
                     .header("Content-Type", "application/json")
                     .body(BodyExt::boxed(StreamBody::new(rx)))

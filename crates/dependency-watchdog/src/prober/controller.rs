@@ -237,3 +237,7 @@ async fn sweep_orphans(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "controller_tests.rs"]
+mod controller_tests;

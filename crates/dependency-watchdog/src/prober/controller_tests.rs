@@ -1,0 +1,422 @@
+//! The Cluster controller ([`run`]) on a paused clock, against the fake seed apiserver
+//! ([`crate::fake_seed`]): the real kube-runtime watcher lists and watches the fake's
+//! Clusters, and the tests push `ADDED`, `MODIFIED` and `DELETED` events by writing Clusters
+//! there. What the controller decided is read from the [`ProbeManager`] it feeds; the probes
+//! it starts run for real (against seed caches that never sync, so each run is only counted).
+//! Waits of a minute take no time.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dwd_core::EffectiveProbeSettings;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::run;
+use crate::cache::Cache;
+use crate::events::Events;
+use crate::fake_seed::FakeSeed;
+use crate::metrics::{Metrics, RestartCause, RestartLabels, ShootLabels};
+use crate::prober::ProberContext;
+use crate::prober::manager::{EnsureOutcome, ProbeManager};
+use crate::prober::seed_caches::SeedCaches;
+
+/// The Clusters' resource path on the seed.
+const CLUSTERS: &str = "/apis/extensions.gardener.cloud/v1alpha1/clusters";
+
+/// Probes every second after a 30 s initial delay; 40 s grace unless the Shoot says otherwise.
+const CONFIG: &str = r#"
+kubeConfigSecretName: probe
+probeInterval: 1s
+initialDelay: 30s
+probeTimeout: 1s
+backoffJitterFactor: 0
+kcmNodeMonitorGraceDuration: 40s
+dependentResourceInfos:
+  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 0}
+    scaleDown: {level: 0}
+"#;
+
+/// The controller running against a fake seed.
+struct Harness {
+    fake: FakeSeed,
+    ctx: Arc<ProberContext>,
+    manager: Arc<ProbeManager>,
+    shutdown: CancellationToken,
+    controller: tokio::task::JoinHandle<()>,
+}
+
+/// A Cluster whose Shoot is a healthy one: one worker pool, last operation a reconcile.
+/// `edit` changes the Shoot (`spec.shoot`) before it is returned.
+fn cluster(name: &str, edit: impl FnOnce(&mut Value)) -> Value {
+    let mut shoot = json!({
+        "apiVersion": "core.gardener.cloud/v1beta1", "kind": "Shoot",
+        "metadata": {"name": "a", "namespace": "garden-p"},
+        "spec": {"provider": {"type": "aws", "workers": [{"name": "pool-a", "minimum": 1}]}},
+        "status": {"lastOperation": {"type": "Reconcile", "state": "Succeeded"}},
+    });
+    edit(&mut shoot);
+    json!({
+        "apiVersion": "extensions.gardener.cloud/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": name, "uid": format!("uid-{name}")},
+        "spec": {"shoot": shoot, "seed": {"kind": "Seed"}, "cloudProfile": {"kind": "CloudProfile"}},
+    })
+}
+
+/// The settings a probe of a [`cluster`] with a grace period of `grace` runs with.
+fn settings(grace: Duration) -> EffectiveProbeSettings {
+    EffectiveProbeSettings {
+        node_monitor_grace: grace,
+        pool_conditions: BTreeMap::from([(
+            "pool-a".to_string(),
+            dwd_core::shoot::default_unhealthy_conditions(),
+        )]),
+    }
+}
+
+/// Waits until `condition` holds, at most `deadline` (paused time); panics naming `what`.
+async fn eventually(deadline: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let until = Instant::now() + deadline;
+    while !condition() {
+        assert!(Instant::now() < until, "not within {deadline:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs `f` while the paused clock is allowed to advance, at most `deadline`.
+async fn within<T>(deadline: Duration, what: &str, f: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(deadline, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("not within {deadline:?}: {what}"),
+    }
+}
+
+impl Harness {
+    /// Stores `clusters` in the fake, then starts the controller and waits until its first
+    /// list is in the store.
+    async fn start(clusters: Vec<Value>) -> Harness {
+        let fake = FakeSeed::default();
+        for c in clusters {
+            fake.apply("clusters", c);
+        }
+        let config = dwd_core::ProberConfig::from_yaml(CONFIG)
+            .expect("config")
+            .config;
+        let metrics = Arc::new(Metrics::default());
+        let ctx = Arc::new(ProberContext {
+            config,
+            seed: fake.client(),
+            caches: SeedCaches {
+                secrets: Cache::new("secrets"),
+                machines: Cache::new("machines"),
+                targets: Vec::new(),
+            },
+            events: Events::disabled(metrics.clone()),
+            metrics,
+            shadow: None,
+            shadow_states: Default::default(),
+        });
+        let shutdown = CancellationToken::new();
+        let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
+        let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
+        let controller = tokio::spawn(run(
+            ctx.clone(),
+            manager.clone(),
+            2,
+            shutdown.clone(),
+            synced_tx,
+        ));
+        within(
+            Duration::from_secs(5),
+            "the first list of Clusters",
+            synced.wait_for(|s| *s),
+        )
+        .await
+        .expect("synced");
+        Harness {
+            fake,
+            ctx,
+            manager,
+            shutdown,
+            controller,
+        }
+    }
+
+    fn reconciles(&self) -> u64 {
+        self.ctx.metrics.reconciles.get()
+    }
+
+    /// Waits until the controller has reconciled `n` times in all.
+    async fn reconciled(&self, n: u64) {
+        eventually(Duration::from_secs(5), &format!("{n} reconciles"), || {
+            self.reconciles() >= n
+        })
+        .await;
+    }
+
+    /// Writes `cluster` (an `ADDED` or `MODIFIED` event) and waits until it is reconciled.
+    async fn apply(&self, cluster: Value) {
+        let before = self.reconciles();
+        self.fake.apply("clusters", cluster);
+        self.reconciled(before + 1).await;
+    }
+
+    fn runs(&self, ns: &str) -> u64 {
+        self.ctx
+            .metrics
+            .shoot_probe_runs
+            .get(&ShootLabels { shoot: ns.into() })
+            .map_or(0, |c| c.get())
+    }
+
+    fn restarts(&self) -> u64 {
+        [RestartCause::Panicked, RestartCause::Ended]
+            .into_iter()
+            .map(|cause| {
+                self.ctx
+                    .metrics
+                    .probe_task_restarts
+                    .get(&RestartLabels { cause })
+                    .map_or(0, |c| c.get())
+            })
+            .sum()
+    }
+
+    /// Stops the controller and its probes; the controller must end.
+    async fn stop(self) {
+        self.shutdown.cancel();
+        within(
+            Duration::from_secs(5),
+            "the controller to end",
+            self.controller,
+        )
+        .await
+        .expect("controller task");
+        self.manager.stop_all();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_normal_shoot_gets_a_probe_from_the_list_and_from_a_watch_event() {
+    let h = Harness::start(vec![cluster("shoot--p--listed", |_| {})]).await;
+    h.reconciled(1).await;
+    assert!(h.manager.has_probe("shoot--p--listed"));
+    // A Cluster created later arrives as an ADDED event on the watch.
+    h.apply(cluster("shoot--p--added", |_| {})).await;
+    assert!(h.manager.has_probe("shoot--p--added"));
+    // The controller's requests: one list of all Clusters, then a watch resuming from its
+    // version; nothing else (reconciling sends no requests).
+    let calls = h.fake.calls_to("clusters");
+    assert!(calls.iter().all(|c| c.path == CLUSTERS), "{calls:?}");
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(!calls[0].query.contains("watch=true"), "{:?}", calls[0]);
+    assert!(
+        calls[1].query.contains("watch=true") && calls[1].query.contains("resourceVersion=1"),
+        "{:?}",
+        calls[1]
+    );
+    // Both probes run: after the initial delay, every second.
+    tokio::time::sleep(Duration::from_secs(32)).await;
+    assert!(h.runs("shoot--p--listed") >= 1 && h.runs("shoot--p--added") >= 1);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shoots_that_must_not_be_probed_get_no_probe() {
+    let h = Harness::start(vec![
+        cluster("shoot--p--hibernated", |s| {
+            s["spec"]["hibernation"] = json!({"enabled": true});
+            s["status"]["isHibernated"] = json!(true);
+        }),
+        // Hibernation enabled, not yet hibernated: hibernating.
+        cluster("shoot--p--hibernating", |s| {
+            s["spec"]["hibernation"] = json!({"enabled": true});
+        }),
+        // Hibernation disabled again, still hibernated: waking up.
+        cluster("shoot--p--waking", |s| {
+            s["status"]["isHibernated"] = json!(true);
+        }),
+        cluster("shoot--p--creating", |s| {
+            s["status"]["lastOperation"] = json!({"type": "Create", "state": "Processing"});
+        }),
+        cluster("shoot--p--migrating", |s| {
+            s["status"]["lastOperation"] = json!({"type": "Migrate", "state": "Succeeded"});
+        }),
+        cluster("shoot--p--deleting", |s| {
+            s["metadata"]["deletionTimestamp"] = json!("2026-11-22T08:00:00Z");
+        }),
+        cluster("shoot--p--no-workers", |s| {
+            s["spec"]["provider"]["workers"] = json!([]);
+        }),
+        cluster("shoot--p--no-operation", |s| {
+            s["status"]
+                .as_object_mut()
+                .expect("status")
+                .remove("lastOperation");
+        }),
+    ])
+    .await;
+    h.reconciled(8).await;
+    // Past the sweep's first look too: nothing started meanwhile.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(h.manager.namespaces(), Vec::<String>::new());
+    assert_eq!(h.reconciles(), 8, "reconciled again without a change");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_create_that_succeeds_starts_the_probe() {
+    let ns = "shoot--p--new";
+    let creating = |state: &'static str| {
+        cluster(ns, move |s| {
+            s["status"]["lastOperation"] = json!({"type": "Create", "state": state});
+        })
+    };
+    let h = Harness::start(vec![creating("Processing")]).await;
+    h.reconciled(1).await;
+    assert!(!h.manager.has_probe(ns));
+    h.apply(creating("Error")).await;
+    assert!(!h.manager.has_probe(ns));
+    h.apply(creating("Succeeded")).await;
+    assert!(h.manager.has_probe(ns));
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probed_shoot_loses_its_probe_when_it_hibernates_migrates_or_is_deleted() {
+    let hibernating = |s: &mut Value| s["spec"]["hibernation"] = json!({"enabled": true});
+    let migrating = |s: &mut Value| {
+        s["status"]["lastOperation"] = json!({"type": "Migrate", "state": "Processing"})
+    };
+    let deleting =
+        |s: &mut Value| s["metadata"]["deletionTimestamp"] = json!("2026-11-22T08:00:00Z");
+    let names = ["shoot--p--h", "shoot--p--m", "shoot--p--d"];
+    let h = Harness::start(names.iter().map(|n| cluster(n, |_| {})).collect()).await;
+    h.reconciled(3).await;
+    assert!(names.iter().all(|n| h.manager.has_probe(n)));
+    h.apply(cluster(names[0], hibernating)).await;
+    assert!(
+        !h.manager.has_probe(names[0]),
+        "hibernating shoot kept its probe"
+    );
+    h.apply(cluster(names[1], migrating)).await;
+    assert!(
+        !h.manager.has_probe(names[1]),
+        "migrating shoot kept its probe"
+    );
+    h.apply(cluster(names[2], deleting)).await;
+    assert!(
+        !h.manager.has_probe(names[2]),
+        "shoot being deleted kept its probe"
+    );
+    // Woken up again (hibernation off, still hibernated): the probe waits for the wake-up.
+    h.apply(cluster(names[0], |s| {
+        s["status"]["isHibernated"] = json!(true)
+    }))
+    .await;
+    assert!(
+        !h.manager.has_probe(names[0]),
+        "probe started while waking up"
+    );
+    h.apply(cluster(names[0], |_| {})).await;
+    assert!(h.manager.has_probe(names[0]), "no probe once awake");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_cluster_removes_its_probe_at_once() {
+    let ns = "shoot--p--gone";
+    let h = Harness::start(vec![
+        cluster(ns, |_| {}),
+        cluster("shoot--p--stays", |_| {}),
+    ])
+    .await;
+    h.reconciled(2).await;
+    assert!(h.manager.has_probe(ns));
+    let deleted_at = Instant::now();
+    h.fake.delete("clusters", "", ns);
+    // Through the DELETED event, well before the orphan sweep's next look (30 s on).
+    eventually(Duration::from_secs(1), "the probe removed", || {
+        !h.manager.has_probe(ns)
+    })
+    .await;
+    assert!(deleted_at.elapsed() < Duration::from_secs(1));
+    assert!(h.manager.has_probe("shoot--p--stays"));
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grace_period_edit_updates_the_running_probe_without_restarting_it() {
+    let ns = "shoot--p--edited";
+    let h = Harness::start(vec![cluster(ns, |_| {})]).await;
+    h.reconciled(1).await;
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let before = h.runs(ns);
+    assert!(before >= 1, "no run after the initial delay");
+    h.apply(cluster(ns, |s| {
+        s["spec"]["kubernetes"] =
+            json!({"kubeControllerManager": {"nodeMonitorGracePeriod": "2m"}});
+    }))
+    .await;
+    // The probe goes on running every second: neither removed (its runs would be forgotten)
+    // nor started anew (it would wait its 30 s initial delay again).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        h.runs(ns) >= before + 2,
+        "runs stopped after the edit: {before} then {}",
+        h.runs(ns)
+    );
+    assert_eq!(h.restarts(), 0);
+    // The running probe has the new grace period: ensuring it again with exactly those
+    // settings changes nothing.
+    assert_eq!(
+        h.manager.ensure(
+            ns,
+            settings(Duration::from_secs(120)),
+            Some(format!("uid-{ns}"))
+        ),
+        EnsureOutcome::Unchanged
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_orphan_sweep_removes_a_probe_whose_cluster_vanished_while_the_watch_was_away() {
+    let ns = "shoot--p--vanished";
+    let h = Harness::start(vec![
+        cluster(ns, |_| {}),
+        cluster("shoot--p--stays", |_| {}),
+    ])
+    .await;
+    h.reconciled(2).await;
+    assert!(h.manager.has_probe(ns));
+    // The Cluster is deleted while no watch sees it; the watch resumes into 410 Gone and the
+    // watcher lists again. The list has no trace of the Cluster, so no reconcile can remove
+    // its probe: only the sweep can.
+    h.fake.delete_unseen("clusters", "", ns);
+    h.fake.expire_watches("clusters");
+    let lists = || {
+        h.fake
+            .calls_to("clusters")
+            .iter()
+            .filter(|c| !c.query.contains("watch=true"))
+            .count()
+    };
+    eventually(Duration::from_secs(5), "a second list of Clusters", || {
+        lists() == 2
+    })
+    .await;
+    assert!(h.manager.has_probe(ns), "removed before the sweep looked");
+    eventually(
+        Duration::from_secs(31),
+        "the sweep removing the orphan",
+        || !h.manager.has_probe(ns),
+    )
+    .await;
+    assert!(h.manager.has_probe("shoot--p--stays"));
+    h.stop().await;
+}
