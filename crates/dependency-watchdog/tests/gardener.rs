@@ -32,25 +32,22 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, ensure};
+use anyhow::{Context, Result, ensure};
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use serde_json::Value;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
 mod support;
+use support::gardener::{GARDEN, Gardener, apply, ensure_namespace, fixture, one, shortened};
 use support::{Watchdog, http_get, sum};
 
-const GARDEN: &str = "garden";
 const KCM: &str = "kube-controller-manager";
 const MCM: &str = "machine-controller-manager";
 const CA: &str = "cluster-autoscaler";
@@ -69,143 +66,6 @@ const HEALTH_PORT: u16 = 9644;
 static PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // --- the fixtures ---------------------------------------------------------------------------
-
-fn fixture_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy/gardener")
-        .join(name)
-}
-
-/// The YAML documents of a fixture, by kind.
-fn fixture(name: &str) -> Result<BTreeMap<String, Vec<Value>>> {
-    let path = fixture_path(name);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
-        .map_err(|e| anyhow!("parsing {}: {e}", path.display()))?;
-    let mut by_kind: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for doc in docs.into_iter().filter(|d| !d.is_null()) {
-        let kind = doc["kind"].as_str().context("a document without kind")?;
-        by_kind.entry(kind.to_string()).or_default().push(doc);
-    }
-    Ok(by_kind)
-}
-
-fn one<T: DeserializeOwned>(docs: &BTreeMap<String, Vec<Value>>, kind: &str) -> Result<T> {
-    let found = docs.get(kind).map(Vec::as_slice).unwrap_or_default();
-    ensure!(
-        found.len() == 1,
-        "{} {kind}s in the fixture, want 1",
-        found.len()
-    );
-    serde_json::from_value(found[0].clone()).with_context(|| format!("{kind} is not valid"))
-}
-
-/// One role's objects as gardenlet generates them.
-struct Gardener {
-    docs: BTreeMap<String, Vec<Value>>,
-}
-
-impl Gardener {
-    fn load(role: &str) -> Result<Gardener> {
-        Ok(Gardener {
-            docs: fixture(&format!("{role}.yaml"))?,
-        })
-    }
-
-    fn service_account(&self) -> Result<ServiceAccount> {
-        one(&self.docs, "ServiceAccount")
-    }
-
-    /// The container's command line, binary path first.
-    fn command(&self) -> Result<Vec<String>> {
-        let d: Deployment = one(&self.docs, "Deployment")?;
-        d.spec
-            .and_then(|s| s.template.spec)
-            .and_then(|s| s.containers.into_iter().next())
-            .and_then(|c| c.command)
-            .context("the Deployment has no command")
-    }
-
-    fn config(&self) -> Result<String> {
-        let cm: ConfigMap = one(&self.docs, "ConfigMap")?;
-        cm.data
-            .and_then(|d| d.get("dep-config.yaml").cloned())
-            .context("the ConfigMap has no dep-config.yaml")
-    }
-
-    /// Applies ServiceAccount, ClusterRole(Binding) and Role(Binding) to the seed.
-    async fn apply_rbac(&self, admin: &kube::Client) -> Result<()> {
-        apply(
-            &Api::namespaced(admin.clone(), GARDEN),
-            &self.service_account()?,
-        )
-        .await?;
-        apply::<ClusterRole>(&Api::all(admin.clone()), &one(&self.docs, "ClusterRole")?).await?;
-        apply::<ClusterRoleBinding>(
-            &Api::all(admin.clone()),
-            &one(&self.docs, "ClusterRoleBinding")?,
-        )
-        .await?;
-        apply::<Role>(
-            &Api::namespaced(admin.clone(), GARDEN),
-            &one(&self.docs, "Role")?,
-        )
-        .await?;
-        apply::<RoleBinding>(
-            &Api::namespaced(admin.clone(), GARDEN),
-            &one(&self.docs, "RoleBinding")?,
-        )
-        .await
-    }
-}
-
-/// Gardener's prober config with its intervals shortened so that a test takes a minute, not
-/// ten: probes every second from one second after start, nodes count as gone 3 s after their
-/// last renewal (grace 4 s), MCM's scale-up delay 3 s. Levels, targets and everything else as
-/// gardenlet writes them.
-fn shortened(config: &str) -> Result<String> {
-    ensure!(
-        config.contains("probeInterval: 30s\n") && config.contains("initialDelay: 30s\n"),
-        "Gardener's config changed shape:\n{config}"
-    );
-    Ok(config
-        .replace(
-            "probeInterval: 30s\n",
-            "probeInterval: 1s\ninitialDelay: 1s\nprobeTimeout: 5s\nkcmNodeMonitorGraceDuration: 4s\n",
-        )
-        .replace(
-            "initialDelay: 30s\n",
-            &format!("initialDelay: {}s\n", MCM_UP_DELAY.as_secs()),
-        ))
-}
-
-async fn apply<K>(api: &Api<K>, obj: &K) -> Result<()>
-where
-    K: Resource + Serialize + DeserializeOwned + Clone + std::fmt::Debug,
-{
-    let name = obj.meta().name.clone().context("object without name")?;
-    api.patch(
-        &name,
-        &PatchParams::apply("dwd-gardener-test").force(),
-        &Patch::Apply(obj),
-    )
-    .await
-    .with_context(|| format!("applying {name}"))?;
-    Ok(())
-}
-
-async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    match Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
 
 /// A token of `namespace/sa`, optionally bound to a Secret (deleting it revokes the token).
 async fn token(
@@ -525,7 +385,7 @@ async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_token
     let gardener = Gardener::load("prober")?;
     let kubeconfig = w.identity(&gardener, "prober").await?;
     let config = w.dir.join("dep-config.yaml");
-    std::fs::write(&config, shortened(&gardener.config()?)?)?;
+    std::fs::write(&config, shortened(&gardener.config()?, MCM_UP_DELAY)?)?;
 
     // A shoot with 5 nodes whose probe secret is fed by the token requestor.
     let shoot_api = w.env.start_apiserver("gardener-shoot").await?;
