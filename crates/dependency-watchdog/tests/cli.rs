@@ -14,7 +14,8 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
 }
 
-/// docs/behaviour.md §4.1 plus our additive `--log-format`.
+/// docs/behaviour.md §4.1 plus our additive `--log-format`, `--shadow` and `--shadow-window`
+/// (§5).
 const CONTRACT_FLAGS: &[&str] = &[
     "concurrent-reconciles",
     "config-file",
@@ -30,6 +31,8 @@ const CONTRACT_FLAGS: &[&str] = &[
     "log-format",
     "metrics-bind-addr",
     "pprof-bind-addr",
+    "shadow",
+    "shadow-window",
     "zap-devel",
     "zap-encoder",
     "zap-log-level",
@@ -42,6 +45,35 @@ fn flag_set_matches_the_contract() {
     let mut expected: Vec<String> = CONTRACT_FLAGS.iter().map(|s| s.to_string()).collect();
     expected.sort();
     assert_eq!(long_flag_names(), expected);
+}
+
+#[test]
+fn shadow_mode_is_off_by_default_and_a_window_under_a_second_is_refused_naming_the_flag() {
+    let parse = |args: &[&str]| {
+        let mut all = vec!["dependency-watchdog", "prober", "--config-file", "x.yaml"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all)
+    };
+    let dependency_watchdog::cli::Command::Prober(a) = parse(&[]).expect("parse").command else {
+        panic!("prober")
+    };
+    assert!(!a.shadow);
+    assert_eq!(a.shadow_window, None);
+    let dependency_watchdog::cli::Command::Prober(a) = parse(&["--shadow", "--shadow-window=90s"])
+        .expect("parse")
+        .command
+    else {
+        panic!("prober")
+    };
+    assert!(a.shadow);
+    assert_eq!(a.shadow_window, Some(std::time::Duration::from_secs(90)));
+    let error = parse(&["--shadow", "--shadow-window=500ms"])
+        .expect_err("a window under 1s")
+        .to_string();
+    assert!(
+        error.contains("--shadow-window") && error.contains("must be at least 1s"),
+        "{error}"
+    );
 }
 
 #[test]
