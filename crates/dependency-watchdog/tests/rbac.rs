@@ -62,11 +62,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Resource};
-use serde::Serialize;
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use support::gardener::apply;
 use support::{Watchdog, sample};
 
 /// Namespace of the deployments, their ServiceAccounts and Leases.
@@ -472,21 +472,6 @@ async fn wait_access(client: &kube::Client, expect: &[(Perm, bool)]) -> Result<(
 }
 
 // --- applying the manifests -----------------------------------------------------------------
-
-async fn apply<K>(api: &Api<K>, obj: &K) -> Result<()>
-where
-    K: Resource + Serialize + DeserializeOwned + Clone + std::fmt::Debug,
-{
-    let name = obj.meta().name.clone().context("object without name")?;
-    api.patch(
-        &name,
-        &PatchParams::apply("dwd-rbac-test").force(),
-        &Patch::Apply(obj),
-    )
-    .await
-    .with_context(|| format!("applying {name}"))?;
-    Ok(())
-}
 
 /// Applies the component's ServiceAccount, (Cluster)Roles and bindings.
 async fn apply_rbac(admin: &kube::Client, c: &Component) -> Result<()> {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{CA, DEADLINE, KCM, MCM, PROBER_CONFIG, RENEW, wait_replicas};
-use dependency_watchdog::events::{Component, PodRef};
+use dependency_watchdog::events::Component;
 use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
 use dependency_watchdog::shadow::{ActionLabels, Record, Selection, Shadow};
@@ -64,39 +64,15 @@ async fn start_prober(seed: &ApiServer, pod: &str, shadow: Option<Arc<Shadow>>) 
         .config;
     let health = Arc::new(Health::default());
     let stop = CancellationToken::new();
-    let (kubeconfig, h, s, pod) = (
+    common::spawn_prober_with_shadow(
         seed.kubeconfig().to_string(),
+        config,
+        Arc::new(Metrics::default()),
         health.clone(),
+        pod,
+        shadow,
         stop.clone(),
-        pod.to_string(),
     );
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("prober runtime");
-        rt.block_on(async move {
-            let client = dwd_testenv::client_from_kubeconfig("seed", &kubeconfig)
-                .await
-                .expect("seed client");
-            let result = dependency_watchdog::prober::run_with_shadow(
-                config,
-                client,
-                Arc::new(Metrics::default()),
-                h,
-                4,
-                PodRef {
-                    namespace: "default".into(),
-                    name: pod,
-                },
-                shadow,
-                s,
-            )
-            .await;
-            eprintln!("prober ended: {result:?}");
-        });
-    });
     let ready = health.clone();
     eventually(
         Duration::from_secs(90),

@@ -396,6 +396,20 @@ pub fn spawn_prober(
     pod: &str,
     stop: CancellationToken,
 ) {
+    spawn_prober_with_shadow(kubeconfig, config, metrics, health, pod, None, stop);
+}
+
+/// [`spawn_prober`], in shadow mode when `shadow` is given
+/// (`dependency_watchdog::prober::run_with_shadow`).
+pub fn spawn_prober_with_shadow(
+    kubeconfig: String,
+    config: dwd_core::ProberConfig,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    pod: &str,
+    shadow: Option<Arc<dependency_watchdog::shadow::Shadow>>,
+    stop: CancellationToken,
+) {
     let pod = pod.to_string();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -407,7 +421,7 @@ pub fn spawn_prober(
             let client = dwd_testenv::client_from_kubeconfig("seed", &kubeconfig)
                 .await
                 .expect("seed client");
-            let result = dependency_watchdog::prober::run(
+            let result = dependency_watchdog::prober::run_with_shadow(
                 config,
                 client,
                 metrics,
@@ -417,6 +431,7 @@ pub fn spawn_prober(
                     namespace: "default".into(),
                     name: pod,
                 },
+                shadow,
                 stop,
             )
             .await;
