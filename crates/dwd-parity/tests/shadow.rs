@@ -346,16 +346,36 @@ fn check_audit(
     Ok(())
 }
 
-/// core/v1 Events about the shadow's own pod, reason → count.
-async fn own_events(admin: &kube::Client, pod: &str) -> Result<Vec<(String, String)>> {
-    let list = Api::<Event>::namespaced(admin.clone(), GARDEN)
-        .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
-        .await?;
-    Ok(list
-        .items
-        .into_iter()
-        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
-        .collect())
+/// core/v1 Events about the shadow's own pod (reason, message), once every reason in `want`
+/// is among them: the Events are posted in the background after the record they report, so
+/// the test waits for them (at most 30 s) instead of reading once.
+async fn own_events(
+    admin: &kube::Client,
+    pod: &str,
+    want: &[&str],
+) -> Result<Vec<(String, String)>> {
+    let events: Api<Event> = Api::namespaced(admin.clone(), GARDEN);
+    let fields = format!("involvedObject.name={pod}");
+    let what = format!("Events {want:?} about {GARDEN}/{pod}");
+    until(30, &what, || {
+        let (events, fields) = (events.clone(), fields.clone());
+        async move {
+            let list = events
+                .list(&ListParams::default().fields(&fields))
+                .await
+                .map_err(|e| e.to_string())?;
+            let found: Vec<(String, String)> = list
+                .items
+                .into_iter()
+                .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+                .collect();
+            Ok(want
+                .iter()
+                .all(|reason| found.iter().any(|(r, _)| r == reason))
+                .then_some(found))
+        }
+    })
+    .await
 }
 
 /// The reference leads on Gardener's Lease; ours, without leader election, made none (its
@@ -503,17 +523,16 @@ async fn shadow_prober_next_to_the_reference() -> Result<()> {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    let events = own_events(&admin, pod).await?;
+    let events = own_events(
+        &admin,
+        pod,
+        &["WouldScaleDown", "ShadowAgreement", "ShadowDisagreement"],
+    )
+    .await?;
     for (reason, message) in &events {
         eprintln!("event {reason}: {message}");
     }
     check_leases(&admin, Role::Prober).await?;
-    for reason in ["WouldScaleDown", "ShadowAgreement", "ShadowDisagreement"] {
-        ensure!(
-            events.iter().any(|(r, _)| r == reason),
-            "no {reason} Event about {GARDEN}/{pod}"
-        );
-    }
     ensure!(
         ours.process.stop(EXIT).await == Some(0),
         "ours did not exit 0"
@@ -670,17 +689,16 @@ async fn shadow_weeder_next_to_the_reference() -> Result<()> {
         all.len() == 1 && all[0].1 == "delete_pod" && all[0].2 == "agree",
         "records {all:?}, want one agreement on the deletion"
     );
-    let events = own_events(&admin, pod).await?;
+    let events = own_events(
+        &admin,
+        pod,
+        &["WouldDeleteCrashLoopingPod", "ShadowAgreement"],
+    )
+    .await?;
     for (reason, message) in &events {
         eprintln!("event {reason}: {message}");
     }
     check_leases(&admin, Role::Weeder).await?;
-    for reason in ["WouldDeleteCrashLoopingPod", "ShadowAgreement"] {
-        ensure!(
-            events.iter().any(|(r, _)| r == reason),
-            "no {reason} Event about {GARDEN}/{pod}"
-        );
-    }
     ensure!(
         ours.process.stop(EXIT).await == Some(0),
         "ours did not exit 0"
