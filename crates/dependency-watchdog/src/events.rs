@@ -57,6 +57,8 @@ use tracing::{debug, warn};
 
 use crate::metrics::{EventLabels, EventOutcome, Metrics};
 use crate::rate_limit::{Priority, prioritized};
+// Re-exported until metrics.rs and shadow.rs import it from `text` (being edited elsewhere).
+pub(crate) use crate::text::truncate;
 
 /// Events waiting to be written; beyond this they are dropped (and counted).
 pub const QUEUE_CAPACITY: usize = 1024;
@@ -489,7 +491,7 @@ impl Events {
         });
     }
 
-    /// A note of shadow mode (`--shadow`, [`crate::shadow`]) about `subject`: what we would
+    /// A note of shadow mode (`--shadow`; the `shadow` module keeps the book) about `subject`: what we would
     /// have done, or how that compared with what the acting watchdog did.
     pub fn shadow_note(
         &self,
@@ -602,19 +604,6 @@ fn reporter(component: Component) -> Reporter {
         .instance
         .map(|i| truncate(&i, INSTANCE_LIMIT).into_owned());
     reporter
-}
-
-/// `text` cut to at most `limit` bytes on a character boundary, marked with `…` when cut.
-pub(crate) fn truncate(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
-    if text.len() <= limit {
-        return text.into();
-    }
-    let ellipsis = '…';
-    let mut end = limit.saturating_sub(ellipsis.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{ellipsis}", &text[..end]).into()
 }
 
 /// What makes two events "the same" for aggregation: object, type, reason and message.
@@ -947,15 +936,6 @@ mod tests {
 
     fn count(m: &Metrics, outcome: EventOutcome) -> u64 {
         m.events.get_or_create(&EventLabels { outcome }).get()
-    }
-
-    #[test]
-    fn truncation_keeps_short_text_and_cuts_long_text_on_a_char_boundary() {
-        assert_eq!(truncate("short", 10), "short");
-        let long = "≥".repeat(600); // 3 bytes each
-        let cut = truncate(&long, NOTE_LIMIT);
-        assert!(cut.len() <= NOTE_LIMIT, "{}", cut.len());
-        assert!(cut.ends_with('…'));
     }
 
     #[tokio::test]

@@ -37,6 +37,7 @@ pub mod runtime;
 pub mod server;
 pub mod shadow;
 pub mod supervision;
+mod text;
 pub mod weeder;
 
 pub use config::{load_prober_config, load_weeder_config};

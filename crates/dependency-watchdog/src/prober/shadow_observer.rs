@@ -155,7 +155,7 @@ pub fn acting_state(caches: &SeedCaches, namespace: &str) -> ActingState {
             let recorded = state
                 .annotations
                 .get(REPLICAS_ANNOTATION)
-                .map(|r| crate::events::truncate(r, QUOTED_VALUE_LIMIT).into_owned())
+                .map(|r| crate::text::truncate(r, QUOTED_VALUE_LIMIT).into_owned())
                 .unwrap_or_else(|| "none".into());
             marked.push(format!(
                 "{name} (replicas {}, recorded {recorded})",
