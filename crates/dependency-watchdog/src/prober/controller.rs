@@ -1,27 +1,38 @@
-//! The Cluster controller (kube-runtime `Controller`): keeps one probe per shoot whose
-//! Cluster says it should have one (docs/behaviour.md §2.2), by feeding `dwd_core::probe_lifecycle`
-//! into the [`ProbeManager`].
+//! The Cluster controller: keeps one probe per shoot whose Cluster says it should have one
+//! (docs/behaviour.md §2.2), by feeding `dwd_core::probe_lifecycle` into the [`ProbeManager`].
+//!
+//! One loop, [`run`], reads the Cluster watch and is the only writer of the probe set:
+//!
+//! - an added or changed Cluster is decided at once ([`decide`]): start its probe, hand the
+//!   running one new settings, remove it, or leave it;
+//! - a deleted Cluster's probe is removed at once;
+//! - when a list is complete (`InitDone`: the first one, and every re-list after the watch
+//!   lost its place), the whole probe set is brought in step with the Cluster store ([`plan`]):
+//!   every listed Cluster is decided again, and every probe whose Cluster is not in the list
+//!   is removed (its Cluster was deleted while no watch saw it).
+//!
+//! The decisions are pure functions returning [`ProbeAction`]s; `execute` is the one place that
+//! carries them out. Since nothing else changes the probe set while the loop looks at the
+//! store, a probe can't be removed for a Cluster that arrived after the look.
 //!
 //! Cluster objects embed the whole Shoot, Seed and CloudProfile; a thousand of them would
 //! cost hundreds of megabytes. The watch stream strips each object down to the few Shoot
 //! fields the lifecycle rules read before it reaches the cache.
-//!
-//! Deleted Clusters: the controller reports them as `ObjectNotFound` (they are no longer in
-//! its store), which removes the probe; a periodic sweep also removes probes whose Cluster
-//! vanished while the watch was re-listing (never one ensured after the sweep looked).
 //!
 //! A changed Cluster (grace period, pool conditions) updates the running probe, which applies
 //! the new settings from its next run: unlike the reference, which restarts the probe when
 //! the pools' node conditions change (re-arming `initialDelay`), and ignores a changed grace
 //! period until the next restart.
 
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
-use dwd_core::{ProbeLifecycle, ShootView, probe_lifecycle};
+use dwd_core::shoot::{RemoveReason, WaitReason};
+use dwd_core::{
+    EffectiveProbeSettings, ProbeLifecycle, ProberConfig, ShootError, ShootView, probe_lifecycle,
+};
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
-use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -31,7 +42,7 @@ use tracing::{debug, info, warn};
 
 use super::ProberContext;
 use super::manager::{EnsureOutcome, ProbeManager};
-use crate::Error;
+use crate::metrics::Metrics;
 use crate::rate_limit::{Priority, prioritized};
 
 pub use crate::gardener::cluster_gvk;
@@ -73,7 +84,7 @@ pub fn strip_cluster(obj: &mut DynamicObject) {
     obj.metadata.managed_fields = None;
     obj.metadata.annotations = None;
     let Some(shoot) = obj.data.pointer("/spec/shoot") else {
-        // Leave it as is: reconcile reports the missing shoot by name.
+        // Leave it as is: `decide` reports the missing shoot by name (`Unreadable`).
         return;
     };
     let mut kept = Value::Object(Map::new());
@@ -102,138 +113,201 @@ pub fn strip_cluster(obj: &mut DynamicObject) {
     obj.data = serde_json::json!({ "spec": { "shoot": kept } });
 }
 
-struct ReconcileData {
-    ctx: Arc<ProberContext>,
-    manager: Arc<ProbeManager>,
+/// What to do with one shoot's probe: a decision, before anything is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeAction {
+    /// The Cluster says: probe the shoot with these settings (start the probe, or hand the
+    /// running one the settings and the Cluster's UID).
+    Run {
+        /// The shoot namespace (= Cluster name).
+        shoot: String,
+        /// The settings the probe runs with.
+        settings: EffectiveProbeSettings,
+        /// The Cluster's UID, which the probe's events name.
+        cluster_uid: Option<String>,
+    },
+    /// The Cluster says: no probe (the shoot hibernates, is deleted, migrates, ...). Stop the
+    /// running one, if any.
+    Remove {
+        /// The shoot namespace.
+        shoot: String,
+        /// Why, for the log.
+        reason: RemoveReason,
+    },
+    /// The Cluster says: no probe yet (the shoot is being created or woken up). Start none;
+    /// leave a running one alone.
+    Wait {
+        /// The shoot namespace.
+        shoot: String,
+        /// Why, for the log.
+        reason: WaitReason,
+    },
+    /// The Cluster's Shoot can't be read: its probe (if any) is left as it is.
+    Unreadable {
+        /// The shoot namespace.
+        shoot: String,
+        /// What is wrong with it.
+        error: ShootError,
+    },
+    /// The Cluster no longer exists: stop its probe, if one runs.
+    Gone {
+        /// The shoot namespace.
+        shoot: String,
+    },
 }
 
-async fn reconcile(cluster: Arc<DynamicObject>, data: Arc<ReconcileData>) -> Result<Action, Error> {
-    data.ctx.metrics.reconciles.inc();
-    let name = cluster.name_any();
-    let spec = cluster.data.get("spec").cloned().unwrap_or(Value::Null);
-    let view = ShootView::from_cluster_spec(&spec).map_err(|e| {
-        Error::Scaling(format!(
-            "Cluster {name}: {e}; its probe (if any) is left as it is"
-        ))
-    })?;
-    match probe_lifecycle(Some(&view), &data.ctx.config) {
-        ProbeLifecycle::Remove(reason) => {
-            if data.manager.remove(&name) {
-                info!(shoot = %name, %reason, "probe removed");
-            } else {
-                debug!(shoot = %name, %reason, "no probe");
-            }
-        }
-        ProbeLifecycle::Run(settings) => {
+/// What `cluster` (stripped or not) asks of its shoot's probe (docs/behaviour.md §2.2).
+pub fn decide(cluster: &DynamicObject, config: &ProberConfig) -> ProbeAction {
+    let shoot = cluster.name_any();
+    let spec = cluster.data.get("spec").unwrap_or(&Value::Null);
+    let view = match ShootView::from_cluster_spec(spec) {
+        Ok(view) => view,
+        Err(error) => return ProbeAction::Unreadable { shoot, error },
+    };
+    match probe_lifecycle(Some(&view), config) {
+        ProbeLifecycle::Run(settings) => ProbeAction::Run {
+            shoot,
+            settings,
+            cluster_uid: cluster.metadata.uid.clone(),
+        },
+        ProbeLifecycle::Remove(reason) => ProbeAction::Remove { shoot, reason },
+        ProbeLifecycle::NotYet(reason) => ProbeAction::Wait { shoot, reason },
+    }
+}
+
+/// What brings the probe set in step with a complete list of Clusters: every Cluster of
+/// `clusters` decided ([`decide`]), by name, then every shoot of `running` (those with a
+/// probe) whose Cluster is not in the list, [`ProbeAction::Gone`], by name.
+pub fn plan(
+    clusters: &[Arc<DynamicObject>],
+    running: &[String],
+    config: &ProberConfig,
+) -> Vec<ProbeAction> {
+    let mut listed: Vec<&DynamicObject> = clusters.iter().map(Arc::as_ref).collect();
+    listed.sort_by_key(|c| c.name_any());
+    let names: HashSet<String> = listed.iter().map(|c| c.name_any()).collect();
+    let mut gone: Vec<&String> = running.iter().filter(|ns| !names.contains(*ns)).collect();
+    gone.sort();
+    gone.dedup();
+    listed
+        .into_iter()
+        .map(|c| decide(c, config))
+        .chain(
+            gone.into_iter()
+                .map(|ns| ProbeAction::Gone { shoot: ns.clone() }),
+        )
+        .collect()
+}
+
+/// Carries out `action` on the probe set, logs it, and counts it: every action about a Cluster
+/// at hand is one Cluster reconcile (`Unreadable` a failed one too); a vanished Cluster's is
+/// not. The one place probes are started, updated and removed.
+fn execute(action: ProbeAction, manager: &ProbeManager, metrics: &Metrics) {
+    if !matches!(action, ProbeAction::Gone { .. }) {
+        metrics.reconciles.inc();
+    }
+    match action {
+        ProbeAction::Run {
+            shoot,
+            settings,
+            cluster_uid,
+        } => {
             let grace = settings.node_monitor_grace;
-            let uid = cluster.metadata.uid.clone();
-            match data.manager.ensure(&name, settings, uid) {
-                EnsureOutcome::Started => info!(shoot = %name, ?grace, "probe started"),
+            match manager.ensure(&shoot, settings, cluster_uid) {
+                EnsureOutcome::Started => info!(%shoot, ?grace, "probe started"),
                 EnsureOutcome::Updated => {
-                    info!(shoot = %name, ?grace, "probe settings or Cluster changed: they apply from its next run, without a restart")
+                    info!(%shoot, ?grace, "probe settings or Cluster changed: they apply from its next run, without a restart")
                 }
                 EnsureOutcome::Restarted => {
-                    info!(shoot = %name, ?grace, "probe started again: its task had ended")
+                    info!(%shoot, ?grace, "probe started again: its task had ended")
                 }
                 EnsureOutcome::Unchanged => {}
             }
         }
-        ProbeLifecycle::NotYet(reason) => debug!(shoot = %name, %reason, "no probe started yet"),
+        ProbeAction::Remove { shoot, reason } => remove(manager, &shoot, &reason),
+        ProbeAction::Gone { shoot } => remove(manager, &shoot, &RemoveReason::ClusterGone),
+        ProbeAction::Wait { shoot, reason } => debug!(%shoot, %reason, "no probe started yet"),
+        ProbeAction::Unreadable { shoot, error } => {
+            metrics.reconcile_errors.inc();
+            warn!(
+                cluster = %shoot,
+                error = %format!("Cluster {shoot}: {error}; its probe (if any) is left as it is"),
+                "reconcile failed"
+            );
+        }
     }
-    Ok(Action::await_change())
 }
 
-fn error_policy(cluster: Arc<DynamicObject>, error: &Error, data: Arc<ReconcileData>) -> Action {
-    data.ctx.metrics.reconcile_errors.inc();
-    warn!(cluster = %cluster.name_any(), %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(30))
+fn remove(manager: &ProbeManager, shoot: &str, reason: &RemoveReason) {
+    if manager.remove(shoot) {
+        info!(%shoot, %reason, "probe removed");
+    } else {
+        debug!(%shoot, %reason, "no probe");
+    }
 }
 
 /// Runs the controller until `shutdown`. `synced` turns true once the first list of Clusters
-/// is in the store.
+/// is in the store and the probe set is in step with it.
 ///
-/// Readiness is signalled from the watch's own `InitDone` rather than with
-/// `Store::wait_until_ready`: in kube-runtime 5 that future keeps only the waker of the last
-/// task that polled it, so with two waiters (readiness and the orphan sweep) one was never
-/// woken and `/readyz` stayed 503 in about half the starts.
+/// Nothing is retried per Cluster: a decision is a pure function of the Cluster as stored, so
+/// deciding again would fail (or succeed) the same way. A changed Cluster comes as an event,
+/// and every re-list decides every Cluster again. Nothing here sends a request either: the
+/// watch is the controller's only traffic.
 pub async fn run(
     ctx: Arc<ProberContext>,
     manager: Arc<ProbeManager>,
-    concurrency: u16,
     shutdown: CancellationToken,
     synced: tokio::sync::watch::Sender<bool>,
 ) {
     let resource = ApiResource::from_gvk(&cluster_gvk());
-    // The Cluster watch feeds a cache like the others: ahead of every write in the seed budget
-    // (reconciling sends no requests).
+    // The Cluster watch feeds a cache like the others: ahead of every write in the seed budget.
     let feed = prioritized(&ctx.seed, Priority::WATCH_CACHES);
     let api: Api<DynamicObject> = Api::all_with(feed, &resource);
-    let writer = reflector::store::Writer::new(resource.clone());
-    let reader = writer.as_reader();
-    let synced_for_stream = synced.clone();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(strip_cluster)
-        .reflect(writer)
-        .inspect(move |event| {
-            // After `reflect`, so the store already holds the list when this fires.
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                synced_for_stream.send_replace(true);
-            }
-        })
-        .touched_objects();
-
-    let sweeper = tokio::spawn(sweep_orphans(
-        reader.clone(),
-        synced.subscribe(),
-        manager.clone(),
-        shutdown.clone(),
-    ));
-    let data = Arc::new(ReconcileData {
-        ctx,
-        manager: manager.clone(),
-    });
-    let controller = Controller::for_stream_with(stream, reader, resource)
-        .with_config(controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, data)
-        .for_each(|result| {
-            if let Err(controller::Error::ObjectNotFound(obj)) = &result
-                && manager.remove(&obj.name)
-            {
-                info!(shoot = %obj.name, reason = "the Cluster no longer exists", "probe removed");
-            }
-            futures::future::ready(())
-        });
-    controller.await;
-    sweeper.abort();
-}
-
-/// Removes probes whose Cluster is no longer in the store (deleted during a re-list).
-async fn sweep_orphans(
-    store: Store<DynamicObject>,
-    mut synced: tokio::sync::watch::Receiver<bool>,
-    manager: Arc<ProbeManager>,
-    shutdown: CancellationToken,
-) {
-    if synced.wait_for(|s| *s).await.is_err() {
-        return;
-    }
-    let mut tick = tokio::time::interval(Duration::from_secs(30));
+    let writer = reflector::store::Writer::new(resource);
+    let store: Store<DynamicObject> = writer.as_reader();
+    // `reflect` applies each event to the store before this loop sees it: at `InitDone` the
+    // store holds exactly the new list.
+    let mut events = std::pin::pin!(
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(strip_cluster)
+            .reflect(writer)
+    );
     loop {
-        tokio::select! {
+        let event = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        // Marked before the store is read: a probe started (or confirmed) for a Cluster
-        // that arrived after this look is spared, not taken for an orphan.
-        let mark = manager.mark();
-        let present: std::collections::HashSet<String> =
-            store.state().iter().map(|c| c.name_any()).collect();
-        for ns in manager.namespaces() {
-            if !present.contains(&ns) && manager.remove_unless_ensured_since(&ns, mark) {
-                info!(shoot = %ns, reason = "the Cluster no longer exists", "probe removed");
+            event = events.next() => event,
+        };
+        let (actions, list_done) = match event {
+            // A watcher retries for ever; its stream ends only with the process.
+            None => return,
+            Some(Err(error)) => {
+                // The stream's back-off already delays the retry; just report it.
+                warn!(cache = "clusters", %error, "watch failed, retrying");
+                continue;
             }
+            Some(Ok(watcher::Event::Apply(cluster))) => {
+                (vec![decide(&cluster, &ctx.config)], false)
+            }
+            Some(Ok(watcher::Event::Delete(cluster))) => {
+                let shoot = cluster.name_any();
+                (vec![ProbeAction::Gone { shoot }], false)
+            }
+            // A list in progress: the store takes it whole at `InitDone`, and so do we.
+            Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) => continue,
+            Some(Ok(watcher::Event::InitDone)) => {
+                let running = manager.namespaces();
+                (plan(&store.state(), &running, &ctx.config), true)
+            }
+        };
+        for action in actions {
+            execute(action, &manager, &ctx.metrics);
+        }
+        if list_done {
+            // Readiness comes from the watch's own `InitDone`, not `Store::wait_until_ready`:
+            // in kube-runtime 5 that future wakes only the last task that polled it.
+            synced.send_replace(true);
         }
     }
 }

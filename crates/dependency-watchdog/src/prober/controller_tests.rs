@@ -1,45 +1,32 @@
-//! The Cluster controller ([`run`]) on a paused clock, against the fake seed apiserver
+//! The Cluster controller's decisions ([`decide`], [`plan`]) as pure functions, then the
+//! controller itself ([`run`]) on a paused clock, against the fake seed apiserver
 //! ([`crate::fake_seed`]): the real kube-runtime watcher lists and watches the fake's
 //! Clusters, and the tests push `ADDED`, `MODIFIED` and `DELETED` events by writing Clusters
-//! there. What the controller decided is read from the [`ProbeManager`] it feeds; the probes
-//! it starts run for real (against seed caches that never sync, so each run is only counted).
-//! Waits of a minute take no time.
+//! there, or make the watch list again. What the controller decided is read from the
+//! [`ProbeManager`] it feeds; the probes it starts run for real (against seed caches that never
+//! sync, so each run is only counted). Waits of a minute take no time.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dwd_core::EffectiveProbeSettings;
+use dwd_core::shoot::{RemoveReason, WaitReason};
+use dwd_core::{EffectiveProbeSettings, ShootError};
+use kube::api::DynamicObject;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::run;
-use crate::cache::Cache;
-use crate::events::Events;
+use super::{ProbeAction, decide, plan, run, strip_cluster};
 use crate::fake_seed::FakeSeed;
-use crate::metrics::{Metrics, RestartCause, RestartLabels, ShootLabels};
+use crate::metrics::{RestartCause, RestartLabels, ShootLabels};
 use crate::prober::ProberContext;
 use crate::prober::manager::{EnsureOutcome, ProbeManager};
-use crate::prober::seed_caches::SeedCaches;
+use crate::prober::test_support::{config, context};
 
 /// The Clusters' resource path on the seed.
 const CLUSTERS: &str = "/apis/extensions.gardener.cloud/v1alpha1/clusters";
-
-/// Probes every second after a 30 s initial delay; 40 s grace unless the Shoot says otherwise.
-const CONFIG: &str = r#"
-kubeConfigSecretName: probe
-probeInterval: 1s
-initialDelay: 30s
-probeTimeout: 1s
-backoffJitterFactor: 0
-kcmNodeMonitorGraceDuration: 40s
-dependentResourceInfos:
-  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
-    scaleUp: {level: 0}
-    scaleDown: {level: 0}
-"#;
 
 /// The controller running against a fake seed.
 struct Harness {
@@ -103,30 +90,13 @@ impl Harness {
         for c in clusters {
             fake.apply("clusters", c);
         }
-        let config = dwd_core::ProberConfig::from_yaml(CONFIG)
-            .expect("config")
-            .config;
-        let metrics = Arc::new(Metrics::default());
-        let ctx = Arc::new(ProberContext {
-            config,
-            seed: fake.client(),
-            caches: SeedCaches {
-                secrets: Cache::new("secrets"),
-                machines: Cache::new("machines"),
-                targets: Vec::new(),
-            },
-            events: Events::disabled(metrics.clone()),
-            metrics,
-            shadow: None,
-            shadow_states: Default::default(),
-        });
+        let ctx = context(fake.client());
         let shutdown = CancellationToken::new();
         let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
         let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
         let controller = tokio::spawn(run(
             ctx.clone(),
             manager.clone(),
-            2,
             shutdown.clone(),
             synced_tx,
         ));
@@ -144,6 +114,16 @@ impl Harness {
             shutdown,
             controller,
         }
+    }
+
+    /// Starts with a healthy Cluster for each of `names` and waits until each has its probe.
+    async fn probing(names: &[&str]) -> Harness {
+        let h = Harness::start(names.iter().map(|n| cluster(n, |_| {})).collect()).await;
+        h.reconciled(names.len() as u64).await;
+        for name in names {
+            assert!(h.manager.has_probe(name), "no probe for {name}");
+        }
+        h
     }
 
     fn reconciles(&self) -> u64 {
@@ -261,7 +241,7 @@ async fn shoots_that_must_not_be_probed_get_no_probe() {
     ])
     .await;
     h.reconciled(8).await;
-    // Past the sweep's first look too: nothing started meanwhile.
+    // Half a minute on: nothing started meanwhile, and nothing decided again.
     tokio::time::sleep(Duration::from_secs(31)).await;
     assert_eq!(h.manager.namespaces(), Vec::<String>::new());
     assert_eq!(h.reconciles(), 8, "reconciled again without a change");
@@ -295,9 +275,7 @@ async fn a_probed_shoot_loses_its_probe_when_it_hibernates_migrates_or_is_delete
     let deleting =
         |s: &mut Value| s["metadata"]["deletionTimestamp"] = json!("2026-11-22T08:00:00Z");
     let names = ["shoot--p--h", "shoot--p--m", "shoot--p--d"];
-    let h = Harness::start(names.iter().map(|n| cluster(n, |_| {})).collect()).await;
-    h.reconciled(3).await;
-    assert!(names.iter().all(|n| h.manager.has_probe(n)));
+    let h = Harness::probing(&names).await;
     h.apply(cluster(names[0], hibernating)).await;
     assert!(
         !h.manager.has_probe(names[0]),
@@ -330,16 +308,10 @@ async fn a_probed_shoot_loses_its_probe_when_it_hibernates_migrates_or_is_delete
 #[tokio::test(start_paused = true)]
 async fn a_deleted_cluster_removes_its_probe_at_once() {
     let ns = "shoot--p--gone";
-    let h = Harness::start(vec![
-        cluster(ns, |_| {}),
-        cluster("shoot--p--stays", |_| {}),
-    ])
-    .await;
-    h.reconciled(2).await;
-    assert!(h.manager.has_probe(ns));
+    let h = Harness::probing(&[ns, "shoot--p--stays"]).await;
     let deleted_at = Instant::now();
     h.fake.delete("clusters", "", ns);
-    // Through the DELETED event, well before the orphan sweep's next look (30 s on).
+    // Through the DELETED event.
     eventually(Duration::from_secs(1), "the probe removed", || {
         !h.manager.has_probe(ns)
     })
@@ -385,18 +357,12 @@ async fn a_grace_period_edit_updates_the_running_probe_without_restarting_it() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_orphan_sweep_removes_a_probe_whose_cluster_vanished_while_the_watch_was_away() {
+async fn a_cluster_deleted_while_the_watch_was_away_loses_its_probe_when_the_re_list_completes() {
     let ns = "shoot--p--vanished";
-    let h = Harness::start(vec![
-        cluster(ns, |_| {}),
-        cluster("shoot--p--stays", |_| {}),
-    ])
-    .await;
-    h.reconciled(2).await;
-    assert!(h.manager.has_probe(ns));
+    let h = Harness::probing(&[ns, "shoot--p--stays"]).await;
+    let reconciles = h.reconciles();
     // The Cluster is deleted while no watch sees it; the watch resumes into 410 Gone and the
-    // watcher lists again. The list has no trace of the Cluster, so no reconcile can remove
-    // its probe: only the sweep can.
+    // watcher lists again. No DELETED event ever comes: the re-list's end removes the probe.
     h.fake.delete_unseen("clusters", "", ns);
     h.fake.expire_watches("clusters");
     let lists = || {
@@ -410,13 +376,152 @@ async fn the_orphan_sweep_removes_a_probe_whose_cluster_vanished_while_the_watch
         lists() == 2
     })
     .await;
-    assert!(h.manager.has_probe(ns), "removed before the sweep looked");
+    let listed_at = Instant::now();
     eventually(
-        Duration::from_secs(31),
-        "the sweep removing the orphan",
+        Duration::from_secs(1),
+        "the probe removed at the re-list's end",
         || !h.manager.has_probe(ns),
     )
     .await;
+    assert!(listed_at.elapsed() < Duration::from_secs(1));
+    // The Cluster still listed was decided again, once, and its probe left running.
     assert!(h.manager.has_probe("shoot--p--stays"));
+    h.reconciled(reconciles + 1).await;
+    assert_eq!(h.reconciles(), reconciles + 1);
+    assert_eq!(h.restarts(), 0);
     h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreadable_cluster_is_counted_and_leaves_its_probe_and_the_others_alone() {
+    let ns = "shoot--p--broken";
+    let h = Harness::probing(&[ns, "shoot--p--fine"]).await;
+    // The Shoot's hibernation flag is not a boolean: the Cluster can't be decided.
+    h.apply(cluster(ns, |s| {
+        s["spec"]["hibernation"] = json!({"enabled": "maybe"});
+    }))
+    .await;
+    assert_eq!(h.ctx.metrics.reconcile_errors.get(), 1);
+    assert!(
+        h.manager.has_probe(ns),
+        "the unreadable Cluster's probe was removed"
+    );
+    // The next Cluster is decided as usual, and the broken one once it is fixed.
+    h.apply(cluster("shoot--p--new", |_| {})).await;
+    assert!(h.manager.has_probe("shoot--p--new"));
+    h.apply(cluster(ns, |s| {
+        s["spec"]["hibernation"] = json!({"enabled": true});
+    }))
+    .await;
+    assert!(!h.manager.has_probe(ns));
+    assert!(h.manager.has_probe("shoot--p--fine"));
+    assert_eq!(h.ctx.metrics.reconcile_errors.get(), 1);
+    h.stop().await;
+}
+
+/// [`cluster`] as the watch delivers it, before stripping.
+fn object(name: &str, edit: impl FnOnce(&mut Value)) -> DynamicObject {
+    serde_json::from_value(cluster(name, edit)).expect("a Cluster")
+}
+
+#[test]
+fn decide_reads_the_lifecycle_from_the_cluster_stripped_or_not() {
+    let config = config();
+    let run = ProbeAction::Run {
+        shoot: "shoot--p--a".into(),
+        settings: settings(Duration::from_secs(40)),
+        cluster_uid: Some("uid-shoot--p--a".into()),
+    };
+    let healthy = object("shoot--p--a", |_| {});
+    assert_eq!(decide(&healthy, &config), run);
+    let mut stripped = healthy.clone();
+    strip_cluster(&mut stripped);
+    assert_ne!(stripped.data, healthy.data);
+    assert_eq!(decide(&stripped, &config), run);
+
+    let hibernating = object("shoot--p--h", |s| {
+        s["spec"]["hibernation"] = json!({"enabled": true});
+    });
+    assert_eq!(
+        decide(&hibernating, &config),
+        ProbeAction::Remove {
+            shoot: "shoot--p--h".into(),
+            reason: RemoveReason::HibernationEnabled,
+        }
+    );
+    let creating = object("shoot--p--c", |s| {
+        s["status"]["lastOperation"] = json!({"type": "Create", "state": "Processing"});
+    });
+    assert!(matches!(
+        decide(&creating, &config),
+        ProbeAction::Wait { shoot, reason: WaitReason::OperationNotSucceeded { .. } }
+            if shoot == "shoot--p--c"
+    ));
+    let mut no_shoot = object("shoot--p--x", |_| {});
+    no_shoot.data = json!({"spec": {"seed": {}}});
+    strip_cluster(&mut no_shoot);
+    assert_eq!(
+        decide(&no_shoot, &config),
+        ProbeAction::Unreadable {
+            shoot: "shoot--p--x".into(),
+            error: ShootError::MissingShoot,
+        }
+    );
+}
+
+#[test]
+fn plan_decides_every_listed_cluster_and_removes_the_probes_of_the_others() {
+    let config = config();
+    let listed: Vec<Arc<DynamicObject>> = [
+        object("shoot--p--b", |_| {}),
+        object("shoot--p--a", |s| {
+            s["metadata"]["deletionTimestamp"] = json!("2026-11-22T08:00:00Z");
+        }),
+    ]
+    .into_iter()
+    .map(Arc::new)
+    .collect();
+    // "b" and "gone-1/2" have probes; "a" has one too, which its Cluster now removes.
+    let running: Vec<String> = [
+        "shoot--p--gone-2",
+        "shoot--p--b",
+        "shoot--p--gone-1",
+        "shoot--p--a",
+    ]
+    .map(String::from)
+    .to_vec();
+    let gone = |shoot: &str| ProbeAction::Gone {
+        shoot: shoot.into(),
+    };
+    assert_eq!(
+        plan(&listed, &running, &config),
+        vec![
+            ProbeAction::Remove {
+                shoot: "shoot--p--a".into(),
+                reason: RemoveReason::DeletionRequested,
+            },
+            decide(&listed[0], &config),
+            gone("shoot--p--gone-1"),
+            gone("shoot--p--gone-2"),
+        ]
+    );
+    assert!(matches!(
+        decide(&listed[0], &config),
+        ProbeAction::Run { .. }
+    ));
+    // The first list, no probe yet: only decisions. An empty list: every probe goes.
+    assert_eq!(
+        plan(&listed, &[], &config),
+        vec![decide(&listed[1], &config), decide(&listed[0], &config)]
+    );
+    assert_eq!(
+        plan(&[], &running, &config),
+        vec![
+            gone("shoot--p--a"),
+            gone("shoot--p--b"),
+            gone("shoot--p--gone-1"),
+            gone("shoot--p--gone-2"),
+        ]
+    );
+    assert_eq!(plan(&[], &[], &config), vec![]);
 }

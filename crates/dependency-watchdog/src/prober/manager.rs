@@ -44,17 +44,10 @@ struct RunningProbe {
     cancel: CancellationToken,
     /// The supervisor (see [`keep_running`]).
     task: JoinHandle<()>,
-    /// The registry's sequence number at the last `ensure` of this probe: the orphan sweep
-    /// spares a probe ensured after it looked at the Cluster store.
-    ensured: u64,
 }
 
-#[derive(Default)]
-struct Registry {
-    probes: HashMap<String, RunningProbe>,
-    /// Bumped by every `ensure`.
-    seq: u64,
-}
+/// Running probes by shoot namespace.
+type Registry = HashMap<String, RunningProbe>;
 
 /// What `ensure` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +91,7 @@ impl ProbeManager {
         self.ctx
             .metrics
             .active_probes
-            .set(i64::try_from(registry.probes.len()).unwrap_or(i64::MAX));
+            .set(i64::try_from(registry.len()).unwrap_or(i64::MAX));
     }
 
     /// Makes sure `namespace` has a probe with `settings`, for the Cluster with `cluster_uid`
@@ -115,11 +108,8 @@ impl ProbeManager {
             cluster_uid,
         };
         let mut registry = self.registry();
-        registry.seq += 1;
-        let seq = registry.seq;
-        let (outcome, series) = match registry.probes.get_mut(namespace) {
+        let (outcome, series) = match registry.get_mut(namespace) {
             Some(p) if !p.task.is_finished() => {
-                p.ensured = seq;
                 if *p.spec.borrow() == spec {
                     return EnsureOutcome::Unchanged;
                 }
@@ -159,14 +149,13 @@ impl ProbeManager {
             cancel.clone(),
             first_delay,
         ));
-        registry.probes.insert(
+        registry.insert(
             namespace.to_string(),
             RunningProbe {
                 spec: tx,
                 series,
                 cancel,
                 task,
-                ensured: seq,
             },
         );
         self.set_active(&registry);
@@ -175,53 +164,31 @@ impl ProbeManager {
 
     /// Stops the probe of `namespace`, if any; true if one was running.
     pub fn remove(&self, namespace: &str) -> bool {
-        self.remove_if(namespace, |_| true)
-    }
-
-    /// A mark for [`Self::remove_unless_ensured_since`]: take it *before* looking at the
-    /// Cluster store.
-    pub fn mark(&self) -> u64 {
-        self.registry().seq
-    }
-
-    /// Stops the probe of `namespace` unless it was ensured after `mark` was taken (its
-    /// Cluster showed up after the caller looked); true if one was stopped.
-    pub fn remove_unless_ensured_since(&self, namespace: &str, mark: u64) -> bool {
-        self.remove_if(namespace, |p| p.ensured <= mark)
-    }
-
-    fn remove_if(&self, namespace: &str, condition: impl FnOnce(&RunningProbe) -> bool) -> bool {
         let mut registry = self.registry();
-        if !registry.probes.get(namespace).is_some_and(condition) {
+        let Some(removed) = registry.remove(namespace) else {
             return false;
-        }
-        let removed = registry.probes.remove(namespace);
+        };
         self.set_active(&registry);
         drop(registry);
-        match removed {
-            Some(p) => {
-                p.cancel.cancel();
-                self.ctx.metrics.forget_shoot(namespace);
-                self.forget_shadow(namespace);
-                true
-            }
-            None => false,
-        }
+        removed.cancel.cancel();
+        self.ctx.metrics.forget_shoot(namespace);
+        self.forget_shadow(namespace);
+        true
     }
 
     /// Namespaces with a probe.
     pub fn namespaces(&self) -> Vec<String> {
-        self.registry().probes.keys().cloned().collect()
+        self.registry().keys().cloned().collect()
     }
 
     /// Whether `namespace` has a probe.
     pub fn has_probe(&self, namespace: &str) -> bool {
-        self.registry().probes.contains_key(namespace)
+        self.registry().contains_key(namespace)
     }
 
     /// Stops every probe.
     pub fn stop_all(&self) {
-        let drained: Vec<_> = self.registry().probes.drain().collect();
+        let drained: Vec<_> = self.registry().drain().collect();
         for (ns, p) in drained {
             p.cancel.cancel();
             self.ctx.metrics.forget_shoot(&ns);
@@ -364,51 +331,17 @@ pub(crate) fn end_requested(namespace: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Cache;
-    use crate::events::Events;
-    use crate::metrics::{Metrics, ShootLabels};
-    use crate::prober::seed_caches::SeedCaches;
+    use crate::metrics::ShootLabels;
     use std::collections::BTreeMap;
     use std::sync::atomic::AtomicUsize;
-
-    const CONFIG: &str = r#"
-kubeConfigSecretName: probe
-probeInterval: 1s
-initialDelay: 30s
-probeTimeout: 1s
-backoffJitterFactor: 0
-kcmNodeMonitorGraceDuration: 40s
-nodeLeaseFailureFraction: 0.6
-dependentResourceInfos:
-  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
-    scaleUp: {level: 0}
-    scaleDown: {level: 0}
-"#;
 
     /// A context whose seed never answers and whose caches never sync: every probe run is a
     /// counted "caches not in sync" run, which is all these tests need to see runs happen.
     fn context() -> Arc<ProberContext> {
-        let config = match dwd_core::ProberConfig::from_yaml(CONFIG) {
-            Ok(loaded) => loaded.config,
-            Err(e) => panic!("config: {e}"),
-        };
         let never = tower::service_fn(|_req: http::Request<kube::client::Body>| {
             std::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
         });
-        let metrics = Arc::new(Metrics::default());
-        Arc::new(ProberContext {
-            config,
-            seed: kube::Client::new(never, "default"),
-            caches: SeedCaches {
-                secrets: Cache::new("secrets"),
-                machines: Cache::new("machines"),
-                targets: Vec::new(),
-            },
-            events: Events::disabled(metrics.clone()),
-            metrics,
-            shadow: None,
-            shadow_states: Default::default(),
-        })
+        crate::prober::test_support::context(kube::Client::new(never, "default"))
     }
 
     fn settings(grace_s: u64) -> EffectiveProbeSettings {
@@ -553,25 +486,6 @@ dependentResourceInfos:
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_orphan_sweep_spares_a_probe_ensured_after_its_mark() {
-        let ctx = context();
-        let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
-        manager.ensure("old", settings(40), None);
-        // The sweep takes its mark, then reads a store that has neither Cluster...
-        let mark = manager.mark();
-        // ...while "new" is created and "old" is confirmed by reconciles.
-        manager.ensure("new", settings(40), None);
-        manager.ensure("old", settings(40), None);
-        assert!(!manager.remove_unless_ensured_since("new", mark));
-        assert!(!manager.remove_unless_ensured_since("old", mark));
-        // A probe nobody ensured since the mark goes.
-        let mark = manager.mark();
-        assert!(manager.remove_unless_ensured_since("old", mark));
-        assert!(manager.has_probe("new"));
-        assert!(!manager.has_probe("old"));
-    }
-
-    #[tokio::test(start_paused = true)]
     async fn a_removed_probe_leaves_no_series_behind_even_when_a_run_ends_later() {
         let ctx = context();
         let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
@@ -580,7 +494,7 @@ dependentResourceInfos:
         assert!(runs(&ctx, "d") >= 1);
         let series = {
             let registry = manager.registry();
-            registry.probes.get("d").map(|p| p.series.clone())
+            registry.get("d").map(|p| p.series.clone())
         };
         manager.remove("d");
         // A run or flow of the removed probe finishing now writes through its old handle.

@@ -80,13 +80,17 @@ pub async fn run(
 
 /// [`run`], in shadow mode when `shadow` is given: every decision is taken as usual, none is
 /// carried out, and the book compares them with what the acting watchdog does.
+///
+/// `--concurrent-reconciles` is accepted as the reference's flag and has no effect: deciding
+/// what a Cluster asks of its probe is in-memory work of microseconds (no request), done by one
+/// loop in event order ([`controller`]), so there is nothing to run concurrently.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_with_shadow(
     config: ProberConfig,
     seed: Client,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-    concurrent_reconciles: u16,
+    _concurrent_reconciles: u16,
     own_pod: PodRef,
     shadow: Option<Arc<Shadow>>,
     shutdown: CancellationToken,
@@ -103,22 +107,15 @@ pub async fn run_with_shadow(
         &mut tasks,
     )
     .await?;
-    let events = match shadow {
-        // Shadow mode writes nothing but the events about its own pod.
-        Some(_) => {
-            Events::start_own_pod_only(seed.clone(), Component::Prober, own_pod, metrics.clone())
-        }
-        None => Events::start(seed.clone(), Component::Prober, own_pod, metrics.clone()),
-    };
-    if let Some(shadow) = &shadow {
-        tasks.spawn({
-            let (shadow, events, shutdown) = (shadow.clone(), events.clone(), shutdown.clone());
-            async move {
-                shadow.run_expiry(events, shutdown).await;
-                "shadow comparisons"
-            }
-        });
-    }
+    let events = start_events(
+        Component::Prober,
+        &seed,
+        own_pod,
+        metrics.clone(),
+        shadow.as_ref(),
+        &mut tasks,
+        &shutdown,
+    );
     let ctx = Arc::new(ProberContext {
         config,
         seed,
@@ -143,14 +140,7 @@ pub async fn run_with_shadow(
     tasks.spawn({
         let (ctx, manager, shutdown) = (ctx.clone(), manager.clone(), shutdown.clone());
         async move {
-            controller::run(
-                ctx,
-                manager,
-                concurrent_reconciles.max(1),
-                shutdown,
-                synced_tx,
-            )
-            .await;
+            controller::run(ctx, manager, shutdown, synced_tx).await;
             "cluster controller"
         }
     });
@@ -166,6 +156,32 @@ pub async fn run_with_shadow(
     manager.stop_all();
     tasks.shutdown().await;
     result
+}
+
+/// The Events of `component` (the prober or the weeder) and, in shadow mode, the task of
+/// `tasks` that expires the shadow's comparisons. Shadow mode writes nothing but the events
+/// about its own pod.
+pub(crate) fn start_events(
+    component: Component,
+    seed: &Client,
+    own_pod: PodRef,
+    metrics: Arc<Metrics>,
+    shadow: Option<&Arc<Shadow>>,
+    tasks: &mut tokio::task::JoinSet<&'static str>,
+    shutdown: &CancellationToken,
+) -> Events {
+    let Some(shadow) = shadow else {
+        return Events::start(seed.clone(), component, own_pod, metrics);
+    };
+    let events = Events::start_own_pod_only(seed.clone(), component, own_pod, metrics);
+    tasks.spawn({
+        let (shadow, events, shutdown) = (shadow.clone(), events.clone(), shutdown.clone());
+        async move {
+            shadow.run_expiry(events, shutdown).await;
+            "shadow comparisons"
+        }
+    });
+    events
 }
 
 /// Keeps `/readyz` in step with the caches for the life of the prober: ready once the Clusters
@@ -218,5 +234,59 @@ async fn track_readiness(
                 }
             }
         }
+    }
+}
+
+/// What the prober's unit tests share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::sync::Arc;
+
+    use super::{ProberContext, SeedCaches};
+    use crate::cache::Cache;
+    use crate::events::Events;
+    use crate::metrics::Metrics;
+
+    /// Probes every second after a 30 s initial delay; 40 s grace unless the Shoot says
+    /// otherwise; one target, at level 0 both ways.
+    pub(crate) const CONFIG: &str = r#"
+kubeConfigSecretName: probe
+probeInterval: 1s
+initialDelay: 30s
+probeTimeout: 1s
+backoffJitterFactor: 0
+kcmNodeMonitorGraceDuration: 40s
+dependentResourceInfos:
+  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 0}
+    scaleDown: {level: 0}
+"#;
+
+    /// [`CONFIG`], loaded.
+    pub(crate) fn config() -> dwd_core::ProberConfig {
+        match dwd_core::ProberConfig::from_yaml(CONFIG) {
+            Ok(loaded) => loaded.config,
+            Err(e) => panic!("config: {e}"),
+        }
+    }
+
+    /// A context on `seed` with [`CONFIG`], whose seed caches never sync (so every probe run
+    /// is only counted) and whose Events go nowhere.
+    pub(crate) fn context(seed: kube::Client) -> Arc<ProberContext> {
+        let config = config();
+        let metrics = Arc::new(Metrics::default());
+        Arc::new(ProberContext {
+            config,
+            seed,
+            caches: SeedCaches {
+                secrets: Cache::new("secrets"),
+                machines: Cache::new("machines"),
+                targets: Vec::new(),
+            },
+            events: Events::disabled(metrics.clone()),
+            metrics,
+            shadow: None,
+            shadow_states: Default::default(),
+        })
     }
 }
