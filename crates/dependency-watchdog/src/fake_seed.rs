@@ -38,9 +38,9 @@ use futures::channel::mpsc;
 use http::{Method, Request, Response};
 use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::SignedDuration;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -121,6 +121,27 @@ pub(crate) struct FakeState {
     /// Time from a change of spec.replicas until status.readyReplicas follows; `None`:
     /// never (a seed whose status lags without end).
     pub status_delay: Option<Duration>,
+}
+
+/// Lease `namespace/name` held by `holder`, renewed now (by the wall clock) for 15 s, after
+/// 3 transitions: another replica leading, to store with [`FakeSeed::put_lease`].
+pub(crate) fn held_lease(namespace: &str, name: &str, holder: &str) -> Lease {
+    let now = Timestamp::now();
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            acquire_time: Some(MicroTime(now)),
+            renew_time: Some(MicroTime(now)),
+            lease_duration_seconds: Some(15),
+            lease_transitions: Some(3),
+            ..LeaseSpec::default()
+        }),
+    }
 }
 
 /// The fake apiserver; clones share its state.

@@ -286,6 +286,11 @@ impl LeaderElector {
         &self.identity
     }
 
+    /// The Lease's name (the `name` label of `leader_election_master_status`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// `namespace/name` of the Lease.
     pub fn lease(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -689,7 +694,7 @@ mod tests {
     /// with [`FakeSeed::age_lease`].
     mod elector {
         use super::*;
-        use crate::fake_seed::{Call, FakeSeed, Outage};
+        use crate::fake_seed::{Call, FakeSeed, Outage, held_lease};
         use std::cell::Cell;
 
         const NS: &str = "garden";
@@ -754,22 +759,7 @@ mod tests {
 
         /// A Lease held by `holder`, renewed now (by the wall clock) for 15 s.
         fn held_by(holder: &str) -> Lease {
-            let now = Timestamp::now();
-            Lease {
-                metadata: ObjectMeta {
-                    name: Some(PROBER_LEASE.into()),
-                    namespace: Some(NS.into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(holder.into()),
-                    acquire_time: Some(MicroTime(now)),
-                    renew_time: Some(MicroTime(now)),
-                    lease_duration_seconds: Some(15),
-                    lease_transitions: Some(3),
-                    ..LeaseSpec::default()
-                }),
-            }
+            held_lease(NS, PROBER_LEASE, holder)
         }
 
         /// `me` leads, having created the Lease at `start`.
