@@ -3,10 +3,10 @@
 //! binary stopped, the world cleaned up.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use dwd_testenv::process::{ManagedProcess, Signal};
 
 use crate::scenario::{Action, Scenario, Side};
 use crate::timeline::{Event, Recorder, Timeline, log_warnings};
@@ -26,9 +26,10 @@ pub struct RunResult {
     pub log: PathBuf,
 }
 
-/// The binary as a child process; killed on drop (and by the kernel if we die first).
+/// The binary as a child process (a [`ManagedProcess`]); killed on drop (and by the kernel if
+/// we die first).
 pub struct Binary {
-    child: Child,
+    process: ManagedProcess,
 }
 
 impl Binary {
@@ -46,60 +47,34 @@ impl Binary {
         env: &[(&str, &str)],
         log: &Path,
     ) -> Result<Binary> {
-        let out =
-            std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
-        let err = out.try_clone()?;
-        let mut cmd = Command::new(bin);
-        cmd.args(args)
+        let process = ManagedProcess::builder(&bin.display().to_string(), bin)
+            .args(args)
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .env_remove("RUST_LOG")
             .env_remove("KUBECONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
-        cmd.envs(env.iter().copied());
-        dwd_testenv::process::die_with_parent(&mut cmd);
-        let child = cmd
+            .envs(env.iter().copied())
+            .log(log)
             .spawn()
             .with_context(|| format!("start {}", bin.display()))?;
-        Ok(Binary { child })
+        Ok(Binary { process })
     }
 
     /// `Some(code)` once exited (`Some(None)`: by a signal).
     pub fn exited(&mut self) -> Option<Option<i32>> {
-        self.child.try_wait().ok().flatten().map(|s| s.code())
+        self.process.exit_status().map(|s| s.code())
     }
 
     /// SIGTERM, then waits up to `timeout` for the exit (then it is killed on drop): the
     /// exit code, `None` when it did not exit in time or died by a signal.
     pub async fn stop(&mut self, timeout: Duration) -> Option<i32> {
         self.sigterm();
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(code) = self.exited() {
-                return code;
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.process.wait_exit(timeout).await?.code()
     }
 
     /// Asks it to stop (SIGTERM), unless it has exited.
     pub fn sigterm(&mut self) {
-        // Not reaped yet: exited() saw it running, and only this handle reaps it.
-        if self.exited().is_none() {
-            let _ = dwd_testenv::process::signal(&self.child, dwd_testenv::process::Signal::TERM);
-        }
-    }
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.process.signal(Signal::TERM);
     }
 }
 

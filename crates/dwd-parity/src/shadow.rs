@@ -93,19 +93,8 @@ impl ShadowManifests {
 
     /// The Deployment's command line without the binary's path.
     pub fn args(&self) -> Result<Vec<String>> {
-        let command =
-            self.one("Deployment")?["spec"]["template"]["spec"]["containers"][0]["command"]
-                .as_array()
-                .context("the Deployment's container has no command")?;
-        let args: Vec<String> = command
-            .iter()
-            .skip(1)
-            .map(|a| {
-                a.as_str()
-                    .map(str::to_string)
-                    .context("a non-string argument")
-            })
-            .collect::<Result<_>>()?;
+        let args =
+            deployment_args(self.one("Deployment")?).context("the Deployment of deploy/shadow")?;
         ensure!(
             !args.is_empty(),
             "the Deployment's command has no arguments"
@@ -204,9 +193,14 @@ pub fn gardener_args(role: Role) -> Result<Vec<String>> {
         .iter()
         .find(|d| d["kind"] == "Deployment")
         .with_context(|| format!("no Deployment in {}", path.display()))?;
+    deployment_args(deployment).context("Gardener's Deployment")
+}
+
+/// The command line of a Deployment's first container without the binary's path.
+fn deployment_args(deployment: &Value) -> Result<Vec<String>> {
     deployment["spec"]["template"]["spec"]["containers"][0]["command"]
         .as_array()
-        .context("Gardener's Deployment has no command")?
+        .context("its container has no command")?
         .iter()
         .skip(1)
         .map(|a| {
