@@ -10,11 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
 
 use crate::shoot::EffectiveProbeSettings;
-use crate::zone::{ZONE_LABEL, ZoneReport, ZoneRule, judge_zones};
+use crate::zone::{ZoneReport, ZoneRule, judge_zones};
 
 /// Namespace of the kubelets' node leases in the shoot.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -39,6 +37,47 @@ pub struct MachineView {
     pub node: Option<String>,
     /// `status.currentStatus.phase`.
     pub phase: Option<String>,
+}
+
+/// What the lease probe needs to know about a shoot's `v1` Node: what decides whether it votes
+/// and in which zone. The prober reads nodes straight into this shape (nothing else of a Node
+/// is kept); a Node without a name is never turned into one, as it can't be matched to a lease
+/// or a Machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    /// `metadata.name`, which is also the name of the node's lease.
+    pub name: String,
+    /// The node's [`WORKER_POOL_LABEL`]: whose unhealthy conditions apply.
+    pub pool: Option<String>,
+    /// The node's [`ZONE_LABEL`](crate::zone::ZONE_LABEL).
+    pub zone: Option<String>,
+    /// Whether the node has the annotation [`NOT_MANAGED_BY_MCM_ANNOTATION`] (any value).
+    pub not_managed_by_mcm: bool,
+    /// `status.conditions`, in the node's order.
+    pub conditions: Vec<ConditionView>,
+}
+
+/// One of a node's `status.conditions`, reduced to what the lease probe reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionView {
+    /// `type`, e.g. `DiskPressure` or [`IN_PLACE_UPDATE_CONDITION`].
+    pub type_: String,
+    /// `status`: `True`, `False` or `Unknown`.
+    pub status: String,
+    /// `reason`, e.g. `ReadyForUpdate`.
+    pub reason: Option<String>,
+}
+
+/// What the lease probe needs to know about a `coordination.k8s.io/v1` Lease in
+/// [`NODE_LEASE_NAMESPACE`]: whose it is and when it was last renewed. A Lease without a name
+/// is never turned into one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeLeaseView {
+    /// `metadata.name`: the name of the node that renews it.
+    pub name: String,
+    /// `spec.renewTime` at microsecond precision (the wire's); `None` when unset or out of
+    /// range, and then the lease counts as expired.
+    pub renew_time: Option<DateTime<Utc>>,
 }
 
 /// Why a node does not vote.
@@ -137,7 +176,7 @@ impl fmt::Display for Verdict {
 pub struct NodeVerdict {
     /// The node's name, which is also the name of its lease.
     pub node: String,
-    /// The node's [`ZONE_LABEL`], if it has one.
+    /// The node's [`ZONE_LABEL`](crate::zone::ZONE_LABEL), if it has one.
     pub zone: Option<String>,
     /// Whether the node votes and, if it does, whether its lease expired.
     pub verdict: Verdict,
@@ -272,31 +311,16 @@ pub fn lease_expiry(renew: DateTime<Utc>, grace: std::time::Duration) -> Option<
 }
 
 fn node_exclusion(
-    node: &Node,
-    name: &str,
+    node: &NodeView,
     machines: &[MachineView],
     settings: &EffectiveProbeSettings,
 ) -> Option<ExclusionReason> {
-    let meta = &node.metadata;
-    if meta
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(NOT_MANAGED_BY_MCM_ANNOTATION))
-    {
+    if node.not_managed_by_mcm {
         return Some(ExclusionReason::NotManagedByMcm);
     }
-    let conditions = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default();
-    let pool = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(WORKER_POOL_LABEL))
-        .map(String::as_str);
-    let unhealthy = settings.conditions_for_pool(pool);
-    if let Some(c) = conditions
+    let unhealthy = settings.conditions_for_pool(node.pool.as_deref());
+    if let Some(c) = node
+        .conditions
         .iter()
         .find(|c| c.status == "True" && unhealthy.contains(&c.type_.as_str()))
     {
@@ -306,7 +330,7 @@ fn node_exclusion(
     }
     let backing: Vec<&MachineView> = machines
         .iter()
-        .filter(|m| m.node.as_deref() == Some(name))
+        .filter(|m| m.node.as_deref() == Some(node.name.as_str()))
         .collect();
     let is_excluded_phase = |m: &&MachineView| {
         m.phase
@@ -322,7 +346,7 @@ fn node_exclusion(
             });
         }
     }
-    if let Some(c) = conditions.iter().find(|c| {
+    if let Some(c) = node.conditions.iter().find(|c| {
         c.type_ == IN_PLACE_UPDATE_CONDITION
             && c.reason
                 .as_deref()
@@ -335,41 +359,31 @@ fn node_exclusion(
     None
 }
 
-fn renew_time(lease: &Lease) -> Option<DateTime<Utc>> {
-    let ts = lease.spec.as_ref()?.renew_time.as_ref()?.0;
-    DateTime::<Utc>::from_timestamp_micros(ts.as_microsecond())
-}
-
 /// Evaluates the lease probe: candidates, expiry, zones and the scaling decision.
 pub fn evaluate_leases(
-    nodes: &[Node],
+    nodes: &[NodeView],
     machines: &[MachineView],
-    leases: &[Lease],
+    leases: &[NodeLeaseView],
     settings: &EffectiveProbeSettings,
     failure_fraction: f64,
     zone_rule: &ZoneRule,
     now: DateTime<Utc>,
 ) -> LeaseReport {
-    let leases_by_name: BTreeMap<&str, &Lease> = leases
-        .iter()
-        .filter_map(|l| l.metadata.name.as_deref().map(|n| (n, l)))
-        .collect();
+    let leases_by_name: BTreeMap<&str, &NodeLeaseView> =
+        leases.iter().map(|l| (l.name.as_str(), l)).collect();
     let mut node_names = BTreeSet::new();
     let mut verdicts = Vec::new();
     let (mut candidates, mut expired) = (0usize, 0usize);
 
     for node in nodes {
-        // A node without a name can't be matched to a lease or machine; there is nothing to say.
-        let Some(name) = node.metadata.name.as_deref() else {
-            continue;
-        };
+        let name = node.name.as_str();
         node_names.insert(name);
-        let verdict = match node_exclusion(node, name, machines, settings) {
+        let verdict = match node_exclusion(node, machines, settings) {
             Some(reason) => Verdict::Excluded(reason),
             None => match leases_by_name.get(name) {
                 None => Verdict::Excluded(ExclusionReason::NoLease),
                 Some(lease) => {
-                    let renew = renew_time(lease);
+                    let renew = lease.renew_time;
                     let expires_at =
                         renew.and_then(|r| lease_expiry(r, settings.node_monitor_grace));
                     let is_expired = expired_at(renew, expires_at, now);
@@ -385,15 +399,9 @@ pub fn evaluate_leases(
                 }
             },
         };
-        let zone = node
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(ZONE_LABEL))
-            .cloned();
         verdicts.push(NodeVerdict {
             node: name.to_owned(),
-            zone,
+            zone: node.zone.clone(),
             verdict,
         });
     }
@@ -450,7 +458,7 @@ fn expired_at(
 /// almost every shoot, and it halves the shoot requests of a probe run. `nodes_may_matter`:
 /// a target waits to be restored (or a scale-down streak is building): decide in full.
 pub fn leases_alone_suffice(
-    leases: &[Lease],
+    leases: &[NodeLeaseView],
     grace: std::time::Duration,
     failure_fraction: f64,
     now: DateTime<Utc>,
@@ -461,7 +469,7 @@ pub fn leases_alone_suffice(
         return false;
     }
     leases.iter().all(|lease| {
-        let renew = renew_time(lease);
+        let renew = lease.renew_time;
         !expired_at(renew, renew.and_then(|r| lease_expiry(r, grace)), now)
     })
 }
@@ -492,10 +500,6 @@ mod tests {
     use super::*;
     use crate::shoot::default_unhealthy_conditions;
     use crate::zone::ZoneRule;
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-    use k8s_openapi::jiff::Timestamp;
     use std::time::Duration;
 
     const GRACE: Duration = Duration::from_secs(40);
@@ -517,29 +521,47 @@ mod tests {
         }
     }
 
-    fn node(name: &str) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(BTreeMap::from([(WORKER_POOL_LABEL.into(), "a".into())])),
-                ..Default::default()
-            },
-            ..Default::default()
+    fn node(name: &str) -> NodeView {
+        NodeView {
+            name: name.into(),
+            pool: Some("a".into()),
+            zone: None,
+            not_managed_by_mcm: false,
+            conditions: Vec::new(),
         }
     }
 
-    fn with_condition(mut n: Node, type_: &str, status: &str, reason: Option<&str>) -> Node {
-        let status_obj = n.status.get_or_insert_with(NodeStatus::default);
-        status_obj
-            .conditions
-            .get_or_insert_with(Vec::new)
-            .push(NodeCondition {
-                type_: type_.into(),
-                status: status.into(),
-                reason: reason.map(Into::into),
-                ..Default::default()
-            });
+    fn with_condition(
+        mut n: NodeView,
+        type_: &str,
+        status: &str,
+        reason: Option<&str>,
+    ) -> NodeView {
+        n.conditions.push(ConditionView {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.map(Into::into),
+        });
         n
+    }
+
+    /// Judges with [`settings`] and the shoot-wide rule alone (zones reported, never acted on).
+    fn judge(
+        nodes: &[NodeView],
+        machines: &[MachineView],
+        leases: &[NodeLeaseView],
+        fraction: f64,
+        now: DateTime<Utc>,
+    ) -> LeaseReport {
+        evaluate_leases(
+            nodes,
+            machines,
+            leases,
+            &settings(),
+            fraction,
+            &ZoneRule::report_only(fraction),
+            now,
+        )
     }
 
     fn machine(node: &str, phase: Option<&str>) -> MachineView {
@@ -550,22 +572,15 @@ mod tests {
         }
     }
 
-    fn lease(name: &str, renewed: Option<DateTime<Utc>>) -> Lease {
-        Lease {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            spec: Some(LeaseSpec {
-                renew_time: renewed
-                    .map(|r| MicroTime(Timestamp::from_microsecond(r.timestamp_micros()).unwrap())),
-                ..Default::default()
-            }),
+    fn lease(name: &str, renewed: Option<DateTime<Utc>>) -> NodeLeaseView {
+        NodeLeaseView {
+            name: name.into(),
+            renew_time: renewed,
         }
     }
 
     /// `n` healthy nodes "n0".."n{n-1}" with machines, the first `expired` leases renewed long ago.
-    fn cluster(n: usize, expired: usize) -> (Vec<Node>, Vec<MachineView>, Vec<Lease>) {
+    fn cluster(n: usize, expired: usize) -> (Vec<NodeView>, Vec<MachineView>, Vec<NodeLeaseView>) {
         let names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
         let nodes = names.iter().map(|x| node(x)).collect();
         let machines = names.iter().map(|x| machine(x, Some("Running"))).collect();
@@ -579,15 +594,7 @@ mod tests {
 
     fn run(n: usize, expired: usize, threshold: f64) -> LeaseReport {
         let (nodes, machines, leases) = cluster(n, expired);
-        evaluate_leases(
-            &nodes,
-            &machines,
-            &leases,
-            &settings(),
-            threshold,
-            &ZoneRule::report_only(threshold),
-            t(0),
-        )
+        judge(&nodes, &machines, &leases, threshold, t(0))
     }
 
     /// A shoot of `zones` (name, nodes, expired) with every node labelled with its zone,
@@ -609,10 +616,7 @@ mod tests {
                 let name = format!("{zone}-{i}");
                 let mut nd = node(&name);
                 if !zone.is_empty() {
-                    nd.metadata
-                        .labels
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(ZONE_LABEL.into(), (*zone).into());
+                    nd.zone = Some((*zone).into());
                 }
                 nodes.push(nd);
                 if no_machine != Some(name.as_str()) {
@@ -692,31 +696,15 @@ mod tests {
         &r.nodes.iter().find(|v| v.node == node).unwrap().verdict
     }
 
-    fn single(n: Node, machines: &[MachineView]) -> Verdict {
+    fn single(n: NodeView, machines: &[MachineView]) -> Verdict {
         let leases = [lease("n0", Some(t(0)))];
-        let r = evaluate_leases(
-            &[n],
-            machines,
-            &leases,
-            &settings(),
-            0.6,
-            &ZoneRule::report_only(0.6),
-            t(0),
-        );
+        let r = judge(&[n], machines, &leases, 0.6, t(0));
         r.nodes[0].verdict.clone()
     }
 
     #[test]
     fn no_candidates_scales_up() {
-        let r = evaluate_leases(
-            &[],
-            &[],
-            &[],
-            &settings(),
-            0.6,
-            &ZoneRule::report_only(0.6),
-            t(0),
-        );
+        let r = judge(&[], &[], &[], 0.6, t(0));
         assert_eq!(r.decision, LeaseDecision::ScaleUp(UpReason::NoCandidates));
         assert_eq!(r.fraction, None);
         assert_eq!(
@@ -773,25 +761,9 @@ mod tests {
         let nodes = [node("n0"), node("n1")];
         let machines = [machine("n0", None), machine("n1", None)];
         let just_before = t(30) - TimeDelta::microseconds(1);
-        let r = evaluate_leases(
-            &nodes,
-            &machines,
-            &leases,
-            &settings(),
-            0.6,
-            &ZoneRule::report_only(0.6),
-            just_before,
-        );
+        let r = judge(&nodes, &machines, &leases, 0.6, just_before);
         assert_eq!(r.expired, 0);
-        let r = evaluate_leases(
-            &nodes,
-            &machines,
-            &leases,
-            &settings(),
-            0.6,
-            &ZoneRule::report_only(0.6),
-            t(30),
-        );
+        let r = judge(&nodes, &machines, &leases, 0.6, t(30));
         assert_eq!(r.expired, 2);
         assert_eq!(r.decision, LeaseDecision::ScaleDown);
     }
@@ -808,15 +780,7 @@ mod tests {
         let nodes = [node("n0"), node("n1")];
         let machines = [machine("n0", None), machine("n1", None)];
         let leases = [lease("n0", None), lease("n1", Some(t(0)))];
-        let r = evaluate_leases(
-            &nodes,
-            &machines,
-            &leases,
-            &settings(),
-            0.5,
-            &ZoneRule::report_only(0.5),
-            t(0),
-        );
+        let r = judge(&nodes, &machines, &leases, 0.5, t(0));
         assert_eq!(
             *verdict_of(&r, "n0"),
             Verdict::Candidate {
@@ -827,36 +791,12 @@ mod tests {
         );
         assert_eq!(r.expired, 1);
         assert_eq!(r.decision, LeaseDecision::ScaleDown);
-        // A lease without any spec is handled the same way.
-        let bare = Lease {
-            metadata: ObjectMeta {
-                name: Some("n0".into()),
-                ..Default::default()
-            },
-            spec: None,
-        };
-        let r = evaluate_leases(
-            &nodes[..1],
-            &machines,
-            &[bare],
-            &settings(),
-            0.5,
-            &ZoneRule::report_only(0.5),
-            t(0),
-        );
-        assert!(matches!(
-            r.nodes[0].verdict,
-            Verdict::Candidate { expired: true, .. }
-        ));
     }
 
     #[test]
     fn not_managed_by_mcm_is_excluded() {
         let mut n = node("n0");
-        n.metadata.annotations = Some(BTreeMap::from([(
-            NOT_MANAGED_BY_MCM_ANNOTATION.into(),
-            "true".into(),
-        )]));
+        n.not_managed_by_mcm = true;
         assert_eq!(
             single(n, &[machine("n0", None)]),
             Verdict::Excluded(ExclusionReason::NotManagedByMcm)
@@ -882,10 +822,7 @@ mod tests {
     #[test]
     fn pool_list_replaces_default_conditions() {
         let mut n = with_condition(node("n0"), "DiskPressure", "True", None);
-        n.metadata.labels = Some(BTreeMap::from([(
-            WORKER_POOL_LABEL.into(),
-            "custom".into(),
-        )]));
+        n.pool = Some("custom".into());
         assert!(matches!(
             single(n.clone(), &[machine("n0", None)]),
             Verdict::Candidate { .. }
@@ -900,12 +837,12 @@ mod tests {
     #[test]
     fn node_of_unknown_or_missing_pool_uses_default_conditions() {
         let mut n = with_condition(node("n0"), "KernelDeadlock", "True", None);
-        n.metadata.labels = None;
+        n.pool = None;
         assert!(matches!(
             single(n.clone(), &[machine("n0", None)]),
             Verdict::Excluded(ExclusionReason::UnhealthyCondition { .. })
         ));
-        n.metadata.labels = Some(BTreeMap::from([(WORKER_POOL_LABEL.into(), "gone".into())]));
+        n.pool = Some("gone".into());
         assert!(matches!(
             single(n, &[machine("n0", None)]),
             Verdict::Excluded(ExclusionReason::UnhealthyCondition { .. })
@@ -965,28 +902,26 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn candidate_without_lease_is_excluded_and_orphan_leases_are_listed() {
-        let nodes = [node("n0"), node("n1"), node("n2")];
+    /// Nodes n0, n1 and `third`, each with a Machine; the leases of n0 and n1 fresh and a
+    /// lease `stale_lease` renewed long ago; judged at `fraction`.
+    fn two_fresh_and(third: NodeView, stale_lease: &str, fraction: f64) -> LeaseReport {
         let machines = [
             machine("n0", None),
             machine("n1", None),
-            machine("n2", None),
+            machine(&third.name, None),
         ];
+        let nodes = [node("n0"), node("n1"), third];
         let leases = [
             lease("n0", Some(t(0))),
             lease("n1", Some(t(0))),
-            lease("ghost", Some(t(-1000))),
+            lease(stale_lease, Some(t(-1000))),
         ];
-        let r = evaluate_leases(
-            &nodes,
-            &machines,
-            &leases,
-            &settings(),
-            0.6,
-            &ZoneRule::report_only(0.6),
-            t(0),
-        );
+        judge(&nodes, &machines, &leases, fraction, t(0))
+    }
+
+    #[test]
+    fn candidate_without_lease_is_excluded_and_orphan_leases_are_listed() {
+        let r = two_fresh_and(node("n2"), "ghost", 0.6);
         assert_eq!(
             *verdict_of(&r, "n2"),
             Verdict::Excluded(ExclusionReason::NoLease)
@@ -998,30 +933,8 @@ mod tests {
 
     #[test]
     fn leases_of_excluded_nodes_do_not_count() {
-        let nodes = [
-            node("n0"),
-            node("n1"),
-            with_condition(node("n2"), "NetworkUnavailable", "True", None),
-        ];
-        let machines = [
-            machine("n0", None),
-            machine("n1", None),
-            machine("n2", None),
-        ];
-        let leases = [
-            lease("n0", Some(t(0))),
-            lease("n1", Some(t(0))),
-            lease("n2", Some(t(-1000))),
-        ];
-        let r = evaluate_leases(
-            &nodes,
-            &machines,
-            &leases,
-            &settings(),
-            0.3,
-            &ZoneRule::report_only(0.3),
-            t(0),
-        );
+        let excluded = with_condition(node("n2"), "NetworkUnavailable", "True", None);
+        let r = two_fresh_and(excluded, "n2", 0.3);
         assert_eq!((r.candidates, r.expired), (2, 0));
         assert!(r.orphan_leases.is_empty());
     }
@@ -1029,15 +942,7 @@ mod tests {
     #[test]
     fn verdicts_are_sorted_by_node_name() {
         let nodes = [node("b"), node("a")];
-        let r = evaluate_leases(
-            &nodes,
-            &[],
-            &[],
-            &settings(),
-            0.6,
-            &ZoneRule::report_only(0.6),
-            t(0),
-        );
+        let r = judge(&nodes, &[], &[], 0.6, t(0));
         let names: Vec<_> = r.nodes.iter().map(|v| v.node.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
     }
@@ -1085,15 +990,7 @@ mod tests {
             let (nodes, machines, leases) = cluster(n, 0);
             assert!(leases_alone_suffice(&leases, GRACE, 0.6, now, false));
             for keep in 0..=nodes.len() {
-                let r = evaluate_leases(
-                    &nodes[..keep],
-                    &machines,
-                    &leases,
-                    &settings(),
-                    0.6,
-                    &ZoneRule::report_only(0.6),
-                    now,
-                );
+                let r = judge(&nodes[..keep], &machines, &leases, 0.6, now);
                 assert_ne!(
                     r.decision,
                     LeaseDecision::ScaleDown,

@@ -26,8 +26,8 @@ pub use config::{ConfigError, FieldProblem, Loaded};
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
 pub use hysteresis::{Direction, Hysteresis};
 pub use lease::{
-    ExclusionReason, LeaseDecision, LeaseReport, MachineView, NoScalingReason, NodeVerdict,
-    UpReason, Verdict, evaluate_leases, leases_alone_suffice,
+    ConditionView, ExclusionReason, LeaseDecision, LeaseReport, MachineView, NoScalingReason,
+    NodeLeaseView, NodeVerdict, NodeView, UpReason, Verdict, evaluate_leases, leases_alone_suffice,
 };
 pub use scaling::{ScalingError, TargetAction, TargetSnapshot};
 pub use selector::{PodSelector, SelectorError};

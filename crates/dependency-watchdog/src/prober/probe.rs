@@ -16,9 +16,7 @@ use dwd_core::{
     Direction, EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases,
     leases_alone_suffice,
 };
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
-use kube::{Api, Client};
+use kube::Client;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -26,8 +24,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::ProberContext;
 use super::scaler;
 use super::shadow_observer::{self, VirtualState};
-use super::shoot_reads::{LEASE_PAGE, NODE_PAGE, list_all};
-use super::slim::{NodeLease, ProbedNode};
+use super::shoot_reads;
 use crate::Error;
 use crate::events::Subject;
 use crate::kube_client::{PreparedShootConfig, ResponseLimits, is_response_too_large};
@@ -41,9 +38,6 @@ pub const NOTED_NODES_LIMIT: usize = 20;
 
 /// Longest node name quoted in shadow mode's note of a finding.
 const NOTED_NAME_LIMIT: usize = 100;
-
-/// Namespace of node leases in the shoot (the protocol constant, defined in `dwd_core`).
-pub use dwd_core::lease::NODE_LEASE_NAMESPACE;
 
 /// What one run found, for the loop and for tests.
 #[derive(Debug, Default)]
@@ -723,15 +717,11 @@ impl Probe {
         //    outcome. Expiry is judged against the moment the lease list was asked for: a body
         //    that takes long to arrive (a slow link, a tenant's fat leases) must not age the
         //    renewals it carries.
-        let leases_api: Api<NodeLease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
         let listed_at = Utc::now();
         let leases = self
-            .shoot_call("listing node leases", list_all(&leases_api, LEASE_PAGE))
+            .shoot_call("listing node leases", shoot_reads::node_leases(&client))
             .await
-            .map_err(ProbeFailure::ShootList)?
-            .into_iter()
-            .map(NodeLease::into_lease)
-            .collect::<Vec<Lease>>();
+            .map_err(ProbeFailure::ShootList)?;
         if leases_alone_suffice(
             &leases,
             self.settings.node_monitor_grace,
@@ -743,9 +733,8 @@ impl Probe {
                 leases: leases.len(),
             });
         }
-        let nodes_api: Api<ProbedNode> = Api::all(client.clone());
         let nodes = self
-            .shoot_call("listing nodes", list_all(&nodes_api, NODE_PAGE))
+            .shoot_call("listing nodes", shoot_reads::nodes(&client))
             .await;
         drop(client);
         let nodes = nodes.map_err(ProbeFailure::ShootList)?;
@@ -760,7 +749,6 @@ impl Probe {
             .iter()
             .map(|m| (**m).clone())
             .collect();
-        let nodes: Vec<Node> = nodes.into_iter().map(ProbedNode::into_node).collect();
         let report = evaluate_leases(
             &nodes,
             &machines,

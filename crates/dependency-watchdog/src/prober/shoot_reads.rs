@@ -2,11 +2,15 @@
 //! the apiserver's possibly stale watch cache: a shoot whose etcd is down can keep serving
 //! old leases from it, and a stale lease must never scale anything), paginated (`limit` and
 //! `continue`, so no single response holds a whole large shoot), and bounded in bytes by the
-//! client ([`crate::kube_client::ResponseLimits`]).
+//! client ([`crate::kube_client::ResponseLimits`]). [`node_leases`] and [`nodes`] are the lease
+//! probe's two reads, for the prober and `explain` alike.
 
-use kube::Api;
+use dwd_core::lease::{NODE_LEASE_NAMESPACE, NodeLeaseView, NodeView};
 use kube::api::ListParams;
+use kube::{Api, Client};
 use serde::de::DeserializeOwned;
+
+use super::slim::{NodeLease, ProbedNode};
 
 /// Leases per page: a lease is a few hundred bytes.
 pub const LEASE_PAGE: u32 = 500;
@@ -36,4 +40,26 @@ where
         format!("more than {MAX_PAGES} pages of {page_size}; the list was not followed further")
             .into(),
     ))
+}
+
+/// The shoot's node leases (`kube-node-lease`), read straight into the views the lease probe
+/// judges; a lease without a name has none and is left out.
+pub async fn node_leases(shoot: &Client) -> kube::Result<Vec<NodeLeaseView>> {
+    let api: Api<NodeLease> = Api::namespaced(shoot.clone(), NODE_LEASE_NAMESPACE);
+    let leases = list_all(&api, LEASE_PAGE).await?;
+    Ok(leases
+        .into_iter()
+        .filter_map(NodeLease::into_view)
+        .collect())
+}
+
+/// The shoot's nodes, read straight into the views the lease probe judges; a node without a
+/// name has none and is left out (it can't be matched to a lease or a Machine).
+pub async fn nodes(shoot: &Client) -> kube::Result<Vec<NodeView>> {
+    let api: Api<ProbedNode> = Api::all(shoot.clone());
+    let nodes = list_all(&api, NODE_PAGE).await?;
+    Ok(nodes
+        .into_iter()
+        .filter_map(ProbedNode::into_view)
+        .collect())
 }

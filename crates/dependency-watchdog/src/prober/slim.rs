@@ -1,31 +1,36 @@
-//! Node leases and nodes as the lease probe reads them: only what decides candidacy and
-//! expiry.
+//! Node leases and nodes as the lease probe reads them: straight from the wire into the
+//! decision's own views ([`NodeLeaseView`], [`NodeView`]), keeping only what decides candidacy
+//! and expiry.
 //!
 //! Every probe run of every shoot lists the shoot's node leases, and in an outage its nodes.
 //! Deserialized as k8s-openapi `Lease`s and `Node`s, most of the work would go into
 //! `managedFields` (a JSON tree per object, built and dropped again) and fields nobody reads
 //! (a node's images, addresses, capacity, system info); these types let serde skip all of
 //! that. `Api<NodeLease>` and `Api<ProbedNode>` list the same `coordination.k8s.io/v1` leases
-//! and `v1` nodes.
+//! and `v1` nodes. They exist only because `kube::Resource` wants a local type with an
+//! `ObjectMeta`: each holds the view and the object's name, nothing else. An object without a
+//! name has no view (it can't be matched to a lease, node or Machine), and reading never fails
+//! on one.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use dwd_core::ZONE_LABEL;
-use dwd_core::lease::{NOT_MANAGED_BY_MCM_ANNOTATION, WORKER_POOL_LABEL};
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use dwd_core::lease::{
+    ConditionView, NOT_MANAGED_BY_MCM_ANNOTATION, NodeLeaseView, NodeView, WORKER_POOL_LABEL,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde::Deserialize;
 
-/// A `coordination.k8s.io/v1` Lease reduced to what decides expiry.
+/// A `coordination.k8s.io/v1` Lease as the lease probe reads it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RawLease")]
 pub struct NodeLease {
-    /// Only `name` is set.
+    /// Only `name`, for `kube::Resource`.
     metadata: ObjectMeta,
-    /// `spec.renewTime`.
-    renew_time: Option<MicroTime>,
+    /// What decides expiry; `None` for a lease without a name.
+    view: Option<NodeLeaseView>,
 }
 
 /// The wire shape; serde ignores every field not named here without building it.
@@ -44,44 +49,53 @@ struct RawMeta {
 
 #[derive(Deserialize, Default)]
 struct RawSpec {
+    /// Parsed as k8s-openapi parses it (RFC 3339, microseconds).
     #[serde(rename = "renewTime")]
     renew_time: Option<MicroTime>,
 }
 
+/// Only the name, as `kube::Resource` hands it out.
+fn named(name: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: name.map(str::to_owned),
+        ..ObjectMeta::default()
+    }
+}
+
 impl From<RawLease> for NodeLease {
     fn from(raw: RawLease) -> Self {
+        // Microseconds are what the wire carries; a time chrono can't hold has no renewal
+        // the probe could trust, so it counts as none (expired).
+        let renew_time = raw
+            .spec
+            .renew_time
+            .and_then(|t| DateTime::<Utc>::from_timestamp_micros(t.0.as_microsecond()));
         NodeLease {
-            metadata: ObjectMeta {
-                name: raw.metadata.name,
-                ..ObjectMeta::default()
-            },
-            renew_time: raw.spec.renew_time,
+            metadata: named(raw.metadata.name.as_deref()),
+            view: raw
+                .metadata
+                .name
+                .map(|name| NodeLeaseView { name, renew_time }),
         }
     }
 }
 
 impl NodeLease {
-    /// The k8s-openapi `Lease` the decision functions take (name and renew time only).
-    pub fn into_lease(self) -> Lease {
-        Lease {
-            metadata: self.metadata,
-            spec: Some(LeaseSpec {
-                renew_time: self.renew_time,
-                ..LeaseSpec::default()
-            }),
-        }
+    /// What the decision functions take; `None` for a lease without a name.
+    pub fn into_view(self) -> Option<NodeLeaseView> {
+        self.view
     }
 }
 
-/// A `v1` Node reduced to what decides candidacy: name, worker pool and zone labels, the
+/// A `v1` Node as the lease probe reads it: name, worker pool and zone labels, the
 /// not-managed-by-MCM annotation, and each condition's type, status and reason.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RawNode")]
 pub struct ProbedNode {
-    /// `name`, and of the labels and annotations only those the decision reads.
+    /// Only `name`, for `kube::Resource`.
     metadata: ObjectMeta,
-    /// Type, status and reason of each condition.
-    conditions: Vec<NodeCondition>,
+    /// What decides candidacy; `None` for a node without a name.
+    view: Option<NodeView>,
 }
 
 #[derive(Deserialize)]
@@ -113,47 +127,43 @@ struct RawCondition {
     reason: Option<String>,
 }
 
-/// Keeps only `keys` of an optional map.
-fn only(map: Option<BTreeMap<String, String>>, keys: &[&str]) -> Option<BTreeMap<String, String>> {
-    map.map(|mut m| keys.iter().filter_map(|k| m.remove_entry(*k)).collect())
-}
-
 impl From<RawNode> for ProbedNode {
     fn from(raw: RawNode) -> Self {
-        ProbedNode {
-            metadata: ObjectMeta {
-                name: raw.metadata.name,
-                labels: only(raw.metadata.labels, &[WORKER_POOL_LABEL, ZONE_LABEL]),
-                annotations: only(raw.metadata.annotations, &[NOT_MANAGED_BY_MCM_ANNOTATION]),
-                ..ObjectMeta::default()
-            },
-            conditions: raw
-                .status
-                .conditions
-                .unwrap_or_default()
-                .into_iter()
-                .map(|c| NodeCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    reason: c.reason,
-                    ..NodeCondition::default()
-                })
-                .collect(),
-        }
+        let RawNodeMeta {
+            name,
+            labels,
+            annotations,
+        } = raw.metadata;
+        let metadata = named(name.as_deref());
+        let view = name.map(|name| {
+            let mut labels = labels.unwrap_or_default();
+            NodeView {
+                name,
+                pool: labels.remove(WORKER_POOL_LABEL),
+                zone: labels.remove(ZONE_LABEL),
+                not_managed_by_mcm: annotations
+                    .is_some_and(|a| a.contains_key(NOT_MANAGED_BY_MCM_ANNOTATION)),
+                conditions: raw
+                    .status
+                    .conditions
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| ConditionView {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                    })
+                    .collect(),
+            }
+        });
+        ProbedNode { metadata, view }
     }
 }
 
 impl ProbedNode {
-    /// The k8s-openapi `Node` the decision functions take (the kept fields only).
-    pub fn into_node(self) -> Node {
-        Node {
-            metadata: self.metadata,
-            spec: None,
-            status: Some(NodeStatus {
-                conditions: Some(self.conditions),
-                ..NodeStatus::default()
-            }),
-        }
+    /// What the decision functions take; `None` for a node without a name.
+    pub fn into_view(self) -> Option<NodeView> {
+        self.view
     }
 }
 
@@ -199,6 +209,8 @@ slim_resource!(ProbedNode, k8s_openapi::ClusterResourceScope,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Node;
     use kube::Resource;
 
     /// A node with everything a kubelet reports, and what the decision reads.
@@ -233,32 +245,22 @@ mod tests {
         let json = full_node_json();
         let full: Node = serde_json::from_value(json.clone()).unwrap_or_else(|e| panic!("{e}"));
         let slim: ProbedNode = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
-        let node = slim.into_node();
-        assert_eq!(node.metadata.name, full.metadata.name);
-        assert_eq!(
-            node.metadata.labels,
-            Some(BTreeMap::from([
-                (WORKER_POOL_LABEL.to_string(), "pool-a".to_string()),
-                (ZONE_LABEL.to_string(), "eu-1a".to_string()),
-            ]))
-        );
-        assert_eq!(
-            node.metadata.annotations,
-            Some(BTreeMap::from([(
-                NOT_MANAGED_BY_MCM_ANNOTATION.to_string(),
-                "1".to_string()
-            )]))
-        );
-        let conditions = |n: &Node| -> Vec<(String, String, Option<String>)> {
-            n.status
-                .as_ref()
-                .and_then(|s| s.conditions.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|c| (c.type_, c.status, c.reason))
-                .collect()
-        };
-        assert_eq!(conditions(&node), conditions(&full));
+        assert_eq!(slim.meta().name, full.metadata.name);
+        let node = slim
+            .into_view()
+            .unwrap_or_else(|| panic!("a named node has a view"));
+        assert_eq!(Some(&node.name), full.metadata.name.as_ref());
+        assert_eq!(node.pool.as_deref(), Some("pool-a"));
+        assert_eq!(node.zone.as_deref(), Some("eu-1a"));
+        assert!(node.not_managed_by_mcm);
+        let full_conditions = full.status.and_then(|s| s.conditions).unwrap_or_default();
+        assert_eq!(node.conditions.len(), full_conditions.len());
+        for (slim, full) in node.conditions.iter().zip(&full_conditions) {
+            assert_eq!(
+                (&slim.type_, &slim.status, &slim.reason),
+                (&full.type_, &full.status, &full.reason)
+            );
+        }
         assert_eq!(ProbedNode::url_path(&(), None), "/api/v1/nodes");
     }
 
@@ -267,9 +269,31 @@ mod tests {
         let slim: ProbedNode =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}}))
                 .unwrap_or_else(|e| panic!("{e}"));
-        let node = slim.into_node();
-        assert!(node.metadata.labels.is_none() && node.metadata.annotations.is_none());
-        assert_eq!(node.status.and_then(|s| s.conditions), Some(Vec::new()));
+        assert_eq!(
+            slim.into_view(),
+            Some(NodeView {
+                name: "n".into(),
+                pool: None,
+                zone: None,
+                not_managed_by_mcm: false,
+                conditions: Vec::new(),
+            })
+        );
+    }
+
+    #[test]
+    fn objects_without_a_name_are_read_and_have_no_view() {
+        let node: ProbedNode = serde_json::from_value(serde_json::json!({
+            "metadata": {"labels": {"worker.gardener.cloud/pool": "a"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(node.into_view().is_none());
+        let lease: NodeLease = serde_json::from_value(
+            serde_json::json!({"spec": {"renewTime": "2026-11-22T08:00:00.000000Z"}}),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(lease.into_view().is_none());
     }
 
     #[test]
@@ -289,11 +313,25 @@ mod tests {
         let slim: NodeLease =
             serde_json::from_value(json.clone()).unwrap_or_else(|e| panic!("{e}"));
         let full: Lease = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
-        let lease = slim.into_lease();
-        assert_eq!(lease.metadata.name.as_deref(), Some("node-1"));
+        assert_eq!(slim.meta().name.as_deref(), Some("node-1"));
+        let lease = slim
+            .into_view()
+            .unwrap_or_else(|| panic!("a named lease has a view"));
+        assert_eq!(lease.name, "node-1");
+        let full_renew = full
+            .spec
+            .and_then(|s| s.renew_time)
+            .unwrap_or_else(|| panic!("the full Lease has a renew time"));
+        // Microseconds survive: the view's time is the wire's, to the microsecond.
         assert_eq!(
-            lease.spec.and_then(|s| s.renew_time),
-            full.spec.and_then(|s| s.renew_time)
+            lease.renew_time.map(|t| t.timestamp_micros()),
+            Some(full_renew.0.as_microsecond())
+        );
+        assert_eq!(
+            lease
+                .renew_time
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+            Some("2026-11-22T08:00:00.123456Z".to_owned())
         );
         assert_eq!(
             NodeLease::url_path(&(), Some("kube-node-lease")),
@@ -303,9 +341,18 @@ mod tests {
 
     #[test]
     fn a_lease_without_spec_or_renew_time_has_none() {
-        let slim: NodeLease =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}}))
-                .unwrap_or_else(|e| panic!("{e}"));
-        assert!(slim.into_lease().spec.and_then(|s| s.renew_time).is_none());
+        for json in [
+            serde_json::json!({"metadata": {"name": "n"}}),
+            serde_json::json!({"metadata": {"name": "n"}, "spec": {"holderIdentity": "n"}}),
+        ] {
+            let slim: NodeLease = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                slim.into_view(),
+                Some(NodeLeaseView {
+                    name: "n".into(),
+                    renew_time: None
+                })
+            );
+        }
     }
 }

@@ -3,36 +3,27 @@
 //! projections of seed objects, the same target discovery. Tools use this facade, never the
 //! prober's internals, so those can change without breaking them.
 
-use dwd_core::{DependentResourceInfo, MachineView, TargetSnapshot};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use dwd_core::{DependentResourceInfo, MachineView, NodeLeaseView, NodeView, TargetSnapshot};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
 
-use super::probe::{NODE_LEASE_NAMESPACE, bounded};
+use super::probe::bounded;
 use super::seed_caches::{project_machine, project_target, split_api_version};
-use super::shoot_reads::{LEASE_PAGE, NODE_PAGE, list_all};
+use super::shoot_reads;
 use crate::gardener::machine_gvk;
 
 /// The key of the probe secret's data that holds the shoot's kubeconfig.
 pub use super::seed_caches::KUBECONFIG_KEY;
 
-/// The shoot's Nodes, read as the lease probe reads them; an error from the shoot's
-/// apiserver has its messages cut as the prober cuts them.
-pub async fn shoot_nodes(shoot: &Client) -> kube::Result<Vec<Node>> {
-    list_all(&Api::<Node>::all(shoot.clone()), NODE_PAGE)
-        .await
-        .map_err(bounded)
+/// The shoot's Nodes, read by the lease probe's own read into the views it judges; an error
+/// from the shoot's apiserver has its messages cut as the prober cuts them.
+pub async fn shoot_nodes(shoot: &Client) -> kube::Result<Vec<NodeView>> {
+    shoot_reads::nodes(shoot).await.map_err(bounded)
 }
 
 /// The shoot's node Leases, read as the lease probe reads them (errors as [`shoot_nodes`]).
-pub async fn shoot_node_leases(shoot: &Client) -> kube::Result<Vec<Lease>> {
-    list_all(
-        &Api::<Lease>::namespaced(shoot.clone(), NODE_LEASE_NAMESPACE),
-        LEASE_PAGE,
-    )
-    .await
-    .map_err(bounded)
+pub async fn shoot_node_leases(shoot: &Client) -> kube::Result<Vec<NodeLeaseView>> {
+    shoot_reads::node_leases(shoot).await.map_err(bounded)
 }
 
 /// The Machines of shoot `namespace` on the seed, as the prober's Machine cache keeps them
