@@ -15,18 +15,15 @@ use dependency_watchdog::events::{
     Component, Events, REASON_POD_DELETED, REASON_SCALE_DOWN, REASON_SCALE_UP, REASON_SCALED_DOWN,
     REASON_SCALED_UP,
 };
-use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::{EventLabels, EventOutcome, Metrics};
-use dependency_watchdog::weeder::{self, Weeders};
 use dwd_core::Direction;
-use dwd_sim::{EndpointsState, SeedControlPlane};
-use dwd_testenv::{TestEnv, eventually};
+use dwd_sim::EndpointsState;
+use dwd_testenv::eventually;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
-use tokio_util::sync::CancellationToken;
 
 const PROBER: &str = "dependency-watchdog-prober";
 const WEEDER: &str = "dependency-watchdog-weeder";
@@ -219,13 +216,7 @@ async fn scaling_decisions_are_events_on_the_cluster_and_on_every_target() {
 /// into the earlier one.
 #[tokio::test]
 async fn repeated_events_aggregate_and_new_messages_stay_separate() {
-    let env = TestEnv::shared().await.expect("test environment");
-    let client = env
-        .apiserver("seed")
-        .expect("seed apiserver")
-        .client()
-        .await
-        .expect("seed client");
+    let client = seed_client().await.expect("seed client");
     let metrics = Arc::new(Metrics::default());
     let events = Events::start(
         client.clone(),
@@ -313,55 +304,25 @@ async fn repeated_events_aggregate_and_new_messages_stay_separate() {
 async fn a_pod_the_weeder_deletes_gets_an_event_naming_container_and_service() {
     const SVC: &str = "etcd-events";
     // The weeder needs only the seed, not the prober harness.
-    let env = TestEnv::shared().await.expect("test environment");
-    let client = env
-        .apiserver("seed")
-        .expect("seed apiserver")
-        .client()
+    let client = seed_client().await.expect("seed client");
+    let ns = weeder_harness::namespace(&client, "ev-weeder")
         .await
-        .expect("seed client");
-    let ns = SeedControlPlane::new(client.clone(), "ev-weeder");
-    ns.create_namespace().await.expect("namespace");
+        .expect("namespace");
     ns.create_crashlooping_pod("kapi-crash", &[("role", "apiserver")])
         .await
         .expect("pod");
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.namespace());
-    let uid = pods
-        .get("kapi-crash")
+    let uid = weeder_harness::uid_of(&ns, "kapi-crash")
         .await
-        .expect("pod")
-        .metadata
-        .uid
         .expect("uid");
     ns.set_endpoint_slice(SVC, 1, EndpointsState::NotReady)
         .await
         .expect("slice");
 
-    let config = dwd_core::WeederConfig::from_yaml(&format!(
-        "watchDuration: 30s\nservicesAndDependantSelectors:\n  {SVC}:\n    podSelectors:\n    \
-         - matchExpressions:\n      - {{key: role, operator: In, values: [apiserver]}}\n"
-    ))
-    .expect("weeder config")
-    .config;
-    let metrics = Arc::new(Metrics::default());
-    let health = Arc::new(Health::default());
-    let shutdown = CancellationToken::new();
-    let weeders = Weeders::new(metrics.clone(), shutdown.child_token());
-    let task = tokio::spawn(weeder::run_with(
-        config,
+    let weeder = weeder_harness::Running::start(
         client.clone(),
-        weeders,
-        health.clone(),
-        dependency_watchdog::events::PodRef {
-            namespace: "default".into(),
-            name: "dwd-events-test".into(),
-        },
-        shutdown.clone(),
-    ));
-    eventually(DEADLINE, "weeder ready", || {
-        let ready = health.is_ready();
-        async move { Ok(ready.then_some(())) }
-    })
+        weeder_harness::config("30s", &[(SVC, &["apiserver"])]),
+    )
     .await
     .expect("weeder ready");
 
@@ -393,8 +354,5 @@ async fn a_pod_the_weeder_deletes_gets_an_event_naming_container_and_service() {
     assert_eq!(r.namespace.as_deref(), Some(ns.namespace()));
     eprintln!("Pod event: {}", note(e));
 
-    shutdown.cancel();
-    task.await
-        .expect("weeder task")
-        .expect("weeder ended cleanly");
+    weeder.stop().await.expect("weeder ended cleanly");
 }

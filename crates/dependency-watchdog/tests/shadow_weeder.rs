@@ -13,192 +13,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, ensure};
-use dependency_watchdog::events::{Component, PodRef};
-use dependency_watchdog::health::Health;
-use dependency_watchdog::metrics::{Metrics, ServiceLabels};
-use dependency_watchdog::shadow::{ActionLabels, Record, Shadow, pod_key};
-use dependency_watchdog::weeder::{self, Weeders};
-use dwd_sim::seed::endpoint_slice_name;
-use dwd_sim::{EndpointsState, SeedControlPlane};
-use dwd_testenv::{TestEnv, eventually};
+use anyhow::{Context, Result, ensure};
+use dependency_watchdog::events::Component;
+use dependency_watchdog::shadow::{Shadow, pod_key};
+use dwd_sim::EndpointsState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use tokio_util::sync::CancellationToken;
 
-/// Generous deadline for anything the weeder should do within a second or two.
-const DEADLINE: Duration = Duration::from_secs(30);
+mod common;
 
-/// A weeder config: `service` with one selector `role In [<role>]`.
-fn config(watch_duration: &str, service: &str, role: &str) -> dwd_core::WeederConfig {
-    let yaml = format!(
-        "watchDuration: {watch_duration}\nservicesAndDependantSelectors:\n  {service}:\n    \
-         podSelectors:\n    - matchExpressions:\n      - {{key: role, operator: In, values: [{role}]}}\n"
-    );
-    dwd_core::WeederConfig::from_yaml(&yaml)
-        .expect("test weeder config is valid")
-        .config
-}
-
-/// One in-process weeder (acting, or in shadow mode with `shadow`), stopped by [`Running::stop`].
-struct Running {
-    weeders: Arc<Weeders>,
-    metrics: Arc<Metrics>,
-    shadow: Option<Arc<Shadow>>,
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<dependency_watchdog::Result<()>>,
-}
-
-impl Running {
-    /// Starts `weeder::run_with_shadow` on `client` and waits until its slice list is through.
-    async fn start(
-        client: kube::Client,
-        config: dwd_core::WeederConfig,
-        shadow: Option<Arc<Shadow>>,
-    ) -> Result<Running> {
-        let metrics = Arc::new(Metrics::default());
-        let health = Arc::new(Health::default());
-        let shutdown = CancellationToken::new();
-        let weeders = Weeders::new(metrics.clone(), shutdown.child_token());
-        let task = tokio::spawn(weeder::run_with_shadow(
-            config,
-            client,
-            weeders.clone(),
-            health.clone(),
-            PodRef {
-                namespace: "default".into(),
-                name: "dwd-shadow-weeder-test".into(),
-            },
-            shadow.clone(),
-            shutdown.clone(),
-        ));
-        eventually(DEADLINE, "weeder ready", || {
-            let ready = health.is_ready();
-            async move { Ok(ready.then_some(())) }
-        })
-        .await
-        .map_err(|e| anyhow!(e))?;
-        Ok(Running {
-            weeders,
-            metrics,
-            shadow,
-            shutdown,
-            task,
-        })
-    }
-
-    fn deleted(&self, service: &str) -> u64 {
-        self.metrics
-            .pods_deleted
-            .get_or_create(&ServiceLabels {
-                service: service.into(),
-            })
-            .get()
-    }
-
-    fn shadow(&self) -> &Shadow {
-        self.shadow.as_deref().expect("a weeder in shadow mode")
-    }
-
-    /// Shadow mode: how many pod deletions we would have made.
-    fn would_delete(&self) -> u64 {
-        self.shadow()
-            .metrics
-            .would
-            .get_or_create(&ActionLabels {
-                component: "weeder".into(),
-                action: "delete_pod".into(),
-            })
-            .get()
-    }
-
-    /// Shadow mode: the kept record of `key`, once there is one.
-    async fn wait_record(&self, key: &str) -> Result<Record> {
-        eventually(DEADLINE, &format!("a shadow record of {key}"), || {
-            let record = self
-                .shadow()
-                .records(usize::MAX)
-                .into_iter()
-                .find(|r| r.key == key);
-            async move { Ok(record) }
-        })
-        .await
-        .map_err(|e| anyhow!(e))
-    }
-
-    /// Shadow mode: `dwd_shadow_comparisons_total{component="weeder",action="delete_pod",
-    /// verdict}` as the metrics endpoint shows it.
-    fn comparisons(&self, verdict: &str) -> f64 {
-        let mut registry = prometheus_client::registry::Registry::default();
-        self.shadow().metrics.register(&mut registry);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
-        dwd_testenv::metrics::sample(
-            &text,
-            "dwd_shadow_comparisons_total",
-            &[
-                ("component", "weeder"),
-                ("action", "delete_pod"),
-                ("verdict", verdict),
-            ],
-        )
-        .unwrap_or(0.0)
-    }
-
-    /// Waits until a weeder runs for `namespace/<slice of service>`.
-    async fn wait_started(&self, namespace: &str, service: &str) -> Result<()> {
-        let key = format!("{namespace}/{}", endpoint_slice_name(service));
-        eventually(DEADLINE, &format!("weeder for {key}"), || {
-            let running = self.weeders.keys().contains(&key);
-            async move { Ok(running.then_some(())) }
-        })
-        .await
-        .map_err(|e| anyhow!(e))
-    }
-
-    /// Cancels the weeder; it must end with `Ok` and leave no weeder task behind.
-    async fn stop(mut self) -> Result<()> {
-        self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(10), &mut self.task)
-            .await
-            .context("weeder did not stop within 10 s")??
-            .context("weeder::run ended with an error")?;
-        eventually(DEADLINE, "all weeders ended", || {
-            let idle = self.weeders.active() == 0 && self.weeders.live_tasks() == 0;
-            async move { Ok(idle.then_some(())) }
-        })
-        .await
-        .map_err(|e| anyhow!(e))
-    }
-}
-
-async fn seed_client() -> Result<kube::Client> {
-    let env = TestEnv::shared().await?;
-    Ok(env
-        .apiserver("seed")
-        .context("seed apiserver")?
-        .client()
-        .await?)
-}
-
-/// A namespace with the simulator's helpers for pods and slices.
-async fn namespace(client: &kube::Client, name: &str) -> Result<SeedControlPlane> {
-    let ns = SeedControlPlane::new(client.clone(), name);
-    ns.create_namespace().await?;
-    Ok(ns)
-}
-
-/// The pod's UID, or `None` when it no longer exists.
-async fn pod_uid(ns: &SeedControlPlane, pod: &str) -> Result<Option<String>> {
-    let api: Api<Pod> = Api::namespaced(ns.client().clone(), ns.namespace());
-    Ok(api.get_opt(pod).await?.and_then(|p| p.metadata.uid))
-}
-
-async fn uid_of(ns: &SeedControlPlane, pod: &str) -> Result<String> {
-    pod_uid(ns, pod)
-        .await?
-        .with_context(|| format!("pod {}/{pod} exists", ns.namespace()))
-}
+use common::weeder_harness::{DEADLINE, Running, config, namespace, pod_uid, uid_of};
+use common::{seed_client, wait_until};
 
 /// `base`, counting the pod watches whose response began: from then on the apiserver has the
 /// watch registered, so every later pod change reaches it, in resourceVersion order.
@@ -235,11 +60,11 @@ async fn the_shadow_agrees_with_the_acting_weeders_deletion() -> Result<()> {
     ns.set_endpoint_slice(SVC, 1, EndpointsState::NotReady)
         .await?;
 
-    let acting = Running::start(client.clone(), config("60s", SVC, "apiserver"), None).await?;
+    let acting = Running::start(client.clone(), config("60s", &[(SVC, &["apiserver"])])).await?;
     let shadow_watches = Arc::new(AtomicUsize::new(0));
-    let shadow = Running::start(
+    let shadow = Running::start_with_shadow(
         counting_pod_watches(client.clone(), shadow_watches.clone()),
-        config("60s", SVC, "apiserver"),
+        config("60s", &[(SVC, &["apiserver"])]),
         Some(Shadow::new(Component::Weeder, Duration::from_secs(20))),
     )
     .await?;
@@ -251,12 +76,10 @@ async fn the_shadow_agrees_with_the_acting_weeders_deletion() -> Result<()> {
         .await?;
     acting.wait_started(ns.namespace(), SVC).await?;
     shadow.wait_started(ns.namespace(), SVC).await?;
-    eventually(DEADLINE, "the shadow weeder's pod watch", || {
-        let n = shadow_watches.load(Ordering::SeqCst);
-        async move { Ok((n >= 1).then_some(())) }
+    wait_until(DEADLINE, "the shadow weeder's pod watch", || {
+        shadow_watches.load(Ordering::SeqCst) >= 1
     })
-    .await
-    .map_err(|e| anyhow!(e))?;
+    .await?;
     ensure!(pod_uid(&ns, "kapi").await? == Some(uid.clone()));
     ns.set_crashlooping("kapi", true).await?;
 
@@ -329,20 +152,18 @@ async fn the_shadow_weeder_alone_deletes_nothing_and_reports_only_us() -> Result
 
     let window = Duration::from_secs(4);
     let deletes = Arc::new(AtomicUsize::new(0));
-    let shadow = Running::start(
+    let shadow = Running::start_with_shadow(
         counting_deletes(client.clone(), deletes.clone()),
-        config("30s", SVC, "apiserver"),
+        config("30s", &[(SVC, &["apiserver"])]),
         Some(Shadow::new(Component::Weeder, window)),
     )
     .await?;
     ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
         .await?;
-    eventually(DEADLINE, "two would-be deletions", || {
-        let n = shadow.would_delete();
-        async move { Ok((n >= 2).then_some(())) }
+    wait_until(DEADLINE, "two would-be deletions", || {
+        shadow.would_delete() >= 2
     })
-    .await
-    .map_err(|e| anyhow!(e))?;
+    .await?;
     ensure!(
         pod_uid(&ns, "kapi-crash").await? == Some(crash_uid.clone()),
         "shadow mode must not delete"
@@ -448,21 +269,19 @@ async fn a_deletion_that_beats_the_shadows_first_list_still_agrees() -> Result<(
 
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let arrived = Arc::new(AtomicUsize::new(0));
-    let shadow = Running::start(
+    let shadow = Running::start_with_shadow(
         gated_pod_reads(client.clone(), gate.clone(), arrived.clone()),
-        config("30s", SVC, "apiserver"),
+        config("30s", &[(SVC, &["apiserver"])]),
         Some(Shadow::new(Component::Weeder, Duration::from_secs(20))),
     )
     .await?;
     ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
         .await?;
     shadow.wait_started(ns.namespace(), SVC).await?;
-    eventually(DEADLINE, "the shadow weeder's first pod list, held", || {
-        let n = arrived.load(Ordering::SeqCst);
-        async move { Ok((n >= 1).then_some(())) }
+    wait_until(DEADLINE, "the shadow weeder's first pod list, held", || {
+        arrived.load(Ordering::SeqCst) >= 1
     })
-    .await
-    .map_err(|e| anyhow!(e))?;
+    .await?;
     // The acting watchdog is faster.
     pods.delete("kapi", &DeleteParams::default()).await?;
     gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);

@@ -16,9 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, ensure};
-use dependency_watchdog::health::Health;
-use dependency_watchdog::metrics::{Metrics, ServiceLabels};
-use dependency_watchdog::weeder::{self, Weeders};
 use dwd_sim::seed::endpoint_slice_name;
 use dwd_sim::{AbortOnDrop, EndpointsState, SeedControlPlane};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
@@ -26,178 +23,13 @@ use futures::StreamExt;
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
-use tokio_util::sync::CancellationToken;
 
-/// Generous deadline for anything the weeder should do within a second or two.
-const DEADLINE: Duration = Duration::from_secs(30);
+mod common;
 
-/// A weeder config: `services` each with one selector per role (`role In [<role>]`).
-fn config(watch_duration: &str, services: &[(&str, &[&str])]) -> dwd_core::WeederConfig {
-    let mut yaml = format!("watchDuration: {watch_duration}\nservicesAndDependantSelectors:\n");
-    for (service, roles) in services {
-        yaml.push_str(&format!("  {service}:\n    podSelectors:\n"));
-        for role in *roles {
-            yaml.push_str(&format!(
-                "    - matchExpressions:\n      - {{key: role, operator: In, values: [{role}]}}\n"
-            ));
-        }
-    }
-    dwd_core::WeederConfig::from_yaml(&yaml)
-        .expect("test weeder config is valid")
-        .config
-}
-
-/// One in-process weeder, stopped (and checked to stop cleanly) by [`Running::stop`].
-struct Running {
-    weeders: Arc<Weeders>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<dependency_watchdog::Result<()>>,
-}
-
-impl Running {
-    /// Starts `weeder::run_with` on `client` and waits until its slice list is through.
-    async fn start(client: kube::Client, config: dwd_core::WeederConfig) -> Result<Running> {
-        let metrics = Arc::new(Metrics::default());
-        let health = Arc::new(Health::default());
-        let shutdown = CancellationToken::new();
-        let weeders = Weeders::new(metrics.clone(), shutdown.child_token());
-        let task = tokio::spawn(weeder::run_with(
-            config,
-            client,
-            weeders.clone(),
-            health.clone(),
-            dependency_watchdog::events::PodRef {
-                namespace: "default".into(),
-                name: "dwd-weeder-test".into(),
-            },
-            shutdown.clone(),
-        ));
-        eventually(DEADLINE, "weeder ready", || {
-            let ready = health.is_ready();
-            async move { Ok(ready.then_some(())) }
-        })
-        .await
-        .map_err(|e| anyhow!(e))?;
-        Ok(Running {
-            weeders,
-            metrics,
-            shutdown,
-            task,
-        })
-    }
-
-    /// Waits until `service`'s deletion counter reaches `n` (the pod disappears at the server
-    /// a moment before the weeder's delete call returns and counts it), then checks it is
-    /// exactly `n`: no pod deleted twice.
-    async fn expect_deleted(&self, service: &str, n: u64) -> Result<()> {
-        eventually(
-            DEADLINE,
-            &format!("{n} deletions counted for {service}"),
-            || async { Ok((self.deleted(service) >= n).then_some(())) },
-        )
-        .await
-        .map_err(anyhow::Error::msg)?;
-        ensure!(
-            self.deleted(service) == n,
-            "pods_deleted = {}, expected {n}",
-            self.deleted(service)
-        );
-        Ok(())
-    }
-
-    fn deleted(&self, service: &str) -> u64 {
-        self.metrics
-            .pods_deleted
-            .get_or_create(&ServiceLabels {
-                service: service.into(),
-            })
-            .get()
-    }
-
-    /// Waits until a weeder runs for `namespace/<slice of service>`.
-    async fn wait_started(&self, namespace: &str, service: &str) -> Result<()> {
-        let key = format!("{namespace}/{}", endpoint_slice_name(service));
-        eventually(DEADLINE, &format!("weeder for {key}"), || {
-            let running = self.weeders.keys().contains(&key);
-            async move { Ok(running.then_some(())) }
-        })
-        .await
-        .map_err(|e| anyhow!(e))
-    }
-
-    /// Waits until no weeder runs and no weeder task is left.
-    async fn wait_idle(&self) -> Result<()> {
-        eventually(DEADLINE, "all weeders ended", || {
-            let idle = self.weeders.active() == 0
-                && self.weeders.live_tasks() == 0
-                && self.metrics.active_weeders.get() == 0;
-            async move { Ok(idle.then_some(())) }
-        })
-        .await
-        .map_err(|e| anyhow!(e))
-    }
-
-    /// Cancels the weeder; it must end with `Ok` and leave no weeder task behind.
-    async fn stop(mut self) -> Result<()> {
-        self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(10), &mut self.task)
-            .await
-            .context("weeder did not stop within 10 s")??
-            .context("weeder::run ended with an error")?;
-        self.wait_idle().await
-    }
-}
-
-async fn seed_client() -> Result<kube::Client> {
-    let env = TestEnv::shared().await?;
-    Ok(env
-        .apiserver("seed")
-        .context("seed apiserver")?
-        .client()
-        .await?)
-}
-
-/// A namespace with the simulator's helpers for pods and slices.
-async fn namespace(client: &kube::Client, name: &str) -> Result<SeedControlPlane> {
-    let ns = SeedControlPlane::new(client.clone(), name);
-    ns.create_namespace().await?;
-    Ok(ns)
-}
-
-/// The pod's UID, or `None` when it no longer exists.
-async fn pod_uid(ns: &SeedControlPlane, pod: &str) -> Result<Option<String>> {
-    let api: Api<Pod> = Api::namespaced(ns.client().clone(), ns.namespace());
-    Ok(api.get_opt(pod).await?.and_then(|p| p.metadata.uid))
-}
-
-async fn wait_gone(ns: &SeedControlPlane, pod: &str) -> Result<()> {
-    let what = format!("pod {}/{pod} deleted", ns.namespace());
-    eventually(DEADLINE, &what, || async {
-        match pod_uid(ns, pod).await {
-            Ok(uid) => Ok(uid.is_none().then_some(())),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await
-    .map_err(|e| anyhow!(e))
-}
-
-async fn assert_kept(ns: &SeedControlPlane, pod: &str, uid: &str) -> Result<()> {
-    let now = pod_uid(ns, pod).await?;
-    ensure!(
-        now.as_deref() == Some(uid),
-        "pod {}/{pod} should be untouched (uid {uid}), now {now:?}",
-        ns.namespace()
-    );
-    Ok(())
-}
-
-async fn uid_of(ns: &SeedControlPlane, pod: &str) -> Result<String> {
-    pod_uid(ns, pod)
-        .await?
-        .with_context(|| format!("pod {}/{pod} exists", ns.namespace()))
-}
+use common::weeder_harness::{
+    DEADLINE, Running, assert_kept, config, namespace, pod_uid, uid_of, wait_gone,
+};
+use common::{seed_client, wait_until};
 
 #[tokio::test]
 async fn only_crashlooping_dependants_in_the_ready_slices_namespace_are_deleted() -> Result<()> {
@@ -341,12 +173,7 @@ async fn a_slice_ready_at_startup_starts_a_weeder_and_a_deleted_slice_starts_not
     ns.delete_endpoint_slice(SVC).await?;
     ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
         .await?;
-    eventually(DEADLINE, "second weeder", || {
-        let n = w.weeders.started_total();
-        async move { Ok((n == 2).then_some(())) }
-    })
-    .await
-    .map_err(|e| anyhow!(e))?;
+    wait_until(DEADLINE, "second weeder", || w.weeders.started_total() == 2).await?;
     ensure!(w.weeders.active() == 1, "{:?}", w.weeders.keys());
     w.stop().await
 }
@@ -373,28 +200,22 @@ async fn a_second_ready_transition_replaces_the_first_weeder() -> Result<()> {
         .await?;
     ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
         .await?;
-    eventually(DEADLINE, "replacement weeder", || {
-        let n = w.weeders.started_total();
-        async move { Ok((n == 2).then_some(())) }
+    wait_until(DEADLINE, "replacement weeder", || {
+        w.weeders.started_total() == 2
     })
-    .await
-    .map_err(|e| anyhow!(e))?;
-    eventually(DEADLINE, "one weeder, one task", || {
-        let settled = w.weeders.active() == 1
+    .await?;
+    wait_until(DEADLINE, "one weeder, one task", || {
+        w.weeders.active() == 1
             && w.weeders.live_tasks() == 1
-            && w.metrics.active_weeders.get() == 1;
-        async move { Ok(settled.then_some(())) }
+            && w.metrics.active_weeders.get() == 1
     })
-    .await
-    .map_err(|e| anyhow!(e))?;
+    .await?;
     // The first weeder's watches are closed: two open, four opened in all. Wait for the
     // replacement's watches to start first: until then the old weeder's two also make "two open".
-    eventually(DEADLINE, "the replacement's pod watches", || {
-        let started = proxy.watches_started(&pods_path);
-        async move { Ok((started >= 4).then_some(())) }
+    wait_until(DEADLINE, "the replacement's pod watches", || {
+        proxy.watches_started(&pods_path) >= 4
     })
-    .await
-    .map_err(|e| anyhow!(e))?;
+    .await?;
     proxy.wait_open_watches(&pods_path, 2).await?;
     ensure!(
         proxy.watches_started(&pods_path) == 4,
@@ -442,16 +263,12 @@ async fn deletions_continue_after_the_server_ends_the_watches() -> Result<()> {
     // Watch 1 is the first; before each round the server has ended the current pod watch
     // and the weeder has made a new one.
     for round in 0..3u64 {
-        eventually(
+        wait_until(
             DEADLINE,
             "the server ended the pod watch and it was re-made",
-            || {
-                let now = proxy.watches_started(&pods_path);
-                async move { Ok((now >= round + 2).then_some(())) }
-            },
+            || proxy.watches_started(&pods_path) >= round + 2,
         )
-        .await
-        .map_err(|e| anyhow!(e))?;
+        .await?;
         let pod = format!("kapi-crash-{round}");
         ns.create_crashlooping_pod(&pod, &[("role", "apiserver")])
             .await?;
@@ -544,16 +361,12 @@ async fn crashlooping_apiservers_of_200_shoots_are_deleted_when_etcd_comes_back(
         .into_iter()
         .collect::<Result<Vec<()>, _>>()?;
     let all_ready = started.elapsed();
-    eventually(
+    wait_until(
         Duration::from_secs(60),
         "every crash-looping kube-apiserver deleted",
-        || {
-            let n = w.deleted(ETCD);
-            async move { Ok((n == SHOOTS as u64).then_some(())) }
-        },
+        || w.deleted(ETCD) == SHOOTS as u64,
     )
-    .await
-    .map_err(|e| anyhow!(e))?;
+    .await?;
     let took = started.elapsed();
     eprintln!(
         "{SHOOTS} etcd slices turned ready within {all_ready:?}; all {SHOOTS} crash-looping \
@@ -687,16 +500,14 @@ async fn the_weeder_command_with_the_seeds_config_weeds_a_shoot() -> Result<()> 
             .stderr(log)
             .spawn()?,
     );
-    eventually(DEADLINE, "weeder binary ready", || {
-        let ready = log_lines(&log_path).iter().any(|l| {
+    wait_until(DEADLINE, "weeder binary ready", || {
+        log_lines(&log_path).iter().any(|l| {
             l["msg"]
                 .as_str()
                 .is_some_and(|m| m.contains("weeder ready"))
-        });
-        async move { Ok(ready.then_some(())) }
+        })
     })
-    .await
-    .map_err(|e| anyhow!(e))?;
+    .await?;
 
     ns.set_endpoint_slice("etcd-main-client", 1, EndpointsState::AllReady)
         .await?;

@@ -360,6 +360,20 @@ pub async fn logged(log: &ReplicaLog, wanted: &[(&str, i32)], from: usize) -> Ve
     .unwrap_or_else(|e| panic!("{e}: wanted {wanted:?} after entry {from}"))
 }
 
+/// Waits up to `deadline` until `condition` holds; `what` names the condition in the error.
+pub async fn wait_until(
+    deadline: Duration,
+    what: &str,
+    mut condition: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
+    eventually(deadline, what, || {
+        let holds = condition();
+        async move { Ok(holds.then_some(())) }
+    })
+    .await
+    .map_err(anyhow::Error::msg)
+}
+
 /// Events in `namespace` about `kind`/`name` with `reason`, oldest first.
 pub async fn events_about(
     client: &kube::Client,
@@ -438,4 +452,255 @@ pub fn spawn_prober_with_shadow(
             eprintln!("prober ended: {result:?}");
         });
     });
+}
+
+/// A client of the shared test environment's seed apiserver, for tests that need no prober.
+pub async fn seed_client() -> anyhow::Result<kube::Client> {
+    use anyhow::Context;
+    let seed = TestEnv::shared().await?.apiserver("seed");
+    Ok(seed.context("seed apiserver")?.client().await?)
+}
+
+/// In-process weeders against the shared seed, for the test binaries that run
+/// `weeder::run_with_shadow` themselves (weeder.rs, shadow_weeder.rs, events.rs): the config they
+/// run with, the running weeder with its counters and shadow, and the pods it works on.
+pub mod weeder_harness {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use anyhow::{Context, Result, anyhow, ensure};
+    use dependency_watchdog::health::Health;
+    use dependency_watchdog::metrics::{Metrics, ServiceLabels};
+    use dependency_watchdog::shadow::{ActionLabels, Record, Shadow};
+    use dependency_watchdog::weeder::Weeders;
+    use dwd_sim::SeedControlPlane;
+    use dwd_sim::seed::endpoint_slice_name;
+    use dwd_testenv::eventually;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::Api;
+    use tokio_util::sync::CancellationToken;
+
+    /// Generous deadline for anything the weeder should do within a second or two.
+    pub const DEADLINE: Duration = Duration::from_secs(30);
+
+    /// A weeder config: `services` each with one selector per role (`role In [<role>]`).
+    pub fn config(watch_duration: &str, services: &[(&str, &[&str])]) -> dwd_core::WeederConfig {
+        let mut yaml = format!("watchDuration: {watch_duration}\nservicesAndDependantSelectors:\n");
+        for (service, roles) in services {
+            yaml.push_str(&format!("  {service}:\n    podSelectors:\n"));
+            for role in *roles {
+                yaml.push_str(&format!(
+                    "    - matchExpressions:\n      - {{key: role, operator: In, values: [{role}]}}\n"
+                ));
+            }
+        }
+        dwd_core::WeederConfig::from_yaml(&yaml)
+            .expect("test weeder config is valid")
+            .config
+    }
+
+    /// One in-process weeder (acting, or in shadow mode), stopped (and checked to stop
+    /// cleanly) by [`Running::stop`].
+    pub struct Running {
+        pub weeders: Arc<Weeders>,
+        pub metrics: Arc<Metrics>,
+        shadow: Option<Arc<Shadow>>,
+        shutdown: CancellationToken,
+        task: tokio::task::JoinHandle<dependency_watchdog::Result<()>>,
+    }
+
+    impl Running {
+        /// Starts an acting weeder (`weeder::run_with`) on `client` and waits until its slice
+        /// list is through.
+        pub async fn start(
+            client: kube::Client,
+            config: dwd_core::WeederConfig,
+        ) -> Result<Running> {
+            Self::start_with_shadow(client, config, None).await
+        }
+
+        /// Starts `weeder::run_with_shadow` on `client` (in shadow mode when `shadow` is given)
+        /// and waits until its slice list is through.
+        pub async fn start_with_shadow(
+            client: kube::Client,
+            config: dwd_core::WeederConfig,
+            shadow: Option<Arc<Shadow>>,
+        ) -> Result<Running> {
+            let metrics = Arc::new(Metrics::default());
+            let health = Arc::new(Health::default());
+            let shutdown = CancellationToken::new();
+            let weeders = Weeders::new(metrics.clone(), shutdown.child_token());
+            let task = tokio::spawn(dependency_watchdog::weeder::run_with_shadow(
+                config,
+                client,
+                weeders.clone(),
+                health.clone(),
+                dependency_watchdog::events::PodRef {
+                    namespace: "default".into(),
+                    name: "dwd-weeder-test".into(),
+                },
+                shadow.clone(),
+                shutdown.clone(),
+            ));
+            super::wait_until(DEADLINE, "weeder ready", || health.is_ready()).await?;
+            Ok(Running {
+                weeders,
+                metrics,
+                shadow,
+                shutdown,
+                task,
+            })
+        }
+
+        /// Waits until `service`'s deletion counter reaches `n` (the pod disappears at the
+        /// server a moment before the weeder's delete call returns and counts it), then checks
+        /// it is exactly `n`: no pod deleted twice.
+        pub async fn expect_deleted(&self, service: &str, n: u64) -> Result<()> {
+            eventually(
+                DEADLINE,
+                &format!("{n} deletions counted for {service}"),
+                || async { Ok((self.deleted(service) >= n).then_some(())) },
+            )
+            .await
+            .map_err(anyhow::Error::msg)?;
+            ensure!(
+                self.deleted(service) == n,
+                "pods_deleted = {}, expected {n}",
+                self.deleted(service)
+            );
+            Ok(())
+        }
+
+        /// `dwd_weeder_pods_deleted_total` of `service`.
+        pub fn deleted(&self, service: &str) -> u64 {
+            self.metrics
+                .pods_deleted
+                .get_or_create(&ServiceLabels {
+                    service: service.into(),
+                })
+                .get()
+        }
+
+        fn shadow(&self) -> &Shadow {
+            self.shadow.as_deref().expect("a weeder in shadow mode")
+        }
+
+        /// Shadow mode: how many pod deletions we would have made.
+        pub fn would_delete(&self) -> u64 {
+            self.shadow()
+                .metrics
+                .would
+                .get_or_create(&ActionLabels {
+                    component: "weeder".into(),
+                    action: "delete_pod".into(),
+                })
+                .get()
+        }
+
+        /// Shadow mode: the kept record of `key`, once there is one.
+        pub async fn wait_record(&self, key: &str) -> Result<Record> {
+            eventually(DEADLINE, &format!("a shadow record of {key}"), || {
+                let record = self
+                    .shadow()
+                    .records(usize::MAX)
+                    .into_iter()
+                    .find(|r| r.key == key);
+                async move { Ok(record) }
+            })
+            .await
+            .map_err(|e| anyhow!(e))
+        }
+
+        /// Shadow mode: `dwd_shadow_comparisons_total{component="weeder",action="delete_pod",
+        /// verdict}` as the metrics endpoint shows it.
+        pub fn comparisons(&self, verdict: &str) -> f64 {
+            let mut registry = prometheus_client::registry::Registry::default();
+            self.shadow().metrics.register(&mut registry);
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+            dwd_testenv::metrics::sample(
+                &text,
+                "dwd_shadow_comparisons_total",
+                &[
+                    ("component", "weeder"),
+                    ("action", "delete_pod"),
+                    ("verdict", verdict),
+                ],
+            )
+            .unwrap_or(0.0)
+        }
+
+        /// Waits until a weeder runs for `namespace/<slice of service>`.
+        pub async fn wait_started(&self, namespace: &str, service: &str) -> Result<()> {
+            let key = format!("{namespace}/{}", endpoint_slice_name(service));
+            super::wait_until(DEADLINE, &format!("weeder for {key}"), || {
+                self.weeders.keys().contains(&key)
+            })
+            .await
+        }
+
+        /// Waits until no weeder runs and no weeder task is left.
+        pub async fn wait_idle(&self) -> Result<()> {
+            super::wait_until(DEADLINE, "all weeders ended", || {
+                self.weeders.active() == 0
+                    && self.weeders.live_tasks() == 0
+                    && self.metrics.active_weeders.get() == 0
+            })
+            .await
+        }
+
+        /// Cancels the weeder; it must end with `Ok` and leave no weeder task behind.
+        pub async fn stop(mut self) -> Result<()> {
+            self.shutdown.cancel();
+            tokio::time::timeout(Duration::from_secs(10), &mut self.task)
+                .await
+                .context("weeder did not stop within 10 s")??
+                .context("weeder::run ended with an error")?;
+            self.wait_idle().await
+        }
+    }
+
+    /// A namespace with the simulator's helpers for pods and slices.
+    pub async fn namespace(client: &kube::Client, name: &str) -> Result<SeedControlPlane> {
+        let ns = SeedControlPlane::new(client.clone(), name);
+        ns.create_namespace().await?;
+        Ok(ns)
+    }
+
+    /// The pod's UID, or `None` when it no longer exists.
+    pub async fn pod_uid(ns: &SeedControlPlane, pod: &str) -> Result<Option<String>> {
+        let api: Api<Pod> = Api::namespaced(ns.client().clone(), ns.namespace());
+        Ok(api.get_opt(pod).await?.and_then(|p| p.metadata.uid))
+    }
+
+    /// The UID of a pod that must exist.
+    pub async fn uid_of(ns: &SeedControlPlane, pod: &str) -> Result<String> {
+        pod_uid(ns, pod)
+            .await?
+            .with_context(|| format!("pod {}/{pod} exists", ns.namespace()))
+    }
+
+    /// Waits until the pod no longer exists.
+    pub async fn wait_gone(ns: &SeedControlPlane, pod: &str) -> Result<()> {
+        let what = format!("pod {}/{pod} deleted", ns.namespace());
+        eventually(DEADLINE, &what, || async {
+            match pod_uid(ns, pod).await {
+                Ok(uid) => Ok(uid.is_none().then_some(())),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await
+        .map_err(|e| anyhow!(e))
+    }
+
+    /// Checks the pod is still the one of `uid`: neither deleted nor re-created.
+    pub async fn assert_kept(ns: &SeedControlPlane, pod: &str, uid: &str) -> Result<()> {
+        let now = pod_uid(ns, pod).await?;
+        ensure!(
+            now.as_deref() == Some(uid),
+            "pod {}/{pod} should be untouched (uid {uid}), now {now:?}",
+            ns.namespace()
+        );
+        Ok(())
+    }
 }
