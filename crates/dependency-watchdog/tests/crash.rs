@@ -4,11 +4,12 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{SimShoot, SimShootOptions};
+use dwd_testenv::process::ManagedProcess;
 use dwd_testenv::{ApiServerOptions, TestEnv, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
@@ -35,24 +36,10 @@ dependentResourceInfos:
     scaleDown: {level: 2}
 "#;
 
-/// The watchdog process; SIGKILLed and reaped on drop, so a failing test leaks no process.
-struct Watchdog(Child);
-
-impl Watchdog {
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn start_prober(config: &std::path::Path, kubeconfig: &std::path::Path) -> Watchdog {
-    let child = Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
+/// Starts the prober (RUST_LOG=info, its log on the test's stderr); the [`ManagedProcess`] is
+/// SIGKILLed and reaped on drop, so a failing test leaks no process.
+fn start_prober(config: &std::path::Path, kubeconfig: &std::path::Path) -> ManagedProcess {
+    ManagedProcess::builder("prober", env!("CARGO_BIN_EXE_dependency-watchdog"))
         .args([
             "prober",
             "--metrics-bind-addr=127.0.0.1:0",
@@ -66,8 +53,7 @@ fn start_prober(config: &std::path::Path, kubeconfig: &std::path::Path) -> Watch
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("start dependency-watchdog");
-    Watchdog(child)
+        .expect("start dependency-watchdog")
 }
 
 async fn replicas(

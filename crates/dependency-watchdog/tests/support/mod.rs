@@ -1,6 +1,6 @@
-//! Running the real `dependency-watchdog` binary from integration tests: a child process
-//! with its log in a file, killed on drop (and by the kernel if the test process dies first),
-//! its `/metrics` read over HTTP.
+//! Running the real `dependency-watchdog` binary from integration tests: a
+//! [`ManagedProcess`] with its log in a file, killed on drop (and by the kernel if the test
+//! process dies first), its `/metrics` read over HTTP.
 
 // Test helpers: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -8,14 +8,13 @@
 
 pub mod gardener;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::ExitStatus;
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use dwd_testenv::eventually;
-use dwd_testenv::process::Signal;
+use dwd_testenv::process::{ManagedProcess, Signal};
 use serde_json::Value;
 
 /// How long a condition on a running binary may take.
@@ -23,11 +22,10 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 /// How long the binary may take to exit after SIGTERM.
 pub const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The real binary; killed on drop.
+/// The real binary; killed on drop (a [`ManagedProcess`]).
 pub struct Watchdog {
     pub name: String,
-    child: Mutex<Option<Child>>,
-    log: PathBuf,
+    process: ManagedProcess,
     metrics_port: u16,
 }
 
@@ -42,31 +40,25 @@ impl Watchdog {
         dir: &Path,
         metrics_port: u16,
     ) -> Result<Watchdog> {
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log)?;
-        let err = out.try_clone()?;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"));
-        cmd.args(args)
+        let process = ManagedProcess::builder(name, env!("CARGO_BIN_EXE_dependency-watchdog"))
+            .args(args)
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .env_remove("RUST_LOG")
             .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
-        dwd_testenv::process::die_with_parent(&mut cmd);
-        let child = cmd.spawn().with_context(|| format!("starting {name}"))?;
+            .log(dir.join(format!("{name}.log")))
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
         Ok(Watchdog {
             name: name.to_string(),
-            child: Mutex::new(Some(child)),
-            log,
+            process,
             metrics_port,
         })
     }
 
     /// Everything it wrote so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.log()
     }
 
     /// The last lines of the log, for error messages.
@@ -83,14 +75,12 @@ impl Watchdog {
 
     /// `Some(status)` once the process ended.
     pub fn exited(&self) -> Option<ExitStatus> {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.process.exit_status()
     }
 
     /// Its process id.
     pub fn pid(&self) -> Option<u32> {
-        let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        child.as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// Its `/metrics` text.
@@ -128,31 +118,20 @@ impl Watchdog {
 
     /// Sends `signal` unless the process already ended.
     pub fn signal(&self, signal: Signal) -> Result<()> {
-        if self.exited().is_none() {
-            let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-            let child = child.as_ref().context("no process")?;
-            // Not reaped yet: exited() saw it running, and only this handle reaps it.
-            dwd_testenv::process::signal(child, signal)
-                .with_context(|| format!("signal {signal:?} to {}", self.name))?;
-        }
-        Ok(())
+        self.process
+            .signal(signal)
+            .with_context(|| format!("signal {signal:?} to {}", self.name))
     }
 
     /// Waits at most `timeout` for the process to end.
     pub async fn wait_exit(&self, timeout: Duration) -> Result<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.exited() {
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "{} did not exit within {timeout:?}\n{}",
-                    self.name,
-                    self.tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        match self.process.wait_exit(timeout).await {
+            Some(status) => Ok(status),
+            None => bail!(
+                "{} did not exit within {timeout:?}\n{}",
+                self.name,
+                self.tail()
+            ),
         }
     }
 
@@ -206,16 +185,6 @@ impl Watchdog {
             })
             .map(str::to_string)
             .collect()
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(mut child) = child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
