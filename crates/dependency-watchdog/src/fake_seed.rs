@@ -174,6 +174,14 @@ fn decoded_query(uri: &http::Uri) -> String {
         .replace("%2C", ",")
 }
 
+/// `metadata.resourceVersion` of `object`.
+fn version(object: &Value) -> String {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 fn ok(body: &Value) -> Response<Body> {
     answer(200, body)
 }
@@ -258,16 +266,9 @@ impl FakeSeed {
 
     /// Stores `lease` as another writer would (a new resourceVersion); returns that version.
     pub(crate) fn put_lease(&self, lease: &Lease) -> String {
-        let mut object = serde_json::to_value(lease).expect("lease");
-        let namespace = object["metadata"]["namespace"].as_str().expect("namespace");
-        let name = object["metadata"]["name"].as_str().expect("name");
-        let key = ("leases".to_owned(), namespace.to_owned(), name.to_owned());
-        let mut s = self.lock();
-        s.rv += 1;
-        let rv = s.rv.to_string();
-        object["metadata"]["resourceVersion"] = json!(rv);
-        s.objects.insert(key, object);
-        rv
+        let (state, stored, _) = self.store("leases", serde_json::to_value(lease).expect("lease"));
+        drop(state);
+        version(&stored)
     }
 
     /// Moves Lease `namespace/name`'s `renewTime` and `acquireTime` `by` into the past, as
@@ -292,24 +293,26 @@ impl FakeSeed {
     /// Stores `object` (JSON with `metadata.name`, and `metadata.namespace` unless it is
     /// cluster-scoped) as a `plural` as another writer would: a new resourceVersion.
     pub(crate) fn insert(&self, plural: &str, object: Value) {
-        let namespace = object["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let name = object["metadata"]["name"]
-            .as_str()
-            .expect("object name")
-            .to_owned();
-        let mut s = self.lock();
-        s.rv += 1;
-        let mut object = object;
-        object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
-        s.objects.insert((plural.into(), namespace, name), object);
+        drop(self.store(plural, object));
     }
 
     /// Stores `object` (as [`FakeSeed::insert`]) and tells the watches of its kind: `ADDED`
     /// when it is new, `MODIFIED` when it replaces one. Returns its new resourceVersion.
     pub(crate) fn apply(&self, plural: &str, object: Value) -> String {
+        let (mut s, object, replaced) = self.store(plural, object);
+        let event = if replaced { "MODIFIED" } else { "ADDED" };
+        Self::notify_as(&mut s, event, plural, &object);
+        version(&object)
+    }
+
+    /// Stores `object` as [`FakeSeed::insert`] says; returns the state, still locked (so a
+    /// watch event can follow before anyone sees the object), the object as stored and
+    /// whether it replaced one.
+    fn store(
+        &self,
+        plural: &str,
+        mut object: Value,
+    ) -> (std::sync::MutexGuard<'_, FakeState>, Value, bool) {
         let namespace = object["metadata"]["namespace"]
             .as_str()
             .unwrap_or_default()
@@ -318,18 +321,14 @@ impl FakeSeed {
             .as_str()
             .expect("object name")
             .to_owned();
-        let key = (plural.to_owned(), namespace, name);
         let mut s = self.lock();
         s.rv += 1;
-        let rv = s.rv.to_string();
-        let mut object = object;
-        object["metadata"]["resourceVersion"] = json!(rv);
-        let event = match s.objects.insert(key, object.clone()) {
-            Some(_) => "MODIFIED",
-            None => "ADDED",
-        };
-        Self::notify_as(&mut s, event, plural, &object);
-        rv
+        object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+        let replaced = s
+            .objects
+            .insert((plural.into(), namespace, name), object.clone())
+            .is_some();
+        (s, object, replaced)
     }
 
     /// Deletes `plural` `namespace/name` (empty namespace: cluster-scoped) and tells the

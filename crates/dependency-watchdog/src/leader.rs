@@ -736,6 +736,21 @@ mod tests {
             (method.to_string(), Duration::from_secs(secs), status)
         }
 
+        /// The requests of a candidate creating the missing Lease at 0 s.
+        fn created_at_0() -> [(String, Duration, u16); 2] {
+            [at("GET", 0, 404), at("POST", 0, 201)]
+        }
+
+        /// Renewals at `secs` answered `status`.
+        fn puts(status: u16, secs: &[u64]) -> Vec<(String, Duration, u16)> {
+            secs.iter().map(|s| at("PUT", *s, status)).collect()
+        }
+
+        /// A write of a stale copy at `secs`, refused, and the read that follows.
+        fn conflict_then_read_at(secs: u64) -> [(String, Duration, u16); 2] {
+            [at("PUT", secs, 409), at("GET", secs, 200)]
+        }
+
         /// The writes of the Lease.
         fn lease_writes(fake: &FakeSeed) -> Vec<Call> {
             fake.writes()
@@ -760,6 +775,19 @@ mod tests {
         /// A Lease held by `holder`, renewed now (by the wall clock) for 15 s.
         fn held_by(holder: &str) -> Lease {
             held_lease(NS, PROBER_LEASE, holder)
+        }
+
+        /// The Lease requests after `me` created the Lease at `start`, once it kept leading
+        /// for `length` (asserted) from then.
+        async fn renewals_while_still_leading(
+            fake: &FakeSeed,
+            me: &mut LeaderElector,
+            start: Instant,
+            length: Duration,
+        ) -> Vec<(String, Duration, u16)> {
+            let leading = tokio::time::timeout(length, me.keep_leading(start)).await;
+            assert!(leading.is_err(), "still leading: {leading:?}");
+            requests(fake, start)[2..].to_vec()
         }
 
         /// `me` leads, having created the Lease at `start`.
@@ -791,18 +819,11 @@ mod tests {
 
             // Still leading 7 s later: renewed at 2, 4 and 6 s, each with one PUT of the copy
             // last written (no read), conditional on the version that write produced.
-            let leading = tokio::time::timeout(7 * SECOND, me.keep_leading(started)).await;
-            assert!(leading.is_err(), "still leading: {leading:?}");
             assert_eq!(
-                requests(&fake, start),
-                [
-                    at("GET", 0, 404),
-                    at("POST", 0, 201),
-                    at("PUT", 2, 200),
-                    at("PUT", 4, 200),
-                    at("PUT", 6, 200),
-                ]
+                renewals_while_still_leading(&fake, &mut me, started, 7 * SECOND).await,
+                puts(200, &[2, 4, 6])
             );
+            assert_eq!(requests(&fake, start)[..2], created_at_0());
             let writes = lease_writes(&fake);
             assert_eq!(precondition(&writes[0]), None, "a create names no version");
             let first: u64 = version(&created).parse().expect("numeric version");
@@ -901,14 +922,7 @@ mod tests {
             );
             assert_eq!(
                 requests(&fake, start),
-                [
-                    at("GET", 0, 404),
-                    at("POST", 0, 201),
-                    at("PUT", 2, 500),
-                    at("PUT", 4, 500),
-                    at("PUT", 6, 500),
-                    at("PUT", 8, 500),
-                ],
+                [created_at_0().as_slice(), &puts(500, &[2, 4, 6, 8])].concat(),
                 "no attempt once the deadline has passed"
             );
         }
@@ -965,16 +979,13 @@ mod tests {
             let (mut me, start) = leading(&fake).await;
             // Written since (e.g. our last renewal's answer was lost): our copy is stale.
             let current = fake.put_lease(&stored(&fake));
-            let leading = tokio::time::timeout(5 * SECOND, me.keep_leading(start)).await;
-            assert!(leading.is_err(), "still leading: {leading:?}");
             assert_eq!(
-                requests(&fake, start)[2..],
+                renewals_while_still_leading(&fake, &mut me, start, 5 * SECOND).await,
                 [
-                    at("PUT", 2, 409),
-                    at("GET", 2, 200),
-                    at("PUT", 2, 200),
-                    at("PUT", 4, 200),
+                    conflict_then_read_at(2).as_slice(),
+                    &[at("PUT", 2, 200), at("PUT", 4, 200)]
                 ]
+                .concat()
             );
             let writes = lease_writes(&fake);
             assert_eq!(precondition(&writes[2]), Some(current));
@@ -989,18 +1000,18 @@ mod tests {
             let (mut me, start) = leading(&fake).await;
             // Our renewal conflicts, and so does the write after the fresh read.
             fake.lock().fail_writes.extend([(409, None); 2]);
-            let leading = tokio::time::timeout(5 * SECOND, me.keep_leading(start)).await;
-            assert!(leading.is_err(), "still leading: {leading:?}");
             assert_eq!(
-                requests(&fake, start)[2..],
+                renewals_while_still_leading(&fake, &mut me, start, 5 * SECOND).await,
                 [
-                    at("PUT", 2, 409),
-                    at("GET", 2, 200),
-                    at("PUT", 2, 409),
-                    // No copy held after the lost race: read first.
-                    at("GET", 4, 200),
-                    at("PUT", 4, 200),
+                    conflict_then_read_at(2).as_slice(),
+                    &[
+                        at("PUT", 2, 409),
+                        // No copy held after the lost race: read first.
+                        at("GET", 4, 200),
+                        at("PUT", 4, 200),
+                    ]
                 ]
+                .concat()
             );
             assert_eq!(spec(&stored(&fake)).holder_identity.as_deref(), Some(ME));
         }
@@ -1016,10 +1027,7 @@ mod tests {
                 reason,
                 format!("lease {NS}/{PROBER_LEASE} is now held by {OTHER}")
             );
-            assert_eq!(
-                requests(&fake, start)[2..],
-                [at("PUT", 2, 409), at("GET", 2, 200)]
-            );
+            assert_eq!(requests(&fake, start)[2..], conflict_then_read_at(2));
             // Nothing left to release: the other holder's Lease is not touched.
             me.release().await.expect("release");
             assert_eq!(requests(&fake, start).len(), 4);
@@ -1067,7 +1075,7 @@ mod tests {
             me.release().await.expect("release");
             assert_eq!(
                 requests(&fake, start)[2..],
-                [at("PUT", 0, 409), at("GET", 0, 200), at("PUT", 0, 200)]
+                [conflict_then_read_at(0).as_slice(), &[at("PUT", 0, 200)]].concat()
             );
             assert_eq!(precondition(&lease_writes(&fake)[2]), Some(current));
             assert_eq!(spec(&stored(&fake)).holder_identity, None);
@@ -1077,10 +1085,7 @@ mod tests {
             let (mut me, start) = leading(&fake).await;
             let theirs = fake.put_lease(&held_by(OTHER));
             me.release().await.expect("release");
-            assert_eq!(
-                requests(&fake, start)[2..],
-                [at("PUT", 0, 409), at("GET", 0, 200)]
-            );
+            assert_eq!(requests(&fake, start)[2..], conflict_then_read_at(0));
             assert_eq!(version(&stored(&fake)), theirs);
             assert_eq!(spec(&stored(&fake)).holder_identity.as_deref(), Some(OTHER));
         }

@@ -717,6 +717,27 @@ fn page_size() -> Option<i64> {
         .filter(|size| *size > 0)
 }
 
+/// (name, help) of the process gauges, as client_golang's process collector has them.
+const PROCESS_GAUGES: [(&str, &str); 5] = [
+    ("process_open_fds", "Number of open file descriptors."),
+    (
+        "process_max_fds",
+        "Maximum number of open file descriptors.",
+    ),
+    (
+        "process_virtual_memory_bytes",
+        "Virtual memory size in bytes.",
+    ),
+    (
+        "process_resident_memory_bytes",
+        "Resident memory size in bytes.",
+    ),
+    (
+        "process_start_time_seconds",
+        "Start time of the process since unix epoch in seconds.",
+    ),
+];
+
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let stats = ProcessStats::read();
@@ -730,34 +751,16 @@ impl Collector for ProcessCollector {
                 counter.metric_type(),
             )?)?;
         }
-        let gauges: [(&str, &str, Option<f64>); 5] = [
-            (
-                "process_open_fds",
-                "Number of open file descriptors.",
-                stats.open_fds.map(|v| v as f64),
-            ),
-            (
-                "process_max_fds",
-                "Maximum number of open file descriptors.",
-                stats.max_fds.map(|v| v as f64),
-            ),
-            (
-                "process_virtual_memory_bytes",
-                "Virtual memory size in bytes.",
-                stats.virtual_memory_bytes.map(|v| v as f64),
-            ),
-            (
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
-                stats.resident_memory_bytes.map(|v| v as f64),
-            ),
-            (
-                "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds.",
-                stats.start_time_seconds,
-            ),
+        let as_f64 = |v: Option<i64>| v.map(|v| v as f64);
+        // In the order of PROCESS_GAUGES.
+        let values = [
+            as_f64(stats.open_fds),
+            as_f64(stats.max_fds),
+            as_f64(stats.virtual_memory_bytes),
+            as_f64(stats.resident_memory_bytes),
+            stats.start_time_seconds,
         ];
-        for (name, help, value) in gauges {
+        for ((name, help), value) in PROCESS_GAUGES.into_iter().zip(values) {
             if let Some(value) = value {
                 let gauge = ConstGauge::new(value);
                 gauge.encode(encoder.encode_descriptor(
@@ -1173,28 +1176,22 @@ mod tests {
                 .body(())
                 .expect("request")
         };
-        for _ in 0..2 {
-            svc.ready()
+        // (method, path, whether the request fails: no answer)
+        let sent = [
+            (http::Method::GET, "/version", false),
+            (http::Method::GET, "/version", false),
+            (http::Method::PATCH, "/x", false),
+            (http::Method::GET, "/fail", true),
+        ];
+        for (method, path, fails) in sent {
+            let result = svc
+                .ready()
                 .await
                 .expect("ready")
-                .call(request(http::Method::GET, "/version"))
-                .await
-                .expect("ok");
+                .call(request(method, path))
+                .await;
+            assert_eq!(result.is_err(), fails, "{path}: {result:?}");
         }
-        svc.ready()
-            .await
-            .expect("ready")
-            .call(request(http::Method::PATCH, "/x"))
-            .await
-            .expect("ok");
-        assert!(
-            svc.ready()
-                .await
-                .expect("ready")
-                .call(request(http::Method::GET, "/fail"))
-                .await
-                .is_err()
-        );
         // Dropped in flight (a probe timeout): counted as an error too.
         let hang = svc
             .ready()

@@ -391,68 +391,58 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn no_wait_is_started_that_would_end_past_the_callers_deadline() {
-        let start = Instant::now();
-        let (inner, seen) = server(&[(429, Some("1")), (429, Some("1")), (429, Some("1"))]);
-        let service = RetryAfterLayer::new(MAX_RETRIES, None).layer(inner);
-        let mut request = patch();
-        request
-            .extensions_mut()
-            .insert(Deadline(start + Duration::from_millis(1500)));
-        let response = service.oneshot(request).await.expect("response");
-        // Sent at 0 s and 1 s; a second wait would end at 2 s, past the deadline: the 429
-        // comes back at once, before the caller's own timeout could turn it into a timeout.
-        assert_eq!(response.status(), 429);
-        assert_eq!(seen.lock().expect("seen").len(), 2);
-        assert_eq!(Instant::now() - start, Duration::from_secs(1));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn no_wait_is_started_that_would_end_past_the_requests_own_deadline() {
-        let start = Instant::now();
-        let (inner, seen) = server(&[(429, Some("1")), (429, Some("1")), (429, Some("1"))]);
-        let service = RetryAfterLayer::new(MAX_RETRIES, None).layer(inner);
-        let mut request = patch();
-        request
-            .extensions_mut()
-            .insert(Deadline(start + Duration::from_millis(1500)));
-        // Spawned: the deadline travels with the request, not with the task.
-        let response = tokio::spawn(service.oneshot(request))
-            .await
-            .expect("task")
-            .expect("response");
-        assert_eq!(response.status(), 429);
-        assert_eq!(seen.lock().expect("seen").len(), 2);
-        assert_eq!(Instant::now() - start, Duration::from_secs(1));
+    async fn no_wait_is_started_that_would_end_past_the_requests_deadline() {
+        // Awaited by the caller, and spawned: the deadline travels with the request, not
+        // with the task.
+        for spawned in [false, true] {
+            let start = Instant::now();
+            let (inner, seen) = server(&[(429, Some("1")), (429, Some("1")), (429, Some("1"))]);
+            let service = RetryAfterLayer::new(MAX_RETRIES, None).layer(inner);
+            let mut request = patch();
+            request
+                .extensions_mut()
+                .insert(Deadline(start + Duration::from_millis(1500)));
+            let response = match spawned {
+                false => service.oneshot(request).await,
+                true => tokio::spawn(service.oneshot(request)).await.expect("task"),
+            };
+            let response = response.expect("response");
+            // Sent at 0 s and 1 s; a second wait would end at 2 s, past the deadline: the 429
+            // comes back at once, before the caller's own timeout could turn it into a
+            // timeout.
+            assert_eq!(response.status(), 429, "spawned: {spawned}");
+            assert_eq!(seen.lock().expect("seen").len(), 2, "spawned: {spawned}");
+            assert_eq!(
+                Instant::now() - start,
+                Duration::from_secs(1),
+                "spawned: {spawned}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_layers_budget_bounds_a_tenants_long_retry_after() {
-        let start = Instant::now();
-        let (status, seen) = run(
-            RetryAfterLayer::new(MAX_RETRIES, Some(Duration::from_secs(3))),
-            &[(429, Some("86400"))],
-            patch(),
-        )
-        .await;
-        assert_eq!((status, seen.len()), (429, 1));
-        assert_eq!(Instant::now(), start);
-        // Within the budget it is retried.
-        let (status, seen) = run(
-            RetryAfterLayer::new(MAX_RETRIES, Some(Duration::from_secs(3))),
-            &[(429, Some("2"))],
-            patch(),
-        )
-        .await;
-        assert_eq!((status, seen.len()), (200, 2));
-        // A budget too large to add to the clock is no budget.
-        let (status, _) = run(
-            RetryAfterLayer::new(MAX_RETRIES, Some(Duration::MAX)),
-            &[(429, Some("1"))],
-            patch(),
-        )
-        .await;
-        assert_eq!(status, 200);
+        // (budget, Retry-After, status, requests sent, time taken)
+        let cases = [
+            // Past the budget: answered at once.
+            (Duration::from_secs(3), "86400", 429, 1, 0),
+            // Within the budget it is retried.
+            (Duration::from_secs(3), "2", 200, 2, 2),
+            // A budget too large to add to the clock is no budget.
+            (Duration::MAX, "1", 200, 2, 1),
+        ];
+        for (budget, retry_after, want_status, sent, secs) in cases {
+            let start = Instant::now();
+            let (status, seen) = run(
+                RetryAfterLayer::new(MAX_RETRIES, Some(budget)),
+                &[(429, Some(retry_after))],
+                patch(),
+            )
+            .await;
+            let case = format!("budget {budget:?}, Retry-After {retry_after}");
+            assert_eq!((status, seen.len()), (want_status, sent), "{case}");
+            assert_eq!(Instant::now() - start, Duration::from_secs(secs), "{case}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -167,8 +167,12 @@ struct SeenPod {
 /// watch's first list shows it crash-looping and deleted since the weeder started (the acting
 /// watchdog's weeder started on the same slice event and was faster, see
 /// [`SeenDeletion::raced`]); otherwise when and by whom it was deleted is unknown.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DeletionSpotter {
+    /// The weeder's shoot namespace.
+    namespace: String,
+    /// The weeder's dependants.
+    selector: PodSelector,
     pods: HashMap<String, SeenPod>,
     /// UIDs listed since a (re-)list began; `None` outside a list.
     listed: Option<HashSet<String>>,
@@ -179,11 +183,16 @@ pub struct DeletionSpotter {
 }
 
 impl DeletionSpotter {
-    /// A spotter for a weeder that started at `started` (seconds since the Unix epoch).
-    pub fn new(started: i64) -> Self {
+    /// A spotter for a weeder of the pods `selector` selects in `namespace`, started at
+    /// `started` (seconds since the Unix epoch).
+    pub fn new(started: i64, namespace: &str, selector: &PodSelector) -> Self {
         DeletionSpotter {
+            namespace: namespace.to_string(),
+            selector: selector.clone(),
+            pods: HashMap::new(),
+            listed: None,
+            listed_once: false,
             started,
-            ..DeletionSpotter::default()
         }
     }
 
@@ -200,18 +209,13 @@ impl DeletionSpotter {
 
     /// The watch reported `pod` (added, changed, or listed): a deletion if it now shows
     /// `deletionTimestamp` for the first time and was last seen crash-looping.
-    pub fn applied(
-        &mut self,
-        pod: &Pod,
-        namespace: &str,
-        selector: &PodSelector,
-    ) -> Option<SeenDeletion> {
+    pub fn applied(&mut self, pod: &Pod) -> Option<SeenDeletion> {
         let meta = &pod.metadata;
         let (name, uid) = (meta.name.as_ref()?, meta.uid.as_ref()?);
         if let Some(listed) = self.listed.as_mut() {
             listed.insert(uid.clone());
         }
-        if !in_scope(pod, namespace, selector) {
+        if !in_scope(pod, &self.namespace, &self.selector) {
             self.pods.remove(uid);
             return None;
         }
@@ -273,18 +277,13 @@ impl DeletionSpotter {
 
     /// The watch reported `pod` gone: a deletion if the pod still matches the selector, was
     /// last seen crash-looping, and its deletion was not seen before (`deletionTimestamp`).
-    pub fn deleted(
-        &mut self,
-        pod: &Pod,
-        namespace: &str,
-        selector: &PodSelector,
-    ) -> Option<SeenDeletion> {
+    pub fn deleted(&mut self, pod: &Pod) -> Option<SeenDeletion> {
         let meta = &pod.metadata;
         let (name, uid) = (meta.name.as_ref()?, meta.uid.as_ref()?);
         let previous = self.pods.remove(uid);
         // A label change out of the selector also ends the pod's watch with a `Delete`, which
         // carries the pod as it is now: still there, just no longer ours.
-        if !in_scope(pod, namespace, selector) {
+        if !in_scope(pod, &self.namespace, &self.selector) {
             return None;
         }
         if previous.as_ref().is_some_and(|p| p.terminating) {
@@ -426,7 +425,7 @@ impl Weeder {
         let mut spotter = self
             .shadow
             .is_some()
-            .then(|| DeletionSpotter::new(started_unix));
+            .then(|| DeletionSpotter::new(started_unix, &self.namespace, selector));
         let config = |streaming: bool| {
             let config = watcher::Config::default().labels(&query);
             // A streaming list (one watch request with `sendInitialEvents`) instead of a list
@@ -480,19 +479,13 @@ impl Weeder {
                     continue;
                 }
                 Event::Delete(pod) => {
-                    if let Some(seen) = spotter
-                        .as_mut()
-                        .and_then(|s| s.deleted(&pod, &self.namespace, selector))
-                    {
+                    if let Some(seen) = spotter.as_mut().and_then(|s| s.deleted(&pod)) {
                         self.reference_deleted(reported, seen);
                     }
                     continue;
                 }
             };
-            if let Some(seen) = spotter
-                .as_mut()
-                .and_then(|s| s.applied(&pod, &self.namespace, selector))
-            {
+            if let Some(seen) = spotter.as_mut().and_then(|s| s.applied(&pod)) {
                 let raced = seen
                     .raced
                     .clone()
@@ -776,37 +769,32 @@ mod tests {
     }
 
     #[test]
-    fn pod_of_another_namespace_is_never_a_target() {
-        let p = pod("shoot--b", "apiserver", "CrashLoopBackOff");
-        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
-        let mut p = p;
-        p.metadata.namespace = None;
-        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
-    }
-
-    #[test]
-    fn pod_not_matching_the_selector_is_not_a_target() {
-        let p = pod("shoot--a", "etcd", "CrashLoopBackOff");
-        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
-        let mut p = p;
-        p.metadata.labels = None;
-        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
-    }
-
-    #[test]
-    fn healthy_or_terminating_pod_is_not_a_target() {
-        let p = pod("shoot--a", "apiserver", "ContainerCreating");
-        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
-        let mut p = pod("shoot--a", "apiserver", "CrashLoopBackOff");
-        p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
-        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
-    }
-
-    #[test]
-    fn pod_without_uid_is_left_alone() {
-        let mut p = pod("shoot--a", "apiserver", "CrashLoopBackOff");
-        p.metadata.uid = None;
-        assert_eq!(deletion_target(&p, "shoot--a", &selector()), None);
+    fn pods_that_are_not_targets() {
+        let crashlooping = |ns| pod(ns, "apiserver", "CrashLoopBackOff");
+        let changed = |change: fn(&mut Pod)| {
+            let mut p = crashlooping("shoot--a");
+            change(&mut p);
+            p
+        };
+        let cases = [
+            ("of another namespace", crashlooping("shoot--b")),
+            (
+                "without a namespace",
+                changed(|p| p.metadata.namespace = None),
+            ),
+            (
+                "not matching the selector",
+                pod("shoot--a", "etcd", "CrashLoopBackOff"),
+            ),
+            ("without labels", changed(|p| p.metadata.labels = None)),
+            ("healthy", pod("shoot--a", "apiserver", "ContainerCreating")),
+            ("terminating", terminating(crashlooping("shoot--a"))),
+            // Left alone: it can't be deleted with a uid precondition.
+            ("without a uid", changed(|p| p.metadata.uid = None)),
+        ];
+        for (what, p) in cases {
+            assert_eq!(deletion_target(&p, "shoot--a", &selector()), None, "{what}");
+        }
     }
 
     fn terminating(mut p: Pod) -> Pod {
@@ -816,12 +804,12 @@ mod tests {
 
     #[test]
     fn a_deletion_timestamp_on_a_crashlooping_pod_is_seen_once() {
-        let mut s = DeletionSpotter::default();
+        let mut s = DeletionSpotter::new(0, "shoot--a", &selector());
         let crashing = pod("shoot--a", "apiserver", "CrashLoopBackOff");
-        assert_eq!(s.applied(&crashing, "shoot--a", &selector()), None);
-        assert_eq!(s.applied(&crashing, "shoot--a", &selector()), None);
+        assert_eq!(s.applied(&crashing), None);
+        assert_eq!(s.applied(&crashing), None);
         let seen = s
-            .applied(&terminating(crashing.clone()), "shoot--a", &selector())
+            .applied(&terminating(crashing.clone()))
             .expect("a deletion");
         assert_eq!(
             (seen.name.as_str(), seen.uid.as_str()),
@@ -835,26 +823,18 @@ mod tests {
             seen.evidence
         );
         // Further updates of the terminating pod and its final removal are the same deletion.
-        assert_eq!(
-            s.applied(&terminating(crashing.clone()), "shoot--a", &selector()),
-            None
-        );
-        assert_eq!(
-            s.deleted(&terminating(crashing), "shoot--a", &selector()),
-            None
-        );
+        assert_eq!(s.applied(&terminating(crashing.clone())), None);
+        assert_eq!(s.deleted(&terminating(crashing)), None);
         assert!(s.is_empty());
     }
 
     #[test]
     fn an_immediate_delete_of_a_crashlooping_pod_is_seen() {
-        let mut s = DeletionSpotter::default();
+        let mut s = DeletionSpotter::new(0, "shoot--a", &selector());
         let crashing = pod("shoot--a", "apiserver", "CrashLoopBackOff");
-        s.applied(&crashing, "shoot--a", &selector());
+        s.applied(&crashing);
         assert_eq!(s.len(), 1);
-        let seen = s
-            .deleted(&crashing, "shoot--a", &selector())
-            .expect("a deletion");
+        let seen = s.deleted(&crashing).expect("a deletion");
         assert_eq!(
             seen.evidence,
             "pod deleted (by the acting weeder or anyone else: the pod does not say) while container kube-apiserver was in CrashLoopBackOff"
@@ -864,43 +844,29 @@ mod tests {
 
     #[test]
     fn healthy_relabelled_or_already_terminating_pods_are_not_deletions_to_compare() {
-        let mut s = DeletionSpotter::default();
+        let mut s = DeletionSpotter::new(0, "shoot--a", &selector());
         // Healthy when deleted: nobody's weeding; not even remembered.
         let healthy = pod("shoot--a", "apiserver", "ContainerCreating");
-        assert_eq!(s.applied(&healthy, "shoot--a", &selector()), None);
+        assert_eq!(s.applied(&healthy), None);
         assert!(s.is_empty());
-        assert_eq!(
-            s.applied(&terminating(healthy.clone()), "shoot--a", &selector()),
-            None
-        );
-        assert_eq!(
-            s.deleted(&terminating(healthy), "shoot--a", &selector()),
-            None
-        );
+        assert_eq!(s.applied(&terminating(healthy.clone())), None);
+        assert_eq!(s.deleted(&terminating(healthy)), None);
         // Crash-looping, then recovered, then deleted.
-        s.applied(
-            &pod("shoot--a", "apiserver", "CrashLoopBackOff"),
-            "shoot--a",
-            &selector(),
-        );
+        s.applied(&pod("shoot--a", "apiserver", "CrashLoopBackOff"));
         let recovered = pod("shoot--a", "apiserver", "ContainerCreating");
-        s.applied(&recovered, "shoot--a", &selector());
+        s.applied(&recovered);
         assert!(s.is_empty());
-        assert_eq!(s.deleted(&recovered, "shoot--a", &selector()), None);
+        assert_eq!(s.deleted(&recovered), None);
         // Crash-looping, then relabelled out of the selector: the watch's Delete carries the
         // pod as it is now.
-        s.applied(
-            &pod("shoot--a", "apiserver", "CrashLoopBackOff"),
-            "shoot--a",
-            &selector(),
-        );
+        s.applied(&pod("shoot--a", "apiserver", "CrashLoopBackOff"));
         let relabelled = pod("shoot--a", "etcd", "CrashLoopBackOff");
-        assert_eq!(s.deleted(&relabelled, "shoot--a", &selector()), None);
+        assert_eq!(s.deleted(&relabelled), None);
         assert!(s.is_empty());
         // First seen terminating: when and by whom it was deleted is unknown.
         let old = terminating(pod("shoot--a", "apiserver", "CrashLoopBackOff"));
-        assert_eq!(s.applied(&old, "shoot--a", &selector()), None);
-        assert_eq!(s.deleted(&old, "shoot--a", &selector()), None);
+        assert_eq!(s.applied(&old), None);
+        assert_eq!(s.deleted(&old), None);
         assert!(s.is_empty());
     }
 
@@ -916,9 +882,9 @@ mod tests {
     fn a_deletion_that_raced_the_first_list_is_seen_with_what_we_would_have_done() {
         let crashing = || pod("shoot--a", "apiserver", "CrashLoopBackOff");
         let in_first_list = |p: Pod| {
-            let mut s = DeletionSpotter::new(1_000);
+            let mut s = DeletionSpotter::new(1_000, "shoot--a", &selector());
             s.begin_list();
-            let seen = s.applied(&p, "shoot--a", &selector());
+            let seen = s.applied(&p);
             (s, seen)
         };
         // Deleted at 1005 (no grace), or at 1000 with 30 s of grace: after the weeder started.
@@ -934,9 +900,9 @@ mod tests {
                 "{seen:?}"
             );
             // Its further updates and its removal are the same deletion.
-            assert_eq!(s.applied(&p, "shoot--a", &selector()), None);
+            assert_eq!(s.applied(&p), None);
             assert_eq!(s.end_list(), Vec::new());
-            assert_eq!(s.deleted(&p, "shoot--a", &selector()), None);
+            assert_eq!(s.deleted(&p), None);
         }
         // Deleted long before the weeder started (a stuck finalizer), or healthy: not ours to
         // compare.
@@ -944,30 +910,26 @@ mod tests {
         let healthy = pod("shoot--a", "apiserver", "ContainerCreating");
         assert_eq!(in_first_list(deleted_at(healthy, 1_005, 0)).1, None);
         // After the first list, a pod first seen terminating tells nothing about who was first.
-        let mut s = DeletionSpotter::new(1_000);
+        let mut s = DeletionSpotter::new(1_000, "shoot--a", &selector());
         s.begin_list();
         s.end_list();
         let late = deleted_at(crashing(), 1_005, 0);
-        assert_eq!(s.applied(&late, "shoot--a", &selector()), None);
+        assert_eq!(s.applied(&late), None);
     }
 
     #[test]
     fn a_crashlooping_pod_missing_from_a_relist_was_deleted_meanwhile() {
-        let mut s = DeletionSpotter::default();
+        let mut s = DeletionSpotter::new(0, "shoot--a", &selector());
         s.begin_list();
         let mut other = pod("shoot--a", "apiserver", "CrashLoopBackOff");
         other.metadata.name = Some("kube-apiserver-def".into());
         other.metadata.uid = Some("uid-2".into());
-        s.applied(
-            &pod("shoot--a", "apiserver", "CrashLoopBackOff"),
-            "shoot--a",
-            &selector(),
-        );
-        s.applied(&other, "shoot--a", &selector());
+        s.applied(&pod("shoot--a", "apiserver", "CrashLoopBackOff"));
+        s.applied(&other);
         assert_eq!(s.end_list(), Vec::new());
         // The watch lost its place; meanwhile uid-1 went away.
         s.begin_list();
-        s.applied(&other, "shoot--a", &selector());
+        s.applied(&other);
         let gone = s.end_list();
         assert_eq!(gone.len(), 1, "{gone:?}");
         assert_eq!(gone[0].uid, "uid-1");
