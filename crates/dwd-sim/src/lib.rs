@@ -79,6 +79,26 @@ pub(crate) fn json_err(action: impl Into<String>) -> impl FnOnce(serde_json::Err
     move |source| SimError::Json { action, source }
 }
 
+/// Creates the object `json` describes through `api`; `action` names it in errors. The
+/// simulator writes its objects as the JSON they are on the wire.
+pub(crate) async fn create_json<K>(
+    api: &kube::Api<K>,
+    json: serde_json::Value,
+    action: String,
+) -> Result<()>
+where
+    K: Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::de::DeserializeOwned
+        + k8s_openapi::serde::Serialize,
+{
+    let object: K = serde_json::from_value(json).map_err(json_err(&action))?;
+    api.create(&kube::api::PostParams::default(), &object)
+        .await
+        .map_err(kube_err(action))?;
+    Ok(())
+}
+
 /// Whether a kube error is the apiserver's `404 Not Found`.
 pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)

@@ -20,7 +20,8 @@ use kube::api::{
 use serde_json::{Value, json};
 
 use crate::{
-    CREATE_CONCURRENCY, Result, SimError, is_conflict, is_not_found, json_err, k8s_time, kube_err,
+    CREATE_CONCURRENCY, Result, SimError, create_json, is_conflict, is_not_found, json_err,
+    k8s_time, kube_err,
 };
 
 /// Default name of the probe Secret (what Gardener creates for the watchdog).
@@ -326,31 +327,31 @@ impl SeedControlPlane {
     /// Creates the `Cluster` named like the namespace, with the Shoot of `state`.
     pub async fn create_cluster(&self, state: &ShootState) -> Result<()> {
         let action = format!("create Cluster {}", self.namespace);
-        let cluster: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "extensions.gardener.cloud/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": self.namespace},
-            "spec": {
-                "shoot": self.shoot_json(state),
-                "seed": {
-                    "apiVersion": "core.gardener.cloud/v1beta1", "kind": "Seed",
-                    "metadata": {"name": "seed"},
-                    "spec": {"provider": {"type": "local", "region": "local"},
-                             "ingress": {"domain": "ingress.local.invalid"}}
-                },
-                "cloudProfile": {
-                    "apiVersion": "core.gardener.cloud/v1beta1", "kind": "CloudProfile",
-                    "metadata": {"name": "local"},
-                    "spec": {"type": "local",
-                             "kubernetes": {"versions": [{"version": "1.34.4"}]},
-                             "regions": [{"name": "local"}]}
+        create_json(
+            &self.clusters(),
+            json!({
+                "apiVersion": "extensions.gardener.cloud/v1alpha1", "kind": "Cluster",
+                "metadata": {"name": self.namespace},
+                "spec": {
+                    "shoot": self.shoot_json(state),
+                    "seed": {
+                        "apiVersion": "core.gardener.cloud/v1beta1", "kind": "Seed",
+                        "metadata": {"name": "seed"},
+                        "spec": {"provider": {"type": "local", "region": "local"},
+                                 "ingress": {"domain": "ingress.local.invalid"}}
+                    },
+                    "cloudProfile": {
+                        "apiVersion": "core.gardener.cloud/v1beta1", "kind": "CloudProfile",
+                        "metadata": {"name": "local"},
+                        "spec": {"type": "local",
+                                 "kubernetes": {"versions": [{"version": "1.34.4"}]},
+                                 "regions": [{"name": "local"}]}
+                    }
                 }
-            }
-        }))
-        .map_err(json_err(&action))?;
-        self.clusters()
-            .create(&PostParams::default(), &cluster)
-            .await
-            .map_err(kube_err(action))?;
+            }),
+            action,
+        )
+        .await?;
         Ok(())
     }
 
@@ -431,16 +432,11 @@ impl SeedControlPlane {
     pub async fn create_machine(&self, node: &str, phase: &str) -> Result<()> {
         let name = machine_name(node);
         let action = format!("create Machine {}/{name}", self.namespace);
-        let machine: DynamicObject = serde_json::from_value(json!({
+        create_json(&self.machines(), json!({
             "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
             "metadata": {"name": name, "labels": {"node": node}},
             "spec": {"class": {"kind": "MachineClass", "name": "local"}, "providerID": format!("local:///{node}")}
-        }))
-        .map_err(json_err(&action))?;
-        self.machines()
-            .create(&PostParams::default(), &machine)
-            .await
-            .map_err(kube_err(action))?;
+        }), action).await?;
         // The status subresource ignores status on create: write it separately.
         self.set_machine_phase(node, phase).await
     }
@@ -504,23 +500,23 @@ impl SeedControlPlane {
     /// changes only through a [`crate::DeploymentStatusSim`].
     pub async fn create_deployment(&self, name: &str, replicas: i32) -> Result<()> {
         let action = format!("create Deployment {}/{name}", self.namespace);
-        let deployment: Deployment = serde_json::from_value(json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "labels": {"app": name}},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{"name": CONTAINER, "image": IMAGE}]}
+        create_json(
+            &self.api::<Deployment>(),
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": CONTAINER, "image": IMAGE}]}
+                    }
                 }
-            }
-        }))
-        .map_err(json_err(&action))?;
-        self.api::<Deployment>()
-            .create(&PostParams::default(), &deployment)
-            .await
-            .map_err(kube_err(action))?;
+            }),
+            action,
+        )
+        .await?;
         Ok(())
     }
 
@@ -589,18 +585,18 @@ impl SeedControlPlane {
     ) -> Result<()> {
         let action = format!("create Pod {}/{name}", self.namespace);
         let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"containers": [{"name": CONTAINER, "image": IMAGE}],
-                     // Deletes are immediate anyway (never scheduled); keep it short regardless.
-                     "terminationGracePeriodSeconds": 0}
-        }))
-        .map_err(json_err(&action))?;
-        self.api::<Pod>()
-            .create(&PostParams::default(), &pod)
-            .await
-            .map_err(kube_err(action))?;
+        create_json(
+            &self.api::<Pod>(),
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"containers": [{"name": CONTAINER, "image": IMAGE}],
+                         // Deletes are immediate anyway (never scheduled); keep it short regardless.
+                         "terminationGracePeriodSeconds": 0}
+            }),
+            action,
+        )
+        .await?;
         self.set_crashlooping(name, crashlooping).await
     }
 
@@ -674,20 +670,21 @@ impl SeedControlPlane {
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(kube_err(action)(e)),
         }
-        let slice: EndpointSlice = serde_json::from_value(json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": name, "labels": {
-                SERVICE_NAME_LABEL: service,
-                "endpointslice.kubernetes.io/managed-by": "dwd-sim"
-            }},
-            "addressType": "IPv4",
-            "endpoints": endpoints,
-            "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]
-        }))
-        .map_err(json_err(&action))?;
-        api.create(&PostParams::default(), &slice)
-            .await
-            .map_err(kube_err(action))?;
+        create_json(
+            &api,
+            json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": name, "labels": {
+                    SERVICE_NAME_LABEL: service,
+                    "endpointslice.kubernetes.io/managed-by": "dwd-sim"
+                }},
+                "addressType": "IPv4",
+                "endpoints": endpoints,
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]
+            }),
+            action,
+        )
+        .await?;
         Ok(())
     }
 

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::{
-    AbortOnDrop, CREATE_CONCURRENCY, DEFAULT_RENEW_INTERVAL, Result, SimError, is_conflict,
-    json_err, k8s_time, kube_err, micro_time, now_micros,
+    AbortOnDrop, CREATE_CONCURRENCY, DEFAULT_RENEW_INTERVAL, Result, SimError, create_json,
+    is_conflict, json_err, k8s_time, kube_err, micro_time, now_micros,
 };
 
 /// Namespace of the kubelets' node leases.
@@ -198,12 +198,7 @@ impl ShootDataPlane {
                 let api = api.clone();
                 async move {
                     let action = format!("create Node {}", spec.name);
-                    let node: Node =
-                        serde_json::from_value(spec.to_json()).map_err(json_err(&action))?;
-                    api.create(&PostParams::default(), &node)
-                        .await
-                        .map_err(kube_err(action))?;
-                    Ok(())
+                    create_json(&api, spec.to_json(), action).await
                 }
             })
             .await
@@ -261,12 +256,12 @@ impl ShootDataPlane {
         if !self.lease_labels.is_empty() {
             metadata["labels"] = json!(self.lease_labels);
         }
-        let lease: Lease = serde_json::from_value(json!({"metadata": metadata, "spec": spec}))
-            .map_err(json_err(&action))?;
-        self.leases()
-            .create(&PostParams::default(), &lease)
-            .await
-            .map_err(kube_err(action))?;
+        create_json(
+            &self.leases(),
+            json!({"metadata": metadata, "spec": spec}),
+            action,
+        )
+        .await?;
         Ok(())
     }
 
@@ -313,25 +308,24 @@ impl ShootDataPlane {
         // Strategic merge merges conditions by `type`: the others stay untouched.
         let patch =
             json!({"status": {"conditions": [condition_json(type_, status, reason, &now)]}});
+        let action = format!("set condition {type_}={status} on Node {node}");
+        self.patch_node_status(node, patch, action).await
+    }
+
+    /// Strategic-merges `patch` into the node's status; `action` names it in an error.
+    async fn patch_node_status(&self, node: &str, patch: Value, action: String) -> Result<()> {
         self.nodes()
             .patch_status(node, &PatchParams::default(), &Patch::Strategic(patch))
             .await
-            .map_err(kube_err(format!(
-                "set condition {type_}={status} on Node {node}"
-            )))?;
+            .map_err(kube_err(action))?;
         Ok(())
     }
 
     /// Removes the node condition of this type (if present).
     pub async fn remove_node_condition(&self, node: &str, type_: &str) -> Result<()> {
         let patch = json!({"status": {"conditions": [{"type": type_, "$patch": "delete"}]}});
-        self.nodes()
-            .patch_status(node, &PatchParams::default(), &Patch::Strategic(patch))
-            .await
-            .map_err(kube_err(format!(
-                "remove condition {type_} from Node {node}"
-            )))?;
-        Ok(())
+        let action = format!("remove condition {type_} from Node {node}");
+        self.patch_node_status(node, patch, action).await
     }
 
     /// Sets an annotation on a node (e.g. [`NOT_MANAGED_BY_MCM_ANNOTATION`]).

@@ -5,7 +5,7 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -50,6 +50,42 @@ async fn shared_shoot() -> Result<ApiServer> {
         .clone())
 }
 
+/// A simulated shoot `namespace` of `nodes` nodes named `prefix`0, `prefix`1, …, whose
+/// kubelets renew every `renew`.
+fn sim_options(namespace: &str, nodes: usize, prefix: &str, renew: Duration) -> SimShootOptions {
+    let mut options = SimShootOptions::new(namespace).with_renew_interval(renew);
+    options.nodes = nodes;
+    options.node_prefix = prefix.into();
+    options
+}
+
+/// The simulated shoot of `options` on `shoot`, its seed side on `seed`.
+async fn create_sim(
+    seed: kube::Client,
+    shoot: &ApiServer,
+    options: SimShootOptions,
+) -> Result<SimShoot> {
+    Ok(SimShoot::create(seed, shoot.client().await?, shoot.kubeconfig(), options).await?)
+}
+
+/// A client of the shared seed and the control plane of its namespace `ns`, created.
+async fn seed_namespace(ns: &str) -> Result<(kube::Client, SeedControlPlane)> {
+    let seed = seed_client().await?;
+    let plane = SeedControlPlane::new(seed.clone(), ns);
+    plane.create_namespace().await?;
+    Ok((seed, plane))
+}
+
+/// The annotations of the node `name` as the apiserver has them now.
+async fn node_annotations(nodes: &Api<Node>, name: &str) -> Result<BTreeMap<String, String>> {
+    Ok(nodes
+        .get(name)
+        .await?
+        .metadata
+        .annotations
+        .unwrap_or_default())
+}
+
 /// Converts `eventually`'s error (a String) into anyhow.
 fn ev<T>(r: Result<T, String>) -> Result<T> {
     r.map_err(|e| anyhow!(e))
@@ -62,16 +98,8 @@ fn s<E: std::fmt::Display>(e: E) -> String {
 #[tokio::test]
 async fn kubelets_renew_leases_and_silenced_nodes_stop_until_resumed() -> Result<()> {
     let shoot = shared_shoot().await?;
-    let mut options = SimShootOptions::new("shoot--sim--kubelets").with_renew_interval(FAST);
-    options.nodes = 4;
-    options.node_prefix = "kl-".into();
-    let sim = SimShoot::create(
-        seed_client().await?,
-        shoot.client().await?,
-        shoot.kubeconfig(),
-        options,
-    )
-    .await?;
+    let options = sim_options("shoot--sim--kubelets", 4, "kl-", FAST);
+    let sim = create_sim(seed_client().await?, &shoot, options).await?;
     let (k, data) = (sim.kubelets(), sim.shoot());
     let created = k.renewals();
     assert_eq!(created.len(), 4, "creation times are recorded");
@@ -140,17 +168,8 @@ async fn kubelets_renew_leases_and_silenced_nodes_stop_until_resumed() -> Result
 async fn stamped_silence_writes_one_last_renewal_at_the_given_time_at_once() -> Result<()> {
     let shoot = shared_shoot().await?;
     // Rounds an hour apart: the last words must not wait for the next tick.
-    let mut options =
-        SimShootOptions::new("shoot--sim--stamped").with_renew_interval(Duration::from_secs(3600));
-    options.nodes = 3;
-    options.node_prefix = "st-".into();
-    let sim = SimShoot::create(
-        seed_client().await?,
-        shoot.client().await?,
-        shoot.kubeconfig(),
-        options,
-    )
-    .await?;
+    let options = sim_options("shoot--sim--stamped", 3, "st-", Duration::from_secs(3600));
+    let sim = create_sim(seed_client().await?, &shoot, options).await?;
     let (k, data) = (sim.kubelets(), sim.shoot());
     let stamp = chrono::Utc::now() - chrono::Duration::seconds(30);
     let stamp =
@@ -242,17 +261,9 @@ async fn sim_shoot_creates_everything_and_node_mutations_apply() -> Result<()> {
     let shoot = shared_shoot().await?;
     let shoot_client = shoot.client().await?;
     let seed = seed_client().await?;
-    let mut options = SimShootOptions::new("shoot--sim--all").with_renew_interval(FAST);
-    options.nodes = 4;
-    options.node_prefix = "all-".into();
+    let mut options = sim_options("shoot--sim--all", 4, "all-", FAST);
     options.pools = vec!["pool-a".into(), "pool-b".into()];
-    let sim = SimShoot::create(
-        seed.clone(),
-        shoot_client.clone(),
-        shoot.kubeconfig(),
-        options,
-    )
-    .await?;
+    let sim = create_sim(seed.clone(), &shoot, options).await?;
     assert_eq!(sim.namespace(), "shoot--sim--all");
     assert_eq!(sim.secret_name(), DEFAULT_PROBE_SECRET);
 
@@ -341,12 +352,7 @@ async fn sim_shoot_creates_everything_and_node_mutations_apply() -> Result<()> {
 
     data.set_node_annotation("all-2", NOT_MANAGED_BY_MCM_ANNOTATION, "1")
         .await?;
-    let annotations = nodes
-        .get("all-2")
-        .await?
-        .metadata
-        .annotations
-        .unwrap_or_default();
+    let annotations = node_annotations(&nodes, "all-2").await?;
     assert_eq!(
         annotations
             .get(NOT_MANAGED_BY_MCM_ANNOTATION)
@@ -355,12 +361,7 @@ async fn sim_shoot_creates_everything_and_node_mutations_apply() -> Result<()> {
     );
     data.remove_node_annotation("all-2", NOT_MANAGED_BY_MCM_ANNOTATION)
         .await?;
-    let annotations = nodes
-        .get("all-2")
-        .await?
-        .metadata
-        .annotations
-        .unwrap_or_default();
+    let annotations = node_annotations(&nodes, "all-2").await?;
     assert!(!annotations.contains_key(NOT_MANAGED_BY_MCM_ANNOTATION));
 
     // A lease without renewTime (its kubelet silenced, else it would renew it).
@@ -379,10 +380,8 @@ async fn sim_shoot_creates_everything_and_node_mutations_apply() -> Result<()> {
 
 #[tokio::test]
 async fn deployment_status_follows_spec_including_scale_to_zero() -> Result<()> {
-    let seed = seed_client().await?;
     let ns = "shoot--sim--deploy";
-    let plane = SeedControlPlane::new(seed.clone(), ns);
-    plane.create_namespace().await?;
+    let (seed, plane) = seed_namespace(ns).await?;
     let sim = DeploymentStatusSim::start(
         seed.clone(),
         DeploymentStatusOptions::namespaces(&[ns]).with_delay(Duration::from_millis(100)),
@@ -435,9 +434,7 @@ async fn deployment_status_follows_spec_including_scale_to_zero() -> Result<()> 
 
 #[tokio::test]
 async fn cluster_carries_the_shoot_state_and_updates() -> Result<()> {
-    let seed = seed_client().await?;
-    let plane = SeedControlPlane::new(seed.clone(), "shoot--proj--cluster");
-    plane.create_namespace().await?;
+    let (seed, plane) = seed_namespace("shoot--proj--cluster").await?;
     plane.create_cluster(&ShootState::default()).await?;
 
     let clusters: Api<DynamicObject> = Api::all_with(seed, &cluster_resource());
@@ -512,9 +509,7 @@ async fn cluster_carries_the_shoot_state_and_updates() -> Result<()> {
 
 #[tokio::test]
 async fn machines_have_a_phase_that_can_change() -> Result<()> {
-    let seed = seed_client().await?;
-    let plane = SeedControlPlane::new(seed.clone(), "shoot--sim--machines");
-    plane.create_namespace().await?;
+    let (seed, plane) = seed_namespace("shoot--sim--machines").await?;
     plane
         .create_machines(&["m-0".into(), "m-1".into()], "Running")
         .await?;
@@ -555,10 +550,8 @@ fn waiting_reason(pod: &Pod) -> Option<String> {
 
 #[tokio::test]
 async fn crashlooping_pods_show_the_reason_and_can_recover() -> Result<()> {
-    let seed = seed_client().await?;
     let ns = "shoot--sim--pods";
-    let plane = SeedControlPlane::new(seed.clone(), ns);
-    plane.create_namespace().await?;
+    let (seed, plane) = seed_namespace(ns).await?;
     plane
         .create_crashlooping_pod("kcm-0", &[("app", "kcm")])
         .await?;
@@ -611,10 +604,8 @@ fn readiness(slice: &EndpointSlice) -> Vec<Option<bool>> {
 
 #[tokio::test]
 async fn endpoint_slices_move_between_ready_not_ready_partly_and_empty() -> Result<()> {
-    let seed = seed_client().await?;
     let ns = "shoot--sim--slices";
-    let plane = SeedControlPlane::new(seed.clone(), ns);
-    plane.create_namespace().await?;
+    let (seed, plane) = seed_namespace(ns).await?;
     let slices: Api<EndpointSlice> = Api::namespaced(seed, ns);
     let name = endpoint_slice_name("kube-apiserver");
 
@@ -660,10 +651,8 @@ async fn endpoint_slices_move_between_ready_not_ready_partly_and_empty() -> Resu
 #[tokio::test]
 async fn probe_secret_rotates_corrupts_and_deletes() -> Result<()> {
     let shoot = shared_shoot().await?;
-    let seed = seed_client().await?;
     let ns = "shoot--sim--secret";
-    let plane = SeedControlPlane::new(seed.clone(), ns);
-    plane.create_namespace().await?;
+    let (seed, plane) = seed_namespace(ns).await?;
     let name = "probe";
     plane.create_probe_secret(name, shoot.kubeconfig()).await?;
     let secrets: Api<Secret> = Api::namespaced(seed, ns);
