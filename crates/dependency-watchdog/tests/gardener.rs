@@ -38,12 +38,12 @@ use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
+mod common;
 mod support;
 use support::gardener::{GARDEN, Gardener, apply, ensure_namespace, fixture, one, shortened};
 use support::{Watchdog, http_get, sum};
@@ -273,13 +273,9 @@ fn start_as_gardener(
     Watchdog::spawn(pod, &args, &env, dir, METRICS_PORT)
 }
 
+/// Who holds `garden/<name>`, if anyone.
 async fn lease_holder(admin: &kube::Client, name: &str) -> Result<Option<String>> {
-    Ok(Api::<Lease>::namespaced(admin.clone(), GARDEN)
-        .get_opt(name)
-        .await?
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-        .filter(|h| !h.is_empty()))
+    common::lease_holder(admin, GARDEN, name).await
 }
 
 /// The core/v1 Events in `garden` about pod `pod` with `reason`.

@@ -8,6 +8,7 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
 mod support;
 
 use std::collections::BTreeMap;
@@ -24,38 +25,16 @@ use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
 use futures::TryStreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 
-/// The prober config of the processes: tests/common's, intervals shrunk to fractions of a second.
-const PROBER_CONFIG: &str = r#"
-kubeConfigSecretName: shoot-access-dependency-watchdog-probe
-probeInterval: 400ms
-initialDelay: 200ms
-probeTimeout: 3s
-backoffJitterFactor: 0.2
-kcmNodeMonitorGraceDuration: 4s
-nodeLeaseFailureFraction: 0.6
-dependentResourceInfos:
-  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
-    scaleUp: {level: 1, timeout: 10s}
-    scaleDown: {level: 0, timeout: 10s}
-  - ref: {kind: Deployment, name: machine-controller-manager, apiVersion: apps/v1}
-    scaleUp: {level: 1, timeout: 10s}
-    scaleDown: {level: 1, timeout: 10s}
-  - ref: {kind: Deployment, name: cluster-autoscaler, apiVersion: apps/v1}
-    scaleUp: {level: 0, timeout: 10s}
-    scaleDown: {level: 2, timeout: 10s}
-"#;
+use common::{CA, KCM, MCM, PROBER_CONFIG_THREE_TARGETS};
+use support::gardener::ensure_namespace;
 
 const LEASE_NAMESPACE: &str = "dwd-leader-election";
-const KCM: &str = "kube-controller-manager";
-const MCM: &str = "machine-controller-manager";
-const CA: &str = "cluster-autoscaler";
 /// Deadline for conditions that need process start-up, cache sync or several probe runs.
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -108,7 +87,7 @@ impl Candidate {
     ) -> Result<Candidate> {
         // One file per process: rewriting a shared one could truncate it under another reader.
         let config = dir.join(format!("{name}-config.yaml"));
-        std::fs::write(&config, PROBER_CONFIG)?;
+        std::fs::write(&config, PROBER_CONFIG_THREE_TARGETS)?;
         let (metrics_port, health_port) = (dwd_testenv::free_port()?, dwd_testenv::free_port()?);
         let mut args = vec![
             "prober".to_string(),
@@ -178,18 +157,6 @@ impl Candidate {
             self.name
         );
         Ok(())
-    }
-}
-
-async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    match Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
     }
 }
 

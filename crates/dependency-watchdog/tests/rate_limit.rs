@@ -5,6 +5,8 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
@@ -13,23 +15,12 @@ use dwd_testenv::TestEnv;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+use support::gardener::ensure_namespace;
 
 async fn limited_client(qps: f32, burst: u32) -> Result<kube::Client> {
     let env = TestEnv::shared().await?;
     let seed = env.apiserver("seed").context("seed apiserver")?;
     Ok(kube_client::seed_client(Some(&seed.kubeconfig_path()), qps, burst).await?)
-}
-
-async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    match Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Sends `n` GETs (sequentially or all at once); returns how long they took.

@@ -34,6 +34,7 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -59,14 +60,14 @@ use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use support::gardener::apply;
+use support::gardener::{apply, ensure_namespace};
 use support::{Watchdog, sample};
 
 /// Namespace of the deployments, their ServiceAccounts and Leases.
@@ -504,18 +505,6 @@ async fn token(admin: &kube::Client, c: &Component) -> Result<String> {
     Ok(answer.status.context("TokenRequest without status")?.token)
 }
 
-async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    match Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 async fn delete_lease(admin: &kube::Client, name: &str) -> Result<()> {
     match Api::<Lease>::namespaced(admin.clone(), GARDEN)
         .delete(name, &DeleteParams::default())
@@ -527,13 +516,9 @@ async fn delete_lease(admin: &kube::Client, name: &str) -> Result<()> {
     }
 }
 
+/// Who holds `garden/<name>`, if anyone.
 async fn lease_holder(admin: &kube::Client, name: &str) -> Result<Option<String>> {
-    Ok(Api::<Lease>::namespaced(admin.clone(), GARDEN)
-        .get_opt(name)
-        .await?
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-        .filter(|h| !h.is_empty()))
+    common::lease_holder(admin, GARDEN, name).await
 }
 
 /// A component set up on the seed: RBAC applied, a token, a kubeconfig and a client with it.
@@ -1388,17 +1373,7 @@ async fn prober_with_all_rules(w: &ProberWorld) -> Result<()> {
 
     // It led all along (renewing needs update), and hands the Lease over on SIGTERM.
     ensure!(wd.exited().is_none(), "the prober exited\n{}", wd.tail());
-    ensure!(
-        lease_holder(admin, PROBER_LEASE).await?.is_some(),
-        "no leader"
-    );
-    let status = wd.stop().await?;
-    ensure!(status.success(), "exit status {status}\n{}", wd.tail());
-    ensure!(
-        lease_holder(admin, PROBER_LEASE).await?.is_none(),
-        "Lease not released on shutdown"
-    );
-    Ok(())
+    stop_leader(&wd, admin, PROBER_LEASE).await
 }
 
 /// The prober without one rule: it fails as `kind` predicts.
@@ -1494,34 +1469,19 @@ async fn prober_without(w: &ProberWorld, run: &str, kind: ProberNeed) -> Result<
                 wait_replicas(admin, RESTORE_NS, &[(MCM, 1)], true).await?;
                 break_mcm(w.restore.seed()).await?;
             }
-            wd.wait_sample("dwd_events_total", &[("outcome", "Refused")], 1.0)
-                .await?;
-            wd.wait_log(
-                &format!(r#"cannot {verb} resource "events" in API group "{group}""#),
-                1,
-            )
-            .await?;
+            event_refused(&wd, verb, group).await?;
             // Events are a side channel: scaling goes on.
             wait_replicas(admin, RESTORE_NS, &[(KCM, 3)], true).await?;
         }
         ProberNeed::LeaseCreate | ProberNeed::LeaseGetUpdate => {
-            let verb = if matches!(kind, ProberNeed::LeaseCreate) {
-                "create"
-            } else {
-                "get"
-            };
-            wd.wait_log(&format!(r#"cannot {verb} resource "leases""#), 2)
-                .await?;
+            let creating = matches!(kind, ProberNeed::LeaseCreate);
+            never_leads(&wd, admin, PROBER_LEASE, creating).await?;
             let reconciles = wd
                 .sample("dwd_prober_cluster_reconciles_total", &[])
                 .await?;
             ensure!(
                 reconciles == 0.0,
                 "a non-leader reconciled {reconciles} Clusters"
-            );
-            ensure!(
-                lease_holder(admin, PROBER_LEASE).await?.is_none(),
-                "someone leads"
             );
             ensure!(w.kcm_replicas().await? == 0, "scaled without leading");
         }
@@ -1598,6 +1558,46 @@ async fn check_not_granted(client: &kube::Client, forbidden: &[Perm]) -> Result<
     Ok(())
 }
 
+/// A run that led all along (its Lease held) stops on SIGTERM, exits cleanly and hands the
+/// Lease `lease` over.
+async fn stop_leader(wd: &Watchdog, admin: &kube::Client, lease: &str) -> Result<()> {
+    ensure!(lease_holder(admin, lease).await?.is_some(), "no leader");
+    let status = wd.stop().await?;
+    ensure!(status.success(), "exit status {status}\n{}", wd.tail());
+    ensure!(
+        lease_holder(admin, lease).await?.is_none(),
+        "Lease not released on shutdown"
+    );
+    Ok(())
+}
+
+/// A run denied the Lease (`creating` it, or getting it) tries twice and nobody holds `lease`.
+async fn never_leads(
+    wd: &Watchdog,
+    admin: &kube::Client,
+    lease: &str,
+    creating: bool,
+) -> Result<()> {
+    let verb = if creating { "create" } else { "get" };
+    wd.wait_log(&format!(r#"cannot {verb} resource "leases""#), 2)
+        .await?;
+    ensure!(lease_holder(admin, lease).await?.is_none(), "someone leads");
+    Ok(())
+}
+
+/// A run denied `verb` on the events of API group `group` counts a refused event and logs the
+/// denial.
+async fn event_refused(wd: &Watchdog, verb: &str, group: &str) -> Result<()> {
+    wd.wait_sample("dwd_events_total", &[("outcome", "Refused")], 1.0)
+        .await?;
+    wd.wait_log(
+        &format!(r#"cannot {verb} resource "events" in API group "{group}""#),
+        1,
+    )
+    .await?;
+    Ok(())
+}
+
 /// For each rule: the access reviews say exactly that rule's permissions are gone.
 async fn apply_without(
     admin: &kube::Client,
@@ -1612,6 +1612,56 @@ async fn apply_without(
         .map(|(rule, p)| (p, rule != id))
         .collect();
     wait_access(&identity.client, &expect).await
+}
+
+/// The contract of a component's shipped RBAC, checked on `identity`: with exactly the
+/// shipped rules everything they grant is granted and nothing of `forbidden`, and `all_rules`
+/// (the whole job) succeeds; then, without each rule in turn (named by `need`: a rule without a
+/// behavioural check fails the test), `without` shows the failure the rule prevents. Ends with
+/// the shipped rules applied again and granted.
+#[allow(clippy::too_many_arguments)]
+async fn check_every_rule<Need: std::fmt::Debug + Copy>(
+    admin: &kube::Client,
+    component: &Component,
+    identity: &Identity,
+    sample_ns: &str,
+    forbidden: &[Perm],
+    need: fn(&PolicyRule) -> Option<Need>,
+    all_rules: impl AsyncFnOnce() -> Result<()>,
+    without: impl AsyncFn(&str, Need) -> Result<()>,
+) -> Result<()> {
+    let name = &component.name;
+    let started = Instant::now();
+    // Exactly the shipped rules: everything granted, nothing else.
+    let all: Vec<(Perm, bool)> = all_perms(component, sample_ns)
+        .into_iter()
+        .map(|(_, p)| (p, true))
+        .collect();
+    wait_access(&identity.client, &all).await?;
+    check_not_granted(&identity.client, forbidden).await?;
+    all_rules().await.context("with every shipped rule")?;
+    eprintln!("{name} with all rules: {:?}", started.elapsed());
+
+    // Without each rule in turn.
+    for (id, rule) in component.rules() {
+        let desc = describe_rule(&rule);
+        let kind = need(&rule)
+            .with_context(|| format!("rule {desc} has no behavioural check: add one"))?;
+        let t = Instant::now();
+        apply_without(admin, component, id, identity, sample_ns)
+            .await
+            .with_context(|| format!("access without {desc}"))?;
+        let run = match id {
+            RuleId::Cluster(i) => format!("rbac-{name}-without-clusterrole-rule-{i}"),
+            RuleId::Namespaced(i) => format!("rbac-{name}-without-role-rule-{i}"),
+        };
+        without(&run, kind)
+            .await
+            .with_context(|| format!("without {desc} ({kind:?})"))?;
+        eprintln!("{name} without {desc}: {kind:?} shown in {:?}", t.elapsed());
+    }
+    apply_rbac(admin, component).await?;
+    wait_access(&identity.client, &all).await
 }
 
 #[tokio::test]
@@ -1658,38 +1708,17 @@ async fn prober_works_with_exactly_the_shipped_rbac_and_needs_every_rule() -> Re
         restore,
     };
 
-    // Exactly the shipped rules: everything granted, nothing else.
-    let all: Vec<(Perm, bool)> = all_perms(&component, RESTORE_NS)
-        .into_iter()
-        .map(|(_, p)| (p, true))
-        .collect();
-    wait_access(&w.identity.client, &all).await?;
-    check_not_granted(&w.identity.client, &prober_forbidden()).await?;
-    prober_with_all_rules(&w)
-        .await
-        .context("with every shipped rule")?;
-    eprintln!("prober with all rules: {:?}", started.elapsed());
-
-    // Without each rule in turn.
-    for (id, rule) in component.rules() {
-        let desc = describe_rule(&rule);
-        let kind = prober_need(&rule)
-            .with_context(|| format!("rule {desc} has no behavioural check: add one"))?;
-        let t = Instant::now();
-        apply_without(&admin, &component, id, &w.identity, RESTORE_NS)
-            .await
-            .with_context(|| format!("access without {desc}"))?;
-        let run = match id {
-            RuleId::Cluster(i) => format!("rbac-prober-without-clusterrole-rule-{i}"),
-            RuleId::Namespaced(i) => format!("rbac-prober-without-role-rule-{i}"),
-        };
-        prober_without(&w, &run, kind)
-            .await
-            .with_context(|| format!("without {desc} ({kind:?})"))?;
-        eprintln!("prober without {desc}: {kind:?} shown in {:?}", t.elapsed());
-    }
-    apply_rbac(&admin, &component).await?;
-    wait_access(&w.identity.client, &all).await?;
+    check_every_rule(
+        &admin,
+        &component,
+        &w.identity,
+        RESTORE_NS,
+        &prober_forbidden(),
+        prober_need,
+        || prober_with_all_rules(&w),
+        async |run, kind| prober_without(&w, run, kind).await,
+    )
+    .await?;
     drop(w);
     shoots.stop().await?;
     eprintln!("prober RBAC test: {:?}", started.elapsed());
@@ -1838,17 +1867,7 @@ async fn weeder_with_all_rules(w: &WeederWorld) -> Result<()> {
         "a forbidden call\n{}",
         wd.tail()
     );
-    ensure!(
-        lease_holder(&w.admin, WEEDER_LEASE).await?.is_some(),
-        "no leader"
-    );
-    let status = wd.stop().await?;
-    ensure!(status.success(), "exit status {status}\n{}", wd.tail());
-    ensure!(
-        lease_holder(&w.admin, WEEDER_LEASE).await?.is_none(),
-        "Lease not released on shutdown"
-    );
-    Ok(())
+    stop_leader(&wd, &w.admin, WEEDER_LEASE).await
 }
 
 async fn weeder_without(w: &WeederWorld, run: &str, kind: WeederNeed) -> Result<()> {
@@ -1884,19 +1903,10 @@ async fn weeder_without(w: &WeederWorld, run: &str, kind: WeederNeed) -> Result<
             kept().await?;
         }
         WeederNeed::LeaseCreate | WeederNeed::LeaseGetUpdate => {
-            let verb = if matches!(kind, WeederNeed::LeaseCreate) {
-                "create"
-            } else {
-                "get"
-            };
-            wd.wait_log(&format!(r#"cannot {verb} resource "leases""#), 2)
-                .await?;
+            let creating = matches!(kind, WeederNeed::LeaseCreate);
+            never_leads(&wd, &w.admin, WEEDER_LEASE, creating).await?;
             ensure!(!wd.log().contains(LEADING), "led without the Lease");
             ensure!(weeders().await? == 0.0, "a weeder started without leading");
-            ensure!(
-                lease_holder(&w.admin, WEEDER_LEASE).await?.is_none(),
-                "someone leads"
-            );
             kept().await?;
         }
         WeederNeed::PodWatch
@@ -1925,13 +1935,7 @@ async fn weeder_without(w: &WeederWorld, run: &str, kind: WeederNeed) -> Result<
                         ""
                     };
                     w.wait_pod_gone().await?;
-                    wd.wait_sample("dwd_events_total", &[("outcome", "Refused")], 1.0)
-                        .await?;
-                    wd.wait_log(
-                        &format!(r#"cannot create resource "events" in API group "{group}""#),
-                        1,
-                    )
-                    .await?;
+                    event_refused(&wd, "create", group).await?;
                 }
             }
             ensure!(weeders().await? == 1.0, "the service's weeder runs");
@@ -1985,35 +1989,17 @@ async fn weeder_works_with_exactly_the_shipped_rbac_and_needs_every_rule() -> Re
         plane,
     };
 
-    let all: Vec<(Perm, bool)> = all_perms(&component, WEEDER_NS)
-        .into_iter()
-        .map(|(_, p)| (p, true))
-        .collect();
-    wait_access(&w.identity.client, &all).await?;
-    check_not_granted(&w.identity.client, &weeder_forbidden()).await?;
-    weeder_with_all_rules(&w)
-        .await
-        .context("with every shipped rule")?;
-
-    for (id, rule) in component.rules() {
-        let desc = describe_rule(&rule);
-        let kind = weeder_need(&rule)
-            .with_context(|| format!("rule {desc} has no behavioural check: add one"))?;
-        let t = Instant::now();
-        apply_without(&admin, &component, id, &w.identity, WEEDER_NS)
-            .await
-            .with_context(|| format!("access without {desc}"))?;
-        let run = match id {
-            RuleId::Cluster(i) => format!("rbac-weeder-without-clusterrole-rule-{i}"),
-            RuleId::Namespaced(i) => format!("rbac-weeder-without-role-rule-{i}"),
-        };
-        weeder_without(&w, &run, kind)
-            .await
-            .with_context(|| format!("without {desc} ({kind:?})"))?;
-        eprintln!("weeder without {desc}: {kind:?} shown in {:?}", t.elapsed());
-    }
-    apply_rbac(&admin, &component).await?;
-    wait_access(&w.identity.client, &all).await?;
+    check_every_rule(
+        &admin,
+        &component,
+        &w.identity,
+        WEEDER_NS,
+        &weeder_forbidden(),
+        weeder_need,
+        || weeder_with_all_rules(&w),
+        async |run, kind| weeder_without(&w, run, kind).await,
+    )
+    .await?;
     eprintln!("weeder RBAC test: {:?}", started.elapsed());
     Ok(())
 }

@@ -23,9 +23,11 @@ use kube::runtime::WatchStreamExt;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-/// The prober config every test runs with: the seeds' three targets with their levels, an
-/// optional target that no shoot has, and intervals shrunk to fractions of a second.
-pub const PROBER_CONFIG: &str = r#"
+/// The text of [`PROBER_CONFIG_THREE_TARGETS`]: a macro, so that [`PROBER_CONFIG`] can extend
+/// it with `concat!`.
+macro_rules! prober_config_core {
+    () => {
+        r#"
 kubeConfigSecretName: shoot-access-dependency-watchdog-probe
 probeInterval: 400ms
 initialDelay: 200ms
@@ -43,11 +45,24 @@ dependentResourceInfos:
   - ref: {kind: Deployment, name: cluster-autoscaler, apiVersion: apps/v1}
     scaleUp: {level: 0, timeout: 10s}
     scaleDown: {level: 2, timeout: 10s}
-  - ref: {kind: Deployment, name: dwd-optional-target, apiVersion: apps/v1}
+"#
+    };
+}
+
+/// The seeds' three targets with their levels, intervals shrunk to fractions of a second: the
+/// config of the tests that run the binary on a seed of their own (leader.rs).
+pub const PROBER_CONFIG_THREE_TARGETS: &str = prober_config_core!();
+
+/// The prober config every test runs with: the seeds' three targets with their levels, an
+/// optional target that no shoot has, and intervals shrunk to fractions of a second.
+pub const PROBER_CONFIG: &str = concat!(
+    prober_config_core!(),
+    r#"  - ref: {kind: Deployment, name: dwd-optional-target, apiVersion: apps/v1}
     optional: true
     scaleUp: {level: 0}
     scaleDown: {level: 0}
-"#;
+"#
+);
 
 /// Kubelet renew interval of simulated shoots (grace 4 s → leases expire 3 s after renewal).
 pub const RENEW: Duration = Duration::from_millis(250);
@@ -57,6 +72,8 @@ pub const DEADLINE: Duration = Duration::from_secs(45);
 pub const KCM: &str = "kube-controller-manager";
 pub const MCM: &str = "machine-controller-manager";
 pub const CA: &str = "cluster-autoscaler";
+/// The targets' replicas of a shoot [`Harness::shoot`] creates (unless customized).
+pub const SHOOT_REPLICAS: &[(&str, i32)] = &[(KCM, 3), (MCM, 2), (CA, 2)];
 
 pub struct Harness {
     pub env: &'static TestEnv,
@@ -158,6 +175,19 @@ impl Harness {
         .expect("simulated shoot")
     }
 
+    /// [`Harness::shoot`] on `api` with a 2 minute node-monitor grace period: its leases
+    /// don't expire while the kubelets are silent for a while (or can't renew while `api` is
+    /// down).
+    pub async fn shoot_with_long_grace(&self, name: &str, api: &ApiServer) -> SimShoot {
+        self.shoot(name, api, |o| {
+            o.shoot_state = Some(dwd_sim::ShootState {
+                node_monitor_grace_period: Some("2m".into()),
+                ..dwd_sim::ShootState::default()
+            })
+        })
+        .await
+    }
+
     /// The metrics text.
     pub fn metrics_text(&self) -> String {
         let mut text = String::new();
@@ -198,11 +228,44 @@ impl Harness {
 
     /// Waits until the shoot's probe has run `more` more times (successful or not).
     pub async fn wait_runs(&self, ns: &str, more: u64) {
-        let target = self.runs(ns) + more;
+        self.wait_more(ns, more, "probe runs", Self::runs).await;
+    }
+
+    /// Waits until the shoot's API-server probe has failed `more` more times.
+    pub async fn wait_api_failures(&self, ns: &str, more: u64) {
+        self.wait_more(ns, more, "API server probe failures", Self::api_failures)
+            .await;
+    }
+
+    /// Waits until the shoot's lease probe has failed `more` more times.
+    pub async fn wait_lease_failures(&self, ns: &str, more: u64) {
+        self.wait_more(ns, more, "lease probe failures", Self::lease_failures)
+            .await;
+    }
+
+    /// Waits until the prober sees every candidate lease of shoot `ns` expired
+    /// (`dwd_prober_expired_lease_fraction` 1).
+    pub async fn wait_all_leases_expired(&self, ns: &str) {
+        let metric = "dwd_prober_expired_lease_fraction";
         eventually(
             DEADLINE,
-            &format!("{more} more probe runs of {ns}"),
-            || async move { Ok((self.runs(ns) >= target).then_some(())) },
+            &format!("every candidate lease of {ns} expired"),
+            || {
+                let fraction = self.shoot_metric(metric, ns);
+                async move { Ok((fraction == Some(1.0)).then_some(())) }
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nmetrics:\n{}", self.metrics_text()));
+    }
+
+    /// Waits until `counter` of shoot `ns` (named `what`) has grown by `more`.
+    async fn wait_more(&self, ns: &str, more: u64, what: &str, counter: fn(&Self, &str) -> u64) {
+        let target = counter(self, ns) + more;
+        eventually(
+            DEADLINE,
+            &format!("{more} more {what} of {ns}"),
+            || async move { Ok((counter(self, ns) >= target).then_some(())) },
         )
         .await
         .unwrap_or_else(|e| panic!("{e}\nmetrics:\n{}", self.metrics_text()));
@@ -223,6 +286,47 @@ pub async fn deployment_state(
         d.spec.and_then(|s| s.replicas).unwrap_or(1),
         d.metadata.annotations.unwrap_or_default(),
     )
+}
+
+/// Asserts that every named Deployment has `replicas` now; `what` says when, in the message.
+pub async fn assert_replicas(client: &kube::Client, ns: &str, expect: &[(&str, i32)], what: &str) {
+    for (name, want) in expect {
+        let got = deployment_state(client, ns, name).await.0;
+        assert_eq!(got, *want, "{what}: {name}");
+    }
+}
+
+/// Asserts every target of a shoot [`Harness::shoot`] created has its replicas and neither
+/// scaling annotation; `what` says when, in the message.
+pub async fn assert_untouched(client: &kube::Client, ns: &str, what: &str) {
+    use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+    for (name, want) in SHOOT_REPLICAS {
+        let (replicas, a) = deployment_state(client, ns, name).await;
+        assert_eq!(replicas, *want, "{what}: {name}");
+        assert!(
+            !a.contains_key(REPLICAS_ANNOTATION) && !a.contains_key(MELTDOWN_ANNOTATION),
+            "{what}: {name}: {a:?}"
+        );
+    }
+}
+
+/// Asserts each named Deployment was scaled down behind the marker: its replicas annotation
+/// records the given replicas and its meltdown annotation is set (empty).
+pub async fn assert_recorded(client: &kube::Client, ns: &str, recorded: &[(&str, &str)]) {
+    use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+    for (name, replicas) in recorded {
+        let (_, a) = deployment_state(client, ns, name).await;
+        assert_eq!(
+            a.get(REPLICAS_ANNOTATION).map(String::as_str),
+            Some(*replicas),
+            "{name}: {a:?}"
+        );
+        assert_eq!(
+            a.get(MELTDOWN_ANNOTATION).map(String::as_str),
+            Some(""),
+            "{name}: {a:?}"
+        );
+    }
 }
 
 /// Waits until every named Deployment has `replicas`.
@@ -372,6 +476,21 @@ pub async fn wait_until(
     })
     .await
     .map_err(anyhow::Error::msg)
+}
+
+/// Who holds Lease `namespace/name`, if anyone (an empty holder is none).
+pub async fn lease_holder(
+    admin: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Option<String>> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    Ok(Api::<Lease>::namespaced(admin.clone(), namespace)
+        .get_opt(name)
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty()))
 }
 
 /// Events in `namespace` about `kind`/`name` with `reason`, oldest first.
