@@ -456,34 +456,42 @@ pub fn pid_alive(pid: u32) -> bool {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
+    /// A scratch directory and `<name>.log` in it, holding `before` when given.
+    fn scratch_log(name: &str, before: Option<&str>) -> (PathBuf, PathBuf) {
         let dir = std::env::temp_dir().join(format!("dwd-process-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        dir
+        let log = dir.join(format!("{name}.log"));
+        if let Some(text) = before {
+            std::fs::write(&log, text).unwrap();
+        }
+        (dir, log)
     }
 
     fn sh(name: &str, script: &str) -> ProcessBuilder {
         ManagedProcess::builder(name, "/bin/sh").args(["-c", script])
     }
 
+    /// Spawns and waits for the exit; the process, for its status and log.
+    async fn finished(builder: ProcessBuilder) -> ManagedProcess {
+        let child = builder.spawn().unwrap();
+        child.wait_exit(Duration::from_secs(10)).await.unwrap();
+        child
+    }
+
     #[tokio::test]
     async fn environment_directory_and_a_fresh_log_reach_the_child() {
-        let dir = scratch("env");
-        let log = dir.join("env.log");
-        std::fs::write(&log, "left over from an earlier run\n").unwrap();
-        let child = sh(
-            "env",
-            "echo \"$GIVEN ${DROPPED:-unset}\"; pwd; echo err >&2",
+        let (dir, log) = scratch_log("env", Some("left over from an earlier run\n"));
+        let script = "echo \"$GIVEN ${DROPPED:-unset}\"; pwd; echo err >&2";
+        let child = finished(
+            sh("env", script)
+                .env("GIVEN", "given")
+                .env("DROPPED", "inherited")
+                .env_remove("DROPPED")
+                .current_dir(&dir)
+                .log(&log),
         )
-        .env("GIVEN", "given")
-        .env("DROPPED", "inherited")
-        .env_remove("DROPPED")
-        .current_dir(&dir)
-        .log(&log)
-        .spawn()
-        .unwrap();
-        let status = child.wait_exit(Duration::from_secs(10)).await.unwrap();
-        assert!(status.success(), "{status}");
+        .await;
+        assert!(child.exit_status().is_some_and(|s| s.success()));
         let canonical = std::fs::canonicalize(&dir).unwrap();
         assert_eq!(
             child.log(),
@@ -495,30 +503,18 @@ mod tests {
 
     #[tokio::test]
     async fn append_log_keeps_what_was_there_and_env_clear_empties_the_environment() {
-        let dir = scratch("append");
-        let log = dir.join("append.log");
-        std::fs::write(&log, "before\n").unwrap();
-        let child = ManagedProcess::builder("append", "/bin/sh")
-            .args(["-c", "echo \"${HOME:-no home}\""])
-            .env_clear()
-            .append_log(&log)
-            .spawn()
-            .unwrap();
-        child.wait_exit(Duration::from_secs(10)).await.unwrap();
+        let (dir, log) = scratch_log("append", Some("before\n"));
+        let script = "echo \"${HOME:-no home}\"";
+        let child = finished(sh("append", script).env_clear().append_log(&log)).await;
         assert_eq!(child.log(), "before\nno home\n");
         std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[tokio::test]
     async fn stdout_can_leave_the_log() {
-        let dir = scratch("stdout");
-        let log = dir.join("stdout.log");
-        let child = sh("stdout", "echo out; echo err >&2")
-            .log(&log)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        child.wait_exit(Duration::from_secs(10)).await.unwrap();
+        let (dir, log) = scratch_log("stdout", None);
+        let script = "echo out; echo err >&2";
+        let child = finished(sh("stdout", script).log(&log).stdout(Stdio::null())).await;
         assert_eq!(child.log(), "err\n");
         std::fs::remove_dir_all(dir).unwrap();
     }
