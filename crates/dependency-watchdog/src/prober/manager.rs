@@ -371,6 +371,17 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 
+    /// A manager running a probe for `ns` that has run at least once (past its 30 s initial
+    /// delay).
+    async fn a_probe_that_ran(ns: &str) -> (Arc<ProberContext>, ProbeManager) {
+        let ctx = context();
+        let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
+        manager.ensure(ns, settings(40), None);
+        advance(Duration::from_secs(31)).await;
+        assert!(runs(&ctx, ns) >= 1, "no run after the initial delay");
+        (ctx, manager)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_cluster_edit_updates_the_running_probe_without_re_arming_the_initial_delay() {
         let ctx = context();
@@ -419,11 +430,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_probe_task_that_ends_is_restarted_and_counted_without_a_new_initial_delay() {
-        let ctx = context();
-        let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
-        manager.ensure("b", settings(40), None);
-        advance(Duration::from_secs(31)).await;
-        assert!(runs(&ctx, "b") >= 1);
+        let (ctx, manager) = a_probe_that_ran("b").await;
         end_probe_task_for_test("b");
         advance(Duration::from_secs(1)).await;
         let after_end = runs(&ctx, "b");
@@ -487,11 +494,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_removed_probe_leaves_no_series_behind_even_when_a_run_ends_later() {
-        let ctx = context();
-        let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
-        manager.ensure("d", settings(40), None);
-        advance(Duration::from_secs(32)).await;
-        assert!(runs(&ctx, "d") >= 1);
+        let (ctx, manager) = a_probe_that_ran("d").await;
         let series = {
             let registry = manager.registry();
             registry.get("d").map(|p| p.series.clone())

@@ -107,15 +107,13 @@ pub async fn run_with_shadow(
         &mut tasks,
     )
     .await?;
-    let events = start_events(
-        Component::Prober,
-        &seed,
-        own_pod,
-        metrics.clone(),
-        shadow.as_ref(),
-        &mut tasks,
-        &shutdown,
-    );
+    let events = match shadow {
+        // Shadow mode writes nothing but the events about its own pod.
+        Some(_) => {
+            Events::start_own_pod_only(seed.clone(), Component::Prober, own_pod, metrics.clone())
+        }
+        None => Events::start(seed.clone(), Component::Prober, own_pod, metrics.clone()),
+    };
     let ctx = Arc::new(ProberContext {
         config,
         seed,
@@ -127,6 +125,14 @@ pub async fn run_with_shadow(
     });
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
     if let Some(shadow) = &ctx.shadow {
+        // Shadow mode's own tasks: its comparisons expire, and the acting watchdog is watched.
+        tasks.spawn({
+            let (ctx, shadow, shutdown) = (ctx.clone(), shadow.clone(), shutdown.clone());
+            async move {
+                shadow.run_expiry(ctx.events.clone(), shutdown).await;
+                "shadow comparisons"
+            }
+        });
         tasks.spawn({
             let (ctx, shadow, shutdown) = (ctx.clone(), shadow.clone(), shutdown.clone());
             async move {
@@ -156,32 +162,6 @@ pub async fn run_with_shadow(
     manager.stop_all();
     tasks.shutdown().await;
     result
-}
-
-/// The Events of `component` (the prober or the weeder) and, in shadow mode, the task of
-/// `tasks` that expires the shadow's comparisons. Shadow mode writes nothing but the events
-/// about its own pod.
-pub(crate) fn start_events(
-    component: Component,
-    seed: &Client,
-    own_pod: PodRef,
-    metrics: Arc<Metrics>,
-    shadow: Option<&Arc<Shadow>>,
-    tasks: &mut tokio::task::JoinSet<&'static str>,
-    shutdown: &CancellationToken,
-) -> Events {
-    let Some(shadow) = shadow else {
-        return Events::start(seed.clone(), component, own_pod, metrics);
-    };
-    let events = Events::start_own_pod_only(seed.clone(), component, own_pod, metrics);
-    tasks.spawn({
-        let (shadow, events, shutdown) = (shadow.clone(), events.clone(), shutdown.clone());
-        async move {
-            shadow.run_expiry(events, shutdown).await;
-            "shadow comparisons"
-        }
-    });
-    events
 }
 
 /// Keeps `/readyz` in step with the caches for the life of the prober: ready once the Clusters

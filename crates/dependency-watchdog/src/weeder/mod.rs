@@ -114,16 +114,21 @@ pub async fn run_with_shadow(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let metrics = weeders.metrics().clone();
+    let events = match shadow {
+        // Shadow mode writes nothing but the events about its own pod.
+        Some(_) => Events::start_own_pod_only(seed.clone(), Component::Weeder, own_pod, metrics),
+        None => Events::start(seed.clone(), Component::Weeder, own_pod, metrics),
+    };
     let mut tasks = tokio::task::JoinSet::new();
-    let events = crate::prober::start_events(
-        Component::Weeder,
-        &seed,
-        own_pod,
-        metrics,
-        shadow.as_ref(),
-        &mut tasks,
-        &shutdown,
-    );
+    if let Some(shadow) = &shadow {
+        tasks.spawn({
+            let (shadow, events, shutdown) = (shadow.clone(), events.clone(), shutdown.clone());
+            async move {
+                shadow.run_expiry(events, shutdown).await;
+                "shadow comparisons"
+            }
+        });
+    }
     let ctx = Arc::new(WeederContext::new(config, seed, events, shadow));
     tasks.spawn({
         let (ctx, weeders, health) = (ctx.clone(), weeders.clone(), health.clone());
