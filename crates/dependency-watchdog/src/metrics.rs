@@ -446,6 +446,18 @@ impl Metrics {
         registry.register_collector(Box::new(ProcessCollector));
     }
 
+    /// Counts one request to `api` (`dwd_api_requests_total{api}`).
+    pub fn count_api_request(&self, api: ApiLabel) {
+        self.api_requests.get_or_create(&ApiLabels { api }).inc();
+    }
+
+    /// Counts one answer of `api` that throttled us (429, or 503 with `Retry-After`).
+    pub fn count_throttled_response(&self, api: ApiLabel) {
+        self.throttled_responses
+            .get_or_create(&ApiLabels { api })
+            .inc();
+    }
+
     /// Records whether this replica holds the leader-election Lease `lease`.
     pub fn set_leading(&self, lease: &str, leading: bool) {
         self.leader_election_master_status

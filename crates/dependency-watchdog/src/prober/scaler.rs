@@ -34,7 +34,7 @@ use super::ProberContext;
 use super::seed_caches::TargetCache;
 use crate::cache::WaitEnd;
 use crate::events::TargetRef;
-use crate::metrics::{ApiLabel, ApiLabels, Outcome, ScaleOpLabels};
+use crate::metrics::{ApiLabel, Outcome, ScaleOpLabels};
 use crate::rate_limit::Priority;
 use crate::retry_after::Deadline;
 use crate::{Error, Result};
@@ -371,12 +371,7 @@ async fn call<T>(
     limit: Duration,
     fut: impl std::future::Future<Output = kube::Result<T>>,
 ) -> Result<T> {
-    ctx.metrics
-        .api_requests
-        .get_or_create(&ApiLabels {
-            api: ApiLabel::Seed,
-        })
-        .inc();
+    ctx.metrics.count_api_request(ApiLabel::Seed);
     match tokio::time::timeout(limit, fut).await {
         Err(_) => Err(Error::Timeout {
             action,
@@ -385,12 +380,7 @@ async fn call<T>(
         Ok(Err(e)) => {
             let err = Error::kube(action, e);
             if err.is_throttled() {
-                ctx.metrics
-                    .throttled_responses
-                    .get_or_create(&ApiLabels {
-                        api: ApiLabel::Seed,
-                    })
-                    .inc();
+                ctx.metrics.count_throttled_response(ApiLabel::Seed);
             }
             Err(err)
         }
@@ -398,44 +388,44 @@ async fn call<T>(
     }
 }
 
-/// One merge patch of the target object, through [`call`].
-async fn merge_patch(
-    ctx: &ProberContext,
-    api: &TargetApi<'_>,
-    name: &str,
-    action: String,
+/// The writes of one scaling step to one target, each through [`call`] within `limit`.
+struct TargetWrites<'a> {
+    ctx: &'a ProberContext,
+    api: TargetApi<'a>,
+    /// The target's name.
+    name: &'a str,
     limit: Duration,
-    patch: &serde_json::Value,
-) -> Result<DynamicObject> {
-    let api = api.until(deadline_in(limit));
-    call(
-        ctx,
-        action,
-        limit,
-        api.patch(name, &PatchParams::default(), &Patch::Merge(patch)),
-    )
-    .await
 }
 
-/// One merge patch of the target's `scale` subresource, through [`call`]; returns the
-/// target's new resourceVersion and UID (a Scale carries its parent's).
-async fn scale_patch(
-    ctx: &ProberContext,
-    api: &TargetApi<'_>,
-    name: &str,
-    action: String,
-    limit: Duration,
-    patch: &serde_json::Value,
-) -> Result<(Option<String>, Option<String>)> {
-    let api = api.until(deadline_in(limit));
-    let scale = call(
-        ctx,
-        action,
-        limit,
-        api.patch_scale(name, &PatchParams::default(), &Patch::Merge(patch)),
-    )
-    .await?;
-    Ok((scale.metadata.resource_version, scale.metadata.uid))
+impl TargetWrites<'_> {
+    /// One merge patch of the target object.
+    async fn merge(&self, action: String, patch: &serde_json::Value) -> Result<DynamicObject> {
+        let api = self.api.until(deadline_in(self.limit));
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(patch));
+        let write = api.patch(self.name, &pp, &patch);
+        call(self.ctx, action, self.limit, write).await
+    }
+
+    /// Removes what `patch` clears (`what`), conditional on the target's version `rv`.
+    async fn remove(&self, what: String, patch: serde_json::Value, rv: Option<&str>) -> Result<()> {
+        let patch = with_resource_version(patch, rv);
+        self.merge(format!("removing {what}"), &patch).await?;
+        Ok(())
+    }
+
+    /// One merge patch of the target's `scale` subresource; returns the target's new
+    /// resourceVersion and UID (a Scale carries its parent's).
+    async fn scale(
+        &self,
+        action: String,
+        patch: &serde_json::Value,
+    ) -> Result<(Option<String>, Option<String>)> {
+        let api = self.api.until(deadline_in(self.limit));
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(patch));
+        let write = api.patch_scale(self.name, &pp, &patch);
+        let scale = call(self.ctx, action, self.limit, write).await?;
+        Ok((scale.metadata.resource_version, scale.metadata.uid))
+    }
 }
 
 /// Problems with a target's `replicas` annotation already warned about, per (namespace,
@@ -530,45 +520,33 @@ async fn attempt_once(
         None => reason.to_owned(),
     };
     let reason = reason.as_str();
-    let api = TargetApi {
-        seed: &ctx.seed,
-        priority,
-        namespace,
-        resource: &target.resource,
+    let writes = TargetWrites {
+        ctx,
+        api: TargetApi {
+            seed: &ctx.seed,
+            priority,
+            namespace,
+            resource: &target.resource,
+        },
+        name: &r.name,
+        limit: call_timeout(timeout),
     };
-    let limit = call_timeout(timeout);
     let rv = state.resource_version.as_deref();
     // apps/v1 workloads: one write per step; other kinds: annotations and scale subresource.
     let one_patch = replicas_in_spec(&r.api_version, &r.kind);
     match action {
         TargetAction::Ignored { clear_marker } => {
             if clear_marker {
-                let patch = with_resource_version(clear_meltdown_patch(), rv);
-                merge_patch(
-                    ctx,
-                    &api,
-                    &r.name,
-                    format!("removing meltdown annotation of {what}"),
-                    limit,
-                    &patch,
-                )
-                .await?;
+                let what = format!("meltdown annotation of {what}");
+                writes.remove(what, clear_meltdown_patch(), rv).await?;
             }
             info!("ignore-scaling is set, target left alone");
             Ok(TargetOutcome::Skipped("ignore-scaling annotation".into()))
         }
         TargetAction::AlreadyDone { clear_marker } => {
             if clear_marker {
-                let patch = with_resource_version(clear_annotations_patch(), rv);
-                merge_patch(
-                    ctx,
-                    &api,
-                    &r.name,
-                    format!("removing annotations of {what}"),
-                    limit,
-                    &patch,
-                )
-                .await?;
+                let what = format!("annotations of {what}");
+                writes.remove(what, clear_annotations_patch(), rv).await?;
             }
             Ok(TargetOutcome::Skipped(format!(
                 "already at {} replicas",
@@ -579,41 +557,24 @@ async fn attempt_once(
             let uid = if one_patch {
                 // Annotations and replicas in one atomic write.
                 let patch = scale_down_patch(record_replicas, rv);
-                let patched = merge_patch(
-                    ctx,
-                    &api,
-                    &r.name,
-                    format!("scaling {what} to 0 (recording {record_replicas} replicas)"),
-                    limit,
-                    &patch,
-                )
-                .await?;
+                let patched = writes
+                    .merge(
+                        format!("scaling {what} to 0 (recording {record_replicas} replicas)"),
+                        &patch,
+                    )
+                    .await?;
                 patched.metadata.uid
             } else {
                 // Record first, then scale: a crash in between leaves the recorded count behind.
                 // The scale write is conditional on the version the first write produced, so
                 // nothing that changed the target in between is overwritten unseen.
                 let patch = with_resource_version(scale_down_annotation_patch(record_replicas), rv);
-                let recorded = merge_patch(
-                    ctx,
-                    &api,
-                    &r.name,
-                    format!("recording replicas of {what}"),
-                    limit,
-                    &patch,
-                )
-                .await?;
+                let recorded = writes
+                    .merge(format!("recording replicas of {what}"), &patch)
+                    .await?;
                 let scale =
                     scale_subresource_patch(0, recorded.metadata.resource_version.as_deref());
-                scale_patch(
-                    ctx,
-                    &api,
-                    &r.name,
-                    format!("scaling {what} to 0"),
-                    limit,
-                    &scale,
-                )
-                .await?;
+                writes.scale(format!("scaling {what} to 0"), &scale).await?;
                 recorded.metadata.uid
             };
             info!(
@@ -643,37 +604,19 @@ async fn attempt_once(
         TargetAction::ScaleUp { replicas } => {
             let uid = if one_patch {
                 let patch = scale_up_patch(replicas, rv);
-                let patched = merge_patch(
-                    ctx,
-                    &api,
-                    &r.name,
-                    format!("scaling {what} to {replicas}"),
-                    limit,
-                    &patch,
-                )
-                .await?;
+                let patched = writes
+                    .merge(format!("scaling {what} to {replicas}"), &patch)
+                    .await?;
                 patched.metadata.uid
             } else {
                 let scale = scale_subresource_patch(replicas, rv);
-                let (scaled_rv, uid) = scale_patch(
-                    ctx,
-                    &api,
-                    &r.name,
-                    format!("scaling {what} to {replicas}"),
-                    limit,
-                    &scale,
-                )
-                .await?;
-                let patch = with_resource_version(clear_annotations_patch(), scaled_rv.as_deref());
-                merge_patch(
-                    ctx,
-                    &api,
-                    &r.name,
-                    format!("removing annotations of {what}"),
-                    limit,
-                    &patch,
-                )
-                .await?;
+                let (scaled_rv, uid) = writes
+                    .scale(format!("scaling {what} to {replicas}"), &scale)
+                    .await?;
+                let what = format!("annotations of {what}");
+                writes
+                    .remove(what, clear_annotations_patch(), scaled_rv.as_deref())
+                    .await?;
                 uid
             };
             ctx.events.target_scaled(
@@ -799,19 +742,60 @@ mod tests {
         }
     }
 
-    const KCM_MCM: &str = "
-- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
-  scaleUp: {level: 1}
-  scaleDown: {level: 0}
-- ref: {apiVersion: apps/v1, kind: Deployment, name: mcm}
-  scaleUp: {level: 1}
-  scaleDown: {level: 1}
-";
+    /// A dependentResourceInfos entry (YAML) for `reference` (the fields of `ref`), with
+    /// the fields of its scaleUp and scaleDown.
+    fn entry(reference: &str, up: &str, down: &str) -> String {
+        format!("- ref: {{{reference}}}\n  scaleUp: {{{up}}}\n  scaleDown: {{{down}}}\n")
+    }
+
+    /// [`entry`] for Deployment `name`.
+    fn deployment(name: &str, up: &str, down: &str) -> String {
+        entry(
+            &format!("apiVersion: apps/v1, kind: Deployment, name: {name}"),
+            up,
+            down,
+        )
+    }
+
+    /// `entry`, optional.
+    fn optional(entry: String) -> String {
+        entry.replacen('\n', "\n  optional: true\n", 1)
+    }
+
+    /// kcm down at level 0 and up at 1; mcm at level 1 both ways.
+    fn kcm_mcm() -> String {
+        deployment("kcm", "level: 1", "level: 0") + &deployment("mcm", "level: 1", "level: 1")
+    }
 
     fn deployments(fake: &FakeSeed, ns: &str, replicas: i32, annotations: &[(&str, &str)]) {
         for name in ["kcm", "mcm"] {
             fake.create(&DEPLOYMENT, ns, name, replicas, annotations);
         }
+    }
+
+    /// Runs the flow of `dir` over all of `ns`'s targets.
+    async fn flow(
+        ctx: &ProberContext,
+        ns: &str,
+        dir: Direction,
+    ) -> std::result::Result<FlowReport, Box<FlowError>> {
+        run_flow(ctx, ns, dir, FlowScope::All, "test").await
+    }
+
+    /// (answer, time since `start`) of each write.
+    fn writes_answered(fake: &FakeSeed, start: Instant) -> Vec<(u16, Duration)> {
+        fake.writes()
+            .iter()
+            .map(|w| (w.status, w.at - start))
+            .collect()
+    }
+
+    /// A ReplicationController kcm of 3 replicas in `ns`, scaled through its scale
+    /// subresource at level 0 both ways, and a context for it.
+    async fn one_rc(fake: &FakeSeed, ns: &str) -> ProberContext {
+        fake.create(&RC, ns, "kcm", 3, &[]);
+        let reference = "apiVersion: v1, kind: ReplicationController, name: kcm";
+        context(fake, &entry(reference, "level: 0", "level: 0"), &[]).await
     }
 
     /// When the first successful write to `name` happened.
@@ -828,11 +812,9 @@ mod tests {
         let fake = FakeSeed::default();
         fake.lock().status_delay = None; // status never follows
         deployments(&fake, "lag", 2, &[]);
-        let ctx = context(&fake, KCM_MCM, &[]).await;
+        let ctx = context(&fake, &kcm_mcm(), &[]).await;
         let start = Instant::now();
-        let report = run_flow(&ctx, "lag", Direction::Down, FlowScope::All, "test")
-            .await
-            .expect("flow");
+        let report = flow(&ctx, "lag", Direction::Down).await.expect("flow");
         assert_eq!(report.changed(), ["kcm", "mcm"]);
         let writes = fake.writes();
         assert_eq!(written_at(&writes, "kcm") - start, Duration::ZERO);
@@ -846,11 +828,9 @@ mod tests {
         let fake = FakeSeed::default();
         fake.lock().status_delay = Some(Duration::from_millis(1200));
         deployments(&fake, "quick", 2, &[]);
-        let ctx = context(&fake, KCM_MCM, &[]).await;
+        let ctx = context(&fake, &kcm_mcm(), &[]).await;
         let start = Instant::now();
-        run_flow(&ctx, "quick", Direction::Down, FlowScope::All, "test")
-            .await
-            .expect("flow");
+        flow(&ctx, "quick", Direction::Down).await.expect("flow");
         let writes = fake.writes();
         assert_eq!(
             written_at(&writes, "mcm") - start,
@@ -863,22 +843,11 @@ mod tests {
         let fake = FakeSeed::default();
         deployments(&fake, "delay", 2, &[]);
         fake.lock().fail_writes.push_back((500, None));
-        let ctx = context(
-            &fake,
-            "
-- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
-  scaleUp: {level: 0}
-  scaleDown: {level: 0, initialDelay: 2s}
-",
-            &[],
-        )
-        .await;
+        let kcm = deployment("kcm", "level: 0", "level: 0, initialDelay: 2s");
+        let ctx = context(&fake, &kcm, &[]).await;
         let start = Instant::now();
-        run_flow(&ctx, "delay", Direction::Down, FlowScope::All, "test")
-            .await
-            .expect("flow");
-        let writes = fake.writes();
-        let at: Vec<(u16, Duration)> = writes.iter().map(|w| (w.status, w.at - start)).collect();
+        flow(&ctx, "delay", Direction::Down).await.expect("flow");
+        let at = writes_answered(&fake, start);
         // Failed at 2 s, retried 100 ms later (the reference sleeps the 2 s again).
         assert_eq!(
             at,
@@ -935,21 +904,17 @@ mod tests {
                 &[(REPLICAS_ANNOTATION, record), (MELTDOWN_ANNOTATION, "")],
             );
         }
-        let ctx = context(&fake, KCM_MCM, &[]).await;
+        let ctx = context(&fake, &kcm_mcm(), &[]).await;
         // Two runs whose writes are refused: the problem stays, the warning is said once.
         for _ in 0..2 {
             fake.lock().fail_writes.extend([(403, None); 6]);
-            run_flow(&ctx, "bad", Direction::Up, FlowScope::All, "test")
-                .await
-                .expect_err("refused");
+            flow(&ctx, "bad", Direction::Up).await.expect_err("refused");
         }
         assert_eq!(logs.count("\"garbage\" is not a valid replica count"), 1);
         assert_eq!(logs.count("\"0\" is not a valid replica count"), 1);
         // Then the write goes through: 1 replica, neither annotation left behind.
         fake.lock().status_delay = Some(Duration::ZERO);
-        let report = run_flow(&ctx, "bad", Direction::Up, FlowScope::All, "test")
-            .await
-            .expect("flow");
+        let report = flow(&ctx, "bad", Direction::Up).await.expect("flow");
         assert_eq!(report.changed(), ["kcm", "mcm"]);
         for name in ["kcm", "mcm"] {
             let object = fake.object("deployments", "bad", name);
@@ -968,17 +933,7 @@ mod tests {
     async fn scale_subresource_writes_carry_the_version_they_were_decided_from() {
         let fake = FakeSeed::default();
         fake.lock().status_delay = Some(Duration::ZERO);
-        fake.create(&RC, "rc", "kcm", 3, &[]);
-        let ctx = context(
-            &fake,
-            "
-- ref: {apiVersion: v1, kind: ReplicationController, name: kcm}
-  scaleUp: {level: 0}
-  scaleDown: {level: 0}
-",
-            &[],
-        )
-        .await;
+        let ctx = one_rc(&fake, "rc").await;
         let rv = |o: &Value| {
             o["metadata"]["resourceVersion"]
                 .as_str()
@@ -986,9 +941,7 @@ mod tests {
                 .to_owned()
         };
         let before = rv(&fake.object("replicationcontrollers", "rc", "kcm"));
-        run_flow(&ctx, "rc", Direction::Down, FlowScope::All, "test")
-            .await
-            .expect("down");
+        flow(&ctx, "rc", Direction::Down).await.expect("down");
         let writes = fake.writes();
         assert_eq!(writes.len(), 2, "{writes:?}");
         // Annotations first, conditional on the cached version; then the scale, conditional
@@ -1010,9 +963,7 @@ mod tests {
         // Up: the scale first, conditional on the cached version; then the annotations'
         // removal, conditional on the version the scale produced.
         let cached = rv(&fake.object("replicationcontrollers", "rc", "kcm"));
-        run_flow(&ctx, "rc", Direction::Up, FlowScope::All, "test")
-            .await
-            .expect("up");
+        flow(&ctx, "rc", Direction::Up).await.expect("up");
         let writes = &fake.writes()[2..];
         assert!(writes[0].path.ends_with("/scale"));
         assert_eq!(writes[0].body["metadata"]["resourceVersion"], json!(cached));
@@ -1030,17 +981,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stale_version_conflicts_instead_of_overwriting() {
         let fake = FakeSeed::default();
-        fake.create(&RC, "stale", "kcm", 3, &[]);
-        let ctx = context(
-            &fake,
-            "
-- ref: {apiVersion: v1, kind: ReplicationController, name: kcm}
-  scaleUp: {level: 0}
-  scaleDown: {level: 0}
-",
-            &[],
-        )
-        .await;
+        let ctx = one_rc(&fake, "stale").await;
         // The apiserver has moved on without the watch telling us (yet).
         {
             let mut s = fake.lock();
@@ -1053,7 +994,7 @@ mod tests {
             );
             s.objects.get_mut(&key).expect("rc")["metadata"]["resourceVersion"] = json!(rv);
         }
-        let failure = run_flow(&ctx, "stale", Direction::Down, FlowScope::All, "test")
+        let failure = flow(&ctx, "stale", Direction::Down)
             .await
             .expect_err("every attempt conflicts");
         assert!(failure.error.is_conflict(), "{}", failure.error);
@@ -1069,32 +1010,27 @@ mod tests {
     async fn an_optional_target_whose_kind_is_not_served_is_skipped_a_mandatory_one_fails() {
         let fake = FakeSeed::default();
         deployments(&fake, "kinds", 2, &[]);
-        let infos = "
-- ref: {apiVersion: example.com/v1, kind: Gadget, name: gadget}
-  optional: true
-  scaleUp: {level: 0}
-  scaleDown: {level: 0}
-- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
-  scaleUp: {level: 1}
-  scaleDown: {level: 1}
-";
-        let ctx = context(&fake, infos, &["gadget"]).await;
+        let gadget = entry(
+            "apiVersion: example.com/v1, kind: Gadget, name: gadget",
+            "level: 0",
+            "level: 0",
+        );
+        let kcm = deployment("kcm", "level: 1", "level: 1");
+        let ctx = context(&fake, &(optional(gadget.clone()) + &kcm), &["gadget"]).await;
         assert_eq!(
             targets_to_scale(&ctx, "kinds", Direction::Down, FlowScope::All),
             ["kcm"]
         );
-        let report = run_flow(&ctx, "kinds", Direction::Down, FlowScope::All, "test")
-            .await
-            .expect("flow");
+        let report = flow(&ctx, "kinds", Direction::Down).await.expect("flow");
         assert_eq!(report.changed(), ["kcm"]);
 
-        let mandatory = infos.replace("  optional: true\n", "");
+        let mandatory = gadget + &kcm;
         let ctx = context(&fake, &mandatory, &["gadget"]).await;
         assert_eq!(
             targets_to_scale(&ctx, "kinds", Direction::Up, FlowScope::All),
             ["gadget", "kcm"]
         );
-        let failure = run_flow(&ctx, "kinds", Direction::Up, FlowScope::All, "test")
+        let failure = flow(&ctx, "kinds", Direction::Up)
             .await
             .expect_err("mandatory target without a served kind");
         assert_eq!(failure.target, "gadget");
@@ -1123,22 +1059,14 @@ mod tests {
             2,
             &[(dwd_core::scaling::IGNORE_SCALING_ANNOTATION, "true")],
         );
-        let infos = "
-- ref: {apiVersion: apps/v1, kind: Deployment, name: mcm}
-  scaleUp: {level: 0}
-  scaleDown: {level: 1}
-- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
-  scaleUp: {level: 1}
-  scaleDown: {level: 0}
-- ref: {apiVersion: apps/v1, kind: Deployment, name: absent-optional}
-  optional: true
-  scaleUp: {level: 0}
-  scaleDown: {level: 0}
-- ref: {apiVersion: apps/v1, kind: Deployment, name: absent-mandatory}
-  scaleUp: {level: 0}
-  scaleDown: {level: 2}
-";
-        let ctx = context(&fake, infos, &[]).await;
+        let infos = [
+            deployment("mcm", "level: 0", "level: 1"),
+            deployment("kcm", "level: 1", "level: 0"),
+            optional(deployment("absent-optional", "level: 0", "level: 0")),
+            deployment("absent-mandatory", "level: 0", "level: 2"),
+        ]
+        .concat();
+        let ctx = context(&fake, &infos, &[]).await;
         // Level order of the scale-down flow; kcm though it is already down.
         assert_eq!(
             targets_in_scope(&ctx, "scope", FlowScope::All),
@@ -1158,31 +1086,17 @@ mod tests {
         let fake = FakeSeed::default();
         fake.lock().status_delay = Some(Duration::ZERO);
         fake.create(&DEPLOYMENT, "busy", "kcm", 2, &[]);
-        let ctx = context(
-            &fake,
-            "
-- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}
-  scaleUp: {level: 0, timeout: 3s}
-  scaleDown: {level: 0, timeout: 3s}
-",
-            &[],
-        )
-        .await;
+        let kcm = deployment("kcm", "level: 0, timeout: 3s", "level: 0, timeout: 3s");
+        let ctx = context(&fake, &kcm, &[]).await;
         let start = Instant::now();
         fake.lock()
             .fail_writes
             .extend([(429, Some("1")), (503, Some("1"))]);
-        let report = run_flow(&ctx, "busy", Direction::Down, FlowScope::All, "test")
-            .await
-            .expect("flow");
+        let report = flow(&ctx, "busy", Direction::Down).await.expect("flow");
         assert_eq!(report.changed(), ["kcm"]);
         assert!(!report.throttled);
         // One attempt: answered 429 and 503, each retried after its second.
-        let at: Vec<(u16, Duration)> = fake
-            .writes()
-            .iter()
-            .map(|w| (w.status, w.at - start))
-            .collect();
+        let at = writes_answered(&fake, start);
         assert_eq!(
             at,
             [
@@ -1195,7 +1109,7 @@ mod tests {
         // A wait longer than the call's 3 s is not started: each attempt sees its 429 (not a
         // timeout), and the flow reports being throttled (the next run is spaced out).
         fake.lock().fail_writes.extend([(429, Some("5")); 3]);
-        let failure = run_flow(&ctx, "busy", Direction::Up, FlowScope::All, "test")
+        let failure = flow(&ctx, "busy", Direction::Up)
             .await
             .expect_err("throttled");
         assert!(failure.error.is_throttled(), "{}", failure.error);
