@@ -40,14 +40,15 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
 use dwd_testenv::metrics::sum;
+use dwd_testenv::process::ManagedProcess;
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -58,6 +59,7 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use serde_json::Value;
 use support::gardener::{GARDEN, Gardener, apply, ensure_namespace, fixture, one, shortened};
+use support::{Watchdog, http_get};
 
 const KCM: &str = "kube-controller-manager";
 const MCM: &str = "machine-controller-manager";
@@ -73,7 +75,6 @@ const CONFIG_DIR: &str = "etc/dependency-watchdog/config";
 /// The image's user, distroless's `nonroot`.
 const NONROOT: u32 = 65532;
 const DEADLINE: Duration = Duration::from_secs(60);
-const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 /// The default metrics and health ports, which Gardener's command line leaves in place.
 const METRICS_PORT: u16 = 9643;
 const HEALTH_PORT: u16 = 9644;
@@ -405,12 +406,18 @@ struct PodSpec<'a> {
     env: &'a TestEnv,
 }
 
-/// The image's binary running in a chroot of the unpacked image; killed on drop.
+/// The image's binary running in a chroot of the unpacked image; killed on drop. Watched as
+/// any other binary under test (`until`, `metrics`, `stop`, `tail`: [`Watchdog`]'s).
 struct PodProcess {
-    name: String,
     rootfs: PathBuf,
-    child: Mutex<Option<Child>>,
-    log: PathBuf,
+    watchdog: Watchdog,
+}
+
+impl std::ops::Deref for PodProcess {
+    type Target = Watchdog;
+    fn deref(&self) -> &Watchdog {
+        &self.watchdog
+    }
 }
 
 impl PodProcess {
@@ -448,23 +455,19 @@ impl PodProcess {
             command.first()
         );
         let (uid, gid) = image.user()?;
-        let log = dir.join(format!("{}.log", spec.name));
-        let out = std::fs::File::create(&log)?;
-        let err = out.try_clone()?;
-
-        let mut cmd = match emulator() {
-            None => Command::new(&command[0]),
+        let (program, emulated) = match emulator() {
+            None => (command[0].as_str(), None),
             Some(emulator) => {
                 let inside = rootfs.join(&EMULATOR_IN_ROOTFS[1..]);
                 std::fs::copy(&emulator, &inside)
                     .with_context(|| format!("copying {}", emulator.display()))?;
                 std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o755))?;
-                let mut cmd = Command::new(EMULATOR_IN_ROOTFS);
-                cmd.arg(&command[0]);
-                cmd
+                (EMULATOR_IN_ROOTFS, Some(&command[0]))
             }
         };
-        cmd.args(&command[1..])
+        let builder = ManagedProcess::builder(spec.name, program)
+            .args(emulated)
+            .args(&command[1..])
             .env_clear()
             .envs(image.env())
             // What the kubelet adds: the pod's host name, HOME from the image's passwd, and the
@@ -480,21 +483,19 @@ impl PodProcess {
                 "KUBERNETES_SERVICE_PORT_HTTPS",
                 spec.seed.addr().port().to_string(),
             )
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
+            .log(dir.join(format!("{}.log", spec.name)));
 
         let root = CString::new(rootfs.as_os_str().as_bytes())?;
         let proc_dir = CString::new(rootfs.join("proc").as_os_str().as_bytes())?;
         let workdir = CString::new(image.working_dir())?;
         let hostname = CString::new(spec.name)?;
-        let parent = std::process::id();
         // SAFETY: between fork and exec the closure only makes system calls (no allocation, no
         // locks): private mount and UTS namespaces (/proc; the pod's name as host name), chroot,
-        // the image's user without capabilities or new privileges, death with the test process.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
+        // the image's user without capabilities or new privileges. ManagedProcess sets the
+        // death-with-the-test-process signal after it, once the uid change can no longer clear
+        // it.
+        let builder = unsafe {
+            builder.pre_exec(move || {
                 let check = |r: libc::c_int| {
                     if r == 0 {
                         Ok(())
@@ -528,53 +529,21 @@ impl PodProcess {
                 check(libc::setresgid(gid, gid, gid))?;
                 check(libc::setresuid(uid, uid, uid))?;
                 check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
-                // After the uid change, which clears it.
-                check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
-                if libc::getppid() as u32 != parent {
-                    libc::_exit(1);
-                }
                 Ok(())
-            });
-        }
-        let child = cmd
+            })
+        };
+        let process = builder
             .spawn()
             .with_context(|| format!("starting {} in {}", spec.name, rootfs.display()))?;
         Ok(PodProcess {
-            name: spec.name.to_string(),
             rootfs,
-            child: Mutex::new(Some(child)),
-            log,
+            watchdog: Watchdog::with_process(spec.name, process, METRICS_PORT),
         })
-    }
-
-    fn pid(&self) -> Result<u32> {
-        let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(child.as_ref().context("no process")?.id())
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn tail(&self) -> String {
-        let text = self.log();
-        let lines: Vec<&str> = text.lines().collect();
-        let start = lines.len().saturating_sub(40);
-        format!(
-            "--- {} log tail ---\n{}",
-            self.name,
-            lines[start..].join("\n")
-        )
-    }
-
-    fn exited(&self) -> Option<ExitStatus> {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// The process runs as the image's user, without capabilities, inside the root filesystem.
     fn check_confinement(&self) -> Result<()> {
-        let pid = self.pid()?;
+        let pid = self.pid().context("no process")?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         let field = |name: &str| {
             status
@@ -624,56 +593,6 @@ impl PodProcess {
         Ok(())
     }
 
-    async fn metrics(&self) -> Result<String> {
-        let (status, body) = http_get(METRICS_PORT, "/metrics").await?;
-        ensure!(status == 200, "{}: /metrics answered {status}", self.name);
-        Ok(body)
-    }
-
-    /// Waits until `check` holds, failing early when the process exited.
-    async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<Option<T>>>,
-    {
-        eventually(DEADLINE, what, || {
-            let exited = self.exited();
-            let fut = check();
-            async move {
-                if let Some(status) = exited {
-                    return Err(format!("exited with {status}"));
-                }
-                fut.await.map_err(|e| format!("{e:#}"))
-            }
-        })
-        .await
-        .map_err(|e| anyhow!("{e}\n{}", self.tail()))
-    }
-
-    /// SIGTERM, then waits for the exit.
-    async fn stop(&self) -> Result<ExitStatus> {
-        if self.exited().is_none() {
-            let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-            let child = child.as_ref().context("no process")?;
-            // Not reaped yet: exited() saw it running, and only this handle reaps it.
-            dwd_testenv::process::signal(child, dwd_testenv::process::Signal::TERM)?;
-        }
-        let deadline = Instant::now() + EXIT_TIMEOUT;
-        loop {
-            if let Some(status) = self.exited() {
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "{} did not exit within {EXIT_TIMEOUT:?} of SIGTERM\n{}",
-                    self.name,
-                    self.tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     /// Log lines at error level or above (zap JSON).
     fn errors(&self) -> Vec<String> {
         self.log()
@@ -688,21 +607,6 @@ impl PodProcess {
             .map(str::to_string)
             .collect()
     }
-}
-
-impl Drop for PodProcess {
-    fn drop(&mut self) {
-        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(mut child) = child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    Ok(dwd_testenv::http::get(addr, path, Duration::from_secs(10)).await?)
 }
 
 /// Waits until nothing (e.g. another test binary's watchdog) holds the default ports.

@@ -49,11 +49,17 @@ impl Watchdog {
             .log(dir.join(format!("{name}.log")))
             .spawn()
             .with_context(|| format!("starting {name}"))?;
-        Ok(Watchdog {
+        Ok(Watchdog::with_process(name, process, metrics_port))
+    }
+
+    /// A binary started some other way (e.g. confined like a pod), watched the same way; its
+    /// metrics are read from `metrics_port`.
+    pub fn with_process(name: &str, process: ManagedProcess, metrics_port: u16) -> Watchdog {
+        Watchdog {
             name: name.to_string(),
             process,
             metrics_port,
-        })
+        }
     }
 
     /// Everything it wrote so far.
