@@ -117,7 +117,8 @@ pub struct CommonArgs {
     /// Path of a kubeconfig for the seed; in-cluster configuration when absent.
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
-    /// Maximum number of concurrent reconciles.
+    /// Accepted for compatibility, no effect: one loop decides every Cluster change (in
+    /// memory, no request), so there is nothing to run concurrently.
     #[arg(long, default_value_t = 1)]
     pub concurrent_reconciles: u16,
     /// Queries per second to the seed's kube-apiserver (0 means the default, 5).
