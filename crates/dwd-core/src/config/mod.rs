@@ -259,6 +259,19 @@ struct Match<'a> {
     coercible: bool,
 }
 
+/// The fields of mapping `v` at `path`, `null` counting as an empty mapping (Go decodes
+/// `null` into a zero struct); anything else is a problem.
+pub(crate) fn mapping_or_null<'a>(v: &'a GoValue, path: &str, cx: &mut Ctx) -> Option<Fields<'a>> {
+    match v {
+        GoValue::Map(map) => Some(Fields::of_map(map, path)),
+        GoValue::Null => Some(Fields::new(Vec::new(), path)),
+        other => {
+            cx.problem(path, format!("must be a mapping, got {}", kind_of(other)));
+            None
+        }
+    }
+}
+
 /// A Go struct being decoded from a mapping, field by field. It remembers which keys were used so
 /// that the rest can be reported as unknown once the caller is done.
 pub(crate) struct Fields<'a> {

@@ -156,6 +156,22 @@ fn default_nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
+/// Duration `field` in nanoseconds (its `default` when absent; `None` when invalid), warned
+/// about (the value in Go's notation, then `why`) when `suspicious`.
+fn duration_nanos(
+    f: &mut Fields<'_>,
+    cx: &mut Ctx,
+    (field, default): (&str, Duration),
+    suspicious: fn(i64) -> bool,
+    why: &str,
+) -> Option<i64> {
+    let ns = f.duration(field, cx).or(default_nanos(default))?;
+    if suspicious(ns) {
+        cx.warn(field, format_args!("{} {why}", go_string(ns)));
+    }
+    Some(ns)
+}
+
 impl ProberConfig {
     /// Loads a prober config. On success the warnings say what loaded but deserves attention; on
     /// failure every problem found is reported at once.
@@ -174,55 +190,38 @@ impl ProberConfig {
             }
         };
 
-        let probe_interval = f
-            .duration("probeInterval", &mut cx)
-            .or(default_nanos(DEFAULT_PROBE_INTERVAL))
-            .map(|ns| {
-                if ns <= 0 {
-                    cx.warn(
-                        "probeInterval",
-                        format_args!(
-                            "{} is not positive: every shoot is probed again as soon as a run ends, without pause, which keeps every shoot's API server busy (the reference does the same); set a positive interval such as 10s",
-                            go_string(ns)
-                        ),
-                    );
-                }
-                nanos_to_duration(ns)
-            });
+        let probe_interval = duration_nanos(
+            &mut f,
+            &mut cx,
+            ("probeInterval", DEFAULT_PROBE_INTERVAL),
+            |ns| ns <= 0,
+            "is not positive: every shoot is probed again as soon as a run ends, without pause, which keeps every shoot's API server busy (the reference does the same); set a positive interval such as 10s",
+        )
+        .map(nanos_to_duration);
 
-        let initial_delay = f
-            .duration("initialDelay", &mut cx)
-            .or(default_nanos(DEFAULT_INITIAL_DELAY))
-            .map(|ns| {
-                if ns < 0 {
-                    cx.warn(
-                        "initialDelay",
-                        format_args!(
-                            "{} is negative and counts as 0s (as in the reference)",
-                            go_string(ns)
-                        ),
-                    );
-                }
-                nanos_to_duration(ns)
-            });
+        let initial_delay = duration_nanos(
+            &mut f,
+            &mut cx,
+            ("initialDelay", DEFAULT_INITIAL_DELAY),
+            |ns| ns < 0,
+            "is negative and counts as 0s (as in the reference)",
+        )
+        .map(nanos_to_duration);
 
-        let probe_timeout = f
-            .duration("probeTimeout", &mut cx)
-            .or(default_nanos(DEFAULT_PROBE_TIMEOUT))
-            .map(|ns| {
-                if ns <= 0 {
-                    cx.warn(
-                        "probeTimeout",
-                        format_args!(
-                            "{} means no timeout at all (as in the reference, whose client ignores a timeout that is not positive): a shoot API server that accepts connections but never answers holds that shoot's probe, and so its protection, indefinitely",
-                            go_string(ns)
-                        ),
-                    );
-                    NO_TIMEOUT
-                } else {
-                    nanos_to_duration(ns)
-                }
-            });
+        let probe_timeout = duration_nanos(
+            &mut f,
+            &mut cx,
+            ("probeTimeout", DEFAULT_PROBE_TIMEOUT),
+            |ns| ns <= 0,
+            "means no timeout at all (as in the reference, whose client ignores a timeout that is not positive): a shoot API server that accepts connections but never answers holds that shoot's probe, and so its protection, indefinitely",
+        )
+        .map(|ns| {
+            if ns <= 0 {
+                NO_TIMEOUT
+            } else {
+                nanos_to_duration(ns)
+            }
+        });
 
         let backoff_jitter_factor = f
             .float("backoffJitterFactor", &mut cx)
@@ -341,19 +340,30 @@ impl ProberConfig {
 
 /// Our hysteresis thresholds: absent means 1; when given, an integer from 1 up.
 fn threshold(f: &mut Fields<'_>, key: &'static str, cx: &mut Ctx) -> Option<u32> {
-    match f.int(key, cx) {
-        Got::Absent => Some(DEFAULT_THRESHOLD),
-        Got::Invalid => None,
-        Got::Value(n) => match u32::try_from(n) {
-            Ok(n) if n >= 1 => Some(n),
-            _ => {
-                cx.problem(
-                    key,
-                    format!("must be an integer from 1 to {}, got {n}", u32::MAX),
-                );
-                None
-            }
-        },
+    let got = f.int(key, cx);
+    u32_from(got, (key, DEFAULT_THRESHOLD), 1, "", cx)
+}
+
+/// A count of ours: `default` when absent; when given, an integer from `min` to `u32::MAX`,
+/// else a problem saying so (with `why`, if any, after the range).
+fn u32_from(
+    got: Got<i64>,
+    (key, default): (&str, u32),
+    min: u32,
+    why: &str,
+    cx: &mut Ctx,
+) -> Option<u32> {
+    let n = got.or(i64::from(default))?;
+    match u32::try_from(n) {
+        Ok(n) if n >= min => Some(n),
+        _ => {
+            let max = u32::MAX;
+            cx.problem(
+                key,
+                format!("must be an integer from {min} to {max}{why}, got {n}"),
+            );
+            None
+        }
     }
 }
 
@@ -383,21 +393,9 @@ fn zone_failure_fraction(got: Got<f64>, node_fraction: Option<f64>, cx: &mut Ctx
 /// `minCandidatesPerZone` (ours): absent means [`DEFAULT_MIN_CANDIDATES_PER_ZONE`]; when given,
 /// an integer from 2 up.
 fn min_candidates_per_zone(got: Got<i64>, cx: &mut Ctx) -> Option<u32> {
-    const KEY: &str = "minCandidatesPerZone";
-    match got {
-        Got::Absent => Some(DEFAULT_MIN_CANDIDATES_PER_ZONE),
-        Got::Invalid => None,
-        Got::Value(n) => match u32::try_from(n) {
-            Ok(n) if n >= 2 => Some(n),
-            _ => {
-                cx.problem(
-                    KEY,
-                    format!("must be an integer from 2 to {} (a zone of one node cannot tell its node's failure from the zone's), got {n}", u32::MAX),
-                );
-                None
-            }
-        },
-    }
+    let key = ("minCandidatesPerZone", DEFAULT_MIN_CANDIDATES_PER_ZONE);
+    let why = " (a zone of one node cannot tell its node's failure from the zone's)";
+    u32_from(got, key, 2, why, cx)
 }
 
 /// A target as read, before the levels of all targets are known.
@@ -747,6 +745,24 @@ dependentResourceInfos:
             .any(|p| p.path == path && p.message.contains(needle))
     }
 
+    /// A config for Secret `s` with the dependentResourceInfos `infos` (YAML list items).
+    fn with_infos(infos: &str) -> String {
+        format!("kubeConfigSecretName: s\ndependentResourceInfos:\n{infos}")
+    }
+
+    /// A config for Secret `s` whose targets are Deployments (name, scaleUp, scaleDown if
+    /// any), the scale fields as YAML flow mappings.
+    fn deployments(targets: &[(&str, &str, Option<&str>)]) -> String {
+        let mut yaml = with_infos("");
+        for (name, up, down) in targets {
+            yaml += &format!("- ref: {{kind: Deployment, name: {name}, apiVersion: apps/v1}}\n");
+            yaml += &format!("  scaleUp: {up}\n");
+            if let Some(down) = down {
+                yaml += &format!("  scaleDown: {down}\n");
+            }
+        }
+        yaml
+    }
     #[test]
     fn seed_example_with_three_levelled_targets_loads_with_defaults() {
         let loaded = ProberConfig::from_yaml(SEED_003_EXAMPLE).unwrap();
@@ -962,16 +978,11 @@ dependentResourceInfos:
 
     #[test]
     fn missing_scale_down_is_named_by_index() {
-        let yaml = r#"
-kubeConfigSecretName: s
-dependentResourceInfos:
-- ref: {kind: Deployment, name: a, apiVersion: apps/v1}
-  scaleUp: {level: 0}
-  scaleDown: {level: 0}
-- ref: {kind: Deployment, name: b, apiVersion: apps/v1}
-  scaleUp: {level: 0}
-"#;
-        let problems = problems_of(yaml);
+        let yaml = deployments(&[
+            ("a", "{level: 0}", Some("{level: 0}")),
+            ("b", "{level: 0}", None),
+        ]);
+        let problems = problems_of(&yaml);
         assert_eq!(problems.len(), 1);
         assert_eq!(
             problems[0].to_string(),
@@ -1120,17 +1131,11 @@ dependentResourceInfos:
 
     #[test]
     fn levels_are_go_ints_missing_means_zero() {
-        let yaml = r#"
-kubeConfigSecretName: s
-dependentResourceInfos:
-- ref: {kind: Deployment, name: a, apiVersion: apps/v1}
-  scaleUp: {level: -1}
-  scaleDown: {level: 1.5}
-- ref: {kind: Deployment, name: b, apiVersion: apps/v1}
-  scaleUp: {level: "one"}
-  scaleDown: {}
-"#;
-        let problems = problems_of(yaml);
+        let yaml = deployments(&[
+            ("a", "{level: -1}", Some("{level: 1.5}")),
+            ("b", r#"{level: "one"}"#, Some("{}")),
+        ]);
+        let problems = problems_of(&yaml);
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(has(
             &problems,
@@ -1144,17 +1149,11 @@ dependentResourceInfos:
         ));
 
         // -1, 1.0 and a missing level load; levels outside u32 are renumbered in order.
-        let yaml = r#"
-kubeConfigSecretName: s
-dependentResourceInfos:
-- ref: {kind: Deployment, name: a, apiVersion: apps/v1}
-  scaleUp: {level: -1}
-  scaleDown: {level: 1.0}
-- ref: {kind: Deployment, name: b, apiVersion: apps/v1}
-  scaleUp: {level: 5}
-  scaleDown: {}
-"#;
-        let loaded = ProberConfig::from_yaml(yaml).unwrap();
+        let yaml = deployments(&[
+            ("a", "{level: -1}", Some("{level: 1.0}")),
+            ("b", "{level: 5}", Some("{}")),
+        ]);
+        let loaded = ProberConfig::from_yaml(&yaml).unwrap();
         let infos = &loaded.config.dependent_resource_infos;
         assert_eq!((infos[0].scale_up.level, infos[1].scale_up.level), (0, 1));
         assert_eq!(
@@ -1171,17 +1170,17 @@ dependentResourceInfos:
 
     #[test]
     fn ref_fields_are_required_and_checked() {
-        let yaml = r#"
-kubeConfigSecretName: s
-dependentResourceInfos:
+        let yaml = with_infos(
+            r#"
 - ref: {kind: "", apiVersion: "a/b/c"}
   scaleUp: {level: 0}
   scaleDown: {level: 0}
 - scaleUp: {level: 0}
   scaleDown: {level: 0}
   optional: "yes"
-"#;
-        let problems = problems_of(yaml);
+"#,
+        );
+        let problems = problems_of(&yaml);
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(has(
             &problems,
@@ -1198,14 +1197,14 @@ dependentResourceInfos:
 
     #[test]
     fn empty_ref_parts_load_with_warnings_as_the_reference_does_not_check_them() {
-        let yaml = r#"
-kubeConfigSecretName: s
-dependentResourceInfos:
+        let yaml = with_infos(
+            r#"
 - ref: {kind: "", apiVersion: "apps/"}
   scaleUp: {level: 0}
   scaleDown: {level: 0}
-"#;
-        let loaded = ProberConfig::from_yaml(yaml).unwrap();
+"#,
+        );
+        let loaded = ProberConfig::from_yaml(&yaml).unwrap();
         let paths: Vec<_> = loaded
             .warnings
             .iter()
@@ -1306,17 +1305,11 @@ dependentResourceInfos:
 
     #[test]
     fn duplicate_targets_load_with_a_warning() {
-        let yaml = r#"
-kubeConfigSecretName: s
-dependentResourceInfos:
-- ref: {kind: Deployment, name: a, apiVersion: apps/v1}
-  scaleUp: {level: 0}
-  scaleDown: {level: 0}
-- ref: {kind: Deployment, name: a, apiVersion: apps/v1}
-  scaleUp: {level: 1}
-  scaleDown: {level: 1}
-"#;
-        let loaded = ProberConfig::from_yaml(yaml).unwrap();
+        let yaml = deployments(&[
+            ("a", "{level: 0}", Some("{level: 0}")),
+            ("a", "{level: 1}", Some("{level: 1}")),
+        ]);
+        let loaded = ProberConfig::from_yaml(&yaml).unwrap();
         assert_eq!(loaded.warnings.len(), 1);
         assert!(loaded.warnings[0].starts_with("dependentResourceInfos[1].ref:"));
     }

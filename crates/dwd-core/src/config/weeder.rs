@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::goyaml::GoValue;
-use super::{Ctx, Fields, Got, Loaded, describe, join, kind_of, load_document, to_string};
+use super::{
+    Ctx, Fields, Got, Loaded, describe, join, kind_of, load_document, mapping_or_null, to_string,
+};
 use crate::config::ConfigError;
 use crate::duration::format_go_duration;
 use crate::selector::{PodSelector, RawRequirement};
@@ -129,17 +131,8 @@ fn dependant_selectors(
     path: &str,
     cx: &mut Ctx,
 ) -> Option<DependantSelectors> {
-    let empty = BTreeMap::new();
-    let map = match v {
-        GoValue::Map(map) => map,
-        // null decodes to an empty DependantSelectors, whose podSelectors are then missing.
-        GoValue::Null => &empty,
-        other => {
-            cx.problem(path, format!("must be a mapping, got {}", kind_of(other)));
-            return None;
-        }
-    };
-    let mut f = Fields::of_map(map, path);
+    // null decodes to an empty DependantSelectors, whose podSelectors are then missing.
+    let mut f = mapping_or_null(v, path, cx)?;
     // validate: MustNotBeEmpty("podSelectors").
     let selectors = match f.list("podSelectors", cx) {
         Got::Invalid => None,
@@ -246,17 +239,8 @@ fn pod_selector(v: &GoValue, service: &str, path: &str, cx: &mut Ctx) -> Option<
 }
 
 fn raw_requirement(v: &GoValue, path: &str, cx: &mut Ctx) -> Option<RawRequirement> {
-    let empty = BTreeMap::new();
-    let map = match v {
-        GoValue::Map(map) => map,
-        // A null entry decodes to an empty requirement, refused below for its operator.
-        GoValue::Null => &empty,
-        other => {
-            cx.problem(path, format!("must be a mapping, got {}", kind_of(other)));
-            return None;
-        }
-    };
-    let mut f = Fields::of_map(map, path);
+    // A null entry decodes to an empty requirement, refused below for its operator.
+    let mut f = mapping_or_null(v, path, cx)?;
     let key = f.string("key", cx).or(String::new());
     let operator = f.string("operator", cx).or(String::new());
     let values = match f.list("values", cx) {
@@ -440,6 +424,16 @@ servicesAndDependantSelectors:
         );
     }
 
+    /// The paths of `yaml`'s problems, relative to kube-apiserver's first podSelector's
+    /// matchExpressions where they are below them.
+    fn expression_problems(yaml: &str) -> Vec<String> {
+        let base = "servicesAndDependantSelectors.kube-apiserver.podSelectors[0].matchExpressions";
+        problems_of(yaml)
+            .iter()
+            .map(|p| p.path.strip_prefix(base).unwrap_or(&p.path).to_string())
+            .collect()
+    }
+
     #[test]
     fn many_selector_problems_are_reported_together() {
         let yaml = r#"
@@ -456,18 +450,11 @@ servicesAndDependantSelectors:
       - {key: a, operator: Exists, values: [x]}
       - {key: b, operator: In, values: [true]}
 "#;
-        let p = problems_of(yaml);
-        let paths: Vec<_> = p.iter().map(|x| x.path.as_str()).collect();
-        let base = "servicesAndDependantSelectors.kube-apiserver.podSelectors[0].matchExpressions";
         // watchDuration 0s, the service name Bad_Name, `role: 1` and `values: [true]` all load
         // in the reference (the last two as the strings "1" and "true"), so they are warnings.
         assert_eq!(
-            paths,
-            [
-                format!("{base}[0].values"),
-                format!("{base}[1].key"),
-                format!("{base}[2].values"),
-            ]
+            expression_problems(yaml),
+            ["[0].values", "[1].key", "[2].values"]
         );
     }
 
@@ -481,13 +468,7 @@ servicesAndDependantSelectors:
       - {key: role, operator: In}
       - {key: a, operator: Exists, values: [x]}
 "#;
-        let p = problems_of(yaml);
-        let paths: Vec<_> = p.iter().map(|x| x.path.as_str()).collect();
-        let base = "servicesAndDependantSelectors.kube-apiserver.podSelectors[0].matchExpressions";
-        assert_eq!(
-            paths,
-            [format!("{base}[0].values"), format!("{base}[1].values")]
-        );
+        assert_eq!(expression_problems(yaml), ["[0].values", "[1].values"]);
     }
 
     #[test]
