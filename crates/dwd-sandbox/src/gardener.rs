@@ -11,7 +11,9 @@ use std::fmt;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, ensure};
-use dwd_core::{ProberConfig, WeederConfig, format_go_duration, parse_go_duration};
+use dwd_core::{
+    ConfigError, Loaded, ProberConfig, WeederConfig, format_go_duration, parse_go_duration,
+};
 use serde_json::{Map, Value};
 
 /// The prober fixture, relative to the workspace root (for what we print).
@@ -115,13 +117,12 @@ fn gardener_value(map: &Map<String, Value>, key: &str, effective: String) -> Str
 
 /// Sets a top-level field and records the change, unless the value is Gardener's already
 /// (then the text stays as gardenlet wrote it, a defaulted field left out).
+/// `(gardener, ours, value)`: Gardener's value and ours as text, ours as the YAML value.
 fn set(
     map: &mut Map<String, Value>,
     changes: &mut Vec<Change>,
     key: &str,
-    gardener: String,
-    ours: String,
-    value: Value,
+    (gardener, ours, value): (String, String, Value),
 ) {
     if gardener == ours {
         return;
@@ -132,6 +133,60 @@ fn set(
         ours,
     });
     map.insert(key.to_string(), value);
+}
+
+/// What [`set`] takes for a duration field: Gardener's value and ours as Go writes them.
+fn durations(gardener: Duration, ours: Duration) -> (String, String, Value) {
+    let ours_text = format_go_duration(ours);
+    (
+        format_go_duration(gardener),
+        ours_text.clone(),
+        Value::String(ours_text),
+    )
+}
+
+/// The watchdog's loader of one config kind (`ProberConfig::from_yaml`, `WeederConfig::from_yaml`).
+type Load<C> = fn(&str) -> Result<Loaded<C>, ConfigError>;
+
+/// Gardener's config from `fixture` (at `path`) as the watchdog loads it, and its text as a
+/// mapping to change.
+fn gardeners<C>(fixture: &str, path: &str, load: Load<C>) -> Result<(C, Map<String, Value>)> {
+    let text = dep_config(fixture, path)?;
+    let gardener = load(&text).map_err(|e| anyhow!("{path}: {e}"))?.config;
+    Ok((gardener, mapping(&text, path)?))
+}
+
+/// The `what` config derived from Gardener's (`gardener`, from `path`): `map` written with
+/// its `changes`, loaded back with the watchdog's loader and checked to be `expected`.
+fn derive<C: PartialEq>(
+    what: &str,
+    path: &str,
+    load: Load<C>,
+    gardener: C,
+    expected: C,
+    map: Map<String, Value>,
+    changes: Vec<Change>,
+) -> Result<Derived<C>> {
+    let yaml = render(what, path, &changes, map)?;
+    let loaded = load(&yaml).map_err(|e| anyhow!("the derived config: {e}"))?;
+    ensure!(
+        loaded.warnings.is_empty(),
+        "the derived {what} config has unknown fields: {:?}",
+        loaded.warnings
+    );
+    // The whole point: only the intervals asked for differ from what Gardener runs.
+    ensure!(
+        loaded.config == expected,
+        "the derived {what} config differs from Gardener's beyond {}:\n{yaml}",
+        changes_text(&changes)
+    );
+    Ok(Derived {
+        gardener,
+        config: loaded.config,
+        yaml,
+        changes,
+        additions: Vec::new(),
+    })
 }
 
 /// The file for `--config-file`: what it is and what changed, then the YAML.
@@ -156,50 +211,33 @@ fn render(what: &str, path: &str, changes: &[Change], map: Map<String, Value>) -
 /// Gardener's prober config with `changes` applied.
 pub fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
     let path = PROBER_FIXTURE_PATH;
-    let text = dep_config(PROBER_FIXTURE, path)?;
-    let gardener = ProberConfig::from_yaml(&text)
-        .map_err(|e| anyhow!("{path}: {e}"))?
-        .config;
-    let mut map = mapping(&text, path)?;
+    let (gardener, mut map) = gardeners(PROBER_FIXTURE, path, ProberConfig::from_yaml)?;
     let mut done = Vec::new();
     let mut expected = gardener.clone();
     let duration = |d: Duration| Value::String(format_go_duration(d));
-    if let Some(d) = changes.probe_interval {
-        let g = format_go_duration(gardener.probe_interval);
-        set(
-            &mut map,
-            &mut done,
+    // `expected` starts as Gardener's: each field holds Gardener's value until it is set.
+    let intervals = [
+        (
             "probeInterval",
-            g,
-            format_go_duration(d),
-            duration(d),
-        );
-        expected.probe_interval = d;
-    }
-    if let Some(d) = changes.initial_delay {
-        let g = format_go_duration(gardener.initial_delay);
-        set(
-            &mut map,
-            &mut done,
+            changes.probe_interval,
+            &mut expected.probe_interval,
+        ),
+        (
             "initialDelay",
-            g,
-            format_go_duration(d),
-            duration(d),
-        );
-        expected.initial_delay = d;
-    }
-    if let Some(d) = changes.kcm_node_monitor_grace {
-        let g = format_go_duration(gardener.kcm_node_monitor_grace_duration);
-        let key = "kcmNodeMonitorGraceDuration";
-        set(
-            &mut map,
-            &mut done,
-            key,
-            g,
-            format_go_duration(d),
-            duration(d),
-        );
-        expected.kcm_node_monitor_grace_duration = d;
+            changes.initial_delay,
+            &mut expected.initial_delay,
+        ),
+        (
+            "kcmNodeMonitorGraceDuration",
+            changes.kcm_node_monitor_grace,
+            &mut expected.kcm_node_monitor_grace_duration,
+        ),
+    ];
+    for (key, change, field) in intervals {
+        if let Some(d) = change {
+            set(&mut map, &mut done, key, durations(*field, d));
+            *field = d;
+        }
     }
     if let Some(j) = changes.backoff_jitter_factor {
         let g = gardener.backoff_jitter_factor.to_string();
@@ -210,9 +248,7 @@ pub fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
             &mut map,
             &mut done,
             "backoffJitterFactor",
-            g,
-            j.to_string(),
-            value,
+            (g, j.to_string(), value),
         );
         expected.backoff_jitter_factor = j;
     }
@@ -251,26 +287,15 @@ pub fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
             }
         }
     }
-    let yaml = render("prober", path, &done, map)?;
-    let loaded = ProberConfig::from_yaml(&yaml).map_err(|e| anyhow!("the derived config: {e}"))?;
-    ensure!(
-        loaded.warnings.is_empty(),
-        "the derived prober config has unknown fields: {:?}",
-        loaded.warnings
-    );
-    // The whole point: only the intervals asked for differ from what Gardener runs.
-    ensure!(
-        loaded.config == expected,
-        "the derived prober config differs from Gardener's beyond {}:\n{yaml}",
-        changes_text(&done)
-    );
-    Ok(Derived {
+    derive(
+        "prober",
+        path,
+        ProberConfig::from_yaml,
         gardener,
-        config: loaded.config,
-        yaml,
-        changes: done,
-        additions: Vec::new(),
-    })
+        expected,
+        map,
+        done,
+    )
 }
 
 /// `derived` with zonal protection switched on for `targets` (`scaleDownOnZoneOutage: true`,
@@ -353,45 +378,23 @@ pub fn with_zonal_protection(
 /// Gardener's weeder config, `watchDuration` replaced when given.
 pub fn weeder(watch_duration: Option<Duration>) -> Result<Derived<WeederConfig>> {
     let path = WEEDER_FIXTURE_PATH;
-    let text = dep_config(WEEDER_FIXTURE, path)?;
-    let gardener = WeederConfig::from_yaml(&text)
-        .map_err(|e| anyhow!("{path}: {e}"))?
-        .config;
-    let mut map = mapping(&text, path)?;
+    let (gardener, mut map) = gardeners(WEEDER_FIXTURE, path, WeederConfig::from_yaml)?;
     let mut done = Vec::new();
     let mut expected = gardener.clone();
     if let Some(d) = watch_duration {
-        let g = format_go_duration(gardener.watch_duration);
-        let value = Value::String(format_go_duration(d));
-        set(
-            &mut map,
-            &mut done,
-            "watchDuration",
-            g,
-            format_go_duration(d),
-            value,
-        );
+        let values = durations(gardener.watch_duration, d);
+        set(&mut map, &mut done, "watchDuration", values);
         expected.watch_duration = d;
     }
-    let yaml = render("weeder", path, &done, map)?;
-    let loaded = WeederConfig::from_yaml(&yaml).map_err(|e| anyhow!("the derived config: {e}"))?;
-    ensure!(
-        loaded.warnings.is_empty(),
-        "the derived weeder config has unknown fields: {:?}",
-        loaded.warnings
-    );
-    ensure!(
-        loaded.config == expected,
-        "the derived weeder config differs from Gardener's beyond {}:\n{yaml}",
-        changes_text(&done)
-    );
-    Ok(Derived {
+    derive(
+        "weeder",
+        path,
+        WeederConfig::from_yaml,
         gardener,
-        config: loaded.config,
-        yaml,
-        changes: done,
-        additions: Vec::new(),
-    })
+        expected,
+        map,
+        done,
+    )
 }
 
 #[cfg(test)]

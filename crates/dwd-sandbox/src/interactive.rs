@@ -187,14 +187,7 @@ async fn execute(sb: &Sandbox, line: &str) -> Result<Next> {
                 sb.shoot(s)?;
                 Ok(*s)
             }
-            None => bail!(
-                "{command} needs a shoot: {}",
-                sb.shoots
-                    .iter()
-                    .map(|s| s.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            None => bail!("{command} needs a shoot: {}", sb.shoot_names()),
         }
     };
     let mark = |label: &str, shoot: &str| {

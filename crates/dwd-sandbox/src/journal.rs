@@ -244,46 +244,28 @@ impl Journal {
         self.push_sample(|r| series(series(&mut r.zone_truth, shoot), zone), fraction);
     }
 
-    /// Appends `(now, fraction)` to the series of the record that `pick` selects.
-    fn push_sample(
-        &self,
-        pick: impl FnOnce(&mut Record) -> &mut Vec<(f64, Option<f64>)>,
-        fraction: Option<f64>,
-    ) {
+    /// Appends `(now, value)` to the series of the record that `pick` selects.
+    fn push_sample<V>(&self, pick: impl FnOnce(&mut Record) -> &mut Vec<(f64, V)>, value: V) {
         let t = self.now();
-        pick(&mut lock(&self.record)).push((t, fraction));
+        pick(&mut lock(&self.record)).push((t, value));
     }
 
     /// Records a controller's replicas (call on every change).
     pub fn sample_replicas(&self, shoot: &str, controller: &str, replicas: i32) {
-        let t = self.now();
-        lock(&self.record)
-            .replicas
-            .entry(shoot.to_string())
-            .or_default()
-            .entry(controller.to_string())
-            .or_default()
-            .push((t, replicas));
+        self.push_sample(
+            |r| series(series(&mut r.replicas, shoot), controller),
+            replicas,
+        );
     }
 
     /// Records how many kubelets of a shoot are silenced (call on every change).
     pub fn sample_silenced(&self, shoot: &str, silenced: usize) {
-        let t = self.now();
-        lock(&self.record)
-            .silenced
-            .entry(shoot.to_string())
-            .or_default()
-            .push((t, silenced));
+        self.push_sample(|r| series(&mut r.silenced, shoot), silenced);
     }
 
     /// Records whether a shoot's etcd-main-client is ready (call on every change).
     pub fn sample_etcd(&self, shoot: &str, ready: bool) {
-        let t = self.now();
-        lock(&self.record)
-            .etcd_ready
-            .entry(shoot.to_string())
-            .or_default()
-            .push((t, ready));
+        self.push_sample(|r| series(&mut r.etcd_ready, shoot), ready);
     }
 
     /// A copy of everything recorded so far.

@@ -19,6 +19,7 @@ mod monitor;
 mod report;
 mod sandbox;
 mod story;
+mod svg;
 mod watchdog;
 
 use std::path::PathBuf;

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use dwd_sim::{AbortOnDrop, SeedControlPlane};
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -653,6 +654,28 @@ fn on_weeder_scrape(journal: &Journal, config: &SandboxConfig, v: &mut View, s: 
     v.weeder_deleted = s.sum("dwd_weeder_pods_deleted_total") as u64;
 }
 
+/// Every `K` in the cluster as it is listed, added or changed; deletions and watch errors
+/// are passed over (the watcher backs off and watches again by itself).
+fn applied<K>(seed: kube::Client) -> BoxStream<'static, K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    watch(Api::<K>::all(seed), watcher::Config::default())
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event {
+                Ok(Event::InitApply(o) | Event::Apply(o)) => Some(o),
+                _ => None,
+            }
+        })
+        .boxed()
+}
+
 // --- deployments --------------------------------------------------------------------------
 
 async fn watch_deployments(
@@ -662,15 +685,8 @@ async fn watch_deployments(
     seed: kube::Client,
     refresher: Arc<Refresher>,
 ) {
-    let api: Api<Deployment> = Api::all(seed);
-    let mut events = watch(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(event) = events.next().await {
-        let deployment = match event {
-            Ok(Event::InitApply(d) | Event::Apply(d)) => d,
-            _ => continue,
-        };
+    let mut deployments = applied::<Deployment>(seed);
+    while let Some(deployment) = deployments.next().await {
         let changed = replicas_changed(&lock(&view), &deployment);
         if changed {
             // The prober counts its decision before it scales: read it first, so the
@@ -1025,16 +1041,9 @@ async fn watch_events(
     seed: kube::Client,
     refresher: Arc<Refresher>,
 ) {
-    let api: Api<KubeEvent> = Api::all(seed);
     let mut seen: HashSet<(String, i32)> = HashSet::new();
-    let mut events = watch(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(event) = events.next().await {
-        let e = match event {
-            Ok(Event::InitApply(e) | Event::Apply(e)) => e,
-            _ => continue,
-        };
+    let mut events = applied::<KubeEvent>(seed);
+    while let Some(e) = events.next().await {
         let controller = e.reporting_controller.as_deref().unwrap_or_default();
         if !controller.starts_with("dependency-watchdog") {
             continue;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::config::SandboxConfig;
 use crate::journal::{Marker, MarkerKind, Record, time_column};
+use crate::svg::{self, escape};
 
 /// What the report says besides the recorded data.
 pub struct ReportMeta {
@@ -27,22 +28,6 @@ pub struct ReportMeta {
     pub logs_kept: bool,
     /// When the run started (local time, for the header).
     pub started: String,
-}
-
-/// Escapes text for HTML and SVG.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 const CONTROLLER_COLORS: [&str; 3] = ["#1f77b4", "#ff7f0e", "#2ca02c"];
@@ -114,13 +99,6 @@ fn markers_for<'a>(record: &'a Record, shoot: &str) -> Vec<&'a Marker> {
         }
     }
     out
-}
-
-/// The opening tag of a chart's SVG, `width` × `height`.
-fn svg_open(width: f64, height: f64) -> String {
-    format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}" viewBox="0 0 {width} {height:.0}" font-family="sans-serif" font-size="11">"#
-    )
 }
 
 /// Grid lines with their labels at the fractions 0, 0.5 and 1 of a fraction panel (`y`
@@ -198,7 +176,7 @@ fn legend_entry(s: &mut String, lx: &mut f64, ly: f64, color: &str, text: &str, 
         ly - 4.0,
         ly - 4.0,
         *lx + 27.0,
-        esc(text)
+        escape(text)
     );
     *lx += 34.0 + text.chars().count() as f64 * 6.2;
 }
@@ -243,13 +221,13 @@ fn chart(
     let axis_y = b_top + b_h;
     let height = axis_y + 76.0;
 
-    let mut s = svg_open(width, height);
+    let mut s = svg::open(width, height);
     let _ = write!(
         s,
         r##"<text x="4" y="17" font-size="15" font-weight="bold">{}</text><text x="{:.0}" y="17" fill="#555">{} · {nodes} nodes</text>"##,
-        esc(shoot),
+        escape(shoot),
         12.0 + shoot.len() as f64 * 9.0,
-        esc(namespace)
+        escape(namespace)
     );
 
     // Backgrounds: silenced kubelets and etcd outages.
@@ -375,7 +353,7 @@ fn chart(
             r##"<line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{axis_y:.1}" stroke="{color}" stroke-width="1.2"{dash}/><text x="{:.1}" y="{label_y:.1}" fill="{color}">{}</text>"##,
             label_y - 10.0,
             x + 2.0,
-            esc(&m.label)
+            escape(&m.label)
         );
     }
 
@@ -480,12 +458,12 @@ fn zone_chart(
     let axis_y = top + h;
     let height = axis_y + 58.0;
     let y = |f: f64| top + h - f.clamp(0.0, 1.0) * h;
-    let mut s = svg_open(width, height);
+    let mut s = svg::open(width, height);
     let _ = write!(
         s,
         r##"<text x="4" y="17" font-size="15" font-weight="bold">{} · zones</text><text x="4" y="32" fill="#555">expired-lease fraction per zone (node label topology.kubernetes.io/zone) against zoneLeaseFailureFraction {threshold:.2}; zonal scale-down {}</text>"##,
-        esc(shoot),
-        esc(&config.zonal_flow_text())
+        escape(shoot),
+        escape(&config.zonal_flow_text())
     );
     fraction_grid(&mut s, &frame, y);
     threshold_line(
@@ -530,7 +508,7 @@ fn zone_chart(
                 let _ = write!(
                     s,
                     r##"<path class="zone-fraction" data-zone="{}" d="{d}" fill="none" stroke="{color}" stroke-width="2"/>"##,
-                    esc(zone)
+                    escape(zone)
                 );
             }
         }
@@ -602,7 +580,7 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
         h,
         "<h1>dependency-watchdog sandbox</h1><div class=\"meta\">{} run started {} · the real <code>dependency-watchdog prober</code> and <code>weeder</code> against a real seed and three shoot kube-apiservers with a simulated data plane",
         meta.mode,
-        esc(&meta.started)
+        escape(&meta.started)
     );
     if let Some(setup) = meta.setup_seconds {
         let _ = write!(
@@ -614,15 +592,19 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
     let config = &meta.config;
     let _ = write!(h, "<ul class=\"config\">");
     for line in config.summary_lines() {
-        let _ = write!(h, "<li>{}</li>", esc(&line));
+        let _ = write!(h, "<li>{}</li>", escape(&line));
     }
     h.push_str("</ul>");
     match &meta.outcome {
         Ok(summary) => {
-            let _ = write!(h, "<p class=\"ok\">✔ {}</p>", esc(summary));
+            let _ = write!(h, "<p class=\"ok\">✔ {}</p>", escape(summary));
         }
         Err(error) => {
-            let _ = write!(h, "<p class=\"fail\">✘ failed</p><pre>{}</pre>", esc(error));
+            let _ = write!(
+                h,
+                "<p class=\"fail\">✘ failed</p><pre>{}</pre>",
+                escape(error)
+            );
         }
     }
     let range = chart_range(record);
@@ -631,10 +613,10 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
         "<h2>Shoots</h2><p>Top: the fraction of the shoot's node leases the prober found expired in its probe runs (from its <code>/metrics</code>; dotted: the fraction expired according to the leases themselves, read by the sandbox; a lease counts as expired {}&nbsp;s after its last renewal, 0.75 × <code>kcmNodeMonitorGraceDuration</code>), against the threshold (<code>nodeLeaseFailureFraction</code> {:.2}): at or above it the prober scales the controllers down level by level ({}), below it restores them ({}). Bottom: each controller's <code>spec.replicas</code>. Shaded: silenced kubelets (orange), etcd down (purple). A shoot whose nodes are in zones has a second chart: each zone's expired fraction the prober found (<code>dwd_prober_zone_expired_lease_fraction</code>) against <code>zoneLeaseFailureFraction</code> {:.2}: a zone at or above it is disrupted, and with the whole shoot below its threshold the zonal protection scales down only {}. The prober reports zones once it lists the nodes, after a first lease expired; before that only the dotted lines (the zones' leases, read by the sandbox) show.</p>",
         config.lease_validity_seconds(),
         config.threshold(),
-        esc(&config.flow_text(true)),
-        esc(&config.flow_text(false)),
+        escape(&config.flow_text(true)),
+        escape(&config.flow_text(false)),
         config.zone_threshold(),
-        esc(&config.zonal_flow_text())
+        escape(&config.zonal_flow_text())
     );
     for (name, namespace, nodes) in &meta.shoots {
         let _ = write!(
@@ -656,22 +638,22 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
         let _ = write!(
             h,
             "<tr{class}><td class=\"t\">{}</td><td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
-            esc(time_column(e).trim()),
-            esc(&e.shoot),
-            esc(e.what.trim_start_matches("── ")),
-            esc(e.why.as_deref().unwrap_or(""))
+            escape(time_column(e).trim()),
+            escape(&e.shoot),
+            escape(e.what.trim_start_matches("── ")),
+            escape(e.why.as_deref().unwrap_or(""))
         );
     }
     h.push_str("</table>");
     let _ = write!(
         h,
         "<h2>Configuration</h2><p>Gardener's, as gardenlet generates it, with only these intervals shortened (Gardener's value → the sandbox's): {}.</p><p>Added on top, ours (Gardener's config has no zonal fields): zonal protection, {}; zoneLeaseFailureFraction {:.2} and minCandidatesPerZone {} are their defaults.</p><details><summary>prober (<code>--config-file</code>)</summary><pre>{}</pre></details><details><summary>weeder (<code>--config-file</code>)</summary><pre>{}</pre></details>",
-        esc(&crate::gardener::changes_text(&config.changes())),
-        esc(&crate::gardener::changes_text(config.additions())),
+        escape(&crate::gardener::changes_text(&config.changes())),
+        escape(&crate::gardener::changes_text(config.additions())),
         config.zone_threshold(),
         config.min_candidates_per_zone(),
-        esc(&config.prober.yaml),
-        esc(&config.weeder.yaml)
+        escape(&config.prober.yaml),
+        escape(&config.weeder.yaml)
     );
     if !meta.logs.is_empty() {
         h.push_str(if meta.logs_kept {
@@ -680,7 +662,7 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
             "<h2>Logs</h2><p>Removed when the sandbox exits; run it with <code>--keep</code> to keep them.</p><ul>"
         });
         for l in &meta.logs {
-            let _ = write!(h, "<li><code>{}</code></li>", esc(l));
+            let _ = write!(h, "<li><code>{}</code></li>", escape(l));
         }
         h.push_str("</ul>");
     }

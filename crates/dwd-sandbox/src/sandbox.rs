@@ -354,16 +354,19 @@ impl Sandbox {
 
     /// The shoot with this short name.
     pub fn shoot(&self, name: &str) -> Result<&Shoot> {
-        self.shoots.iter().find(|s| s.name == name).ok_or_else(|| {
-            anyhow!(
-                "no shoot {name:?}; shoots: {}",
-                self.shoots
-                    .iter()
-                    .map(|s| s.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
+        self.shoots
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| anyhow!("no shoot {name:?}; shoots: {}", self.shoot_names()))
+    }
+
+    /// The shoots' short names, `alpha, beta, gamma`.
+    pub fn shoot_names(&self) -> String {
+        self.shoots
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// A copy of the monitor's view.
@@ -374,14 +377,7 @@ impl Sandbox {
     /// Whether both watchdog processes still run; the error names the one that does not.
     pub fn check_watchdogs(&self) -> Result<()> {
         for w in [&self.prober, &self.weeder] {
-            if w.has_exited() {
-                bail!(
-                    "dependency-watchdog {} exited; log {}:\n{}",
-                    w.component,
-                    w.log.display(),
-                    w.log_tail(3000)
-                );
-            }
+            w.check_running("")?;
         }
         Ok(())
     }
@@ -574,14 +570,20 @@ impl Sandbox {
         })
     }
 
+    /// Sets the endpoints of the shoot's etcd-main-client slice to `state`.
+    async fn set_etcd_endpoints(&self, shoot: &str, state: EndpointsState) -> Result<()> {
+        self.shoot(shoot)?
+            .sim
+            .seed()
+            .set_endpoint_slice(ETCD_SERVICE, ETCD_ENDPOINTS, state)
+            .await
+            .with_context(|| format!("set {ETCD_SERVICE} to {state:?}"))
+    }
+
     /// Makes etcd-main-client of a shoot not ready (etcd down).
     pub async fn etcd_down(&self, shoot: &str, why: &str) -> Result<()> {
-        let s = self.shoot(shoot)?;
-        s.sim
-            .seed()
-            .set_endpoint_slice(ETCD_SERVICE, ETCD_ENDPOINTS, EndpointsState::NotReady)
-            .await
-            .context("make etcd-main-client not ready")?;
+        self.set_etcd_endpoints(shoot, EndpointsState::NotReady)
+            .await?;
         self.set_view(shoot, |v| v.etcd_ready = false);
         self.journal.sample_etcd(shoot, false);
         self.journal.log(
@@ -594,12 +596,8 @@ impl Sandbox {
 
     /// Makes etcd-main-client of a shoot ready again (etcd back).
     pub async fn etcd_up(&self, shoot: &str, why: &str) -> Result<()> {
-        let s = self.shoot(shoot)?;
-        s.sim
-            .seed()
-            .set_endpoint_slice(ETCD_SERVICE, ETCD_ENDPOINTS, EndpointsState::AllReady)
-            .await
-            .context("make etcd-main-client ready")?;
+        self.set_etcd_endpoints(shoot, EndpointsState::AllReady)
+            .await?;
         let now = self.journal.now();
         self.set_view(shoot, |v| {
             v.etcd_ready = true;

@@ -116,6 +116,15 @@ fn at(v: &View, name: &str, want: &[(&str, i32)]) -> Result<(), String> {
     }
 }
 
+/// The prober's expired fraction of the shoot is one `ok` accepts.
+fn fraction_is(v: &View, name: &str, ok: impl Fn(f64) -> bool) -> Result<(), String> {
+    match shoot(v, name)?.fraction {
+        Some(f) if ok(f) => Ok(()),
+        Some(f) => Err(format!("{name}: fraction {f:.2}")),
+        None => Err(format!("{name}: no probe result")),
+    }
+}
+
 /// The shoot is calm: no expired lease reported, controllers at their initial replicas, no
 /// scale-down ever started.
 fn calm(v: &View, name: &str) -> Result<(), String> {
@@ -338,14 +347,7 @@ async fn step2(sb: &Sandbox) -> Result<()> {
         sb,
         &format!("alpha's leases to expire (the prober's expired fraction ≥ {threshold:.2})"),
         Duration::from_secs(30),
-        |v| {
-            let s = shoot(v, ALPHA)?;
-            match s.fraction {
-                Some(f) if f >= threshold => Ok(()),
-                Some(f) => Err(format!("alpha: fraction {f:.2}")),
-                None => Err("alpha: no probe result".into()),
-            }
-        },
+        |v| fraction_is(v, ALPHA, |f| f >= threshold),
     )
     .await?;
     wait_for(
@@ -394,14 +396,7 @@ async fn step3(sb: &Sandbox) -> Result<()> {
         sb,
         &format!("alpha's leases to be fresh again (expired fraction < {threshold:.2})"),
         Duration::from_secs(20),
-        |v| {
-            let s = shoot(v, ALPHA)?;
-            match s.fraction {
-                Some(f) if f < threshold => Ok(()),
-                Some(f) => Err(format!("alpha: fraction {f:.2}")),
-                None => Err("alpha: no probe result".into()),
-            }
-        },
+        |v| fraction_is(v, ALPHA, |f| f < threshold),
     )
     .await?;
     wait_restored(sb, ALPHA, "alpha's controllers", Duration::from_secs(40)).await?;

@@ -179,6 +179,24 @@ impl Watchdog {
         log_tail(&self.log, bytes)
     }
 
+    /// `log <path>:` and the log's last 3000 bytes: what a message about its failure ends with.
+    fn log_excerpt(&self) -> String {
+        format!("log {}:\n{}", self.log.display(), self.log_tail(3000))
+    }
+
+    /// Fails, naming the process and ending with its log, if it has exited; `when` says when
+    /// it was found exited (e.g. ` during startup`, or nothing).
+    pub fn check_running(&self, when: &str) -> Result<()> {
+        if self.has_exited() {
+            bail!(
+                "dependency-watchdog {} exited{when}; {}",
+                self.component,
+                self.log_excerpt()
+            );
+        }
+        Ok(())
+    }
+
     /// Waits until `/readyz` answers 200 (caches synced), failing if the process exits.
     ///
     /// Returns `Ok(None)` when ready, `Ok(Some(last answer))` when `/readyz` still refused
@@ -188,14 +206,7 @@ impl Watchdog {
         let deadline = Instant::now() + timeout;
         let mut last = String::from("no answer yet");
         while Instant::now() < deadline {
-            if self.has_exited() {
-                bail!(
-                    "dependency-watchdog {} exited during startup; log {}:\n{}",
-                    self.component,
-                    self.log.display(),
-                    self.log_tail(3000)
-                );
-            }
+            self.check_running(" during startup")?;
             match http_get(self.health, "/readyz", Duration::from_secs(1)).await {
                 Ok((200, _)) => return Ok(None),
                 Ok((code, body)) => last = format!("HTTP {code}: {}", body.trim()),
@@ -206,10 +217,9 @@ impl Watchdog {
         match http_get(self.health, "/healthz", Duration::from_secs(1)).await {
             Ok((200, _)) => Ok(Some(last)),
             _ => bail!(
-                "dependency-watchdog {} neither ready nor alive within {timeout:?} (/readyz: {last}); log {}:\n{}",
+                "dependency-watchdog {} neither ready nor alive within {timeout:?} (/readyz: {last}); {}",
                 self.component,
-                self.log.display(),
-                self.log_tail(3000)
+                self.log_excerpt()
             ),
         }
     }
