@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::svg::{self, escape};
+
 /// Raw samples by metric name, in seconds.
 pub type Dists = BTreeMap<String, Vec<f64>>;
 
@@ -33,14 +35,6 @@ const MARGIN_T: f64 = 34.0;
 const MARGIN_B: f64 = 46.0;
 const COLUMNS: usize = 2;
 
-/// Escapes text for SVG.
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 /// About five round tick values covering `[lo, hi]`.
 fn ticks(lo: f64, hi: f64) -> Vec<f64> {
     let range = (hi - lo).max(1e-9);
@@ -61,6 +55,22 @@ fn tick_label(v: f64) -> String {
     let s = format!("{v:.3}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     if s == "-0" { "0".into() } else { s.into() }
+}
+
+/// A light grid line from `from` to `to`, its label at `label_at` (anchored `anchor`).
+fn grid_line(
+    svg: &mut String,
+    from: (f64, f64),
+    to: (f64, f64),
+    label: &str,
+    label_at: (f64, f64),
+    anchor: &str,
+) {
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#eee"/><text x="{}" y="{}" text-anchor="{anchor}">{label}</text>"##,
+        from.0, from.1, to.0, to.1, label_at.0, label_at.1
+    );
 }
 
 /// Renders `runs` (label, samples by metric) as an SVG document; `None` when no run has any
@@ -95,15 +105,12 @@ pub fn render(title: &str, runs: &[(String, &Dists)]) -> Option<String> {
     let legend_h = 24.0;
     let width = PANEL_W * COLUMNS.min(panels.len()) as f64;
     let height = 30.0 + legend_h + PANEL_H * rows as f64;
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">"#
-    );
+    let mut svg = svg::open(width, height);
+    svg.push('\n');
     let _ = writeln!(
         svg,
         r#"<rect width="100%" height="100%" fill="white"/><text x="10" y="20" font-size="14" font-weight="bold">{}</text>"#,
-        xml(title)
+        escape(title)
     );
     // Legend: one swatch per binary.
     let mut x = 10.0;
@@ -112,7 +119,7 @@ pub fn render(title: &str, runs: &[(String, &Dists)]) -> Option<String> {
         let _ = writeln!(
             svg,
             r#"<line x1="{x}" y1="{y}" x2="{x2}" y2="{y}" stroke="{colour}" stroke-width="3"/><text x="{tx}" y="{ty}">{}</text>"#,
-            xml(label),
+            escape(label),
             y = 38.0,
             x2 = x + 20.0,
             tx = x + 25.0,
@@ -161,8 +168,8 @@ fn panel(
         r#"<text x="{}" y="{}" font-size="12" font-weight="bold">{} (CDF; {})</text>"#,
         x0,
         oy + 20.0,
-        xml(metric),
-        xml(&counts.join(", "))
+        escape(metric),
+        escape(&counts.join(", "))
     );
     let _ = writeln!(
         svg,
@@ -170,12 +177,14 @@ fn panel(
     );
     for t in ticks(lo, hi) {
         let x = sx(t);
-        let _ = writeln!(
+        let label_at = (x, y0 + h + 14.0);
+        grid_line(
             svg,
-            r##"<line x1="{x}" y1="{y0}" x2="{x}" y2="{yb}" stroke="#eee"/><text x="{x}" y="{ty}" text-anchor="middle">{}</text>"##,
-            tick_label(t),
-            yb = y0 + h,
-            ty = y0 + h + 14.0
+            (x, y0),
+            (x, y0 + h),
+            &tick_label(t),
+            label_at,
+            "middle",
         );
     }
     // p99: the issue's targets are p99s, so its level gets a line of its own.
@@ -189,13 +198,13 @@ fn panel(
     );
     for f in [0.0, 0.25, 0.5, 0.75, 1.0] {
         let y = sy(f);
-        let _ = writeln!(
+        grid_line(
             svg,
-            r##"<line x1="{x0}" y1="{y}" x2="{xr}" y2="{y}" stroke="#eee"/><text x="{tx}" y="{ty}" text-anchor="end">{}</text>"##,
-            tick_label(f),
-            xr = x0 + w,
-            tx = x0 - 4.0,
-            ty = y + 4.0
+            (x0, y),
+            (x0 + w, y),
+            &tick_label(f),
+            (x0 - 4.0, y + 4.0),
+            "end",
         );
     }
     let _ = writeln!(

@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 use crate::scenario::{Watchdog, secs};
 use crate::setup::{self, World, lock};
 use crate::stats::Summary;
-use crate::{Cli, procstat};
+use crate::{Cli, procstat, report};
 
 /// Healthy nodes (with kubelets) of each hostile shoot, next to its filler leases.
 const HOSTILE_NODES: usize = 3;
@@ -611,6 +611,8 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
 
 /// Rows of the summary table.
 pub fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
+    // How many shoots a `scaled_down` list names.
+    let scaled = |v: &Value| v.as_array().map_or(0, Vec::len);
     if !h.is_object() {
         return;
     }
@@ -649,11 +651,7 @@ pub fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
     ));
     rows.push((
         "normal shoots: scaled down".into(),
-        n["scaled_down"]
-            .as_array()
-            .map(|a| a.len())
-            .unwrap_or(0)
-            .to_string(),
+        scaled(&n["scaled_down"]).to_string(),
     ));
     if let Some(hs) = h["hostile"].as_object() {
         for (kind, v) in hs {
@@ -662,19 +660,15 @@ pub fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
                 format!(
                     "{} / {}",
                     v["probe_runs_in_window"],
-                    v["scaled_down"].as_array().map(|a| a.len()).unwrap_or(0)
+                    scaled(&v["scaled_down"])
                 ),
             ));
-            if let Some(m) = v["watchdog_metrics"].as_object() {
-                for (k, x) in m {
-                    rows.push((format!("  {k}"), x.to_string()));
-                }
-            }
-            if let Some(by) = v["requests_since_start_by_verb_resource_and_code"].as_object() {
-                for (k, x) in by {
-                    rows.push((format!("  {k}"), x.to_string()));
-                }
-            }
+            report::counts(rows, "  ", &v["watchdog_metrics"]);
+            report::counts(
+                rows,
+                "  ",
+                &v["requests_since_start_by_verb_resource_and_code"],
+            );
         }
     }
 }

@@ -25,6 +25,10 @@ mod scenario;
 mod setup;
 mod shoot_proxy;
 mod stats;
+// The root element and escaping of hand-written SVG: the sandbox's module, so the bench's
+// chart and the sandbox's report write them one way.
+#[path = "../../dwd-sandbox/src/svg.rs"]
+mod svg;
 mod weeder;
 
 use std::path::{Path, PathBuf};
@@ -73,26 +77,26 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = Scenario::Steady)]
     pub scenario: Scenario,
     /// Measured time after warm-up (outage scenarios run at least until recovery).
-    #[arg(long, default_value = "60s", value_parser = stats::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = dwd_core::parse_go_duration)]
     pub duration: Duration,
     /// `probeInterval` of the prober config (Gardener's: 30s). The config is otherwise
     /// Gardener's (deploy/gardener/prober.yaml): its targets, levels and delays.
-    #[arg(long, default_value = "10s", value_parser = stats::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = dwd_core::parse_go_duration)]
     pub probe_interval: Duration,
     /// `initialDelay` of the prober config (Gardener's: the default, 30s).
-    #[arg(long, default_value = "2s", value_parser = stats::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = dwd_core::parse_go_duration)]
     pub initial_delay: Duration,
     /// `kcmNodeMonitorGraceDuration` of the prober config (Gardener's: the default, 40s;
     /// leases expire 0.75 × this after their last renewal).
-    #[arg(long, default_value = "40s", value_parser = stats::parse_duration)]
+    #[arg(long, default_value = "40s", value_parser = dwd_core::parse_go_duration)]
     pub kcm_grace: Duration,
     /// Every scale-up `initialDelay` the prober config sets (Gardener sets one: MCM's 30s);
     /// default: Gardener's.
-    #[arg(long, value_parser = stats::parse_duration)]
+    #[arg(long, value_parser = dwd_core::parse_go_duration)]
     pub scale_up_delay: Option<Duration>,
     /// How often the simulated kubelets renew their node leases (the kubelet's 10 s). Large
     /// N×M needs a longer interval (and a `--kcm-grace` with 0.75 × grace well above it).
-    #[arg(long, default_value = "10s", value_parser = stats::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = dwd_core::parse_go_duration)]
     pub renew_interval: Duration,
     /// `backoffJitterFactor` of the prober config (0.2, Gardener's default; 0 makes probe
     /// lateness pure scheduling delay).
@@ -112,7 +116,7 @@ pub struct Cli {
     #[arg(long)]
     pub slow_shoot_apiserver: Option<usize>,
     /// Added latency of `--slow-shoot-apiserver`.
-    #[arg(long, default_value = "2s", value_parser = stats::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = dwd_core::parse_go_duration)]
     pub slow_latency: Duration,
     /// Point the probe kubeconfigs straight at the shared shoot apiservers, without the
     /// per-shoot fronts: every probe run then lists the nodes and leases of all N/K shoots on
@@ -327,4 +331,42 @@ fn main() -> Result<()> {
         std::process::exit(130);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The duration flags take the config's syntax (Go's `time.ParseDuration`, dwd-core's
+    /// parser), so one value can be passed to the bench and written into the config unchanged.
+    #[test]
+    fn duration_flags_take_go_durations() {
+        let parse = |v: &str| Cli::try_parse_from(["bench", "--duration", v]).map(|c| c.duration);
+        assert_eq!(parse("10s").ok(), Some(Duration::from_secs(10)));
+        assert_eq!(parse("1m30s").ok(), Some(Duration::from_secs(90)));
+        assert_eq!(parse("250ms").ok(), Some(Duration::from_millis(250)));
+        assert!(parse("10").is_err());
+        assert!(parse("x").is_err());
+        assert!(parse("-1s").is_err());
+    }
+
+    /// Every `$B …` command of the README parses: its flags and values still mean something.
+    #[test]
+    fn readme_commands_parse() {
+        let readme = include_str!("../README.md").replace("\\\n", " ");
+        let mut parsed = 0;
+        for line in readme.lines() {
+            let Some(start) = line.find("$B ") else {
+                continue;
+            };
+            // In running text a command ends with its backquote.
+            let command = line[start + 3..].split('`').next().unwrap_or_default();
+            let args = std::iter::once("bench").chain(command.split_whitespace());
+            if let Err(e) = Cli::try_parse_from(args) {
+                panic!("README: {command}\n{e}");
+            }
+            parsed += 1;
+        }
+        assert!(parsed >= 10, "only {parsed} commands found");
+    }
 }

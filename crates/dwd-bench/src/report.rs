@@ -23,7 +23,8 @@ fn mib(v: &Value) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-fn counts(rows: &mut Vec<(String, String)>, prefix: &str, map: &Value) {
+/// One row per entry of the JSON object `map`, its key after `prefix`.
+pub fn counts(rows: &mut Vec<(String, String)>, prefix: &str, map: &Value) {
     if let Some(map) = map.as_object() {
         for (k, v) in map {
             rows.push((format!("{prefix}{k}"), v.to_string()));
@@ -64,10 +65,7 @@ pub fn table(r: &Value) -> String {
             "interval / qps / burst".into(),
             format!(
                 "{} / {} / {}",
-                r["config"]["probe_interval_s"]
-                    .as_f64()
-                    .map(|s| format!("{s}s"))
-                    .unwrap_or_else(|| "-".into()),
+                num(&r["config"]["probe_interval_s"], |s| format!("{s}s")),
                 r["config"]["kube_api_qps"],
                 r["config"]["kube_api_burst"]
             ),
@@ -152,6 +150,16 @@ pub fn shape(r: &Value) -> String {
     )
 }
 
+/// The number `v` as `write` writes it, `-` when there is none (not measured).
+fn num(v: &Value, write: impl Fn(f64) -> String) -> String {
+    v.as_f64().map(write).unwrap_or_else(|| "-".into())
+}
+
+/// A time in seconds to the millisecond, `-` when not measured.
+fn seconds(v: &Value) -> String {
+    num(v, |v| format!("{v:.3}"))
+}
+
 /// Bytes as a count with a unit that reads (`12.3 KiB`), or `-`.
 fn bytes(v: &Value) -> String {
     match v.as_f64() {
@@ -232,18 +240,22 @@ fn shoot_rows(rows: &mut Vec<(String, String)>, r: &Value) {
             "kubelets: lease age at end p50/max / renew / valid".into(),
             format!(
                 "{} / {} / {}s / {}s",
-                k["lease_age_at_end_s"]["p50"]
-                    .as_f64()
-                    .map(|v| format!("{v:.1}s"))
-                    .unwrap_or_else(|| "-".into()),
-                k["lease_age_at_end_s"]["max"]
-                    .as_f64()
-                    .map(|v| format!("{v:.1}s"))
-                    .unwrap_or_else(|| "-".into()),
+                num(&k["lease_age_at_end_s"]["p50"], |v| format!("{v:.1}s")),
+                num(&k["lease_age_at_end_s"]["max"], |v| format!("{v:.1}s")),
                 k["renew_interval_s"],
                 k["lease_validity_s"]
             ),
         ));
+    }
+}
+
+/// A latency's row (`label`: all targets), then one row per target.
+fn by_target_rows(rows: &mut Vec<(String, String)>, label: &str, latency: &Value) {
+    rows.push((label.into(), cell(&latency["all"])));
+    if let Some(by) = latency["by_target"].as_object() {
+        for (k, v) in by {
+            rows.push((format!("    {k}"), cell(v)));
+        }
     }
 }
 
@@ -254,29 +266,13 @@ fn outage_rows(rows: &mut Vec<(String, String)>, o: &Value) {
             "outage: affected shoots".into(),
             o["affected_shoots"].to_string(),
         ));
-        rows.push((
-            "  crossing → target 0, s (p50/p99/max)".into(),
-            cell(&o["scale_down_s"]["all"]),
-        ));
-        if let Some(by) = o["scale_down_s"]["by_target"].as_object() {
-            for (k, v) in by {
-                rows.push((format!("    {k}"), cell(v)));
-            }
-        }
-        rows.push((
-            "  recovery → target restored, s".into(),
-            cell(&o["restore_s"]["all"]),
-        ));
-        if let Some(by) = o["restore_s"]["by_target"].as_object() {
-            for (k, v) in by {
-                rows.push((format!("    {k}"), cell(v)));
-            }
-        }
-        let opt = |v: &Value| {
-            v.as_f64()
-                .map(|v| format!("{v:.1}"))
-                .unwrap_or_else(|| "-".into())
-        };
+        by_target_rows(
+            rows,
+            "  crossing → target 0, s (p50/p99/max)",
+            &o["scale_down_s"],
+        );
+        by_target_rows(rows, "  recovery → target restored, s", &o["restore_s"]);
+        let opt = |v: &Value| num(v, |v| format!("{v:.1}"));
         rows.push((
             "  last renewals written / crossing spread, s".into(),
             format!(
@@ -330,13 +326,7 @@ fn weeder_rows(rows: &mut Vec<(String, String)>, w: &Value) {
         "weeder: namespaces / watching before flip".into(),
         format!("{} / {}", w["namespaces"], w["watching_before_flip"]),
     ));
-    rows.push((
-        "  all slices ready within, s".into(),
-        w["flip_s"]
-            .as_f64()
-            .map(|v| format!("{v:.3}"))
-            .unwrap_or_else(|| "-".into()),
-    ));
+    rows.push(("  all slices ready within, s".into(), seconds(&w["flip_s"])));
     rows.push((
         "  slice ready → pod deleted, s (p50/p99/max)".into(),
         cell(&w["deletion_latency_s"]),
@@ -350,10 +340,7 @@ fn weeder_rows(rows: &mut Vec<(String, String)>, w: &Value) {
     ));
     rows.push((
         "  last deletion after first slice ready, s".into(),
-        w["last_deletion_after_first_ready_s"]
-            .as_f64()
-            .map(|v| format!("{v:.3}"))
-            .unwrap_or_else(|| "-".into()),
+        seconds(&w["last_deletion_after_first_ready_s"]),
     ));
     rows.push((
         "  healthy pods deleted / kept".into(),

@@ -85,19 +85,8 @@ impl Watchdog {
         world: &World,
         run: usize,
     ) -> Result<Watchdog> {
-        let config = world.dir.join("dep-config.yaml");
-        std::fs::write(&config, &prober.yaml)
-            .with_context(|| format!("write {}", config.display()))?;
-        let (metrics, health) = bind_addrs()?;
-        let args = vec![
-            "prober".to_string(),
-            format!("--config-file={}", config.display()),
-            format!("--kubeconfig={}", world.watchdog_kubeconfig.display()),
-            format!("--kube-api-qps={}", cli.kube_api_qps),
-            format!("--kube-api-burst={}", cli.kube_api_burst),
-            format!("--metrics-bind-addr={metrics}"),
-            format!("--health-bind-addr={health}"),
-        ];
+        let (args, metrics, _) =
+            reference_args(cli, world, "prober", "dep-config.yaml", &prober.yaml)?;
         let mut watchdog = Watchdog::spawn(&subject.bin, &args, log_path(world, subject, run))?;
         watchdog.metrics_addr = Some(metrics);
         Ok(watchdog)
@@ -121,6 +110,31 @@ impl Watchdog {
         }
         Ok(())
     }
+}
+
+/// The command line of `component` (`prober`, `weeder`) with exactly the reference's flags,
+/// so any drop-in binary runs unchanged: its config `yaml` written to `file` in the world's
+/// directory; with the metrics and the health address it is given.
+pub fn reference_args(
+    cli: &Cli,
+    world: &World,
+    component: &str,
+    file: &str,
+    yaml: &str,
+) -> Result<(Vec<String>, SocketAddr, SocketAddr)> {
+    let config = world.dir.join(file);
+    std::fs::write(&config, yaml).with_context(|| format!("write {}", config.display()))?;
+    let (metrics, health) = bind_addrs()?;
+    let args = vec![
+        component.to_string(),
+        format!("--config-file={}", config.display()),
+        format!("--kubeconfig={}", world.watchdog_kubeconfig.display()),
+        format!("--kube-api-qps={}", cli.kube_api_qps),
+        format!("--kube-api-burst={}", cli.kube_api_burst),
+        format!("--metrics-bind-addr={metrics}"),
+        format!("--health-bind-addr={health}"),
+    ];
+    Ok((args, metrics, health))
 }
 
 /// Free loopback addresses for the watchdog's metrics and health endpoints.
@@ -326,21 +340,9 @@ pub async fn run_once(
         Scenario::WeederStorm => bail!("the weeder storm is not a prober scenario"),
         Scenario::Hostile => bail!("the hostile scenario runs in run_hostile"),
     };
-    let window_to = Utc::now();
-    let sizes_to = WindowSizes::scrape(world).await;
+    let end = WindowEnd::now(world, &sizes_from).await;
     eprintln!("run {run}: stopping the watchdog");
-    let samples = sampler.samples();
-    watchdog.process.stop(Duration::from_secs(3));
-    // The audit logs are written in batches of at most 1 s.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-
-    let measured = Measured {
-        started,
-        window_from,
-        window_to,
-        samples: &samples,
-        sizes: sizes_from.delta(&sizes_to),
-    };
+    let measured = stop_watchdog(&mut watchdog, sampler, started, window_from, end).await;
     analyse(cli, &prober, subject, world, &measured, outage.as_ref()).await
 }
 
@@ -370,24 +372,13 @@ async fn run_hostile(
         );
         ended = hostile::watch(&mut watchdog, cli.duration, limit).await?;
     }
-    let window_to = Utc::now();
-    let sizes_to = WindowSizes::scrape(world).await;
+    let end = WindowEnd::now(world, &sizes_from).await;
     let metrics = match (ended.running(), watchdog.metrics_addr) {
         (true, Some(addr)) => hostile::scrape_watchdog(addr).await,
         _ => None,
     };
     eprintln!("run: stopping the watchdog ({})", ended.to_json()["how"]);
-    let samples = sampler.samples();
-    watchdog.process.stop(Duration::from_secs(3));
-    // The audit logs are written in batches of at most 1 s.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let measured = Measured {
-        started,
-        window_from,
-        window_to,
-        samples: &samples,
-        sizes: sizes_from.delta(&sizes_to),
-    };
+    let measured = stop_watchdog(&mut watchdog, sampler, started, window_from, end).await;
     let mut out = analyse(cli, prober, subject, world, &measured, None).await?;
     out.json["hostile"] = hostile::analyse(
         cli,
@@ -395,8 +386,8 @@ async fn run_hostile(
         &hostile::Observed {
             started,
             window_from,
-            window_to,
-            samples: &samples,
+            window_to: measured.window_to,
+            samples: &measured.samples,
             ended: &ended,
             metrics,
         },
@@ -458,8 +449,48 @@ pub struct SizeDeltas {
     pub shoot_unread: Vec<usize>,
 }
 
+/// The end of a measured window, read while the watchdog still runs.
+pub struct WindowEnd {
+    at: DateTime<Utc>,
+    sizes: SizeDeltas,
+}
+
+impl WindowEnd {
+    /// Now, and the response sizes' growth since `sizes_from` (the window's start).
+    pub async fn now(world: &World, sizes_from: &WindowSizes) -> WindowEnd {
+        let at = Utc::now();
+        let sizes_to = WindowSizes::scrape(world).await;
+        WindowEnd {
+            at,
+            sizes: sizes_from.delta(&sizes_to),
+        }
+    }
+}
+
+/// Stops the watchdog after its measured window (`window_from` to `end`) and hands the run's
+/// measurements over once the apiservers' audit logs hold everything it did.
+pub async fn stop_watchdog(
+    watchdog: &mut Watchdog,
+    sampler: procstat::Sampler,
+    started: DateTime<Utc>,
+    window_from: DateTime<Utc>,
+    end: WindowEnd,
+) -> Measured {
+    let samples = sampler.samples();
+    watchdog.process.stop(Duration::from_secs(3));
+    // The audit logs are written in batches of at most 1 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Measured {
+        started,
+        window_from,
+        window_to: end.at,
+        samples,
+        sizes: end.sizes,
+    }
+}
+
 /// What a run measured, handed to the analysis in one piece.
-pub struct Measured<'a> {
+pub struct Measured {
     /// When the watchdog was started.
     pub started: DateTime<Utc>,
     /// Start of the measured window (after warm-up).
@@ -467,7 +498,7 @@ pub struct Measured<'a> {
     /// End of the measured window.
     pub window_to: DateTime<Utc>,
     /// `/proc` samples of the watchdog.
-    pub samples: &'a [procstat::Sample],
+    pub samples: Vec<procstat::Sample>,
     /// Response-size deltas over the window.
     pub sizes: SizeDeltas,
 }
@@ -508,7 +539,7 @@ pub fn per_minute(counts: BTreeMap<String, u64>, window_secs: f64) -> Value {
 
 /// The `seed_requests` object and the seed part of `response_bytes`, shared by both kinds of
 /// run. Requests at or after `window_to` belong to the next run and are left out.
-pub async fn seed_json(world: &World, m: &Measured<'_>) -> Result<(Value, Value)> {
+pub async fn seed_json(world: &World, m: &Measured) -> Result<(Value, Value)> {
     let window_secs = secs(m.window_from, m.window_to).max(1e-3);
     let requests = seed_requests(world, m.started)?;
     let window: Vec<&audit::Request> = requests
@@ -685,12 +716,12 @@ async fn analyse(
     prober: &Derived<ProberConfig>,
     subject: &Subject,
     world: &World,
-    m: &Measured<'_>,
+    m: &Measured,
     outage: Option<&OutageRecord>,
 ) -> Result<RunOutput> {
     let (window_from, window_to) = (m.window_from, m.window_to);
     let window_secs = secs(window_from, window_to).max(1e-3);
-    let usage = procstat::usage(m.samples, window_from, window_to);
+    let usage = procstat::usage(&m.samples, window_from, window_to);
 
     // Seed: the watchdog's own user only (the simulator and the bench use `admin`).
     let (seed_json, seed_bytes) = seed_json(world, m).await?;

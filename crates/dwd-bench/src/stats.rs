@@ -1,45 +1,4 @@
-//! Small numeric helpers: Go-style duration parsing (the reference's config syntax) and
-//! nearest-rank percentiles.
-
-use std::time::Duration;
-
-use anyhow::{Result, bail};
-
-/// Parses `500ms`, `10s`, `1m30s`, `2h`: the duration syntax of the watchdog's config, so one
-/// value can be passed to the bench and written into the prober config unchanged.
-pub fn parse_duration(s: &str) -> Result<Duration> {
-    let s = s.trim();
-    if s.is_empty() {
-        bail!("empty duration");
-    }
-    let mut total = 0.0_f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_len == 0 {
-            bail!("duration {s:?}: expected a number at {rest:?}");
-        }
-        let value: f64 = rest[..num_len]
-            .parse()
-            .map_err(|e| anyhow::anyhow!("duration {s:?}: {e}"))?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let factor = match &rest[..unit_len] {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            other => bail!("duration {s:?}: unknown unit {other:?} (use ms, s, m, h)"),
-        };
-        total += value * factor;
-        rest = &rest[unit_len..];
-    }
-    Ok(Duration::from_secs_f64(total))
-}
+//! Nearest-rank percentiles of the run's samples.
 
 /// p50/p99/max (and count) of a sample, in the sample's unit.
 #[derive(Debug, Clone, Copy, Default)]
@@ -88,18 +47,6 @@ fn percentile(v: &[f64], q: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s").ok(), Some(Duration::from_secs(10)));
-        assert_eq!(parse_duration("1m30s").ok(), Some(Duration::from_secs(90)));
-        assert_eq!(
-            parse_duration("250ms").ok(),
-            Some(Duration::from_millis(250))
-        );
-        assert!(parse_duration("10").is_err());
-        assert!(parse_duration("x").is_err());
-    }
 
     #[test]
     fn percentiles() {

@@ -22,7 +22,9 @@ use serde_json::{Value, json};
 
 use crate::chart::{self, Dists};
 use crate::gardener;
-use crate::scenario::{self, Measured, RunOutput, Watchdog, WindowSizes, secs, sleep_watching};
+use crate::scenario::{
+    self, Measured, RunOutput, Watchdog, WindowEnd, WindowSizes, secs, sleep_watching,
+};
 use crate::setup::{self, World, lock};
 use crate::stats::Summary;
 use crate::{Cli, Subject, procstat};
@@ -180,21 +182,14 @@ pub async fn run_once(
         .storm
         .as_ref()
         .context("the weeder world has no storm")?;
-    let config = world.dir.join("weeder-config.yaml");
     let weeder_config = self::config()?;
-    std::fs::write(&config, &weeder_config.yaml)
-        .with_context(|| format!("write {}", config.display()))?;
-    let (metrics_addr, health) = scenario::bind_addrs()?;
-    // The reference's weeder flags, nothing else.
-    let args = vec![
-        "weeder".to_string(),
-        format!("--config-file={}", config.display()),
-        format!("--kubeconfig={}", world.watchdog_kubeconfig.display()),
-        format!("--kube-api-qps={}", cli.kube_api_qps),
-        format!("--kube-api-burst={}", cli.kube_api_burst),
-        format!("--metrics-bind-addr={metrics_addr}"),
-        format!("--health-bind-addr={health}"),
-    ];
+    let (args, _, health) = scenario::reference_args(
+        cli,
+        world,
+        "weeder",
+        "weeder-config.yaml",
+        &weeder_config.yaml,
+    )?;
     eprintln!(
         "run {run}: starting {} weeder ({})",
         subject.label,
@@ -255,20 +250,8 @@ pub async fn run_once(
         eprintln!("run {run}: measuring for the remaining {rest:?}");
         sleep_watching(&mut watchdog, rest).await?;
     }
-    let window_to = Utc::now();
-    let sizes_to = WindowSizes::scrape(world).await;
-    let samples = sampler.samples();
-    watchdog.process.stop(Duration::from_secs(3));
-    // The audit logs are written in batches of at most 1 s.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-
-    let measured = Measured {
-        started,
-        window_from,
-        window_to,
-        samples: &samples,
-        sizes: sizes_from.delta(&sizes_to),
-    };
+    let end = WindowEnd::now(world, &sizes_from).await;
+    let measured = scenario::stop_watchdog(&mut watchdog, sampler, started, window_from, end).await;
     analyse(cli, subject, world, storm, &measured, &flipped, watching).await
 }
 
@@ -295,12 +278,12 @@ async fn analyse(
     subject: &Subject,
     world: &World,
     storm: &Storm,
-    m: &Measured<'_>,
+    m: &Measured,
     flipped: &HashMap<String, DateTime<Utc>>,
     watching: bool,
 ) -> Result<RunOutput> {
     let weeder_config = config()?;
-    let usage = procstat::usage(m.samples, m.window_from, m.window_to);
+    let usage = procstat::usage(&m.samples, m.window_from, m.window_to);
     let (seed_json, seed_bytes) = scenario::seed_json(world, m).await?;
     let mut latencies = Vec::new();
     let mut healthy_deleted = 0usize;
