@@ -178,13 +178,7 @@ fn cluster_edit_during_outage() -> Scenario {
         "initialDelay: 2s\n",
         "initialDelay: 8s\n",
     )];
-    let edited = ShootState {
-        workers: vec![WorkerPool {
-            name: dwd_sim::shoot::DEFAULT_POOL.to_string(),
-            node_conditions: Some(vec!["ReadonlyFilesystem".to_string()]),
-        }],
-        ..ShootState::default()
-    };
+    let edited = pool_node_conditions(vec!["ReadonlyFilesystem".to_string()]);
     s.actions = vec![
         at(9.0, Silence(2)),
         at(12.0, EditCluster(edited)),
@@ -204,28 +198,17 @@ fn cluster_edit_during_outage() -> Scenario {
 /// candidates expired, the shoot is scaled down.
 fn node_conditions_empty() -> Scenario {
     let pool = dwd_sim::shoot::DEFAULT_POOL;
+    let disk_pressure = |name| {
+        NodeSpec::new(name, pool).with_condition("DiskPressure", "True", "KubeletHasDiskPressure")
+    };
     let mut world = WorldSpec::shoot(0);
     world.nodes = vec![
         NodeSpec::new("node-0", pool),
         NodeSpec::new("node-1", pool),
-        NodeSpec::new("node-2", pool).with_condition(
-            "DiskPressure",
-            "True",
-            "KubeletHasDiskPressure",
-        ),
-        NodeSpec::new("node-3", pool).with_condition(
-            "DiskPressure",
-            "True",
-            "KubeletHasDiskPressure",
-        ),
+        disk_pressure("node-2"),
+        disk_pressure("node-3"),
     ];
-    world.shoot_state = Some(ShootState {
-        workers: vec![WorkerPool {
-            name: pool.to_string(),
-            node_conditions: Some(Vec::new()),
-        }],
-        ..ShootState::default()
-    });
+    world.shoot_state = Some(pool_node_conditions(Vec::new()));
     let mut s = prober(
         "node-conditions-empty",
         "nodeConditions: [] = defaults: DiskPressure nodes don't vote, the 2 silent ones are all candidates → scale-down",
@@ -365,22 +348,39 @@ fn optional_unserved_kind() -> Scenario {
     s
 }
 
-fn apiserver_labels() -> Vec<(&'static str, &'static str)> {
-    vec![
-        ("gardener.cloud/role", "controlplane"),
-        ("role", "apiserver"),
-    ]
+/// The Shoot of the default worker pool with these `nodeConditions`.
+fn pool_node_conditions(node_conditions: Vec<String>) -> ShootState {
+    ShootState {
+        workers: vec![WorkerPool {
+            name: dwd_sim::shoot::DEFAULT_POOL.to_string(),
+            node_conditions: Some(node_conditions),
+        }],
+        ..ShootState::default()
+    }
+}
+
+/// A seed whose etcd-main-client slice has one endpoint, not ready, and these kube-apiserver
+/// pods (named `name`, in `state`), the weeder's dependants of it.
+fn etcd_and_apiservers(pods: &[(&'static str, PodState)]) -> WorldSpec {
+    let mut world = WorldSpec::seed_only();
+    world.slices = vec![("etcd-main-client", 1, EndpointsState::NotReady)];
+    world.pods = pods
+        .iter()
+        .map(|&(name, state)| PodSpec {
+            name,
+            labels: vec![
+                ("gardener.cloud/role", "controlplane"),
+                ("role", "apiserver"),
+            ],
+            state,
+        })
+        .collect();
+    world
 }
 
 /// Row: weeder, an EndpointSlice with no endpoints is not a service that came back.
 fn weeder_empty_slice() -> Scenario {
-    let mut world = WorldSpec::seed_only();
-    world.slices = vec![("etcd-main-client", 1, EndpointsState::NotReady)];
-    world.pods = vec![PodSpec {
-        name: "kube-apiserver-0",
-        labels: apiserver_labels(),
-        state: PodState::CrashLooping,
-    }];
+    let world = etcd_and_apiservers(&[("kube-apiserver-0", PodState::CrashLooping)]);
     let mut s = weeder(
         "weeder-empty-slice",
         "etcd-main-client's slice empties (3 s), then gets a ready endpoint (8 s): the crash-looping kube-apiserver is deleted only then",
@@ -397,25 +397,11 @@ fn weeder_empty_slice() -> Scenario {
 
 /// Row: weeder, a dependant whose init container crash-loops is deleted too.
 fn weeder_init_crashloop() -> Scenario {
-    let mut world = WorldSpec::seed_only();
-    world.slices = vec![("etcd-main-client", 1, EndpointsState::NotReady)];
-    world.pods = vec![
-        PodSpec {
-            name: "kube-apiserver-init",
-            labels: apiserver_labels(),
-            state: PodState::InitCrashLooping,
-        },
-        PodSpec {
-            name: "kube-apiserver-main",
-            labels: apiserver_labels(),
-            state: PodState::CrashLooping,
-        },
-        PodSpec {
-            name: "kube-apiserver-ok",
-            labels: apiserver_labels(),
-            state: PodState::Running,
-        },
-    ];
+    let world = etcd_and_apiservers(&[
+        ("kube-apiserver-init", PodState::InitCrashLooping),
+        ("kube-apiserver-main", PodState::CrashLooping),
+        ("kube-apiserver-ok", PodState::Running),
+    ]);
     let mut s = weeder(
         "weeder-init-crashloop",
         "etcd-main-client ready at 3 s: dependants crash-looping in the init container and in the main container deleted, the running one kept",
