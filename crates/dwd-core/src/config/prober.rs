@@ -156,6 +156,15 @@ fn default_nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
+/// Why a `probeInterval` that is not positive deserves a warning.
+const INTERVAL_NOT_POSITIVE: &str = "is not positive: every shoot is probed again as soon as a run ends, without pause, which keeps every shoot's API server busy (the reference does the same); set a positive interval such as 10s";
+
+/// Why a negative `initialDelay` deserves a warning.
+const DELAY_NEGATIVE: &str = "is negative and counts as 0s (as in the reference)";
+
+/// Why a `probeTimeout` that is not positive deserves a warning.
+const TIMEOUT_NOT_POSITIVE: &str = "means no timeout at all (as in the reference, whose client ignores a timeout that is not positive): a shoot API server that accepts connections but never answers holds that shoot's probe, and so its protection, indefinitely";
+
 /// Duration `field` in nanoseconds (its `default` when absent; `None` when invalid), warned
 /// about (the value in Go's notation, then `why`) when `suspicious`.
 fn duration_nanos(
@@ -190,32 +199,34 @@ impl ProberConfig {
             }
         };
 
-        let probe_interval = duration_nanos(
-            &mut f,
-            &mut cx,
-            ("probeInterval", DEFAULT_PROBE_INTERVAL),
-            |ns| ns <= 0,
-            "is not positive: every shoot is probed again as soon as a run ends, without pause, which keeps every shoot's API server busy (the reference does the same); set a positive interval such as 10s",
-        )
-        .map(nanos_to_duration);
-
-        let initial_delay = duration_nanos(
-            &mut f,
-            &mut cx,
-            ("initialDelay", DEFAULT_INITIAL_DELAY),
-            |ns| ns < 0,
-            "is negative and counts as 0s (as in the reference)",
-        )
-        .map(nanos_to_duration);
-
-        let probe_timeout = duration_nanos(
-            &mut f,
-            &mut cx,
-            ("probeTimeout", DEFAULT_PROBE_TIMEOUT),
-            |ns| ns <= 0,
-            "means no timeout at all (as in the reference, whose client ignores a timeout that is not positive): a shoot API server that accepts connections but never answers holds that shoot's probe, and so its protection, indefinitely",
-        )
-        .map(|ns| {
+        // (field, default, when a value is suspicious, why), read in this order.
+        let durations: [(&str, Duration, fn(i64) -> bool, &str); 3] = [
+            (
+                "probeInterval",
+                DEFAULT_PROBE_INTERVAL,
+                |ns| ns <= 0,
+                INTERVAL_NOT_POSITIVE,
+            ),
+            (
+                "initialDelay",
+                DEFAULT_INITIAL_DELAY,
+                |ns| ns < 0,
+                DELAY_NEGATIVE,
+            ),
+            (
+                "probeTimeout",
+                DEFAULT_PROBE_TIMEOUT,
+                |ns| ns <= 0,
+                TIMEOUT_NOT_POSITIVE,
+            ),
+        ];
+        let [probe_interval, initial_delay, probe_timeout] =
+            durations.map(|(field, default, suspicious, why)| {
+                duration_nanos(&mut f, &mut cx, (field, default), suspicious, why)
+            });
+        let probe_interval = probe_interval.map(nanos_to_duration);
+        let initial_delay = initial_delay.map(nanos_to_duration);
+        let probe_timeout = probe_timeout.map(|ns| {
             if ns <= 0 {
                 NO_TIMEOUT
             } else {
@@ -750,6 +761,24 @@ dependentResourceInfos:
         format!("kubeConfigSecretName: s\ndependentResourceInfos:\n{infos}")
     }
 
+    /// Asserts that `yaml` has as many problems as `expected` names, one at each path with a
+    /// message containing the text given for it.
+    fn assert_problems(yaml: &str, expected: &[(&str, &str)]) {
+        let problems = problems_of(yaml);
+        assert_eq!(problems.len(), expected.len(), "{problems:?}");
+        for (path, needle) in expected {
+            assert!(
+                has(&problems, path, needle),
+                "{path}: {needle}: {problems:?}"
+            );
+        }
+    }
+
+    /// A dependentResourceInfos item for `reference` (the fields of `ref`), at level 0 both ways.
+    fn at_level_0(reference: &str) -> String {
+        format!("- ref: {{{reference}}}\n  scaleUp: {{level: 0}}\n  scaleDown: {{level: 0}}\n")
+    }
+
     /// A config for Secret `s` whose targets are Deployments (name, scaleUp, scaleDown if
     /// any), the scale fields as YAML flow mappings.
     fn deployments(targets: &[(&str, &str, Option<&str>)]) -> String {
@@ -1135,18 +1164,19 @@ dependentResourceInfos:
             ("a", "{level: -1}", Some("{level: 1.5}")),
             ("b", r#"{level: "one"}"#, Some("{}")),
         ]);
-        let problems = problems_of(&yaml);
-        assert_eq!(problems.len(), 2, "{problems:?}");
-        assert!(has(
-            &problems,
-            "dependentResourceInfos[0].scaleDown.level",
-            "must be a 64-bit integer, got 1.5"
-        ));
-        assert!(has(
-            &problems,
-            "dependentResourceInfos[1].scaleUp.level",
-            "must be an integer, got the string \"one\""
-        ));
+        assert_problems(
+            &yaml,
+            &[
+                (
+                    "dependentResourceInfos[0].scaleDown.level",
+                    "must be a 64-bit integer, got 1.5",
+                ),
+                (
+                    "dependentResourceInfos[1].scaleUp.level",
+                    "must be an integer, got the string \"one\"",
+                ),
+            ],
+        );
 
         // -1, 1.0 and a missing level load; levels outside u32 are renumbered in order.
         let yaml = deployments(&[
@@ -1170,40 +1200,27 @@ dependentResourceInfos:
 
     #[test]
     fn ref_fields_are_required_and_checked() {
-        let yaml = with_infos(
-            r#"
-- ref: {kind: "", apiVersion: "a/b/c"}
-  scaleUp: {level: 0}
-  scaleDown: {level: 0}
-- scaleUp: {level: 0}
-  scaleDown: {level: 0}
-  optional: "yes"
-"#,
+        let without_ref = "- scaleUp: {level: 0}\n  scaleDown: {level: 0}\n  optional: \"yes\"\n";
+        let yaml = with_infos(&(at_level_0(r#"kind: "", apiVersion: "a/b/c""#) + without_ref));
+        assert_problems(
+            &yaml,
+            &[
+                (
+                    "dependentResourceInfos[0].ref.apiVersion",
+                    "unexpected GroupVersion string",
+                ),
+                ("dependentResourceInfos[1].ref", "required"),
+                (
+                    "dependentResourceInfos[1].optional",
+                    "must be true or false",
+                ),
+            ],
         );
-        let problems = problems_of(&yaml);
-        assert_eq!(problems.len(), 3, "{problems:?}");
-        assert!(has(
-            &problems,
-            "dependentResourceInfos[0].ref.apiVersion",
-            "unexpected GroupVersion string"
-        ));
-        assert!(has(&problems, "dependentResourceInfos[1].ref", "required"));
-        assert!(has(
-            &problems,
-            "dependentResourceInfos[1].optional",
-            "must be true or false"
-        ));
     }
 
     #[test]
     fn empty_ref_parts_load_with_warnings_as_the_reference_does_not_check_them() {
-        let yaml = with_infos(
-            r#"
-- ref: {kind: "", apiVersion: "apps/"}
-  scaleUp: {level: 0}
-  scaleDown: {level: 0}
-"#,
-        );
+        let yaml = with_infos(&at_level_0(r#"kind: "", apiVersion: "apps/""#));
         let loaded = ProberConfig::from_yaml(&yaml).unwrap();
         let paths: Vec<_> = loaded
             .warnings
