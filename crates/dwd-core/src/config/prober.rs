@@ -165,14 +165,15 @@ const DELAY_NEGATIVE: &str = "is negative and counts as 0s (as in the reference)
 /// Why a `probeTimeout` that is not positive deserves a warning.
 const TIMEOUT_NOT_POSITIVE: &str = "means no timeout at all (as in the reference, whose client ignores a timeout that is not positive): a shoot API server that accepts connections but never answers holds that shoot's probe, and so its protection, indefinitely";
 
+/// A duration field: its name, its default, when a value deserves a warning, and why.
+type WarnedDuration = (&'static str, Duration, fn(i64) -> bool, &'static str);
+
 /// Duration `field` in nanoseconds (its `default` when absent; `None` when invalid), warned
 /// about (the value in Go's notation, then `why`) when `suspicious`.
 fn duration_nanos(
     f: &mut Fields<'_>,
     cx: &mut Ctx,
-    (field, default): (&str, Duration),
-    suspicious: fn(i64) -> bool,
-    why: &str,
+    (field, default, suspicious, why): WarnedDuration,
 ) -> Option<i64> {
     let ns = f.duration(field, cx).or(default_nanos(default))?;
     if suspicious(ns) {
@@ -199,8 +200,8 @@ impl ProberConfig {
             }
         };
 
-        // (field, default, when a value is suspicious, why), read in this order.
-        let durations: [(&str, Duration, fn(i64) -> bool, &str); 3] = [
+        // Read in this order.
+        let durations: [WarnedDuration; 3] = [
             (
                 "probeInterval",
                 DEFAULT_PROBE_INTERVAL,
@@ -221,9 +222,7 @@ impl ProberConfig {
             ),
         ];
         let [probe_interval, initial_delay, probe_timeout] =
-            durations.map(|(field, default, suspicious, why)| {
-                duration_nanos(&mut f, &mut cx, (field, default), suspicious, why)
-            });
+            durations.map(|duration| duration_nanos(&mut f, &mut cx, duration));
         let probe_interval = probe_interval.map(nanos_to_duration);
         let initial_delay = initial_delay.map(nanos_to_duration);
         let probe_timeout = probe_timeout.map(|ns| {
