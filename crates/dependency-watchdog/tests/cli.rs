@@ -243,30 +243,22 @@ fn every_reference_flag_parses_in_every_go_spelling() {
     ];
     // Go's separate-value spellings don't apply to booleans: `-flag` alone sets them.
     let is_bool = |f: &str| matches!(f, "enable-leader-election" | "zap-devel");
-    // (flag, value, is boolean) → arguments.
-    type Spelling = fn(&str, &str, bool) -> Vec<String>;
-    let spellings: [Spelling; 4] = [
-        |f, v, b| {
-            if b {
-                vec![format!("-{f}")]
-            } else {
-                vec![format!("-{f}"), v.to_string()]
-            }
-        },
-        |f, v, _| vec![format!("-{f}={v}")],
-        |f, v, b| {
-            if b {
-                vec![format!("--{f}")]
-            } else {
-                vec![format!("--{f}"), v.to_string()]
-            }
-        },
-        |f, v, _| vec![format!("--{f}={v}")],
-    ];
-    for spell in spellings {
+    // Each of Go's four spellings: `-flag value`, `-flag=value`, `--flag value`, `--flag=value`.
+    let spellings = ["-", "--"]
+        .into_iter()
+        .flat_map(|dashes| [(dashes, false), (dashes, true)]);
+    for (dashes, joined) in spellings {
         let args: Vec<String> = flags
             .iter()
-            .flat_map(|(f, v)| spell(f, v, is_bool(f)))
+            .flat_map(|(f, v)| {
+                if joined {
+                    vec![format!("{dashes}{f}={v}")]
+                } else if is_bool(f) {
+                    vec![format!("{dashes}{f}")]
+                } else {
+                    vec![format!("{dashes}{f}"), v.to_string()]
+                }
+            })
             .collect();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let a = parse(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));

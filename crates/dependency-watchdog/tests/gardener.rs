@@ -273,6 +273,24 @@ fn start_as_gardener(
     Watchdog::spawn(pod, &args, &env, dir, METRICS_PORT)
 }
 
+/// Gardener's RBAC does not allow the core/v1 copy of events: the one warning a run logs.
+fn only_the_refused_events_warning(wd: &Watchdog) -> Result<()> {
+    let warnings = wd.warnings();
+    ensure!(
+        warnings.len() == 1 && warnings[0].contains("not allowed by this ServiceAccount's RBAC"),
+        "warnings other than the one about refused events:\n{}",
+        warnings.join("\n")
+    );
+    Ok(())
+}
+
+/// SIGTERM: the binary exits 0.
+async fn stops_cleanly(wd: &Watchdog) -> Result<()> {
+    let status = wd.stop().await?;
+    ensure!(status.success(), "exit status {status}\n{}", wd.tail());
+    Ok(())
+}
+
 /// Who holds `garden/<name>`, if anyone.
 async fn lease_holder(admin: &kube::Client, name: &str) -> Result<Option<String>> {
     common::lease_holder(admin, GARDEN, name).await
@@ -536,17 +554,10 @@ async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_token
             .collect::<Vec<_>>()
             .join("; ")
     );
-    let warnings = wd.warnings();
-    ensure!(
-        warnings.len() == 1 && warnings[0].contains("not allowed by this ServiceAccount's RBAC"),
-        "warnings other than the one about refused events:\n{}",
-        warnings.join("\n")
-    );
+    only_the_refused_events_warning(&wd)?;
 
     // Shutdown: exit 0, Lease handed over.
-    let status = wd.stop().await?;
-    ensure!(status.success(), "exit status {status}\n{}", wd.tail());
-    Ok(())
+    stops_cleanly(&wd).await
 }
 
 // --- the weeder -----------------------------------------------------------------------------
@@ -648,13 +659,6 @@ async fn weeder_runs_under_gardeners_rbac_config_and_command_line() -> Result<()
             "no deletion event naming {victim}: {messages:?}"
         );
     }
-    let warnings = wd.warnings();
-    ensure!(
-        warnings.len() == 1 && warnings[0].contains("not allowed by this ServiceAccount's RBAC"),
-        "warnings other than the one about refused events:\n{}",
-        warnings.join("\n")
-    );
-    let status = wd.stop().await?;
-    ensure!(status.success(), "exit status {status}\n{}", wd.tail());
-    Ok(())
+    only_the_refused_events_warning(&wd)?;
+    stops_cleanly(&wd).await
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use dwd_sim::{SeedControlPlane, ShootState, SimShoot, SimShootOptions};
-use dwd_testenv::{ApiServerOptions, TestEnv};
+use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -68,6 +68,24 @@ fn kubeconfig(server: &str, cluster_extra: &str, user: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: shoot\n  cluster:\n    server: {server}\n{cluster_extra}contexts:\n- name: shoot\n  context: {{cluster: shoot, user: shoot}}\ncurrent-context: shoot\nusers:\n- name: shoot\n  user:\n{user}"
     )
+}
+
+/// Shoot `ns` with `nodes` nodes on its apiserver `api`, kubelets renewing every 500 ms.
+async fn shoot_on(
+    seed: &kube::Client,
+    api: &ApiServer,
+    ns: &str,
+    nodes: usize,
+) -> Result<SimShoot> {
+    Ok(SimShoot::create(
+        seed.clone(),
+        api.client().await?,
+        api.kubeconfig(),
+        SimShootOptions::new(ns)
+            .with_nodes(nodes)
+            .with_renew_interval(Duration::from_millis(500)),
+    )
+    .await?)
 }
 
 /// A shoot namespace in the seed with targets and a Cluster, whose probe secret holds
@@ -120,27 +138,11 @@ async fn a_hostile_shoot_hurts_only_itself_and_leaks_nothing() -> Result<()> {
 
     // The normal shoot.
     let normal_ns = "shoot--hostile--normal";
-    let normal = SimShoot::create(
-        seed.clone(),
-        normal_api.client().await?,
-        normal_api.kubeconfig(),
-        SimShootOptions::new(normal_ns)
-            .with_nodes(5)
-            .with_renew_interval(Duration::from_millis(500)),
-    )
-    .await?;
+    let normal = shoot_on(&seed, &normal_api, normal_ns, 5).await?;
 
     // The fat shoot: healthy nodes, plus leases a tenant fattened.
     let fat_ns = "shoot--hostile--fat";
-    let _fat = SimShoot::create(
-        seed.clone(),
-        fat_api.client().await?,
-        fat_api.kubeconfig(),
-        SimShootOptions::new(fat_ns)
-            .with_nodes(3)
-            .with_renew_interval(Duration::from_millis(500)),
-    )
-    .await?;
+    let _fat = shoot_on(&seed, &fat_api, fat_ns, 3).await?;
     let fat_leases: Api<Lease> = Api::namespaced(fat_api.client().await?, "kube-node-lease");
     let filler = "x".repeat(FAT_BYTES);
     for i in 0..FAT_LEASES {

@@ -20,7 +20,6 @@ use std::time::Duration;
 use common::*;
 use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
-use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::{TestEnv, eventually};
 use prometheus_client::registry::Registry;
@@ -59,15 +58,8 @@ impl Captured {
 }
 
 fn runs(registry: &Mutex<Registry>, ns: &str) -> u64 {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry.lock().expect("registry"))
-        .expect("encode");
-    let prefix = format!("dwd_prober_shoot_probe_runs_total{{shoot=\"{ns}\"");
-    text.lines()
-        .find(|l| l.starts_with(&prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0) as u64
+    let text = metrics_text_of(registry);
+    shoot_sample(&text, "dwd_prober_shoot_probe_runs_total", ns).unwrap_or(0.0) as u64
 }
 
 #[tokio::test]
@@ -182,28 +174,14 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     let (log, watch) = record_replica_changes(seed.clone(), &ns);
     shoot.kubelets().silence_count(4);
     wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
-    let scaled_down = {
-        let log = logged(&log, &[(KCM, 0), (MCM, 0), (CA, 0)], 0).await;
-        let (kcm, mcm, ca) = (
-            position(&log, KCM, 0),
-            position(&log, MCM, 0),
-            position(&log, CA, 0),
-        );
-        assert!(
-            kcm < mcm && mcm < ca,
-            "scale-down order must be KCM (0) < MCM (1, with the widget) < CA (2): {log:?}"
-        );
-        ca.max(kcm).max(mcm) + 1
-    };
-    for (name, recorded) in [(KCM, "3"), (MCM, "2"), (CA, "2")] {
-        let (_, a) = deployment_state(&seed, &ns, name).await;
-        assert_eq!(
-            a.get(REPLICAS_ANNOTATION).map(String::as_str),
-            Some(recorded),
-            "{name}: {a:?}"
-        );
-        assert!(a.contains_key(MELTDOWN_ANNOTATION), "{name}: {a:?}");
-    }
+    let scaled_down = assert_level_order(
+        &log,
+        &[&[(KCM, 0)], &[(MCM, 0)], &[(CA, 0)]],
+        0,
+        "scale-down order must be KCM (0) < MCM (1, with the widget) < CA (2)",
+    )
+    .await;
+    assert_recorded(&seed, &ns, &[(KCM, "3"), (MCM, "2"), (CA, "2")]).await;
 
     // explain says what every flow does with the widget.
     let explanation = dependency_watchdog::explain::explain(&seed, &config_with_widget(true), &ns)

@@ -25,14 +25,7 @@ async fn healthy_shoot_is_left_alone() {
     let ns = shoot.namespace().to_string();
     h.wait_runs(&ns, 8).await;
     let seed = h.seed_client().await;
-    for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
-        let (replicas, annotations) = deployment_state(&seed, &ns, name).await;
-        assert_eq!(replicas, want, "{name}");
-        assert!(
-            !annotations.contains_key(REPLICAS_ANNOTATION),
-            "{name}: {annotations:?}"
-        );
-    }
+    assert_untouched(&seed, &ns, "healthy").await;
     assert_eq!(h.api_failures(&ns), 0);
     assert_eq!(h.lease_failures(&ns), 0);
 }
@@ -49,44 +42,20 @@ async fn outage_scales_down_in_level_order_and_recovery_restores_recorded_replic
 
     sick.kubelets().silence_count(4);
     wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
-    let scaled_down = {
-        let log = logged(&log, &[(KCM, 0), (MCM, 0), (CA, 0)], 0).await;
-        let (kcm, mcm, ca) = (
-            position(&log, KCM, 0),
-            position(&log, MCM, 0),
-            position(&log, CA, 0),
-        );
-        assert!(
-            kcm < mcm && mcm < ca,
-            "scale-down order must be KCM (0) < MCM (1) < CA (2): {log:?}"
-        );
-        ca.max(kcm).max(mcm) + 1
-    };
-    for (name, recorded) in [(KCM, "3"), (MCM, "2"), (CA, "2")] {
-        let (_, a) = deployment_state(&seed, &ns, name).await;
-        assert_eq!(
-            a.get(REPLICAS_ANNOTATION).map(String::as_str),
-            Some(recorded),
-            "{name}: {a:?}"
-        );
-        assert_eq!(
-            a.get(MELTDOWN_ANNOTATION).map(String::as_str),
-            Some(""),
-            "{name}: {a:?}"
-        );
-    }
+    let scaled_down = assert_level_order(
+        &log,
+        &[&[(KCM, 0)], &[(MCM, 0)], &[(CA, 0)]],
+        0,
+        "scale-down order must be KCM (0) < MCM (1) < CA (2)",
+    )
+    .await;
+    assert_recorded(&seed, &ns, &[(KCM, "3"), (MCM, "2"), (CA, "2")]).await;
     // The other shoot on the same seed is untouched.
     let bns = bystander.namespace().to_string();
-    for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
-        assert_eq!(
-            deployment_state(&seed, &bns, name).await.0,
-            want,
-            "bystander {name}"
-        );
-    }
+    assert_replicas(&seed, &bns, SHOOT_REPLICAS, "bystander").await;
 
     sick.kubelets().resume_all();
-    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
+    wait_replicas(&seed, &ns, SHOOT_REPLICAS).await;
     assert_level_order(
         &log,
         &[&[(CA, 2)], &[(KCM, 3), (MCM, 2)]],
@@ -122,22 +91,9 @@ async fn single_candidate_shoot_never_scales() {
         .expect("machine phase");
     shoot.kubelets().silence(&[nodes[0].as_str()]);
     // Wait until the only candidate's lease is seen expired, then several more runs.
-    eventually(
-        DEADLINE,
-        "the single candidate's lease to expire",
-        || async {
-            Ok(
-                (h.shoot_metric("dwd_prober_expired_lease_fraction", &ns) == Some(1.0))
-                    .then_some(()),
-            )
-        },
-    )
-    .await
-    .expect("expired");
+    h.wait_all_leases_expired(&ns).await;
     h.wait_runs(&ns, 5).await;
-    for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
-        assert_eq!(deployment_state(&seed, &ns, name).await.0, want, "{name}");
-    }
+    assert_replicas(&seed, &ns, SHOOT_REPLICAS, "a single candidate").await;
 }
 
 #[tokio::test]
@@ -150,26 +106,12 @@ async fn stopped_shoot_apiserver_means_no_scaling_and_probing_resumes() {
         .await
         .expect("apiserver");
     // A long grace period: the kubelets can't renew while their apiserver is down either.
-    let shoot = h
-        .shoot("stop", &api, |o| {
-            o.shoot_state = Some(ShootState {
-                node_monitor_grace_period: Some("2m".into()),
-                ..ShootState::default()
-            })
-        })
-        .await;
+    let shoot = h.shoot_with_long_grace("stop", &api).await;
     let ns = shoot.namespace().to_string();
     h.wait_runs(&ns, 2).await;
     api.stop().await.expect("stop");
-    let failures = h.api_failures(&ns);
-    eventually(DEADLINE, "API server probe failures", || async {
-        Ok((h.api_failures(&ns) >= failures + 3).then_some(()))
-    })
-    .await
-    .expect("failures");
-    for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
-        assert_eq!(deployment_state(&seed, &ns, name).await.0, want, "{name}");
-    }
+    h.wait_api_failures(&ns, 3).await;
+    assert_replicas(&seed, &ns, SHOOT_REPLICAS, "apiserver stopped").await;
     api.start().await.expect("start");
     let failures = h.api_failures(&ns);
     h.wait_runs(&ns, 3).await;
@@ -188,14 +130,7 @@ async fn throttled_shoot_gets_no_run_within_10s_of_a_429() {
         .start_apiserver("prober-429")
         .await
         .expect("apiserver");
-    let shoot = h
-        .shoot("throttle", &api, |o| {
-            o.shoot_state = Some(ShootState {
-                node_monitor_grace_period: Some("2m".into()),
-                ..ShootState::default()
-            })
-        })
-        .await;
+    let shoot = h.shoot_with_long_grace("throttle", &api).await;
     let ns = shoot.namespace().to_string();
     h.wait_runs(&ns, 2).await;
     api.set_throttled(true);
@@ -250,16 +185,12 @@ async fn rotated_missing_or_garbage_kubeconfig_secret() {
         .shoots
         .kubeconfig_for("rotated-user", &[])
         .expect("kubeconfig");
-    let lease_failures = h.lease_failures(&ns);
     shoot
         .rotate_probe_secret(&unprivileged)
         .await
         .expect("rotate");
-    eventually(DEADLINE, "runs with the rotated kubeconfig", || async {
-        Ok((h.lease_failures(&ns) >= lease_failures + 2).then_some(()))
-    })
-    .await
-    .expect("rotated kubeconfig used");
+    // Runs with the rotated kubeconfig fail their lease probe.
+    h.wait_lease_failures(&ns, 2).await;
     shoot
         .rotate_probe_secret(h.shoots.kubeconfig())
         .await
@@ -278,21 +209,8 @@ async fn rotated_missing_or_garbage_kubeconfig_secret() {
             "garbage" => shoot.corrupt_probe_secret().await.expect("corrupt"),
             _ => shoot.delete_probe_secret().await.expect("delete"),
         }
-        let failures = h.api_failures(&ns);
-        eventually(
-            DEADLINE,
-            &format!("failures with a {breakage} secret"),
-            || async { Ok((h.api_failures(&ns) >= failures + 3).then_some(())) },
-        )
-        .await
-        .expect("failures");
-        for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
-            assert_eq!(
-                deployment_state(&seed, &ns, name).await.0,
-                want,
-                "{breakage}: {name}"
-            );
-        }
+        h.wait_api_failures(&ns, 3).await;
+        assert_replicas(&seed, &ns, SHOOT_REPLICAS, breakage).await;
     }
     // The other shoot kept being probed successfully all along.
     let other_runs = h.runs(&other_ns);
@@ -341,7 +259,7 @@ async fn ignore_scaling_leaves_that_target_alone() {
     wait_replicas(&seed, &ns, &[(KCM, 0), (CA, 0)]).await;
     assert_eq!(deployment_state(&seed, &ns, MCM).await.0, 2);
     shoot.kubelets().resume_all();
-    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
+    wait_replicas(&seed, &ns, SHOOT_REPLICAS).await;
 }
 
 #[tokio::test]
@@ -465,35 +383,12 @@ async fn shoot_grace_period_override_applies() {
     let h = harness().await;
     let seed = h.seed_client().await;
     // With a 2 minute grace period, a 5 s silence expires nothing (the config's 4 s would).
-    let shoot = h
-        .shoot("grace", &h.shoots, |o| {
-            o.shoot_state = Some(ShootState {
-                node_monitor_grace_period: Some("2m".into()),
-                ..ShootState::default()
-            })
-        })
-        .await;
+    let shoot = h.shoot_with_long_grace("grace", &h.shoots).await;
     let ns = shoot.namespace().to_string();
     h.wait_runs(&ns, 2).await;
     shoot.kubelets().silence_count(5);
     // Wait until every lease is older than the config's expiry (0.75 × 4 s = 3 s).
-    let nodes = shoot.node_names();
-    eventually(DEADLINE, "all leases older than 3.5s", || async {
-        for node in &nodes {
-            let renewed = shoot
-                .shoot()
-                .lease_renew_time(node)
-                .await
-                .map_err(|e| e.to_string())?;
-            let age = renewed.map(|t| chrono::Utc::now() - t);
-            if age.is_none_or(|a| a < chrono::Duration::milliseconds(3_500)) {
-                return Ok(None);
-            }
-        }
-        Ok(Some(()))
-    })
-    .await
-    .expect("stale leases");
+    leases_older_than(&shoot, Duration::from_millis(3_500)).await;
     h.wait_runs(&ns, 2).await;
     assert_eq!(
         h.shoot_metric("dwd_prober_expired_lease_fraction", &ns),
@@ -545,18 +440,8 @@ async fn interrupted_scale_down_is_completed_and_later_restored_to_recorded_repl
         .set_shoot_state(&ShootState::default())
         .await
         .expect("reconciled");
-    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
-    eventually(DEADLINE, "annotations removed", || async {
-        for name in [KCM, MCM] {
-            let (_, a) = deployment_state(&seed, &ns, name).await;
-            if a.contains_key(REPLICAS_ANNOTATION) || a.contains_key(MELTDOWN_ANNOTATION) {
-                return Ok(None);
-            }
-        }
-        Ok(Some(()))
-    })
-    .await
-    .expect("annotations removed");
+    wait_replicas(&seed, &ns, SHOOT_REPLICAS).await;
+    wait_annotations_cleared(&seed, &ns, &[KCM, MCM]).await;
 }
 
 #[tokio::test]
@@ -592,18 +477,7 @@ async fn changed_pool_conditions_restart_the_probe_with_the_new_candidates() {
     h.wait_runs(&ns, 2).await;
     // Every kubelet goes silent, but only one node is a candidate: no scaling.
     shoot.kubelets().silence_count(5);
-    eventually(
-        DEADLINE,
-        "the single candidate's lease to expire",
-        || async {
-            Ok(
-                (h.shoot_metric("dwd_prober_expired_lease_fraction", &ns) == Some(1.0))
-                    .then_some(()),
-            )
-        },
-    )
-    .await
-    .expect("expired");
+    h.wait_all_leases_expired(&ns).await;
     h.wait_runs(&ns, 3).await;
     assert_eq!(
         deployment_state(&seed, &ns, KCM).await.0,
@@ -897,7 +771,7 @@ async fn a_seed_whose_status_lags_holds_no_level_longer_than_five_seconds() {
     // Recovery is not queued behind anything either: back within a few waits.
     let resumed = Instant::now();
     shoot.kubelets().resume_all();
-    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
+    wait_replicas(&seed, &ns, SHOOT_REPLICAS).await;
     wait_annotations_cleared(&seed, &ns, &[KCM, MCM, CA]).await;
     assert!(
         resumed.elapsed() < Duration::from_secs(20),
@@ -980,7 +854,7 @@ async fn a_repeated_scale_down_keeps_the_higher_recorded_count() {
         "a repeated scale-down overwrote the record with a lower count"
     );
     shoot.kubelets().resume_all();
-    wait_replicas(&seed, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
+    wait_replicas(&seed, &ns, SHOOT_REPLICAS).await;
     wait_annotations_cleared(&seed, &ns, &[KCM, MCM, CA]).await;
 }
 

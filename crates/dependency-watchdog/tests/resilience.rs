@@ -11,15 +11,11 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use dependency_watchdog::health::Health;
-use dependency_watchdog::metrics::Metrics;
 use dwd_sim::{ShootState, WorkerPool};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
-use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 /// Long enough that a probe restarted by a Cluster edit (or a restart that waited it out)
@@ -45,32 +41,7 @@ async fn shoots() -> ApiServer {
 /// Starts a prober with `config` against `seed` on a runtime of its own (it outlives the
 /// test's), stopped by `stop`; returns once it is ready.
 async fn start_prober(seed: ApiServer, config: &str, stop: CancellationToken) -> Harness {
-    let env = TestEnv::shared().await.expect("test environment");
-    let config = dwd_core::ProberConfig::from_yaml(config)
-        .expect("config")
-        .config;
-    let metrics = Arc::new(Metrics::default());
-    let mut registry = Registry::default();
-    metrics.register(&mut registry);
-    let health = Arc::new(Health::default());
-    let kubeconfig = seed.kubeconfig().to_string();
-    let (m, h) = (metrics.clone(), health.clone());
-    spawn_prober(kubeconfig, config, m, h, "dwd-prober-resilience", stop);
-    let ready = health.clone();
-    eventually(Duration::from_secs(90), "prober ready", || {
-        let h = ready.clone();
-        async move { Ok(h.is_ready().then_some(())) }
-    })
-    .await
-    .expect("prober ready");
-    Harness {
-        env,
-        seed,
-        shoots: shoots().await,
-        metrics,
-        registry: Arc::new(Mutex::new(registry)),
-        health,
-    }
+    Harness::start(seed, shoots().await, config, "dwd-prober-resilience", stop).await
 }
 
 /// The prober of the shared seed with a long initial delay, for the whole binary.
@@ -78,13 +49,7 @@ async fn slow_starter() -> &'static Harness {
     static HARNESS: tokio::sync::OnceCell<Harness> = tokio::sync::OnceCell::const_new();
     HARNESS
         .get_or_init(|| async {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "warn,dependency_watchdog=info".into()),
-                )
-                .with_test_writer()
-                .try_init();
+            init_tracing();
             let env = TestEnv::shared().await.expect("test environment");
             let seed = env.apiserver("seed").expect("seed apiserver");
             let config = PROBER_CONFIG.replace(
@@ -107,39 +72,8 @@ fn restarts(h: &Harness) -> u64 {
 
 /// Waits until the probe of `ns` has run `more` more times, within [`SOON`].
 async fn runs_soon(h: &Harness, ns: &str, more: u64, after: &str) {
-    let target = h.runs(ns) + more;
-    eventually(
-        SOON,
-        &format!("{more} more runs of {ns} {after} (a re-armed initial delay would take {INITIAL_DELAY:?})"),
-        || async move { Ok((h.runs(ns) >= target).then_some(())) },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\nmetrics:\n{}", h.metrics_text()));
-}
-
-/// Waits until every lease of `shoot` is older than `age`.
-async fn leases_older_than(shoot: &dwd_sim::SimShoot, age: Duration) {
-    let nodes = shoot.node_names();
-    let age = chrono::Duration::from_std(age).expect("age");
-    eventually(
-        DEADLINE,
-        &format!("all leases older than {age}"),
-        || async {
-            for node in &nodes {
-                let renewed = shoot
-                    .shoot()
-                    .lease_renew_time(node)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if renewed.is_none_or(|t| chrono::Utc::now() - t < age) {
-                    return Ok(None);
-                }
-            }
-            Ok(Some(()))
-        },
-    )
-    .await
-    .expect("stale leases");
+    let what = format!("runs {after} (a re-armed initial delay would take {INITIAL_DELAY:?})");
+    h.wait_runs_within(ns, more, SOON, &what).await;
 }
 
 #[tokio::test]

@@ -18,7 +18,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{CA, DEADLINE, KCM, MCM, PROBER_CONFIG, RENEW, wait_replicas};
+use common::{CA, DEADLINE, KCM, MCM, PROBER_CONFIG, RENEW, init_tracing, wait_replicas};
 use dependency_watchdog::events::Component;
 use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
@@ -32,16 +32,6 @@ use tokio_util::sync::CancellationToken;
 
 /// The shadow's matching window: short, so that "only us" shows within a test.
 const WINDOW: Duration = Duration::from_secs(8);
-
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,dependency_watchdog=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
-}
 
 /// A prober running until it is dropped.
 struct Running {
@@ -73,17 +63,7 @@ async fn start_prober(seed: &ApiServer, pod: &str, shadow: Option<Arc<Shadow>>) 
         shadow,
         stop.clone(),
     );
-    let ready = health.clone();
-    eventually(
-        Duration::from_secs(90),
-        "prober ready (caches synced)",
-        || {
-            let h = ready.clone();
-            async move { Ok(h.is_ready().then_some(())) }
-        },
-    )
-    .await
-    .expect("prober ready");
+    common::wait_ready(&health).await;
     Running { health, stop }
 }
 

@@ -23,11 +23,11 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use common::{
-    CA, DEADLINE, KCM, MCM, RENEW, assert_level_order, deployment_state, logged, position_from,
-    record_replica_changes, wait_annotations_cleared, wait_replicas,
+    CA, DEADLINE, KCM, MCM, RENEW, assert_level_order, assert_recorded, assert_untouched,
+    deployment_state, logged, position_from, record_replica_changes, wait_annotations_cleared,
+    wait_replicas,
 };
 use dependency_watchdog::events::{
     REASON_SCALE_DOWN, REASON_ZONE_DISRUPTED, REASON_ZONE_RECOVERED,
@@ -153,20 +153,10 @@ fn start_prober(seed: ApiServer, config_text: String) -> Prober {
     }
 }
 
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,dependency_watchdog=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
-}
-
 /// The shared environment and its shoot apiserver.
 async fn env() -> (&'static TestEnv, &'static ApiServer) {
     static SHOOTS: tokio::sync::OnceCell<ApiServer> = tokio::sync::OnceCell::const_new();
-    init_tracing();
+    common::init_tracing();
     let env = TestEnv::shared().await.expect("test environment");
     let shoots = SHOOTS
         .get_or_init(|| async {
@@ -211,17 +201,7 @@ async fn unprotected() -> &'static Prober {
 
 impl Prober {
     async fn wait_ready(&self) {
-        let health = self.health.clone();
-        eventually(
-            Duration::from_secs(90),
-            "prober ready (caches synced)",
-            || {
-                let h = health.clone();
-                async move { Ok(h.is_ready().then_some(())) }
-            },
-        )
-        .await
-        .expect("prober ready");
+        common::wait_ready(&self.health).await;
     }
 
     async fn client(&self) -> kube::Client {
@@ -257,10 +237,7 @@ impl Prober {
     }
 
     fn metrics_text(&self) -> String {
-        let mut text = String::new();
-        let registry = self.registry.lock().expect("registry");
-        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
-        text
+        common::metrics_text_of(&self.registry)
     }
 
     /// Value of the series `metric` whose labels are exactly `labels` (`k="v",…`).
@@ -371,18 +348,6 @@ fn silence_zone(shoot: &SimShoot, zone: &str) {
     shoot.kubelets().silence(&names);
 }
 
-/// Asserts every target has its replicas and neither scaling annotation.
-async fn assert_untouched(seed: &kube::Client, ns: &str, what: &str) {
-    for (name, want) in [(KCM, 3), (MCM, 2), (CA, 2)] {
-        let (replicas, a) = deployment_state(seed, ns, name).await;
-        assert_eq!(replicas, want, "{what}: {name}");
-        assert!(
-            !a.contains_key(REPLICAS_ANNOTATION) && !a.contains_key(MELTDOWN_ANNOTATION),
-            "{what}: {name}: {a:?}"
-        );
-    }
-}
-
 /// Runs the real binary's `explain` for `ns` with `config_text`; its stdout.
 fn explain_binary(p: &Prober, ns: &str, output: &str) -> String {
     let dir = std::env::temp_dir().join(format!("dwd-zonal-explain-{}-{ns}", std::process::id()));
@@ -444,19 +409,7 @@ async fn a_lost_zone_scales_down_only_the_zonal_targets_and_its_recovery_restore
         let log = logged(&log, &[(MCM, 0), (CA, 0)], 0).await;
         position_from(&log, MCM, 0, 0).max(position_from(&log, CA, 0, 0)) + 1
     };
-    for (name, recorded) in [(MCM, "2"), (CA, "2")] {
-        let (_, a) = deployment_state(&seed, &ns, name).await;
-        assert_eq!(
-            a.get(REPLICAS_ANNOTATION).map(String::as_str),
-            Some(recorded),
-            "{name}: {a:?}"
-        );
-        assert_eq!(
-            a.get(MELTDOWN_ANNOTATION).map(String::as_str),
-            Some(""),
-            "{name}: {a:?}"
-        );
-    }
+    assert_recorded(&seed, &ns, &[(MCM, "2"), (CA, "2")]).await;
 
     // The disruption is a Warning on the Cluster naming the zone and what was done.
     let disrupted = wait_cluster_event(&seed, &ns, REASON_ZONE_DISRUPTED, |_| true).await;
@@ -638,14 +591,7 @@ async fn two_lost_zones_of_three_are_the_shoot_wide_rule_and_kcm_goes_down_too()
         "scale-down: MCM and CA (0) before KCM (1)",
     )
     .await;
-    for (name, recorded) in [(KCM, "3"), (MCM, "2"), (CA, "2")] {
-        let (_, a) = deployment_state(&seed, &ns, name).await;
-        assert_eq!(
-            a.get(REPLICAS_ANNOTATION).map(String::as_str),
-            Some(recorded),
-            "{name}: {a:?}"
-        );
-    }
+    assert_recorded(&seed, &ns, &[(KCM, "3"), (MCM, "2"), (CA, "2")]).await;
     // The shoot-wide decision named KCM (a zonal run before it, while zone b's leases were
     // still expiring, may have taken MCM and CA already).
     wait_cluster_event(&seed, &ns, REASON_SCALE_DOWN, |n| n.contains(KCM)).await;

@@ -13,6 +13,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -40,14 +41,21 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
     }
 }
 
-#[tokio::test]
-async fn scale_subresource_changes_spec_replicas() -> Result<()> {
+/// Deployment `name` with `replicas` created in namespace `ns` of the shared seed; the
+/// Deployments of `ns`.
+async fn seed_deployment(ns: &str, name: &str, replicas: i32) -> Result<Api<Deployment>> {
     let env = TestEnv::shared().await?;
     let client = env.apiserver("seed").context("seed")?.client().await?;
-    ensure_namespace(&client, "smoke-scale").await?;
-    let api: Api<Deployment> = Api::namespaced(client, "smoke-scale");
-    api.create(&PostParams::default(), &deployment("kcm", 3))
+    ensure_namespace(&client, ns).await?;
+    let api: Api<Deployment> = Api::namespaced(client, ns);
+    api.create(&PostParams::default(), &deployment(name, replicas))
         .await?;
+    Ok(api)
+}
+
+#[tokio::test]
+async fn scale_subresource_changes_spec_replicas() -> Result<()> {
+    let api = seed_deployment("smoke-scale", "kcm", 3).await?;
     let scale = api.get_scale("kcm").await?;
     assert_eq!(scale.spec.and_then(|s| s.replicas), Some(3));
     api.patch_scale(
@@ -63,33 +71,18 @@ async fn scale_subresource_changes_spec_replicas() -> Result<()> {
 
 #[tokio::test]
 async fn merge_patch_sets_and_removes_annotations() -> Result<()> {
-    let env = TestEnv::shared().await?;
-    let client = env.apiserver("seed").context("seed")?.client().await?;
-    ensure_namespace(&client, "smoke-annotations").await?;
-    let api: Api<Deployment> = Api::namespaced(client, "smoke-annotations");
-    api.create(&PostParams::default(), &deployment("mcm", 2))
-        .await?;
+    let api = seed_deployment("smoke-annotations", "mcm", 2).await?;
     let set = serde_json::json!({"metadata": {"annotations": {"a/replicas": "2", "a/active": ""}}});
     api.patch("mcm", &PatchParams::default(), &Patch::Merge(set))
         .await?;
-    let got = api
-        .get("mcm")
-        .await?
-        .metadata
-        .annotations
-        .unwrap_or_default();
+    let got = api.get("mcm").await?.annotations().clone();
     assert_eq!(got.get("a/replicas").map(String::as_str), Some("2"));
     assert_eq!(got.get("a/active").map(String::as_str), Some(""));
     let clear =
         serde_json::json!({"metadata": {"annotations": {"a/replicas": null, "a/active": null}}});
     api.patch("mcm", &PatchParams::default(), &Patch::Merge(clear))
         .await?;
-    let got = api
-        .get("mcm")
-        .await?
-        .metadata
-        .annotations
-        .unwrap_or_default();
+    let got = api.get("mcm").await?.annotations().clone();
     assert!(
         !got.contains_key("a/replicas") && !got.contains_key("a/active"),
         "{got:?}"

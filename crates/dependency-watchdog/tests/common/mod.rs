@@ -89,50 +89,43 @@ pub async fn harness() -> &'static Harness {
     static HARNESS: tokio::sync::OnceCell<Harness> = tokio::sync::OnceCell::const_new();
     let harness = HARNESS
         .get_or_init(|| async {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "warn,dependency_watchdog=info".into()),
-                )
-                .with_test_writer()
-                .try_init();
+            init_tracing();
             let env = TestEnv::shared().await.expect("test environment");
             let seed = env.apiserver("seed").expect("seed apiserver");
             let shoots = env
                 .start_apiserver("shoots")
                 .await
                 .expect("shared shoot apiserver");
-            let config = dwd_core::ProberConfig::from_yaml(PROBER_CONFIG)
-                .expect("config")
-                .config;
-            let metrics = Arc::new(Metrics::default());
-            let mut registry = Registry::default();
-            metrics.register(&mut registry);
-            let health = Arc::new(Health::default());
-            let kubeconfig = seed.kubeconfig().to_string();
-            let (m, h) = (metrics.clone(), health.clone());
-            // The prober outlives every test's runtime: give it a runtime of its own.
-            spawn_prober(
-                kubeconfig,
-                config,
-                m,
-                h,
-                "dwd-prober-test",
-                CancellationToken::new(),
-            );
-            Harness {
-                env,
+            Harness::start(
                 seed,
                 shoots,
-                metrics,
-                registry: Arc::new(Mutex::new(registry)),
-                health,
-            }
+                PROBER_CONFIG,
+                "dwd-prober-test",
+                CancellationToken::new(),
+            )
+            .await
         })
         .await;
     // Every test waits for readiness (not only the first), so a slow cold start under load
     // fails no test that could still pass, and the prober is never started twice.
-    let health = harness.health.clone();
+    wait_ready(&harness.health).await;
+    harness
+}
+
+/// Logs of the code under test go to the test's output (`RUST_LOG` or warnings and the
+/// watchdog's info); the first call of a test binary installs the subscriber.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,dependency_watchdog=info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// Waits until a prober is ready (its caches synced); a cold start under load may be slow.
+pub async fn wait_ready(health: &Arc<Health>) {
     eventually(
         Duration::from_secs(90),
         "prober ready (caches synced)",
@@ -143,10 +136,47 @@ pub async fn harness() -> &'static Harness {
     )
     .await
     .expect("prober ready");
-    harness
 }
 
 impl Harness {
+    /// Starts a prober with `config` against `seed` as pod `default/<pod>` on a runtime of its
+    /// own (it outlives every test's runtime), stopped by `stop`, with `shoots` for the shoots
+    /// of its tests; returns once it is ready.
+    pub async fn start(
+        seed: ApiServer,
+        shoots: ApiServer,
+        config: &str,
+        pod: &str,
+        stop: CancellationToken,
+    ) -> Harness {
+        let env = TestEnv::shared().await.expect("test environment");
+        let config = dwd_core::ProberConfig::from_yaml(config)
+            .expect("config")
+            .config;
+        let metrics = Arc::new(Metrics::default());
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let health = Arc::new(Health::default());
+        let kubeconfig = seed.kubeconfig().to_string();
+        spawn_prober(
+            kubeconfig,
+            config,
+            metrics.clone(),
+            health.clone(),
+            pod,
+            stop,
+        );
+        wait_ready(&health).await;
+        Harness {
+            env,
+            seed,
+            shoots,
+            metrics,
+            registry: Arc::new(Mutex::new(registry)),
+            health,
+        }
+    }
+
     pub async fn seed_client(&self) -> kube::Client {
         self.seed.client().await.expect("seed client")
     }
@@ -190,20 +220,12 @@ impl Harness {
 
     /// The metrics text.
     pub fn metrics_text(&self) -> String {
-        let mut text = String::new();
-        let registry = self.registry.lock().expect("registry");
-        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
-        text
+        metrics_text_of(&self.registry)
     }
 
     /// Value of `metric{shoot="ns"...}` if the series exists.
     pub fn shoot_metric(&self, metric: &str, ns: &str) -> Option<f64> {
-        let prefix = format!("{metric}{{shoot=\"{ns}\"");
-        self.metrics_text()
-            .lines()
-            .find(|l| l.starts_with(&prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
+        shoot_sample(&self.metrics_text(), metric, ns)
     }
 
     pub fn runs(&self, ns: &str) -> u64 {
@@ -228,19 +250,38 @@ impl Harness {
 
     /// Waits until the shoot's probe has run `more` more times (successful or not).
     pub async fn wait_runs(&self, ns: &str, more: u64) {
-        self.wait_more(ns, more, "probe runs", Self::runs).await;
+        self.wait_more(ns, more, DEADLINE, "probe runs", Self::runs)
+            .await;
+    }
+
+    /// Waits until the shoot's probe has run `more` more times within `deadline`; `what`
+    /// names these runs (and why the deadline) in the failure.
+    pub async fn wait_runs_within(&self, ns: &str, more: u64, deadline: Duration, what: &str) {
+        self.wait_more(ns, more, deadline, what, Self::runs).await;
     }
 
     /// Waits until the shoot's API-server probe has failed `more` more times.
     pub async fn wait_api_failures(&self, ns: &str, more: u64) {
-        self.wait_more(ns, more, "API server probe failures", Self::api_failures)
-            .await;
+        self.wait_more(
+            ns,
+            more,
+            DEADLINE,
+            "API server probe failures",
+            Self::api_failures,
+        )
+        .await;
     }
 
     /// Waits until the shoot's lease probe has failed `more` more times.
     pub async fn wait_lease_failures(&self, ns: &str, more: u64) {
-        self.wait_more(ns, more, "lease probe failures", Self::lease_failures)
-            .await;
+        self.wait_more(
+            ns,
+            more,
+            DEADLINE,
+            "lease probe failures",
+            Self::lease_failures,
+        )
+        .await;
     }
 
     /// Waits until the prober sees every candidate lease of shoot `ns` expired
@@ -259,17 +300,67 @@ impl Harness {
         .unwrap_or_else(|e| panic!("{e}\nmetrics:\n{}", self.metrics_text()));
     }
 
-    /// Waits until `counter` of shoot `ns` (named `what`) has grown by `more`.
-    async fn wait_more(&self, ns: &str, more: u64, what: &str, counter: fn(&Self, &str) -> u64) {
+    /// Waits until `counter` of shoot `ns` (named `what`) has grown by `more`, within
+    /// `deadline`.
+    async fn wait_more(
+        &self,
+        ns: &str,
+        more: u64,
+        deadline: Duration,
+        what: &str,
+        counter: fn(&Self, &str) -> u64,
+    ) {
         let target = counter(self, ns) + more;
         eventually(
-            DEADLINE,
+            deadline,
             &format!("{more} more {what} of {ns}"),
             || async move { Ok((counter(self, ns) >= target).then_some(())) },
         )
         .await
         .unwrap_or_else(|e| panic!("{e}\nmetrics:\n{}", self.metrics_text()));
     }
+}
+
+/// Waits until every lease of `shoot` is older than `age`.
+pub async fn leases_older_than(shoot: &dwd_sim::SimShoot, age: Duration) {
+    let nodes = shoot.node_names();
+    let age = chrono::Duration::from_std(age).expect("age");
+    eventually(
+        DEADLINE,
+        &format!("all leases older than {age}"),
+        || async {
+            for node in &nodes {
+                let renewed = shoot
+                    .shoot()
+                    .lease_renew_time(node)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if renewed.is_none_or(|t| chrono::Utc::now() - t < age) {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await
+    .expect("stale leases");
+}
+
+/// The metrics text of `registry`, as `/metrics` serves it.
+pub fn metrics_text_of(registry: &Mutex<Registry>) -> String {
+    let mut text = String::new();
+    let registry = registry.lock().expect("registry");
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    text
+}
+
+/// Value of the first series `metric{shoot="ns"...}` in the metrics `text`, if there is one.
+pub fn shoot_sample(text: &str, metric: &str, ns: &str) -> Option<f64> {
+    let prefix = format!("{metric}{{shoot=\"{ns}\"");
+    text.lines()
+        .find(|l| l.starts_with(&prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }
 
 /// `spec.replicas` and annotations of a Deployment.
