@@ -501,6 +501,26 @@ impl Sandbox {
         Ok(())
     }
 
+    /// Puts the shoot's `pods` into CrashLoopBackOff and says so, and `why`, on the timeline
+    /// (nothing when there are none).
+    async fn crashloop_pods(&self, s: &Shoot, pods: &[String], why: &str) -> Result<()> {
+        for pod in pods {
+            s.sim
+                .seed()
+                .set_crashlooping(pod, true)
+                .await
+                .with_context(|| format!("crash-loop pod {pod}"))?;
+        }
+        if !pods.is_empty() {
+            self.journal.log(
+                &s.name,
+                format!("{} in CrashLoopBackOff", pods.join(", ")),
+                Some(why.to_string()),
+            );
+        }
+        Ok(())
+    }
+
     /// Puts every kube-apiserver pod of a shoot into CrashLoopBackOff, and with them what
     /// needs them: the kube-apiserver service loses its ready endpoints and the kube-scheduler
     /// crash-loops too (as in a seed whose etcd is gone).
@@ -523,18 +543,7 @@ impl Sandbox {
         if apiservers.is_empty() {
             bail!("{shoot} has no kube-apiserver pod to crash-loop");
         }
-        for pod in &apiservers {
-            s.sim
-                .seed()
-                .set_crashlooping(pod, true)
-                .await
-                .with_context(|| format!("crash-loop pod {pod}"))?;
-        }
-        self.journal.log(
-            shoot,
-            format!("{} in CrashLoopBackOff", apiservers.join(", ")),
-            Some(why.to_string()),
-        );
+        self.crashloop_pods(s, &apiservers, why).await?;
         s.sim
             .seed()
             .set_endpoint_slice(
@@ -550,63 +559,52 @@ impl Sandbox {
             format!("{KUBE_APISERVER_SERVICE}: no ready endpoint"),
             Some("its pods crash-loop".into()),
         );
-        for pod in &dependants {
-            s.sim
-                .seed()
-                .set_crashlooping(pod, true)
-                .await
-                .with_context(|| format!("crash-loop pod {pod}"))?;
-        }
-        if !dependants.is_empty() {
-            self.journal.log(
-                shoot,
-                format!("{} in CrashLoopBackOff", dependants.join(", ")),
-                Some("the kube-scheduler cannot reach the kube-apiserver".into()),
-            );
-        }
+        let why = "the kube-scheduler cannot reach the kube-apiserver";
+        self.crashloop_pods(s, &dependants, why).await?;
         Ok(Crashlooped {
             apiservers,
             dependants,
         })
     }
 
-    /// Sets the endpoints of the shoot's etcd-main-client slice to `state`.
-    async fn set_etcd_endpoints(&self, shoot: &str, state: EndpointsState) -> Result<()> {
+    /// Makes etcd-main-client of a shoot not ready (etcd down).
+    pub async fn etcd_down(&self, shoot: &str, why: &str) -> Result<()> {
+        self.switch_etcd(shoot, false, why).await
+    }
+
+    /// Makes etcd-main-client of a shoot ready again (etcd back).
+    pub async fn etcd_up(&self, shoot: &str, why: &str) -> Result<()> {
+        self.switch_etcd(shoot, true, why).await
+    }
+
+    /// Sets all endpoints of the shoot's etcd-main-client ready or not ready, and tells the
+    /// view, the report's samples and the timeline.
+    async fn switch_etcd(&self, shoot: &str, ready: bool, why: &str) -> Result<()> {
+        let (state, what) = if ready {
+            (
+                EndpointsState::AllReady,
+                format!("all {ETCD_ENDPOINTS} endpoints ready again"),
+            )
+        } else {
+            (EndpointsState::NotReady, "no ready endpoint".to_string())
+        };
         self.shoot(shoot)?
             .sim
             .seed()
             .set_endpoint_slice(ETCD_SERVICE, ETCD_ENDPOINTS, state)
             .await
-            .with_context(|| format!("set {ETCD_SERVICE} to {state:?}"))
-    }
-
-    /// Makes etcd-main-client of a shoot not ready (etcd down).
-    pub async fn etcd_down(&self, shoot: &str, why: &str) -> Result<()> {
-        self.set_etcd_endpoints(shoot, EndpointsState::NotReady)
-            .await?;
-        self.set_view(shoot, |v| v.etcd_ready = false);
-        self.journal.sample_etcd(shoot, false);
-        self.journal.log(
-            shoot,
-            format!("{ETCD_SERVICE}: no ready endpoint"),
-            Some(why.to_string()),
-        );
-        Ok(())
-    }
-
-    /// Makes etcd-main-client of a shoot ready again (etcd back).
-    pub async fn etcd_up(&self, shoot: &str, why: &str) -> Result<()> {
-        self.set_etcd_endpoints(shoot, EndpointsState::AllReady)
-            .await?;
+            .with_context(|| format!("set {ETCD_SERVICE} to {state:?}"))?;
         let now = self.journal.now();
         self.set_view(shoot, |v| {
-            v.etcd_ready = true;
-            v.etcd_ready_since = Some(now);
+            v.etcd_ready = ready;
+            if ready {
+                v.etcd_ready_since = Some(now);
+            }
         });
-        self.journal.sample_etcd(shoot, true);
+        self.journal.sample_etcd(shoot, ready);
         self.journal.log(
             shoot,
-            format!("{ETCD_SERVICE}: all {ETCD_ENDPOINTS} endpoints ready again"),
+            format!("{ETCD_SERVICE}: {what}"),
             Some(why.to_string()),
         );
         Ok(())
