@@ -214,6 +214,24 @@ impl<T> Got<T> {
         }
     }
 
+    /// The value when it is there and `usable`; otherwise `None`, with `problem` recorded at
+    /// `key` (an invalid value's problem is recorded already).
+    pub(crate) fn required(
+        self,
+        usable: impl FnOnce(&T) -> bool,
+        (key, problem): (&str, &str),
+        cx: &mut Ctx,
+    ) -> Option<T> {
+        match self {
+            Got::Invalid => None,
+            Got::Value(v) if usable(&v) => Some(v),
+            _ => {
+                cx.problem(key, problem);
+                None
+            }
+        }
+    }
+
     pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Got<U> {
         match self {
             Got::Absent => Got::Absent,

@@ -191,14 +191,12 @@ impl ProberConfig {
         let mut f = Fields::of_map(&map, "");
 
         // validate: MustNotBeEmpty("KubeConfigSecretName") (after strings.TrimSpace).
-        let kube_config_secret_name = match f.string("kubeConfigSecretName", &mut cx) {
-            Got::Value(s) if !is_blank(&s) => Some(s),
-            Got::Invalid => None,
-            _ => {
-                cx.problem("kubeConfigSecretName", "required (must not be empty)");
-                None
-            }
-        };
+        let key = "kubeConfigSecretName";
+        let kube_config_secret_name = f.string(key, &mut cx).required(
+            |s| !is_blank(s),
+            (key, "required (must not be empty)"),
+            &mut cx,
+        );
 
         // Read in this order.
         let durations: [WarnedDuration; 3] = [
@@ -429,17 +427,10 @@ fn dependent_resource_infos(
 ) -> Option<Vec<DependentResourceInfo>> {
     const PATH: &str = "dependentResourceInfos";
     // validate: MustNotBeEmpty("ScaleResourceInfos").
-    let (path, items) = match f.list(PATH, cx) {
-        Got::Invalid => return None,
-        Got::Value((path, items)) if !items.is_empty() => (path, items),
-        _ => {
-            cx.problem(
-                PATH,
-                "required: list the targets to scale (must not be empty)",
-            );
-            return None;
-        }
-    };
+    let problem = "required: list the targets to scale (must not be empty)";
+    let (path, items) =
+        f.list(PATH, cx)
+            .required(|(_, items)| !items.is_empty(), (PATH, problem), cx)?;
     let mut raw = Vec::with_capacity(items.len());
     let mut all_ok = true;
     for (i, item) in items.iter().enumerate() {

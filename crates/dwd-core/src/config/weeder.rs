@@ -77,17 +77,11 @@ impl WeederConfig {
 fn services(f: &mut Fields<'_>, cx: &mut Ctx) -> Option<BTreeMap<String, DependantSelectors>> {
     const PATH: &str = "servicesAndDependantSelectors";
     // validate: MustNotBeEmpty("serviceAndDependantSelectors").
-    let (path, map) = match f.map(PATH, cx) {
-        Got::Invalid => return None,
-        Got::Value((path, map)) if !map.is_empty() => (path, map),
-        _ => {
-            cx.problem(
-                PATH,
-                "required: map each service name to its dependants' podSelectors (must not be empty)",
-            );
-            return None;
-        }
-    };
+    let problem =
+        "required: map each service name to its dependants' podSelectors (must not be empty)";
+    let (path, map) = f
+        .map(PATH, cx)
+        .required(|(_, map)| !map.is_empty(), (PATH, problem), cx)?;
     let mut out = BTreeMap::new();
     let mut all_ok = true;
     for (service, deps) in map {
