@@ -4,15 +4,16 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::deployment_state;
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::process::ManagedProcess;
 use dwd_testenv::{ApiServerOptions, TestEnv, eventually};
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::Api;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -56,25 +57,10 @@ fn start_prober(config: &std::path::Path, kubeconfig: &std::path::Path) -> Manag
         .expect("start dependency-watchdog")
 }
 
-async fn replicas(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-) -> (i32, std::collections::BTreeMap<String, String>) {
-    let d = Api::<Deployment>::namespaced(client.clone(), ns)
-        .get(name)
-        .await
-        .expect("deployment");
-    (
-        d.spec.and_then(|s| s.replicas).unwrap_or(1),
-        d.metadata.annotations.unwrap_or_default(),
-    )
-}
-
 async fn wait_for(client: &kube::Client, ns: &str, want: &[(&str, i32)]) {
     eventually(DEADLINE, &format!("replicas {want:?}"), || async {
         for (name, n) in want {
-            if replicas(client, ns, name).await.0 != *n {
+            if deployment_state(client, ns, name).await.0 != *n {
                 return Ok(None);
             }
         }
@@ -120,10 +106,10 @@ async fn sigkill_mid_flow_then_restart_finishes_and_restores_recorded_replicas()
     shoot.kubelets().silence_count(5);
     // Level 0 done (KCM at 0, its replicas recorded); MCM is in its 3 s initial delay.
     wait_for(&client, &ns, &[("kube-controller-manager", 0)]).await;
-    let (mcm, _) = replicas(&client, &ns, "machine-controller-manager").await;
+    let (mcm, _) = deployment_state(&client, &ns, "machine-controller-manager").await;
     assert_eq!(mcm, 2, "killed before level 1 started");
     first.kill();
-    let (_, kcm_annotations) = replicas(&client, &ns, "kube-controller-manager").await;
+    let (_, kcm_annotations) = deployment_state(&client, &ns, "kube-controller-manager").await;
     assert_eq!(
         kcm_annotations.get(REPLICAS_ANNOTATION).map(String::as_str),
         Some("3")
@@ -160,7 +146,7 @@ async fn sigkill_mid_flow_then_restart_finishes_and_restores_recorded_replicas()
             "machine-controller-manager",
             "cluster-autoscaler",
         ] {
-            let (_, a) = replicas(&client, &ns, name).await;
+            let (_, a) = deployment_state(&client, &ns, name).await;
             if a.contains_key(REPLICAS_ANNOTATION) || a.contains_key(MELTDOWN_ANNOTATION) {
                 return Err(format!("{name}: {a:?}"));
             }
