@@ -717,25 +717,37 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_kelvin_sign_and_long_s_fold_like_go() {
-        let map = fields_of("\u{17F}cale: a\nmas\u{212A}: b\n");
+    /// What [`Fields::string`] reads for each of `keys`, in order, from mapping `yaml`, and
+    /// the context after.
+    fn strings_of(yaml: &str, keys: &[&str]) -> (Vec<Got<String>>, Ctx) {
+        let map = fields_of(yaml);
         let mut cx = Ctx::default();
         let mut f = Fields::of_map(&map, "");
-        assert_eq!(f.string("scale", &mut cx), Got::Value("a".into()));
-        assert_eq!(f.string("mask", &mut cx), Got::Value("b".into()));
+        let got = keys.iter().map(|k| f.string(k, &mut cx)).collect();
+        (got, cx)
+    }
+
+    #[test]
+    fn the_kelvin_sign_and_long_s_fold_like_go() {
+        let (got, _) = strings_of("\u{17F}cale: a\nmas\u{212A}: b\n", &["scale", "mask"]);
+        assert_eq!(got, [Got::Value("a".into()), Got::Value("b".into())]);
     }
 
     #[test]
     fn numbers_and_booleans_become_strings_where_a_string_is_wanted() {
-        let map = fields_of("a: 123\nb: 1.0\nc: on\nd: 0x1F\ne: [x]\n");
-        let mut cx = Ctx::default();
-        let mut f = Fields::of_map(&map, "");
-        assert_eq!(f.string("a", &mut cx), Got::Value("123".into()));
-        assert_eq!(f.string("b", &mut cx), Got::Value("1".into()));
-        assert_eq!(f.string("c", &mut cx), Got::Value("true".into()));
-        assert_eq!(f.string("d", &mut cx), Got::Value("31".into()));
-        assert_eq!(f.string("e", &mut cx), Got::Invalid);
+        let yaml = "a: 123\nb: 1.0\nc: on\nd: 0x1F\ne: [x]\n";
+        let (got, cx) = strings_of(yaml, &["a", "b", "c", "d", "e"]);
+        let value = |s: &str| Got::Value(s.to_string());
+        assert_eq!(
+            got,
+            [
+                value("123"),
+                value("1"),
+                value("true"),
+                value("31"),
+                Got::Invalid
+            ]
+        );
         assert_eq!(cx.warnings.len(), 3, "{:?}", cx.warnings);
         assert!(cx.warnings[1].starts_with("c: the unquoted on is read as \"true\""));
     }
