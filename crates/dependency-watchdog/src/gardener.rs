@@ -3,14 +3,19 @@
 //! import them from here (they used to reach into `prober::controller` for them, which
 //! made `events` and `prober` depend on each other).
 
+use dwd_core::gardener::{CLUSTER, Kind, MACHINE};
 use kube::api::GroupVersionKind;
+
+fn gvk(kind: Kind) -> GroupVersionKind {
+    GroupVersionKind::gvk(kind.group, kind.version, kind.kind)
+}
 
 /// GroupVersionKind of Gardener's extensions Cluster.
 pub fn cluster_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("extensions.gardener.cloud", "v1alpha1", "Cluster")
+    gvk(CLUSTER)
 }
 
 /// GroupVersionKind of machine-controller-manager's Machine.
 pub fn machine_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("machine.sapcloud.io", "v1alpha1", "Machine")
+    gvk(MACHINE)
 }

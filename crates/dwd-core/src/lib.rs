@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod duration;
+pub mod gardener;
 pub mod hysteresis;
 pub mod lease;
 pub mod scaling;

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use chrono::Utc;
+use dwd_core::gardener::{CLUSTER, Kind, MACHINE};
 use futures::TryStreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -45,20 +46,22 @@ const CONTAINER: &str = "main";
 /// How often a read-modify-write of the Cluster retries after a conflict.
 const CONFLICT_RETRIES: usize = 5;
 
+/// An `ApiResource` of one of Gardener's kinds (names from `dwd_core::gardener`).
+fn resource(kind: Kind) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(kind.group, kind.version, kind.kind),
+        kind.plural,
+    )
+}
+
 /// `extensions.gardener.cloud/v1alpha1` `Cluster` (cluster-scoped).
 pub fn cluster_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("extensions.gardener.cloud", "v1alpha1", "Cluster"),
-        "clusters",
-    )
+    resource(CLUSTER)
 }
 
 /// `machine.sapcloud.io/v1alpha1` `Machine` (namespaced).
 pub fn machine_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("machine.sapcloud.io", "v1alpha1", "Machine"),
-        "machines",
-    )
+    resource(MACHINE)
 }
 
 /// Name of the Machine of `node`.
@@ -330,7 +333,7 @@ impl SeedControlPlane {
         create_json(
             &self.clusters(),
             json!({
-                "apiVersion": "extensions.gardener.cloud/v1alpha1", "kind": "Cluster",
+                "apiVersion": format!("{}/{}", CLUSTER.group, CLUSTER.version), "kind": CLUSTER.kind,
                 "metadata": {"name": self.namespace},
                 "spec": {
                     "shoot": self.shoot_json(state),
@@ -433,7 +436,7 @@ impl SeedControlPlane {
         let name = machine_name(node);
         let action = format!("create Machine {}/{name}", self.namespace);
         create_json(&self.machines(), json!({
-            "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+            "apiVersion": format!("{}/{}", MACHINE.group, MACHINE.version), "kind": MACHINE.kind,
             "metadata": {"name": name, "labels": {"node": node}},
             "spec": {"class": {"kind": "MachineClass", "name": "local"}, "providerID": format!("local:///{node}")}
         }), action).await?;
