@@ -452,6 +452,24 @@ impl World {
         World::new_with(name, config, specs, ApiServerOptions::seed()).await
     }
 
+    /// The world of most scenarios: shoot `o` (the one that goes into outage) and shoot `h`
+    /// (healthy throughout), on `config`.
+    async fn outage_and_healthy(name: &'static str, config: &str) -> Result<World> {
+        World::new(name, config, vec![shoot("o"), shoot("h")]).await
+    }
+
+    /// The start of a scenario `name` in [`World::outage_and_healthy`]: the lock that runs
+    /// scenarios one at a time (hold it to the end), the scenario's random generator, its
+    /// world.
+    async fn outage_and_healthy_scenario(
+        name: &'static str,
+        config: &str,
+    ) -> Result<(tokio::sync::MutexGuard<'static, ()>, StdRng, World)> {
+        let serial = serial().await;
+        let rng = rng_for(name);
+        Ok((serial, rng, World::outage_and_healthy(name, config).await?))
+    }
+
     /// [`World::new`] with the seed apiserver's options.
     async fn new_with(
         name: &'static str,
@@ -666,6 +684,13 @@ impl World {
         Ok(())
     }
 
+    /// Starts the binary and waits until it probes every shoot of the world.
+    async fn spawn_probing(&self) -> Result<Dog> {
+        let dog = self.spawn()?;
+        self.wait_probing(&dog).await?;
+        Ok(dog)
+    }
+
     /// Waits until the binary probes every shoot of the world.
     async fn wait_probing(&self, dog: &Dog) -> Result<()> {
         for shoot in &self.shoots {
@@ -749,6 +774,32 @@ impl World {
                 .join(" "),
             Err(e) => format!("<seed unreachable: {e}>"),
         }
+    }
+
+    /// Ends shoot `o`'s outage and waits until its scale-up is under way (its first target
+    /// moved), then a random moment more: a random point of the rest of the scale-up.
+    async fn recover_into_scale_up(&self, rng: &mut StdRng) -> Result<()> {
+        self.recover(&[0]);
+        self.wait("o's scale-up under way", DEADLINE, || async {
+            Ok(self.targets_down(0).await.filter(|&n| n < 3).map(|_| ()))
+        })
+        .await?;
+        hold(millis(rng, 0, 600)).await;
+        Ok(())
+    }
+
+    /// A storm of 429s on the seed for `storm`, on fresh connections (the open ones are
+    /// dropped); it must reach a request. Returns how many it answered and when it ended.
+    async fn seed_storm(&self, storm: Duration) -> Result<(u64, Instant)> {
+        let answered = self.seed.throttled_responses();
+        self.seed.set_throttled(true);
+        self.seed.drop_connections();
+        hold(storm).await;
+        self.seed.set_throttled(false);
+        let storm_end = Instant::now();
+        let throttled = self.seed.throttled_responses() - answered;
+        ensure!(throttled > 0, "the seed storm reached no request");
+        Ok((throttled, storm_end))
     }
 
     /// How far a shoot's flow got: 0 = nothing scaled down, 3 = every target down.
@@ -945,6 +996,12 @@ impl World {
         )
     }
 
+    /// Stops the binary's last incarnation `dog` on SIGTERM, then [`World::finish`].
+    async fn stop_and_finish(self, dog: Dog) -> Result<()> {
+        self.stop(dog).await?;
+        self.finish().await
+    }
+
     /// Prints the runtime and stops the seed apiserver in the background (its graceful stop
     /// takes seconds the next scenario need not wait for; the shared shoot apiserver stays).
     async fn finish(self) -> Result<()> {
@@ -1072,11 +1129,8 @@ async fn sigkill_at_random_points_of_scale_down_and_scale_up_flows() -> Result<(
 /// finish once it is back, from the watch caches re-listed.
 #[tokio::test]
 async fn seed_apiserver_restarted_mid_flow() -> Result<()> {
-    let _serial = serial().await;
-    let mut rng = rng_for("seed-restart");
-    let w = World::new("seed-restart", CONFIG, vec![shoot("o"), shoot("h")]).await?;
-    let dog = w.spawn()?;
-    w.wait_probing(&dog).await?;
+    let (_serial, mut rng, w) = World::outage_and_healthy_scenario("seed-restart", CONFIG).await?;
+    let dog = w.spawn_probing().await?;
     for round in 1..=pick(1, 4) {
         for down in [true, false] {
             let dir = if down { "scale-down" } else { "scale-up" };
@@ -1102,8 +1156,7 @@ async fn seed_apiserver_restarted_mid_flow() -> Result<()> {
                 .await?;
         }
     }
-    w.stop(dog).await?;
-    w.finish().await
+    w.stop_and_finish(dog).await
 }
 
 /// The shoot apiserver flaps: its front door partitioned for random spells (shorter and
@@ -1113,11 +1166,8 @@ async fn seed_apiserver_restarted_mid_flow() -> Result<()> {
 /// its kubelets return.
 #[tokio::test]
 async fn shoot_apiserver_flapping() -> Result<()> {
-    let _serial = serial().await;
-    let mut rng = rng_for("flapping");
-    let w = World::new("flapping", CONFIG, vec![shoot("o"), shoot("h")]).await?;
-    let dog = w.spawn()?;
-    w.wait_probing(&dog).await?;
+    let (_serial, mut rng, w) = World::outage_and_healthy_scenario("flapping", CONFIG).await?;
+    let dog = w.spawn_probing().await?;
     w.outage(&[0]);
     w.wait_scaled_down(&[0], DEADLINE).await?;
     let failures_before = dog.api_failures(&w.shoot(1).ns).await?;
@@ -1166,8 +1216,7 @@ async fn shoot_apiserver_flapping() -> Result<()> {
     w.check_invariants("the flaps", &[&dog]).await?;
     w.recover(&[0]);
     w.check_invariants("recovery", &[&dog]).await?;
-    w.stop(dog).await?;
-    w.finish().await
+    w.stop_and_finish(dog).await
 }
 
 /// 429 storms with `Retry-After` (the apiserver's own Status, `Retry-After: 1`): on the seed
@@ -1178,11 +1227,8 @@ async fn shoot_apiserver_flapping() -> Result<()> {
 /// run waits 10 s (SPEC 2.2.6); once the storm ends the shoot is restored.
 #[tokio::test]
 async fn retry_after_storms_on_seed_and_shoot() -> Result<()> {
-    let _serial = serial().await;
-    let mut rng = rng_for("storms");
-    let w = World::new("storms", CONFIG, vec![shoot("o"), shoot("h")]).await?;
-    let dog = w.spawn()?;
-    w.wait_probing(&dog).await?;
+    let (_serial, mut rng, w) = World::outage_and_healthy_scenario("storms", CONFIG).await?;
+    let dog = w.spawn_probing().await?;
     for round in 1..=pick(1, 3) {
         // Seed storm mid scale-down.
         w.outage(&[0]);
@@ -1192,16 +1238,10 @@ async fn retry_after_storms_on_seed_and_shoot() -> Result<()> {
             "round {round}: seed storm for {storm:?} with o at {}",
             w.describe(0).await
         ));
-        let answered = w.seed.throttled_responses();
-        w.seed.set_throttled(true);
-        w.seed.drop_connections();
-        hold(storm).await;
-        w.seed.set_throttled(false);
-        let throttled = w.seed.throttled_responses() - answered;
+        let (throttled, _) = w.seed_storm(storm).await?;
         w.log(&format!(
             "seed storm over: {throttled} requests answered 429"
         ));
-        ensure!(throttled > 0, "the seed storm reached no request");
         w.wait_scaled_down(&[0], DEADLINE).await?;
         w.check_invariants(&format!("round {round} seed storm"), &[&dog])
             .await?;
@@ -1243,8 +1283,7 @@ async fn retry_after_storms_on_seed_and_shoot() -> Result<()> {
         w.check_invariants(&format!("round {round} shoot storm"), &[&dog])
             .await?;
     }
-    w.stop(dog).await?;
-    w.finish().await
+    w.stop_and_finish(dog).await
 }
 
 /// Two shoots whose apiserver (through a door of their own) is too slow: one answers nothing
@@ -1496,11 +1535,8 @@ async fn trickling_response_bodies_from_a_shoot_apiserver() -> Result<()> {
 /// of the healthy shoot moves, no record is lost, and `/readyz` is 200 again.
 #[tokio::test]
 async fn seed_hanging_or_slower_than_the_client_mid_flow() -> Result<()> {
-    let _serial = serial().await;
-    let mut rng = rng_for("seed-hang");
-    let w = World::new("seed-hang", CONFIG, vec![shoot("o"), shoot("h")]).await?;
-    let dog = w.spawn()?;
-    w.wait_probing(&dog).await?;
+    let (_serial, mut rng, w) = World::outage_and_healthy_scenario("seed-hang", CONFIG).await?;
+    let dog = w.spawn_probing().await?;
     for round in 1..=pick(1, 3) {
         for hang in [false, true] {
             let what = if hang {
@@ -1547,8 +1583,7 @@ async fn seed_hanging_or_slower_than_the_client_mid_flow() -> Result<()> {
                 .await?;
         }
     }
-    w.stop(dog).await?;
-    w.finish().await
+    w.stop_and_finish(dog).await
 }
 
 /// `Retry-After: 30` — longer than every deadline of the calls it answers (the 2 s
@@ -1560,13 +1595,11 @@ async fn seed_hanging_or_slower_than_the_client_mid_flow() -> Result<()> {
 /// the flow stops and a later run finishes it, well within 30 s of the storm's end.
 #[tokio::test]
 async fn retry_after_longer_than_the_calls_deadline() -> Result<()> {
-    let _serial = serial().await;
-    let mut rng = rng_for("long-retry-after");
-    let w = World::new("long-retry-after", CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    let (_serial, mut rng, w) =
+        World::outage_and_healthy_scenario("long-retry-after", CONFIG).await?;
     w.seed.set_retry_after(Some(30));
     w.shoots_api.set_retry_after(Some(30));
-    let dog = w.spawn()?;
-    w.wait_probing(&dog).await?;
+    let dog = w.spawn_probing().await?;
     let within = Duration::from_secs(25);
     let o = w.shoot(0).ns.clone();
     for round in 1..=pick(1, 3) {
@@ -1612,25 +1645,13 @@ async fn retry_after_longer_than_the_calls_deadline() -> Result<()> {
             .await?;
 
         // Seed storm mid scale-up.
-        w.recover(&[0]);
-        w.wait("o's scale-up under way", DEADLINE, || async {
-            Ok(w.targets_down(0).await.filter(|&n| n < 3).map(|_| ()))
-        })
-        .await?;
-        hold(millis(&mut rng, 0, 600)).await;
+        w.recover_into_scale_up(&mut rng).await?;
         let storm = millis(&mut rng, 1500, 3000);
         w.log(&format!(
             "round {round}: seed storm (Retry-After: 30) for {storm:?} with o at {}",
             w.describe(0).await
         ));
-        let answered = w.seed.throttled_responses();
-        w.seed.set_throttled(true);
-        w.seed.drop_connections();
-        hold(storm).await;
-        w.seed.set_throttled(false);
-        let storm_end = Instant::now();
-        let throttled = w.seed.throttled_responses() - answered;
-        ensure!(throttled > 0, "the seed storm reached no request");
+        let (throttled, storm_end) = w.seed_storm(storm).await?;
         w.wait_restored(&[0], within).await?;
         w.log(&format!(
             "seed storm over: {throttled} requests answered 429; o restored {:.1}s after it",
@@ -1639,8 +1660,7 @@ async fn retry_after_longer_than_the_calls_deadline() -> Result<()> {
         w.check_invariants(&format!("round {round} seed storm"), &[&dog])
             .await?;
     }
-    w.stop(dog).await?;
-    w.finish().await
+    w.stop_and_finish(dog).await
 }
 
 /// Two replicas with leader election, each reaching the seed through a door of its own. At a
@@ -1651,9 +1671,7 @@ async fn retry_after_longer_than_the_calls_deadline() -> Result<()> {
 /// and what the old leader had sent into it reaches the seed late — it must change nothing.
 #[tokio::test]
 async fn leader_partitioned_from_the_seed_past_its_renew_deadline_mid_flow() -> Result<()> {
-    let _serial = serial().await;
-    let mut rng = rng_for("leader");
-    let w = World::new("leader", CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    let (_serial, mut rng, w) = World::outage_and_healthy_scenario("leader", CONFIG).await?;
     let le = [
         "--enable-leader-election=true".to_string(),
         format!("--leader-election-namespace={LEASE_NAMESPACE}"),
@@ -1702,12 +1720,7 @@ async fn leader_partitioned_from_the_seed_past_its_renew_deadline_mid_flow() -> 
             } else {
                 // A scale-up starts a few runs after the kubelets renew again: the partition
                 // comes once its first target moved, at a random point of the rest.
-                w.recover(&[0]);
-                w.wait("o's scale-up under way", DEADLINE, || async {
-                    Ok(w.targets_down(0).await.filter(|&n| n < 3).map(|_| ()))
-                })
-                .await?;
-                hold(millis(&mut rng, 0, 600)).await;
+                w.recover_into_scale_up(&mut rng).await?;
             }
             let leader_door = door - 1;
             w.log(&format!(
@@ -1761,13 +1774,25 @@ async fn leader_partitioned_from_the_seed_past_its_renew_deadline_mid_flow() -> 
     w.finish().await
 }
 
+/// Checks that the seed answered at least one write of each of the 3 targets with
+/// `409 Conflict` since it had sent `before` conflicts, in `flow` (a scale-down or -up).
+fn conflicts_in(w: &World, before: u64, flow: &str) -> Result<()> {
+    let conflicts = w.seed.conflicts_sent() - before;
+    w.log(&format!("{flow} after {conflicts} conflicts"));
+    ensure!(
+        conflicts >= 3,
+        "{flow}: only {conflicts} writes answered 409 in a flow of 3 targets"
+    );
+    Ok(())
+}
+
 /// Every first write to each object answered `409 Conflict` after a concurrent write of the
 /// front door's own (so the object really has a newer `resourceVersion`): in a scale-down
 /// and again in a scale-up, every target still ends where it must.
 #[tokio::test]
 async fn conflict_on_every_first_write() -> Result<()> {
     let _serial = serial().await;
-    let w = World::new("conflicts", CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    let w = World::outage_and_healthy("conflicts", CONFIG).await?;
     w.seed.set_conflict_on_first_write(true)?;
     // The fault itself, through the front door: first write 409, the second passes.
     let through_door = w.seed.client().await?;
@@ -1786,21 +1811,13 @@ async fn conflict_on_every_first_write() -> Result<()> {
     }
     cms.patch("conflict-check", &PatchParams::default(), &patch)
         .await?;
-    let dog = w.spawn()?;
-    w.wait_probing(&dog).await?;
+    let dog = w.spawn_probing().await?;
     for round in 1..=pick(1, 3) {
         w.seed.set_conflict_on_first_write(true)?;
         let before = w.seed.conflicts_sent();
         w.outage(&[0]);
         w.wait_scaled_down(&[0], DEADLINE).await?;
-        let conflicts = w.seed.conflicts_sent() - before;
-        w.log(&format!(
-            "round {round}: scale-down after {conflicts} conflicts"
-        ));
-        ensure!(
-            conflicts >= 3,
-            "only {conflicts} writes answered 409 in a scale-down of 3 targets"
-        );
+        conflicts_in(&w, before, &format!("round {round}: scale-down"))?;
         w.check_invariants(&format!("round {round}: scale-down"), &[&dog])
             .await?;
         // Every object's first write again.
@@ -1809,17 +1826,9 @@ async fn conflict_on_every_first_write() -> Result<()> {
         w.recover(&[0]);
         w.check_invariants(&format!("round {round}: scale-up"), &[&dog])
             .await?;
-        let conflicts = w.seed.conflicts_sent() - before;
-        w.log(&format!(
-            "round {round}: scale-up after {conflicts} conflicts"
-        ));
-        ensure!(
-            conflicts >= 3,
-            "only {conflicts} writes answered 409 in a scale-up of 3 targets"
-        );
+        conflicts_in(&w, before, &format!("round {round}: scale-up"))?;
     }
-    w.stop(dog).await?;
-    w.finish().await
+    w.stop_and_finish(dog).await
 }
 
 /// The weeder's config for [`weeder_under_seed_restarts_storms_and_sigkill`]: Gardener's
@@ -2058,8 +2067,7 @@ async fn weeder_under_seed_restarts_storms_and_sigkill() -> Result<()> {
         kept.len()
     ));
     w.check_invariants("weeding under faults", &[&dog]).await?;
-    w.stop(dog).await?;
-    w.finish().await
+    w.stop_and_finish(dog).await
 }
 
 /// The UID of a pod that must exist.
@@ -2127,12 +2135,11 @@ fn series(metrics: &str) -> (usize, usize) {
 async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     let _serial = serial().await;
     let n: usize = pick(1000, 5000);
-    let mut w = World::new("bulk", BULK_CONFIG, vec![shoot("o"), shoot("h")]).await?;
+    let mut w = World::outage_and_healthy("bulk", BULK_CONFIG).await?;
     // Every run in flight holds a connection and its TLS state: with the slow doors nearly
     // every bulk shoot has one (≈ 0.1 MiB each, measured), so the bound grows with them.
     w.rss_bound_mib = RSS_BOUND_MIB + 0.1 * n as f64;
-    let dog = w.spawn()?;
-    w.wait_probing(&dog).await?;
+    let dog = w.spawn_probing().await?;
     let pid = dog.pid()?;
     let active = |m: &str| sum(m, "dwd_prober_active_probes", &[]);
     // Baseline: two shoots probed, a few runs done.
