@@ -33,6 +33,7 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
 mod support;
 
 use std::collections::BTreeMap;
@@ -45,6 +46,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
+use common::lease_holder;
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
 use dwd_testenv::metrics::sum;
@@ -52,7 +54,6 @@ use dwd_testenv::process::ManagedProcess;
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::ResourceExt;
@@ -621,15 +622,6 @@ async fn default_ports_free() -> Result<()> {
     .map_err(|e| anyhow!(e))
 }
 
-async fn lease_holder(admin: &kube::Client, name: &str) -> Result<Option<String>> {
-    Ok(Api::<Lease>::namespaced(admin.clone(), GARDEN)
-        .get_opt(name)
-        .await?
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-        .filter(|h| !h.is_empty()))
-}
-
 async fn replicas(
     admin: &kube::Client,
     ns: &str,
@@ -822,7 +814,7 @@ async fn prober_from_the_image_protects_a_shoot_under_gardeners_rbac_and_command
     )?;
     pod.until("the prober leads and is ready", || async {
         // The holder is `<host name>_<uuid>`: the pod's name, as controller-runtime's.
-        let leads = lease_holder(&admin, "dwd-prober-leader-election")
+        let leads = lease_holder(&admin, GARDEN, "dwd-prober-leader-election")
             .await?
             .is_some_and(|h| h.starts_with(&format!("{}_", pod.name)));
         let ready = http_get(HEALTH_PORT, "/readyz")
@@ -963,7 +955,7 @@ async fn weeder_from_the_image_restarts_crash_looping_dependants_under_gardeners
         },
     )?;
     pod.until("the weeder leads and is ready", || async {
-        let leads = lease_holder(&admin, "dwd-weeder-leader-election")
+        let leads = lease_holder(&admin, GARDEN, "dwd-weeder-leader-election")
             .await?
             .is_some_and(|h| h.starts_with(&format!("{}_", pod.name)));
         let ready = http_get(HEALTH_PORT, "/readyz")
