@@ -57,8 +57,7 @@ use tracing::{debug, warn};
 
 use crate::metrics::{EventLabels, EventOutcome, Metrics};
 use crate::rate_limit::{Priority, prioritized};
-// Re-exported until metrics.rs and shadow.rs import it from `text` (being edited elsewhere).
-pub(crate) use crate::text::truncate;
+use crate::text::truncate;
 
 /// Events waiting to be written; beyond this they are dropped (and counted).
 pub const QUEUE_CAPACITY: usize = 1024;
@@ -93,6 +92,16 @@ pub const REASON_ZONE_DISRUPTED: &str = "ZoneDisrupted";
 pub const REASON_ZONE_RECOVERED: &str = "ZoneRecovered";
 /// `reason` of the event on a pod the weeder deleted.
 pub const REASON_POD_DELETED: &str = "CrashLoopingPodDeleted";
+/// `reason` of the Event about our pod when we would have scaled a shoot down.
+pub const REASON_WOULD_SCALE_DOWN: &str = "WouldScaleDown";
+/// `reason` of the Event about our pod when we would have scaled a shoot up.
+pub const REASON_WOULD_SCALE_UP: &str = "WouldScaleUp";
+/// `reason` of the Event about our pod when we would have deleted a crash-looping pod.
+pub const REASON_WOULD_DELETE_POD: &str = "WouldDeleteCrashLoopingPod";
+/// `reason` of the Event when both watchdogs did the same within the window.
+pub const REASON_AGREEMENT: &str = "ShadowAgreement";
+/// `reason` of the (Warning) Event when only one of them did.
+pub const REASON_DISAGREEMENT: &str = "ShadowDisagreement";
 
 /// Which part of the watchdog reports: the `reportingController` of its events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -916,7 +925,6 @@ impl Worker {
 
 /// The `action` of an event with `reason`: what the watchdog did to the object.
 fn action_of(reason: &str) -> &'static str {
-    use crate::shadow::{REASON_AGREEMENT, REASON_DISAGREEMENT, REASON_WOULD_DELETE_POD};
     match reason {
         REASON_POD_DELETED => "Delete",
         // Shadow mode acts on nothing: it compares.

@@ -29,18 +29,9 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-/// The prober's Lease (the reference's name).
-pub const PROBER_LEASE: &str = "dwd-prober-leader-election";
-/// The weeder's Lease (the reference's name).
-pub const WEEDER_LEASE: &str = "dwd-weeder-leader-election";
-/// The prober's Lease in shadow mode: never the acting watchdog's.
-pub const PROBER_SHADOW_LEASE: &str = "dwd-prober-leader-election-shadow";
-/// The weeder's Lease in shadow mode: never the acting watchdog's.
-pub const WEEDER_SHADOW_LEASE: &str = "dwd-weeder-leader-election-shadow";
-// `concat!` takes only literals, so the names are spelled out; this keeps them in step.
-const _: () = {
-    assert!(PROBER_SHADOW_LEASE.len() == PROBER_LEASE.len() + "-shadow".len());
-    assert!(WEEDER_SHADOW_LEASE.len() == WEEDER_LEASE.len() + "-shadow".len());
+/// The Leases' names (gardenlet's deployment names the acting ones; shadow mode's are ours).
+pub use dwd_core::gardener::{
+    PROBER_LEASE, PROBER_SHADOW_LEASE, WEEDER_LEASE, WEEDER_SHADOW_LEASE,
 };
 
 /// The three timing flags.

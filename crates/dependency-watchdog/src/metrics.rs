@@ -535,7 +535,7 @@ impl Metrics {
             if kept.len() >= ZONES_PER_SHOOT_LIMIT {
                 break;
             }
-            let zone = crate::events::truncate(zone, ZONE_LABEL_LIMIT).into_owned();
+            let zone = crate::text::truncate(zone, ZONE_LABEL_LIMIT).into_owned();
             if !kept.insert(zone.clone()) {
                 continue;
             }

@@ -41,16 +41,11 @@ pub const EVIDENCE_LIMIT: usize = 2_048;
 /// How often waiting sightings are checked against the window.
 const EXPIRY_TICK: Duration = Duration::from_secs(1);
 
-/// `reason` of the Event about our pod when we would have scaled a shoot down.
-pub const REASON_WOULD_SCALE_DOWN: &str = "WouldScaleDown";
-/// `reason` of the Event about our pod when we would have scaled a shoot up.
-pub const REASON_WOULD_SCALE_UP: &str = "WouldScaleUp";
-/// `reason` of the Event about our pod when we would have deleted a crash-looping pod.
-pub const REASON_WOULD_DELETE_POD: &str = "WouldDeleteCrashLoopingPod";
-/// `reason` of the Event when both watchdogs did the same within the window.
-pub const REASON_AGREEMENT: &str = "ShadowAgreement";
-/// `reason` of the (Warning) Event when only one of them did.
-pub const REASON_DISAGREEMENT: &str = "ShadowDisagreement";
+/// Shadow mode's Event reasons, defined with every other reason in [`crate::events`].
+pub use crate::events::{
+    REASON_AGREEMENT, REASON_DISAGREEMENT, REASON_WOULD_DELETE_POD, REASON_WOULD_SCALE_DOWN,
+    REASON_WOULD_SCALE_UP,
+};
 /// Our finding for a shoot the acting watchdog scaled but we run no probe for.
 pub const NO_PROBE_FINDING: &str = "we run no probe for this shoot (hibernated, being created, \
     migrated or deleted, or no probe secret; `dependency-watchdog explain` says which)";
@@ -558,7 +553,7 @@ pub fn pod_key(namespace: &str, name: &str, uid: &str) -> String {
 }
 
 fn cut(text: &str) -> String {
-    crate::events::truncate(text, EVIDENCE_LIMIT).into_owned()
+    crate::text::truncate(text, EVIDENCE_LIMIT).into_owned()
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -42,3 +42,9 @@ pub const WEEDER_LEASE: &str = "dwd-weeder-leader-election";
 pub const PROBER_SHADOW_LEASE: &str = "dwd-prober-leader-election-shadow";
 /// The weeder's Lease in shadow mode: never the acting watchdog's.
 pub const WEEDER_SHADOW_LEASE: &str = "dwd-weeder-leader-election-shadow";
+
+// `concat!` takes only literals, so the shadow names are spelled out; this keeps them in step.
+const _: () = {
+    assert!(PROBER_SHADOW_LEASE.len() == PROBER_LEASE.len() + "-shadow".len());
+    assert!(WEEDER_SHADOW_LEASE.len() == WEEDER_LEASE.len() + "-shadow".len());
+};

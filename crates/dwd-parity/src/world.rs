@@ -402,7 +402,7 @@ pub fn command_line(
 /// The leader-election Lease's name.
 pub fn lease_name(role: Role) -> &'static str {
     match role {
-        Role::Prober => "dwd-prober-leader-election",
-        Role::Weeder => "dwd-weeder-leader-election",
+        Role::Prober => dwd_core::gardener::PROBER_LEASE,
+        Role::Weeder => dwd_core::gardener::WEEDER_LEASE,
     }
 }

@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -294,39 +293,9 @@ pub async fn keep_running<F, Fut>(
     }
 }
 
-/// Whether any test asked a probe task to end ([`end_probe_task_for_test`]): the probe loop
-/// looks at the list only when it is set, so production pays one atomic load per run.
-static END_REQUESTED: AtomicBool = AtomicBool::new(false);
-static END_REQUESTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-/// Test hook: makes the probe task of `namespace` end at the start of its next run, as a
-/// task that died would, so tests can see it restarted. Nothing else calls it.
-#[doc(hidden)]
-pub fn end_probe_task_for_test(namespace: &str) {
-    END_REQUESTS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(namespace.to_string());
-    END_REQUESTED.store(true, Ordering::SeqCst);
-}
-
-/// Whether a test asked the probe of `namespace` to end (the request is used up).
-pub(crate) fn end_requested(namespace: &str) -> bool {
-    if !END_REQUESTED.load(Ordering::SeqCst) {
-        return false;
-    }
-    let mut requests = END_REQUESTS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let Some(i) = requests.iter().position(|ns| ns == namespace) else {
-        return false;
-    };
-    requests.swap_remove(i);
-    if requests.is_empty() {
-        END_REQUESTED.store(false, Ordering::SeqCst);
-    }
-    true
-}
+/// The test hook lives with the probe loop that obeys it; named here too, where tests that
+/// drive the manager look for it.
+pub use super::probe::end_probe_task_for_test;
 
 #[cfg(test)]
 mod tests {
@@ -334,6 +303,7 @@ mod tests {
     use crate::metrics::ShootLabels;
     use std::collections::BTreeMap;
     use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::Ordering;
 
     /// A context whose seed never answers and whose caches never sync: every probe run is a
     /// counted "caches not in sync" run, which is all these tests need to see runs happen.

@@ -6,7 +6,8 @@
 //! reason). A slow or dead shoot only delays its own task: every call has `probeTimeout`.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -277,7 +278,7 @@ impl Probe {
         let jitter = effective_jitter(cfg.backoff_jitter_factor);
         let mut memory = RunMemory::new(cfg);
         loop {
-            if super::manager::end_requested(&self.namespace) {
+            if end_requested(&self.namespace) {
                 warn!("probe task ends: asked to by a test");
                 return;
             }
@@ -930,6 +931,40 @@ fn cut(text: &str, limit: usize) -> String {
         end -= 1;
     }
     format!("{}… ({} bytes)", &text[..end], text.len())
+}
+
+/// Whether any test asked a probe task to end ([`end_probe_task_for_test`]): the probe loop
+/// looks at the list only when it is set, so production pays one atomic load per run.
+static END_REQUESTED: AtomicBool = AtomicBool::new(false);
+static END_REQUESTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Test hook: makes the probe task of `namespace` end at the start of its next run, as a
+/// task that died would, so tests can see it restarted. Nothing else calls it.
+#[doc(hidden)]
+pub fn end_probe_task_for_test(namespace: &str) {
+    END_REQUESTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(namespace.to_string());
+    END_REQUESTED.store(true, Ordering::SeqCst);
+}
+
+/// Whether a test asked the probe of `namespace` to end (the request is used up).
+pub(crate) fn end_requested(namespace: &str) -> bool {
+    if !END_REQUESTED.load(Ordering::SeqCst) {
+        return false;
+    }
+    let mut requests = END_REQUESTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(i) = requests.iter().position(|ns| ns == namespace) else {
+        return false;
+    };
+    requests.swap_remove(i);
+    if requests.is_empty() {
+        END_REQUESTED.store(false, Ordering::SeqCst);
+    }
+    true
 }
 
 #[cfg(test)]
