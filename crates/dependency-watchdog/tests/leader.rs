@@ -160,6 +160,43 @@ impl Candidate {
     }
 }
 
+/// A test's world, the serial lock held while it lives: a seed and a shoot apiserver of
+/// its own, the lease namespace, one simulated shoot, a directory for the candidates.
+struct World {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    seed: ApiServer,
+    shoots: ApiServer,
+    admin: kube::Client,
+    shoot: SimShoot,
+    dir: std::path::PathBuf,
+}
+
+impl World {
+    /// The world of test `name`: `le-seed-<name>`, `le-shoot-<name>`, shoot
+    /// `shoot--le--<name>`, directory `le-<name>`.
+    async fn new(name: &str) -> Result<World> {
+        let serial = serial().await;
+        let env = env().await?;
+        let seed = env
+            .start_apiserver_with(&format!("le-seed-{name}"), ApiServerOptions::seed())
+            .await?;
+        let shoots = env.start_apiserver(&format!("le-shoot-{name}")).await?;
+        let admin = seed.client().await?;
+        ensure_namespace(&admin, LEASE_NAMESPACE).await?;
+        let shoot = sim_shoot(&seed, &shoots, name).await?;
+        let dir = env.dir().join(format!("le-{name}"));
+        std::fs::create_dir_all(&dir)?;
+        Ok(World {
+            _serial: serial,
+            seed,
+            shoots,
+            admin,
+            shoot,
+            dir,
+        })
+    }
+}
+
 /// A shoot of 5 nodes on `shoots`, KCM 3, MCM 2, CA 2, kubelets renewing every 250 ms.
 async fn sim_shoot(seed: &ApiServer, shoots: &ApiServer, name: &str) -> Result<SimShoot> {
     let mut options = SimShootOptions::new(format!("shoot--le--{name}"))
@@ -400,15 +437,14 @@ fn assert_history(log: &ChangeLog, want: &[History<'_>]) -> Result<()> {
 #[tokio::test]
 async fn only_the_leader_acts_and_a_killed_leader_is_replaced_without_double_scaling() -> Result<()>
 {
-    let _serial = serial().await;
-    let env = env().await?;
-    let seed = env
-        .start_apiserver_with("le-seed-kill", ApiServerOptions::seed())
-        .await?;
-    let shoots = env.start_apiserver("le-shoot-kill").await?;
-    let admin = seed.client().await?;
-    ensure_namespace(&admin, LEASE_NAMESPACE).await?;
-    let shoot = sim_shoot(&seed, &shoots, "kill").await?;
+    let World {
+        _serial,
+        seed,
+        shoots: _shoots,
+        admin,
+        shoot,
+        dir,
+    } = World::new("kill").await?;
     let ns = shoot.namespace().to_string();
     let (log, watch) = record_changes(admin.clone(), &ns);
 
@@ -417,8 +453,6 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_without_double_sca
         renew: Duration::from_millis(1500),
         retry: Duration::from_millis(300),
     };
-    let dir = env.dir().join("le-kill");
-    std::fs::create_dir_all(&dir)?;
     let dogs = vec![
         Candidate::spawn("kill-a", &dir, &seed, Some(timing))?,
         Candidate::spawn("kill-b", &dir, &seed, Some(timing))?,
@@ -530,15 +564,14 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_without_double_sca
 
 #[tokio::test]
 async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Result<()> {
-    let _serial = serial().await;
-    let env = env().await?;
-    let seed = env
-        .start_apiserver_with("le-seed-term", ApiServerOptions::seed())
-        .await?;
-    let shoots = env.start_apiserver("le-shoot-term").await?;
-    let admin = seed.client().await?;
-    ensure_namespace(&admin, LEASE_NAMESPACE).await?;
-    let shoot = sim_shoot(&seed, &shoots, "term").await?;
+    let World {
+        _serial,
+        seed,
+        shoots,
+        admin,
+        shoot,
+        dir,
+    } = World::new("term").await?;
     let ns = shoot.namespace().to_string();
 
     // A long lease, so a takeover by expiry and one by release can't be confused.
@@ -547,8 +580,6 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
         renew: Duration::from_secs(4),
         retry: Duration::from_millis(300),
     };
-    let dir = env.dir().join("le-term");
-    std::fs::create_dir_all(&dir)?;
     let dogs = vec![
         Candidate::spawn("term-a", &dir, &seed, Some(timing))?,
         Candidate::spawn("term-b", &dir, &seed, Some(timing))?,

@@ -235,21 +235,24 @@ async fn a_second_ready_transition_replaces_the_first_weeder() -> Result<()> {
     proxy.wait_open_watches(&pods_path, 0).await
 }
 
+/// An apiserver of its own, in the shared environment, started with `extra_arg`.
+async fn apiserver_with_arg(name: &str, extra_arg: &str) -> Result<ApiServer> {
+    let options = ApiServerOptions {
+        extra_args: vec![extra_arg.into()],
+        ..Default::default()
+    };
+    Ok(TestEnv::shared()
+        .await?
+        .start_apiserver_with(name, options)
+        .await?)
+}
+
 #[tokio::test]
 async fn deletions_continue_after_the_server_ends_the_watches() -> Result<()> {
     const SVC: &str = "etcd-timeout";
-    let env = TestEnv::shared().await?;
     // The apiserver ends every watch that asks for no timeout after 2–4 s; the proxy drops
     // the client's `timeoutSeconds`, so the server's limit is the one that applies.
-    let server: ApiServer = env
-        .start_apiserver_with(
-            "weeder-watch-timeout",
-            ApiServerOptions {
-                extra_args: vec!["--min-request-timeout=2".into()],
-                ..Default::default()
-            },
-        )
-        .await?;
+    let server = apiserver_with_arg("weeder-watch-timeout", "--min-request-timeout=2").await?;
     let client = server.client().await?;
     let proxy = Proxy::start(client.clone(), true).await?;
     let ns = namespace(&client, "wd-timeout").await?;
@@ -292,16 +295,8 @@ async fn deletions_continue_after_the_server_ends_the_watches() -> Result<()> {
 #[tokio::test]
 async fn a_seed_without_watch_list_gets_list_and_watch() -> Result<()> {
     const SVC: &str = "etcd-no-watchlist";
-    let env = TestEnv::shared().await?;
-    let server: ApiServer = env
-        .start_apiserver_with(
-            "weeder-no-watchlist",
-            ApiServerOptions {
-                extra_args: vec!["--feature-gates=WatchList=false".into()],
-                ..Default::default()
-            },
-        )
-        .await?;
+    let server =
+        apiserver_with_arg("weeder-no-watchlist", "--feature-gates=WatchList=false").await?;
     let client = server.client().await?;
     let ns = namespace(&client, "wd-no-watchlist").await?;
     ns.create_crashlooping_pod("kapi-crash", &[("role", "apiserver")])
