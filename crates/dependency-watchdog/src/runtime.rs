@@ -309,7 +309,6 @@ pub async fn run(cli: Cli) -> Result<()> {
                     started.seed,
                     metrics,
                     health,
-                    args.concurrent_reconciles,
                     events::PodRef::discover(&args.leader_election_namespace),
                     started.shadow,
                     token,

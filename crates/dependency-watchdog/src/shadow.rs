@@ -245,49 +245,42 @@ impl Shadow {
         }
     }
 
-    /// We would have done `action` on `key` (about `subject`) now, because `evidence`: logged,
-    /// counted, an Event about our pod, and a sighting for the comparator.
-    pub fn would(
+    /// `side` did (the acting watchdog) or would have done (we) `action` on `subject` now,
+    /// because `evidence`. Ours is logged, counted, noted in an Event about our pod; the
+    /// acting watchdog's is logged and counted. Either becomes a sighting for the comparator,
+    /// keyed by the subject ([`key_of`]).
+    pub fn record(
         &self,
+        side: Side,
         events: &Events,
         subject: &Subject<'_>,
-        key: &str,
         action: ShadowAction,
         evidence: &str,
     ) {
-        let evidence = cut(evidence);
-        info!(key, %action, evidence = %evidence, "shadow mode: would {action} (not done)");
-        self.metrics.would.get_or_create(&self.labels(action)).inc();
-        let reason = match action {
-            ShadowAction::ScaleDown => REASON_WOULD_SCALE_DOWN,
-            ShadowAction::ScaleUp => REASON_WOULD_SCALE_UP,
-            ShadowAction::DeletePod => REASON_WOULD_DELETE_POD,
-        };
-        events.shadow_note(
-            subject,
-            false,
-            reason,
-            format!("shadow mode, not done: would {action}: {evidence}"),
-        );
-        self.sight(events, subject, key, action, Side::Ours, evidence);
-    }
-
-    /// The acting watchdog was seen doing `action` on `key` now; `evidence` says what was seen.
-    pub fn reference_did(
-        &self,
-        events: &Events,
-        subject: &Subject<'_>,
-        key: &str,
-        action: ShadowAction,
-        evidence: &str,
-    ) {
-        let evidence = cut(evidence);
-        info!(key, %action, evidence = %evidence, "shadow mode: the acting watchdog did {action}");
-        self.metrics
-            .reference
-            .get_or_create(&self.labels(action))
-            .inc();
-        self.sight(events, subject, key, action, Side::Reference, evidence);
+        let (key, evidence) = (key_of(subject), cut(evidence));
+        let labels = self.labels(action);
+        match side {
+            Side::Ours => {
+                info!(key, %action, evidence = %evidence, "shadow mode: would {action} (not done)");
+                self.metrics.would.get_or_create(&labels).inc();
+                let reason = match action {
+                    ShadowAction::ScaleDown => REASON_WOULD_SCALE_DOWN,
+                    ShadowAction::ScaleUp => REASON_WOULD_SCALE_UP,
+                    ShadowAction::DeletePod => REASON_WOULD_DELETE_POD,
+                };
+                events.shadow_note(
+                    subject,
+                    false,
+                    reason,
+                    format!("shadow mode, not done: would {action}: {evidence}"),
+                );
+            }
+            Side::Reference => {
+                info!(key, %action, evidence = %evidence, "shadow mode: the acting watchdog did {action}");
+                self.metrics.reference.get_or_create(&labels).inc();
+            }
+        }
+        self.sight(events, subject, &key, action, side, evidence);
     }
 
     /// Our latest finding for `key` (a shoot namespace): what `/shadow` shows when the acting
@@ -327,6 +320,21 @@ impl Shadow {
 
     fn waiting(&self) -> usize {
         lock(&self.comparator).waiting()
+    }
+
+    /// Starts [`Shadow::run_expiry`] as the critical task "shadow comparisons" of `tasks`
+    /// (the prober's and the weeder's supervised set).
+    pub fn spawn_expiry(
+        self: &Arc<Self>,
+        events: Events,
+        tasks: &mut tokio::task::JoinSet<&'static str>,
+        shutdown: CancellationToken,
+    ) {
+        let shadow = self.clone();
+        tasks.spawn(async move {
+            shadow.run_expiry(events, shutdown).await;
+            "shadow comparisons"
+        });
     }
 
     /// Resolves every sighting that waited longer than the window, until `shutdown`.
@@ -547,6 +555,19 @@ fn subject_of_key(key: &str, action: ShadowAction) -> Subject<'_> {
     Subject::Cluster(key)
 }
 
+/// The comparator's key of a subject: the shoot namespace, or [`pod_key`] (read back by
+/// `subject_of_key`).
+pub fn key_of(subject: &Subject<'_>) -> String {
+    match subject {
+        Subject::Cluster(namespace) => (*namespace).to_string(),
+        Subject::Pod {
+            namespace,
+            name,
+            uid,
+        } => pod_key(namespace, name, uid),
+    }
+}
+
 /// The key of a pod: `namespace/name (uid)`.
 pub fn pod_key(namespace: &str, name: &str, uid: &str) -> String {
     format!("{namespace}/{name} ({uid})")
@@ -575,27 +596,27 @@ mod tests {
             async move { shadow.run_expiry(events, shutdown).await }
         });
         let a = Subject::Cluster("shoot--p--a");
-        shadow.would(
+        shadow.record(
+            Side::Ours,
             &events,
             &a,
-            "shoot--p--a",
             ShadowAction::ScaleDown,
             "4/5 node leases expired",
         );
         tokio::time::sleep(Duration::from_secs(7)).await;
-        shadow.reference_did(
+        shadow.record(
+            Side::Reference,
             &events,
             &a,
-            "shoot--p--a",
             ShadowAction::ScaleDown,
             "meltdown-protection-active on kube-controller-manager",
         );
         shadow.note_finding("shoot--p--b", "0/3 node leases expired: no scaling");
         let b = Subject::Cluster("shoot--p--b");
-        shadow.reference_did(
+        shadow.record(
+            Side::Reference,
             &events,
             &b,
-            "shoot--p--b",
             ShadowAction::ScaleDown,
             "meltdown-protection-active on machine-controller-manager",
         );

@@ -93,7 +93,6 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
             seed.clone(),
             Arc::new(Metrics::default()),
             Arc::new(Health::default()),
-            4,
             own_pod(),
             CancellationToken::new(),
         ),
@@ -121,7 +120,6 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
         seed.clone(),
         metrics,
         health.clone(),
-        4,
         own_pod(),
         shutdown.clone(),
     ));

@@ -61,36 +61,24 @@ pub async fn run(
     seed: Client,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-    concurrent_reconciles: u16,
     own_pod: PodRef,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    run_with_shadow(
-        config,
-        seed,
-        metrics,
-        health,
-        concurrent_reconciles,
-        own_pod,
-        None,
-        shutdown,
-    )
-    .await
+    run_with_shadow(config, seed, metrics, health, own_pod, None, shutdown).await
 }
 
 /// [`run`], in shadow mode when `shadow` is given: every decision is taken as usual, none is
 /// carried out, and the book compares them with what the acting watchdog does.
 ///
-/// `--concurrent-reconciles` is accepted as the reference's flag and has no effect: deciding
-/// what a Cluster asks of its probe is in-memory work of microseconds (no request), done by one
-/// loop in event order ([`controller`]), so there is nothing to run concurrently.
-#[allow(clippy::too_many_arguments)]
+/// There is no concurrency to set (the command line accepts the reference's
+/// `--concurrent-reconciles` and ignores it): deciding what a Cluster asks of its probe is
+/// in-memory work of microseconds (no request), done by one loop in event order
+/// ([`controller`]), so there is nothing to run concurrently.
 pub async fn run_with_shadow(
     config: ProberConfig,
     seed: Client,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-    _concurrent_reconciles: u16,
     own_pod: PodRef,
     shadow: Option<Arc<Shadow>>,
     shutdown: CancellationToken,
@@ -126,13 +114,7 @@ pub async fn run_with_shadow(
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
     if let Some(shadow) = &ctx.shadow {
         // Shadow mode's own tasks: its comparisons expire, and the acting watchdog is watched.
-        tasks.spawn({
-            let (ctx, shadow, shutdown) = (ctx.clone(), shadow.clone(), shutdown.clone());
-            async move {
-                shadow.run_expiry(ctx.events.clone(), shutdown).await;
-                "shadow comparisons"
-            }
-        });
+        shadow.spawn_expiry(ctx.events.clone(), &mut tasks, shutdown.clone());
         tasks.spawn({
             let (ctx, shadow, shutdown) = (ctx.clone(), shadow.clone(), shutdown.clone());
             async move {

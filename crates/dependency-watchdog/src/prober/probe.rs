@@ -13,6 +13,7 @@ use std::time::Duration;
 use chrono::Utc;
 use dwd_core::lease::LeaseReport;
 use dwd_core::scaling::FlowScope;
+use dwd_core::shadow::Side;
 use dwd_core::{
     Direction, EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases,
     leases_alone_suffice,
@@ -593,10 +594,10 @@ impl Probe {
             decision_reason(report),
             targets.join(", ")
         );
-        shadow.would(
+        shadow.record(
+            Side::Ours,
             &self.ctx.events,
             &Subject::Cluster(ns),
-            ns,
             action,
             &evidence,
         );

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use dwd_core::scaling::{IGNORE_SCALING_ANNOTATION, MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
-use dwd_core::shadow::ShadowAction;
 pub use dwd_core::shadow::VirtualState;
+use dwd_core::shadow::{ShadowAction, Side};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -248,10 +248,10 @@ fn look(ctx: &ProberContext, shadow: &Shadow) {
             ShadowAction::ScaleUp
         };
         debug!(shoot = %ns, %action, "the acting watchdog's markers changed");
-        shadow.reference_did(
+        shadow.record(
+            Side::Reference,
             &ctx.events,
             &Subject::Cluster(ns),
-            ns,
             action,
             &now.evidence,
         );

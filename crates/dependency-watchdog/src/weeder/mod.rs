@@ -121,13 +121,7 @@ pub async fn run_with_shadow(
     };
     let mut tasks = tokio::task::JoinSet::new();
     if let Some(shadow) = &shadow {
-        tasks.spawn({
-            let (shadow, events, shutdown) = (shadow.clone(), events.clone(), shutdown.clone());
-            async move {
-                shadow.run_expiry(events, shutdown).await;
-                "shadow comparisons"
-            }
-        });
+        shadow.spawn_expiry(events.clone(), &mut tasks, shutdown.clone());
     }
     let ctx = Arc::new(WeederContext::new(config, seed, events, shadow));
     tasks.spawn({

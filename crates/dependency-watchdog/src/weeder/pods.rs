@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dwd_core::PodSelector;
-use dwd_core::shadow::ShadowAction;
+use dwd_core::shadow::{ShadowAction, Side};
 use dwd_core::weeder::{crashlooping_container, should_delete_pod};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
@@ -34,7 +34,7 @@ use tracing::{debug, info, warn};
 use crate::events::{Events, Subject};
 use crate::metrics::{Metrics, ServiceLabels};
 use crate::rate_limit::{Priority, prioritized};
-use crate::shadow::{Shadow, pod_key};
+use crate::shadow::Shadow;
 
 /// Attempts per pod deletion before the pod is left for a new list of its watch.
 const DELETE_ATTEMPTS: u32 = 3;
@@ -586,14 +586,14 @@ impl Weeder {
 impl Weeder {
     /// Shadow mode: we would have deleted the pod `name` (`uid`), because `evidence`.
     fn would_delete(&self, shadow: &Shadow, name: &str, uid: &str, evidence: &str) {
-        shadow.would(
+        shadow.record(
+            Side::Ours,
             &self.events,
             &Subject::Pod {
                 namespace: &self.namespace,
                 name,
                 uid,
             },
-            &pod_key(&self.namespace, name, uid),
             ShadowAction::DeletePod,
             evidence,
         );
@@ -607,14 +607,14 @@ impl Weeder {
         if !lock(reported).insert(seen.uid.clone()) {
             return;
         }
-        shadow.reference_did(
+        shadow.record(
+            Side::Reference,
             &self.events,
             &Subject::Pod {
                 namespace: &self.namespace,
                 name: &seen.name,
                 uid: &seen.uid,
             },
-            &pod_key(&self.namespace, &seen.name, &seen.uid),
             ShadowAction::DeletePod,
             &seen.evidence,
         );

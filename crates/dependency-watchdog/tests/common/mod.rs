@@ -650,7 +650,6 @@ pub fn spawn_prober_with_shadow(
                 client,
                 metrics,
                 health,
-                4,
                 dependency_watchdog::events::PodRef {
                     namespace: "default".into(),
                     name: pod,
