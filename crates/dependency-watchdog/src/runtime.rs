@@ -304,7 +304,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             info!(targets = config.dependent_resource_infos.len(), interval = ?config.probe_interval, "prober starting");
             let (metrics, health) = (started.rt.metrics.clone(), started.rt.health.clone());
             run_elected(started.elector, &started.rt, |token| {
-                prober::run_with_shadow(
+                prober::run(
                     config,
                     started.seed,
                     metrics,
@@ -328,7 +328,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             run_elected(started.elector, &started.rt, |token| {
                 let own_pod = events::PodRef::discover(&args.leader_election_namespace);
                 let weeders = weeder::Weeders::new(metrics, token.child_token());
-                weeder::run_with_shadow(
+                weeder::run(
                     config,
                     started.seed,
                     weeders,

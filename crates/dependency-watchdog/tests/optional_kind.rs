@@ -94,6 +94,7 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
             Arc::new(Metrics::default()),
             Arc::new(Health::default()),
             own_pod(),
+            None,
             CancellationToken::new(),
         ),
     )
@@ -121,6 +122,7 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
         metrics,
         health.clone(),
         own_pod(),
+        None,
         shutdown.clone(),
     ));
     eventually(Duration::from_secs(90), "prober ready", || {

@@ -45,7 +45,7 @@ impl Drop for Running {
     }
 }
 
-/// Runs `prober::run_with_shadow` (shadow mode when `shadow` is given) with the common test
+/// Runs `prober::run` (shadow mode when `shadow` is given) with the common test
 /// config against `seed`, on a runtime and thread of its own, as pod `default/<pod>`; waits
 /// until it is ready.
 async fn start_prober(seed: &ApiServer, pod: &str, shadow: Option<Arc<Shadow>>) -> Running {

@@ -2,7 +2,7 @@
 //! nothing, reports the crash-looping pods it would have deleted, sees the acting watchdog's
 //! deletions, and compares the two (agree / only_us).
 //!
-//! Each test runs its weeders in-process (`weeder::run_with` acting, `weeder::run_with_shadow`
+//! Each test runs its weeders in-process (`weeder::run` acting, and with a `Shadow`
 //! in shadow mode) with its own service names and namespaces, so tests running in parallel on
 //! the shared seed never see each other's slices.
 

@@ -55,26 +55,15 @@ pub struct ProberContext {
     pub shadow_states: ShadowStates,
 }
 
-/// Runs the prober until `shutdown` is cancelled or a critical task dies.
-pub async fn run(
-    config: ProberConfig,
-    seed: Client,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    own_pod: PodRef,
-    shutdown: CancellationToken,
-) -> Result<()> {
-    run_with_shadow(config, seed, metrics, health, own_pod, None, shutdown).await
-}
-
-/// [`run`], in shadow mode when `shadow` is given: every decision is taken as usual, none is
+/// Runs the prober until `shutdown` is cancelled or a critical task dies; in shadow mode when
+/// `shadow` is given: every decision is taken as usual, none is
 /// carried out, and the book compares them with what the acting watchdog does.
 ///
 /// There is no concurrency to set (the command line accepts the reference's
 /// `--concurrent-reconciles` and ignores it): deciding what a Cluster asks of its probe is
 /// in-memory work of microseconds (no request), done by one loop in event order
 /// ([`controller`]), so there is nothing to run concurrently.
-pub async fn run_with_shadow(
+pub async fn run(
     config: ProberConfig,
     seed: Client,
     metrics: Arc<Metrics>,

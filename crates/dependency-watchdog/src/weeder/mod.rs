@@ -11,7 +11,7 @@
 //! - [`pods`]: one weeder: for `watchDuration`, a pod watch per selector in the slice's
 //!   namespace, deleting crash-looping pods.
 //!
-//! In shadow mode ([`run_with_shadow`] with a [`Shadow`]) every weeder decides the same but
+//! In shadow mode ([`run`] with a [`Shadow`]) every weeder decides the same but
 //! deletes nothing: it reports the pods it would have deleted and the acting watchdog's
 //! deletions of crash-looping pods it saw, for the comparison ([`pods`]).
 //!
@@ -33,7 +33,6 @@ use tracing::debug;
 use crate::Result;
 use crate::events::{Component, Events, PodRef};
 use crate::health::Health;
-use crate::metrics::Metrics;
 use crate::shadow::Shadow;
 pub use pods::Weeder;
 pub use registry::{StartOutcome, Weeders};
@@ -77,34 +76,11 @@ impl WeederContext {
     }
 }
 
-/// Runs the weeder until `shutdown` is cancelled or a critical task dies.
-pub async fn run(
-    config: WeederConfig,
-    seed: Client,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    own_pod: PodRef,
-    shutdown: CancellationToken,
-) -> Result<()> {
-    let weeders = Weeders::new(metrics, shutdown.child_token());
-    run_with(config, seed, weeders, health, own_pod, shutdown).await
-}
-
-/// [`run`] with a registry the caller keeps, so it can see which weeders run (tests, tools).
-pub async fn run_with(
-    config: WeederConfig,
-    seed: Client,
-    weeders: Arc<Weeders>,
-    health: Arc<Health>,
-    own_pod: PodRef,
-    shutdown: CancellationToken,
-) -> Result<()> {
-    run_with_shadow(config, seed, weeders, health, own_pod, None, shutdown).await
-}
-
-/// [`run_with`], in shadow mode when `shadow` is given: no pod is deleted; what would have
+/// Runs the weeder until `shutdown` is cancelled or a critical task dies, with a registry
+/// of weeders the caller keeps (so it can see which run); in shadow mode when `shadow` is
+/// given: no pod is deleted; what would have
 /// been is compared with what the acting watchdog deletes.
-pub async fn run_with_shadow(
+pub async fn run(
     config: WeederConfig,
     seed: Client,
     weeders: Arc<Weeders>,

@@ -624,7 +624,7 @@ pub fn spawn_prober(
 }
 
 /// [`spawn_prober`], in shadow mode when `shadow` is given
-/// (`dependency_watchdog::prober::run_with_shadow`).
+/// (`dependency_watchdog::prober::run`).
 pub fn spawn_prober_with_shadow(
     kubeconfig: String,
     config: dwd_core::ProberConfig,
@@ -645,7 +645,7 @@ pub fn spawn_prober_with_shadow(
             let client = dwd_testenv::client_from_kubeconfig("seed", &kubeconfig)
                 .await
                 .expect("seed client");
-            let result = dependency_watchdog::prober::run_with_shadow(
+            let result = dependency_watchdog::prober::run(
                 config,
                 client,
                 metrics,
@@ -671,7 +671,7 @@ pub async fn seed_client() -> anyhow::Result<kube::Client> {
 }
 
 /// In-process weeders against the shared seed, for the test binaries that run
-/// `weeder::run_with_shadow` themselves (weeder.rs, shadow_weeder.rs, events.rs): the config they
+/// `weeder::run` themselves (weeder.rs, shadow_weeder.rs, events.rs): the config they
 /// run with, the running weeder with its counters and shadow, and the pods it works on.
 pub mod weeder_harness {
     use std::sync::Arc;
@@ -719,7 +719,7 @@ pub mod weeder_harness {
     }
 
     impl Running {
-        /// Starts an acting weeder (`weeder::run_with`) on `client` and waits until its slice
+        /// Starts an acting weeder (`weeder::run` without a shadow) on `client` and waits until its slice
         /// list is through.
         pub async fn start(
             client: kube::Client,
@@ -728,7 +728,7 @@ pub mod weeder_harness {
             Self::start_with_shadow(client, config, None).await
         }
 
-        /// Starts `weeder::run_with_shadow` on `client` (in shadow mode when `shadow` is given)
+        /// Starts `weeder::run` on `client` (in shadow mode when `shadow` is given)
         /// and waits until its slice list is through.
         pub async fn start_with_shadow(
             client: kube::Client,
@@ -739,7 +739,7 @@ pub mod weeder_harness {
             let health = Arc::new(Health::default());
             let shutdown = CancellationToken::new();
             let weeders = Weeders::new(metrics.clone(), shutdown.child_token());
-            let task = tokio::spawn(dependency_watchdog::weeder::run_with_shadow(
+            let task = tokio::spawn(dependency_watchdog::weeder::run(
                 config,
                 client,
                 weeders.clone(),
