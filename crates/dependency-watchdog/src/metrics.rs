@@ -272,6 +272,9 @@ pub struct Metrics {
     pub active_weeders: Gauge,
     /// Pods deleted by the weeder, by service.
     pub pods_deleted: Family<ServiceLabels, Counter>,
+    /// Deletions of crash-looping pods that failed all their attempts, by service and the
+    /// failure's stable category.
+    pub pod_deletion_failures: Family<DeletionFailureLabels, Counter>,
     /// Cluster reconciles.
     pub reconciles: Counter,
     /// Cluster reconcile errors.
@@ -316,6 +319,32 @@ impl Default for DurationHistogram {
 pub struct ServiceLabels {
     /// Configured service name (bounded by the config).
     pub service: String,
+}
+
+/// Why a deletion of a crash-looping pod failed, as a stable label value.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum DeletionFailure {
+    /// No answer within the deletion's timeout.
+    Timeout,
+    /// 401/403: the weeder may not delete pods there (RBAC).
+    Forbidden,
+    /// 429: the seed throttled us.
+    Throttled,
+    /// 5xx from the seed.
+    ServerError,
+    /// Any other status the seed answered with.
+    Refused,
+    /// No answer at all: connection, TLS or decoding failed.
+    Transport,
+}
+
+/// Label set `{service, reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeletionFailureLabels {
+    /// Configured service name (bounded by the config).
+    pub service: String,
+    /// The failure's category.
+    pub reason: DeletionFailure,
 }
 
 impl Metrics {
@@ -410,6 +439,11 @@ impl Metrics {
             "pods_deleted",
             "Crash-looping pods deleted by service",
             self.pods_deleted.clone(),
+        );
+        w.register(
+            "pod_deletion_failures",
+            "Deletions of crash-looping pods that failed all their attempts, by service and reason",
+            self.pod_deletion_failures.clone(),
         );
         let c = registry.sub_registry_with_prefix("dwd");
         c.register(
@@ -941,6 +975,12 @@ mod tests {
                 service: "etcd".into(),
             })
             .inc();
+        m.pod_deletion_failures
+            .get_or_create(&DeletionFailureLabels {
+                service: "etcd".into(),
+                reason: DeletionFailure::Forbidden,
+            })
+            .inc();
         m.api_requests
             .get_or_create(&ApiLabels {
                 api: ApiLabel::Seed,
@@ -973,6 +1013,7 @@ mod tests {
             "dwd_prober_cluster_reconciles",
             "dwd_weeder_active_weeders",
             "dwd_weeder_pods_deleted",
+            "dwd_weeder_pod_deletion_failures_total{service=\"etcd\",reason=\"Forbidden\"} 1",
             "dwd_api_requests",
             "dwd_throttled_responses",
             "dwd_events_total{outcome=\"Dropped\"} 1",

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::events::{Events, Subject};
-use crate::metrics::{Metrics, ServiceLabels};
+use crate::metrics::{DeletionFailure, DeletionFailureLabels, Metrics, ServiceLabels};
 use crate::rate_limit::{Priority, prioritized};
 use crate::shadow::Shadow;
 
@@ -58,6 +58,23 @@ enum DeleteError {
     /// No answer within [`DELETE_TIMEOUT`].
     #[error("no answer within {0:?}")]
     TimedOut(Duration),
+}
+
+impl DeleteError {
+    /// The failure's stable category: the `reason` label of
+    /// `dwd_weeder_pod_deletion_failures_total`.
+    fn category(&self) -> DeletionFailure {
+        match self {
+            DeleteError::TimedOut(_) => DeletionFailure::Timeout,
+            DeleteError::Api(kube::Error::Api(s)) => match s.code {
+                401 | 403 => DeletionFailure::Forbidden,
+                429 => DeletionFailure::Throttled,
+                500..=599 => DeletionFailure::ServerError,
+                _ => DeletionFailure::Refused,
+            },
+            DeleteError::Api(_) => DeletionFailure::Transport,
+        }
+    }
 }
 
 /// One weeder: a slice of `service` in `namespace` turned ready.
@@ -556,6 +573,13 @@ impl Weeder {
                     debug!(pod = %target.name, "crash-looping pod already gone");
                 }
                 Err(e) => {
+                    self.metrics
+                        .pod_deletion_failures
+                        .get_or_create(&DeletionFailureLabels {
+                            service: self.service.clone(),
+                            reason: e.category(),
+                        })
+                        .inc();
                     // Forget it, so that it is tried again.
                     lock(handled).remove(&target.uid);
                     warn!(
@@ -678,6 +702,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_deletion_counts_in_its_stable_category() {
+        let api = |code: u16| {
+            let status = kube::core::Status::failure("no", "Reason").with_code(code);
+            DeleteError::Api(kube::Error::Api(status.boxed()))
+        };
+        let cases = [
+            (
+                DeleteError::TimedOut(DELETE_TIMEOUT),
+                DeletionFailure::Timeout,
+            ),
+            (api(403), DeletionFailure::Forbidden),
+            (api(401), DeletionFailure::Forbidden),
+            (api(429), DeletionFailure::Throttled),
+            (api(500), DeletionFailure::ServerError),
+            (api(503), DeletionFailure::ServerError),
+            (api(422), DeletionFailure::Refused),
+            (
+                DeleteError::Api(kube::Error::LinesCodecMaxLineLengthExceeded),
+                DeletionFailure::Transport,
+            ),
+        ];
+        for (error, category) in cases {
+            assert_eq!(error.category(), category, "{error}");
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_deletion_the_seed_never_answers_gives_up_after_its_timeouts() {
