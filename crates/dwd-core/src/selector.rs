@@ -6,6 +6,17 @@
 //! refused by [`PodSelector::new`] and accepted by [`PodSelector::from_config`] (the reference's
 //! config accepts it). The same type evaluates selectors
 //! locally (`matches`) and renders them for list/watch calls (`to_query`), so both always agree.
+//!
+//! Why not `kube::core::Selector` (kube-core 5.0.0, read at its source): its
+//! `TryFrom<LabelSelector>` checks only the operator's name and that `In`/`NotIn` have a
+//! `values` field. It accepts `In` with `values: []` (a selector that matches nothing, which
+//! the apiserver rejects at the first list), any string as a key or value (`"bad key!"`), `Exists`
+//! with values, and its errors name no field ("Invalid expression operator"). The weeder would
+//! then start with a selector that fails only when a service comes back, the moment it is
+//! needed. The validation here (about 90 lines, with `labels.NewRequirement`'s messages and the
+//! field path of every problem) is therefore ours; matching and rendering are 30 lines over the
+//! validated requirements, so one type serves all three and a second representation, built
+//! from ours only to match, would buy nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
