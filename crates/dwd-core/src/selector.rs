@@ -13,8 +13,8 @@
 //! the apiserver rejects at the first list), any string as a key or value (`"bad key!"`), `Exists`
 //! with values, and its errors name no field ("Invalid expression operator"). The weeder would
 //! then start with a selector that fails only when a service comes back, the moment it is
-//! needed. The validation here (about 90 lines, with `labels.NewRequirement`'s messages and the
-//! field path of every problem) is therefore ours; matching and rendering are 30 lines over the
+//! needed. The validation here (about 140 lines, with `labels.NewRequirement`'s messages and the
+//! field path of every problem) is therefore ours; matching and rendering are 45 lines over the
 //! validated requirements, so one type serves all three and a second representation, built
 //! from ours only to match, would buy nothing.
 
