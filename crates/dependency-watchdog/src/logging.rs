@@ -561,26 +561,36 @@ fn write_json_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Where a test's `tracing` subscriber writes, so the test can read its log lines back
+/// (clone it into `with_writer(move || buffer.clone())`). Used here and by the scaler's tests.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl LogBuffer {
+    /// The bytes written so far.
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        self.0.lock().expect("log buffer").clone()
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
     use tracing::{debug, error, info, info_span, trace, warn};
     use tracing_subscriber::layer::SubscriberExt;
-
-    /// Where the test subscriber writes.
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("buffer").extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     fn fixed_now() -> DateTime<Utc> {
         DateTime::from_timestamp(1_714_557_600, 123_450_000).expect("valid instant")
@@ -588,7 +598,7 @@ mod tests {
 
     /// The lines `emit` logs through a [`ZapFormat`] at `level`.
     fn capture(console: bool, time: TimeEncoding, level: ZapLevel, emit: impl FnOnce()) -> String {
-        let buffer = Buffer::default();
+        let buffer = LogBuffer::default();
         let sink = buffer.clone();
         let layer = tracing_subscriber::fmt::layer()
             .with_writer(move || sink.clone())
@@ -599,8 +609,7 @@ mod tests {
             .with(tracing_subscriber::EnvFilter::new(filter_directives(level)))
             .with(layer);
         tracing::subscriber::with_default(subscriber, emit);
-        let bytes = buffer.0.lock().expect("buffer").clone();
-        String::from_utf8(bytes).expect("utf-8")
+        String::from_utf8(buffer.bytes()).expect("utf-8")
     }
 
     fn json_lines(text: &str) -> Vec<serde_json::Value> {

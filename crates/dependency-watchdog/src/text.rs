@@ -12,11 +12,24 @@ pub(crate) fn truncate(text: &str, limit: usize) -> Cow<'_, str> {
         return text.into();
     }
     let ellipsis = '…';
-    let mut end = limit.saturating_sub(ellipsis.len_utf8());
+    format!(
+        "{}{ellipsis}",
+        prefix(text, limit.saturating_sub(ellipsis.len_utf8()))
+    )
+    .into()
+}
+
+/// The longest start of `text` that is at most `limit` bytes and ends on a character boundary.
+pub(crate) fn prefix(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    // `str::floor_char_boundary` does this from Rust 1.91; the workspace supports 1.89.
+    let mut end = limit;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}{ellipsis}", &text[..end]).into()
+    &text[..end]
 }
 
 #[cfg(test)]

@@ -922,16 +922,19 @@ pub fn bounded(error: kube::Error) -> kube::Error {
     }
 }
 
-/// `text` cut to at most `limit` bytes on a character boundary, marked with `…` when cut.
+/// `text` cut to at most `limit` bytes on a character boundary, marked with `…` and the
+/// whole text's length when cut. Not [`crate::text::truncate`]: that one counts its `…`
+/// (3 bytes) within its limit, so `truncate(text, limit + 3)` would leave texts of `limit + 1`
+/// to `limit + 3` bytes whole where this cuts them; both share [`crate::text::prefix`].
 fn cut(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.to_string();
     }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes)", &text[..end], text.len())
+    format!(
+        "{}… ({} bytes)",
+        crate::text::prefix(text, limit),
+        text.len()
+    )
 }
 
 /// Whether any test asked a probe task to end ([`end_probe_task_for_test`]): the probe loop
@@ -987,37 +990,15 @@ mod tests {
             action: "shoot ns: listing nodes".into(),
             timeout: Duration::from_secs(10),
         };
+        use ProbeFailure as F;
+        let (lease, api) = (RunResult::LeaseProbeFailed, RunResult::ApiServerProbeFailed);
         let cases = [
-            (
-                ProbeFailure::SeedCachesNotSynced("machines".into()),
-                RunResult::LeaseProbeFailed,
-                false,
-            ),
-            (
-                ProbeFailure::NoShootClient(timeout()),
-                RunResult::ApiServerProbeFailed,
-                false,
-            ),
-            (
-                ProbeFailure::ApiServer(throttled()),
-                RunResult::ApiServerProbeFailed,
-                true,
-            ),
-            (
-                ProbeFailure::ApiServer(timeout()),
-                RunResult::ApiServerProbeFailed,
-                false,
-            ),
-            (
-                ProbeFailure::ShootList(throttled()),
-                RunResult::LeaseProbeFailed,
-                true,
-            ),
-            (
-                ProbeFailure::MachinesNotSynced,
-                RunResult::LeaseProbeFailed,
-                false,
-            ),
+            (F::SeedCachesNotSynced("machines".into()), lease, false),
+            (F::NoShootClient(timeout()), api, false),
+            (F::ApiServer(throttled()), api, true),
+            (F::ApiServer(timeout()), api, false),
+            (F::ShootList(throttled()), lease, true),
+            (F::MachinesNotSynced, lease, false),
         ];
         for (failure, category, is_throttled) in cases {
             assert_eq!(failure.category(), category, "{failure:?}");

@@ -190,6 +190,11 @@ impl Harness {
         }
     }
 
+    /// [`Harness::start_with`] with the schedule most tests use ([`STEADY`]) and [`GRACE`].
+    async fn steady(ages: [Duration; 3], mode: Mode) -> Harness {
+        Harness::start_with(STEADY, GRACE, ages, mode).await
+    }
+
     /// Lets the probe run until `at` after its start.
     async fn until(&self, at: Duration) {
         tokio::time::sleep_until(self.t0 + at).await;
@@ -222,7 +227,7 @@ impl Harness {
     /// Shadow mode's count of what we would have done (`would`) or saw the acting watchdog
     /// do (`reference`), by action label.
     fn shadow_count(&self, reference: bool, action: &str) -> u64 {
-        let shadow = self.shadow.as_ref().expect("shadow mode");
+        let shadow = self.shadow();
         let family = if reference {
             &shadow.metrics.reference
         } else {
@@ -262,6 +267,23 @@ impl Harness {
             )
             .await
             .expect("the acting watchdog's patch");
+    }
+
+    /// Shadow mode's book (the probe runs in shadow mode).
+    fn shadow(&self) -> &Shadow {
+        self.shadow.as_deref().expect("shadow mode")
+    }
+
+    /// The shoot's `nodes` renew their leases now.
+    fn renew(&self, nodes: &[&str]) {
+        for node in nodes {
+            self.shoot.insert("leases", lease(node, FRESH));
+        }
+    }
+
+    /// Asserts that not one write of any kind reached the seed.
+    fn assert_no_writes(&self) {
+        assert!(self.seed.writes().is_empty(), "{:?}", self.seed.writes());
     }
 
     fn replicas(&self, name: &str) -> Value {
@@ -327,6 +349,19 @@ const FRESH: Duration = Duration::ZERO;
 const EXPIRED: Duration = Duration::from_secs(300);
 const GRACE: Duration = Duration::from_secs(40);
 
+/// Runs every 10 s from 30 s on, no jitter, a 5 s probe timeout (prober config lines).
+const STEADY: &str =
+    "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n";
+
+/// The scaling writes of one scale-down flow that starts at `at`: kcm (level 0) to 0, then
+/// mcm (level 1) to 0 once kcm is ready, 1 s later (see [`Harness::scaling_writes`]).
+fn scaled_down_at(at: Duration) -> [(Duration, String, Value); 2] {
+    [
+        (at, "kcm".into(), json!(0)),
+        (at + secs(1), "mcm".into(), json!(0)),
+    ]
+}
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
@@ -363,7 +398,7 @@ async fn runs_start_after_initial_delay_and_follow_the_interval_with_sliding_jit
     // Every lease fresh, nothing to restore: no node list, no scaling.
     assert_eq!(h.shoot_calls("/leases").len(), versions.len());
     assert!(h.shoot_calls("/nodes").is_empty());
-    assert!(h.seed.writes().is_empty());
+    h.assert_no_writes();
     h.stop().await;
 }
 
@@ -419,16 +454,11 @@ async fn a_429_spaces_the_next_run_at_least_ten_seconds_after_it() {
 #[tokio::test(start_paused = true)]
 async fn a_new_grace_period_applies_from_the_next_run_without_a_new_initial_delay() {
     // Leases renewed 60 s ago: fresh under a 120 s grace period, expired under 40 s.
-    let h = Harness::start(
-        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
-        secs(120),
-        [secs(60); 3],
-    )
-    .await;
+    let h = Harness::start(STEADY, secs(120), [secs(60); 3]).await;
     h.until(secs(45)).await;
     assert_eq!(h.shoot_calls("/version").len(), 2);
     assert!(h.shoot_calls("/nodes").is_empty());
-    assert!(h.seed.writes().is_empty());
+    h.assert_no_writes();
     h.spec.send_replace(settings(GRACE));
     h.until(secs(75)).await;
     let versions: Vec<Duration> = h.shoot_calls("/version").iter().map(|c| c.0).collect();
@@ -441,40 +471,21 @@ async fn a_new_grace_period_applies_from_the_next_run_without_a_new_initial_dela
     );
     // The run at 50 s judged with 40 s: every lease expired, so it scaled down.
     assert_eq!(h.shoot_calls("/nodes")[0].0, secs(50));
-    assert_eq!(
-        h.scaling_writes(),
-        [
-            (secs(50), "kcm".into(), json!(0)),
-            (secs(51), "mcm".into(), json!(0))
-        ]
-    );
+    assert_eq!(h.scaling_writes(), scaled_down_at(secs(50)));
     h.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_expired_majority_scales_down_once_in_level_order_and_recovery_restores() {
-    let h = Harness::start(
-        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
-        GRACE,
-        [EXPIRED, EXPIRED, FRESH],
-    )
-    .await;
+    let h = Harness::steady([EXPIRED, EXPIRED, FRESH], Mode::Normal).await;
     h.until(secs(95)).await;
     // One flow: kcm (level 0), then mcm (level 1) once kcm is ready at 0 (status follows
     // after 1 s). The runs after it find the targets already down.
-    assert_eq!(
-        h.scaling_writes(),
-        [
-            (secs(30), "kcm".into(), json!(0)),
-            (secs(31), "mcm".into(), json!(0))
-        ]
-    );
+    assert_eq!(h.scaling_writes(), scaled_down_at(secs(30)));
     assert_eq!((h.replicas("kcm"), h.replicas("mcm")), (json!(0), json!(0)));
     assert!(h.shoot_calls("/version").len() >= 7);
     // The nodes renew their leases.
-    for node in ["n1", "n2"] {
-        h.shoot.insert("leases", lease(node, FRESH));
-    }
+    h.renew(&["n1", "n2"]);
     h.until(secs(135)).await;
     let writes = h.scaling_writes();
     // The next run (at 102 s: the flow made the run at 30 s 2 s long, waiting for each level
@@ -493,12 +504,7 @@ async fn an_expired_majority_scales_down_once_in_level_order_and_recovery_restor
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_run_scales_nothing() {
-    let h = Harness::start(
-        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
-        GRACE,
-        [EXPIRED; 3],
-    )
-    .await;
+    let h = Harness::steady([EXPIRED; 3], Mode::Normal).await;
     {
         let mut s = h.shoot.lock();
         // Run 1: the API server probe fails; run 2: the lease list; run 3: the node list.
@@ -514,36 +520,24 @@ async fn a_failed_run_scales_nothing() {
     // No lease probe after a failed API server probe, no node list after a failed lease list.
     assert_eq!(h.shoot_calls("/leases"), [(secs(40), 500), (secs(50), 200)]);
     assert_eq!(h.shoot_calls("/nodes"), [(secs(50), 500)]);
-    assert!(h.seed.writes().is_empty(), "{:?}", h.seed.writes());
+    h.assert_no_writes();
     // The fourth run gets every answer: the same shoot is scaled down.
     h.until(secs(65)).await;
-    assert_eq!(
-        h.scaling_writes(),
-        [
-            (secs(60), "kcm".into(), json!(0)),
-            (secs(61), "mcm".into(), json!(0))
-        ]
-    );
+    assert_eq!(h.scaling_writes(), scaled_down_at(secs(60)));
     h.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn in_shadow_mode_an_outage_is_one_would_scale_down_and_recovery_one_would_scale_up_and_nothing_is_written()
  {
-    let h = Harness::start_with(
-        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
-        GRACE,
-        [EXPIRED, EXPIRED, FRESH],
-        Mode::Shadow,
-    )
-    .await;
+    let h = Harness::steady([EXPIRED, EXPIRED, FRESH], Mode::Shadow).await;
     h.until(secs(95)).await;
     // Seven runs, each deciding "scale down": one would-scale-down, at the first.
     assert!(h.shoot_calls("/version").len() >= 7);
     assert_eq!(h.shadow_counts(), (1, 0, 0, 0));
     // No acting watchdog here: past the window it is ours alone, with our evidence (the
     // targets in the scale-down flow's level order).
-    let records = h.shadow.as_ref().expect("shadow").records(10);
+    let records = h.shadow().records(10);
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(
         (records[0].action, records[0].verdict),
@@ -554,13 +548,11 @@ async fn in_shadow_mode_an_outage_is_one_would_scale_down_and_recovery_one_would
         Some("2/3 node leases expired (0.67 ≥ 0.60); all targets: kcm, mcm")
     );
     // The nodes renew their leases.
-    for node in ["n1", "n2"] {
-        h.shoot.insert("leases", lease(node, FRESH));
-    }
+    h.renew(&["n1", "n2"]);
     h.until(secs(135)).await;
     assert_eq!(h.shadow_counts(), (1, 1, 0, 0));
     // Not one write of any kind reached the seed: the targets are as they were.
-    assert!(h.seed.writes().is_empty(), "{:?}", h.seed.writes());
+    h.assert_no_writes();
     for name in ["kcm", "mcm"] {
         let object = h.seed.object("deployments", NS, name);
         assert_eq!(object["spec"]["replicas"], json!(2), "{object}");
@@ -571,37 +563,23 @@ async fn in_shadow_mode_an_outage_is_one_would_scale_down_and_recovery_one_would
 
 #[tokio::test(start_paused = true)]
 async fn in_shadow_mode_a_start_with_targets_already_scaled_down_reports_no_scale_down() {
-    let h = Harness::start_with(
-        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
-        GRACE,
-        [EXPIRED, EXPIRED, FRESH],
-        Mode::ShadowOfMarkedTargets,
-    )
-    .await;
+    let h = Harness::steady([EXPIRED, EXPIRED, FRESH], Mode::ShadowOfMarkedTargets).await;
     h.until(secs(95)).await;
     // The acting watchdog had scaled the shoot down before we looked: neither it nor we
     // scaled down now.
     assert_eq!(h.shadow_counts(), (0, 0, 0, 0));
     // Our would-be state is "scaled down", so the recovery is a would-scale-up.
-    for node in ["n1", "n2"] {
-        h.shoot.insert("leases", lease(node, FRESH));
-    }
+    h.renew(&["n1", "n2"]);
     h.until(secs(105)).await;
     assert_eq!(h.shadow_counts(), (0, 1, 0, 0));
-    assert!(h.seed.writes().is_empty(), "{:?}", h.seed.writes());
+    h.assert_no_writes();
     h.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn in_shadow_mode_the_acting_watchdogs_markers_are_its_sightings_and_our_finding_says_why_not()
  {
-    let h = Harness::start_with(
-        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
-        GRACE,
-        [FRESH; 3],
-        Mode::Shadow,
-    )
-    .await;
+    let h = Harness::steady([FRESH; 3], Mode::Shadow).await;
     h.until(secs(35)).await;
     assert_eq!(h.shadow_counts(), (0, 0, 0, 0));
     // The acting watchdog scales the healthy shoot down (kcm first, then mcm): one
@@ -623,7 +601,7 @@ async fn in_shadow_mode_the_acting_watchdogs_markers_are_its_sightings_and_our_f
     // Past the window both are the acting watchdog's alone, each with what it was seen
     // doing and our latest finding.
     h.until(secs(110)).await;
-    let records = h.shadow.as_ref().expect("shadow").records(10);
+    let records = h.shadow().records(10);
     let seen: Vec<(&str, &str)> = records.iter().map(|r| (r.action, r.verdict)).collect();
     assert_eq!(
         seen,
@@ -654,19 +632,13 @@ async fn in_shadow_mode_the_acting_watchdogs_markers_are_its_sightings_and_our_f
 
 #[tokio::test(start_paused = true)]
 async fn in_shadow_mode_a_failed_run_is_our_latest_finding() {
-    let h = Harness::start_with(
-        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
-        GRACE,
-        [FRESH; 3],
-        Mode::Shadow,
-    )
-    .await;
+    let h = Harness::steady([FRESH; 3], Mode::Shadow).await;
     // The shoot's apiserver answers nothing but 500 from now on.
     h.shoot.outage(Outage::Fail(500), secs(600));
     h.until(secs(31)).await;
     h.act_on("kcm", 0, json!({MELTDOWN_ANNOTATION: ""})).await;
     h.until(secs(95)).await;
-    let records = h.shadow.as_ref().expect("shadow").records(10);
+    let records = h.shadow().records(10);
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0].verdict, "only_reference");
     let finding = records[0].our_latest_finding.as_deref().unwrap_or_default();
@@ -683,13 +655,7 @@ async fn in_shadow_mode_nodes_are_listed_while_we_would_have_the_shoot_scaled_do
     // Started when the acting watchdog has the shoot scaled down though every lease is fresh:
     // our would-be state is "scaled down", so the first run lists the nodes (no streak, no
     // disrupted zone, and the real targets are not what decides) and would scale up.
-    let h = Harness::start_with(
-        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
-        GRACE,
-        [FRESH; 3],
-        Mode::ShadowOfMarkedTargets,
-    )
-    .await;
+    let h = Harness::steady([FRESH; 3], Mode::ShadowOfMarkedTargets).await;
     h.until(secs(35)).await;
     assert_eq!(h.shoot_calls("/nodes").first().map(|c| c.0), Some(secs(30)));
     assert_eq!(h.shadow_counts(), (0, 1, 0, 0));
@@ -697,6 +663,6 @@ async fn in_shadow_mode_nodes_are_listed_while_we_would_have_the_shoot_scaled_do
     h.until(secs(65)).await;
     assert_eq!(h.shoot_calls("/nodes").len(), 1);
     assert_eq!(h.shadow_counts(), (0, 1, 0, 0));
-    assert!(h.seed.writes().is_empty(), "{:?}", h.seed.writes());
+    h.assert_no_writes();
     h.stop().await;
 }

@@ -685,6 +685,7 @@ mod tests {
     use crate::cache::{Cache, run_cache};
     use crate::events::Events;
     use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed, RC};
+    use crate::logging::LogBuffer;
     use crate::metrics::Metrics;
     use crate::prober::seed_caches::{SeedCaches, project_target};
     use dwd_core::scaling::{MELTDOWN_ANNOTATION, READINESS_WAIT, REPLICAS_ANNOTATION};
@@ -859,22 +860,12 @@ mod tests {
     }
 
     /// Collects what `tracing` writes while it lives (this thread only).
-    #[derive(Clone, Default)]
-    struct Logs(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Logs {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("logs").extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    #[derive(Default)]
+    struct Logs(LogBuffer);
 
     impl Logs {
         fn capture(&self) -> tracing::subscriber::DefaultGuard {
-            let logs = self.clone();
+            let logs = self.0.clone();
             let subscriber = tracing_subscriber::fmt()
                 .with_writer(move || logs.clone())
                 .with_ansi(false)
@@ -884,7 +875,7 @@ mod tests {
         }
 
         fn count(&self, needle: &str) -> usize {
-            String::from_utf8_lossy(&self.0.lock().expect("logs"))
+            String::from_utf8_lossy(&self.0.bytes())
                 .matches(needle)
                 .count()
         }
