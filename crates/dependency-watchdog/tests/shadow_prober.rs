@@ -94,6 +94,11 @@ async fn shoot(name: &str, seed: &ApiServer, shoots: &ApiServer) -> SimShoot {
     .expect("simulated shoot")
 }
 
+/// The whole shadow book as text, for a failed assertion to show.
+fn book(shadow: &Shadow) -> String {
+    shadow.render_text(&Selection::parse(None))
+}
+
 fn count(shadow: &Shadow, reference: bool, action: &str) -> u64 {
     let family = if reference {
         &shadow.metrics.reference
@@ -122,7 +127,7 @@ async fn wait_record(shadow: &Shadow, ns: &str, action: &str) -> Record {
         },
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", shadow.render_text(&Selection::parse(None))))
+    .unwrap_or_else(|e| panic!("{e}\n{}", book(shadow)))
 }
 
 /// Every target's (name, spec.replicas, metadata.generation, has a scaling annotation).
@@ -158,12 +163,7 @@ async fn beside_the_acting_prober_an_outage_and_its_recovery_are_agreements_with
     // The acting prober scales the shoot down; the shadow would have, and saw it do so.
     wait_replicas(&client, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
     let down = wait_record(&shadow, &ns, "scale_down").await;
-    assert_eq!(
-        down.verdict,
-        "agree",
-        "{}",
-        shadow.render_text(&Selection::parse(None))
-    );
+    assert_eq!(down.verdict, "agree", "{}", book(&shadow));
     let lag = down.reference_lag_seconds.expect("an agreement's lag");
     assert!(lag.abs() < WINDOW.as_secs_f64(), "{lag}");
     let ours = down.ours.as_deref().unwrap_or_default();
@@ -181,12 +181,7 @@ async fn beside_the_acting_prober_an_outage_and_its_recovery_are_agreements_with
     sick.kubelets().resume_all();
     wait_replicas(&client, &ns, &[(KCM, 3), (MCM, 2), (CA, 2)]).await;
     let up = wait_record(&shadow, &ns, "scale_up").await;
-    assert_eq!(
-        up.verdict,
-        "agree",
-        "{}",
-        shadow.render_text(&Selection::parse(None))
-    );
+    assert_eq!(up.verdict, "agree", "{}", book(&shadow));
     assert!(up.reference_lag_seconds.is_some());
     // One of each: the runs between changed nothing.
     assert_eq!(
@@ -198,9 +193,9 @@ async fn beside_the_acting_prober_an_outage_and_its_recovery_are_agreements_with
         ),
         (1, 1, 1, 1),
         "{}",
-        shadow.render_text(&Selection::parse(None))
+        book(&shadow)
     );
-    let text = shadow.render_text(&Selection::parse(None));
+    let text = book(&shadow);
     assert!(
         text.contains(&format!("{ns}: scale down: both agree")),
         "{text}"
@@ -230,15 +225,10 @@ async fn alone_an_outage_is_a_would_scale_down_that_writes_nothing_and_past_the_
         Ok((count(&shadow, false, "scale_down") >= 1).then_some(()))
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", shadow.render_text(&Selection::parse(None))));
+    .unwrap_or_else(|e| panic!("{e}\n{}", book(&shadow)));
     // Nobody acts: past the window the scale-down is ours alone.
     let down = wait_record(&shadow, &ns, "scale_down").await;
-    assert_eq!(
-        down.verdict,
-        "only_us",
-        "{}",
-        shadow.render_text(&Selection::parse(None))
-    );
+    assert_eq!(down.verdict, "only_us", "{}", book(&shadow));
     assert!(down.reference.is_none());
     // The shadow wrote nothing to the targets: same replicas, no annotation, same generation.
     assert_eq!(targets(&client, &ns).await, before);

@@ -366,6 +366,14 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
+/// Requests as [`Harness::shoot_calls`] lists them, from (seconds after the start, status).
+fn calls(at_secs: &[(u64, u16)]) -> Vec<(Duration, u16)> {
+    at_secs
+        .iter()
+        .map(|&(s, status)| (secs(s), status))
+        .collect()
+}
+
 /// Gaps between consecutive instants.
 fn gaps(at: &[Duration]) -> Vec<Duration> {
     at.windows(2).map(|w| w[1] - w[0]).collect()
@@ -425,26 +433,10 @@ async fn a_429_spaces_the_next_run_at_least_ten_seconds_after_it() {
     // 5 s: 429 → next run 10 s after it, not 2 s. 15 s: lease list 429 → 25 s. 25 s: its
     // lease list 429, retried after 1 s and answered (a 429 that did not end the run): the
     // next run 2 s after the run's end.
-    assert_eq!(
-        versions[..4],
-        [
-            (secs(5), 429),
-            (secs(15), 200),
-            (secs(25), 200),
-            (secs(28), 200)
-        ],
-        "{versions:?}"
-    );
-    assert_eq!(
-        leases[..4],
-        [
-            (secs(15), 429),
-            (secs(25), 429),
-            (secs(26), 200),
-            (secs(28), 200)
-        ],
-        "{leases:?}"
-    );
+    let expected = calls(&[(5, 429), (15, 200), (25, 200), (28, 200)]);
+    assert_eq!(versions[..4], expected, "{versions:?}");
+    let expected = calls(&[(15, 429), (25, 429), (26, 200), (28, 200)]);
+    assert_eq!(leases[..4], expected, "{leases:?}");
     for gap in gaps(&versions.iter().map(|c| c.0).collect::<Vec<_>>())[3..].iter() {
         assert_eq!(*gap, secs(2), "{versions:?}");
     }
