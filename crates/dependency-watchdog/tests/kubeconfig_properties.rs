@@ -28,65 +28,12 @@ use kube::config::Kubeconfig;
 /// Every secret a test kubeconfig carries contains this.
 const PLANTED: &str = "PLANTED";
 
-// --- the generator and the runner (as in dwd-core's tests/properties.rs) ------------------
+// --- the generator and the runner: dwd-core's, shared with its tests/properties.rs ----------
 
-struct Rng(u64);
+#[path = "../../dwd-core/tests/support/property.rs"]
+mod property;
 
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
-
-fn run_seed() -> u64 {
-    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *SEED.get_or_init(|| {
-        let seed = std::env::var("DWD_PROPTEST_SEED")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        eprintln!("property seed: {seed} (replay with DWD_PROPTEST_SEED={seed})");
-        seed
-    })
-}
-
-fn budget() -> Duration {
-    let millis = std::env::var("DWD_PROPTEST_MILLIS")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1000);
-    Duration::from_millis(millis)
-}
-
-fn fnv(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
+use property::{Cases, Rng};
 
 // --- test material --------------------------------------------------------------------------
 
@@ -381,23 +328,12 @@ where
     F: FnMut(Rng) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    let mut seeds = Rng(run_seed() ^ fnv(name));
-    let started = Instant::now();
-    let mut cases = 0u64;
-    while cases < 50 || started.elapsed() < budget() {
-        let case_seed = seeds.next_u64();
+    let mut cases = Cases::new(name, 50);
+    while let Some(case_seed) = cases.next_seed() {
         if let Err(failure) = check(Rng(case_seed)).await {
-            panic!(
-                "property {name} failed on case {cases} (run seed {}, case seed {case_seed}):\n{failure}",
-                run_seed()
-            );
+            cases.failed(case_seed, &failure);
         }
-        cases += 1;
     }
-    eprintln!(
-        "property {name}: {cases} cases in {:.2}s",
-        started.elapsed().as_secs_f64()
-    );
 }
 
 #[tokio::test]

@@ -392,30 +392,8 @@ async fn crashlooping_apiservers_of_200_shoots_are_deleted_when_etcd_comes_back(
     w.stop().await
 }
 
-/// The seeds' weeder config, as Gardener mounts it.
-const SEEDS_WEEDER_CONFIG: &str = r#"
-watchDuration: 5m0s
-servicesAndDependantSelectors:
-  etcd-main-client:
-    podSelectors:
-    - matchExpressions:
-      - key: role
-        operator: In
-        values:
-        - apiserver
-  kube-apiserver:
-    podSelectors:
-    - matchExpressions:
-      - key: role
-        operator: In
-        values:
-        - controller-manager
-    - matchExpressions:
-      - key: role
-        operator: In
-        values:
-        - scheduler
-"#;
+/// The seeds' weeder config, as Gardener mounts it (dwd-core's config tests load the same file).
+const SEEDS_WEEDER_CONFIG: &str = include_str!("../../dwd-core/tests/support/seeds-weeder.yaml");
 
 /// The binary, killed when the test ends however it ends.
 struct Child(std::process::Child);

@@ -216,25 +216,24 @@ fn row(
     }
 }
 
-fn prober(
-    name: &'static str,
-    cite: &'static str,
-    text: impl Into<String>,
-    reference: Reference,
-    warns: &[&'static str],
-) -> Row {
-    row(name, cite, Kind::Prober, text, reference, warns)
+/// Defines `$name(name, cite, text, reference, warns)`: a row of kind `$kind` (the table's rows
+/// are the prober's and the weeder's, written alike).
+macro_rules! row_of_kind {
+    ($name:ident, $kind:expr) => {
+        fn $name(
+            name: &'static str,
+            cite: &'static str,
+            text: impl Into<String>,
+            reference: Reference,
+            warns: &[&'static str],
+        ) -> Row {
+            row(name, cite, $kind, text, reference, warns)
+        }
+    };
 }
 
-fn weeder(
-    name: &'static str,
-    cite: &'static str,
-    text: impl Into<String>,
-    reference: Reference,
-    warns: &[&'static str],
-) -> Row {
-    row(name, cite, Kind::Weeder, text, reference, warns)
-}
+row_of_kind!(prober, Kind::Prober);
+row_of_kind!(weeder, Kind::Weeder);
 
 fn accepts_p(p: P) -> Reference {
     Reference::Accepts(Effective::Prober(p))

@@ -33,105 +33,24 @@ use dwd_core::{Direction, ProberConfig, WeederConfig, format_go_duration, parse_
 
 // --- the generator and the runner -------------------------------------------------------------
 
-/// SplitMix64: small, fast, good enough to explore inputs, reproducible from one `u64`.
-struct Rng(u64);
+// Shared with dependency-watchdog's kubeconfig properties (its module doc says why hand-written).
+#[path = "support/property.rs"]
+mod property;
 
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-
-    /// A number spread over magnitudes: small ones often, huge ones sometimes.
-    fn magnitude(&mut self, max: u64) -> u64 {
-        let bits = self.below(65);
-        let v = if bits == 64 {
-            self.next_u64()
-        } else {
-            self.next_u64() & ((1u64 << bits) - 1)
-        };
-        v % max.saturating_add(1).max(1)
-    }
-}
-
-fn run_seed() -> u64 {
-    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *SEED.get_or_init(|| {
-        let seed = std::env::var("DWD_PROPTEST_SEED")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        eprintln!("property seed: {seed} (replay with DWD_PROPTEST_SEED={seed})");
-        seed
-    })
-}
-
-fn budget() -> Duration {
-    let millis = std::env::var("DWD_PROPTEST_MILLIS")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1000);
-    Duration::from_millis(millis)
-}
+use property::{Cases, Rng};
 
 /// Runs `check` on generated cases until the budget is spent (at least 100 cases). `check`
 /// gets a generator of its own per case and returns the failure with the input it saw.
 fn property(name: &str, mut check: impl FnMut(&mut Rng) -> Result<(), String>) {
-    let mut seeds = Rng(run_seed() ^ fnv(name));
-    let started = Instant::now();
-    let budget = budget();
-    let mut cases = 0u64;
-    while cases < 100 || started.elapsed() < budget {
-        let case_seed = seeds.next_u64();
+    let mut cases = Cases::new(name, 100);
+    while let Some(case_seed) = cases.next_seed() {
         let mut rng = Rng(case_seed);
-        let outcome = catch_unwind(AssertUnwindSafe(|| check(&mut rng)));
-        match outcome {
+        match catch_unwind(AssertUnwindSafe(|| check(&mut rng))) {
             Ok(Ok(())) => {}
-            Ok(Err(failure)) => panic!(
-                "property {name} failed on case {cases} (run seed {}, case seed {case_seed}):\n{failure}",
-                run_seed()
-            ),
-            Err(_) => panic!(
-                "property {name} panicked on case {cases} (run seed {}, case seed {case_seed}); the input is printed above",
-                run_seed()
-            ),
+            Ok(Err(failure)) => cases.failed(case_seed, &failure),
+            Err(_) => cases.panicked(case_seed),
         }
-        cases += 1;
     }
-    eprintln!(
-        "property {name}: {cases} cases in {:.2}s",
-        started.elapsed().as_secs_f64()
-    );
-}
-
-fn fnv(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 /// Calls `f(input)`, failing with the input when it panics or takes longer than 5 s (a hang,

@@ -276,29 +276,8 @@ mod tests {
     use super::*;
     use crate::config::{ConfigError, FieldProblem};
 
-    const GARDENER_WEEDER: &str = r#"
-watchDuration: 5m0s
-servicesAndDependantSelectors:
-  etcd-main-client:
-    podSelectors:
-    - matchExpressions:
-      - key: role
-        operator: In
-        values:
-        - apiserver
-  kube-apiserver:
-    podSelectors:
-    - matchExpressions:
-      - key: role
-        operator: In
-        values:
-        - controller-manager
-    - matchExpressions:
-      - key: role
-        operator: In
-        values:
-        - scheduler
-"#;
+    /// The seeds' weeder config (deploy/weeder/configmap.yaml's), shared with the binary's tests.
+    const GARDENER_WEEDER: &str = include_str!("../../tests/support/seeds-weeder.yaml");
 
     fn problems_of(yaml: &str) -> Vec<FieldProblem> {
         match WeederConfig::from_yaml(yaml) {
