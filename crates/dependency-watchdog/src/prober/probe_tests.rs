@@ -190,6 +190,12 @@ impl Harness {
         }
     }
 
+    /// [`Harness::start`] of a healthy shoot (every lease fresh) under [`GRACE`], on the
+    /// schedule `config`.
+    async fn healthy(config: &str) -> Harness {
+        Harness::start(config, GRACE, [FRESH; 3]).await
+    }
+
     /// [`Harness::start_with`] with the schedule most tests use ([`STEADY`]) and [`GRACE`].
     async fn steady(ages: [Duration; 3], mode: Mode) -> Harness {
         Harness::start_with(STEADY, GRACE, ages, mode).await
@@ -381,10 +387,8 @@ fn gaps(at: &[Duration]) -> Vec<Duration> {
 
 #[tokio::test(start_paused = true)]
 async fn runs_start_after_initial_delay_and_follow_the_interval_with_sliding_jitter() {
-    let h = Harness::start(
+    let h = Harness::healthy(
         "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0.5\n",
-        GRACE,
-        [FRESH; 3],
     )
     .await;
     // Each run takes 1 s (the shoot answers /version late): the next waits its jittered
@@ -412,10 +416,8 @@ async fn runs_start_after_initial_delay_and_follow_the_interval_with_sliding_jit
 
 #[tokio::test(start_paused = true)]
 async fn a_429_spaces_the_next_run_at_least_ten_seconds_after_it() {
-    let h = Harness::start(
+    let h = Harness::healthy(
         "probeInterval: 2s\ninitialDelay: 5s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
-        GRACE,
-        [FRESH; 3],
     )
     .await;
     {
