@@ -238,6 +238,16 @@ impl Shadow {
         time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     }
 
+    /// How often `side` did (the acting watchdog) or would have done (we) `action`: the
+    /// counters behind `dwd_shadow_would_total` and `dwd_shadow_reference_actions_total`.
+    pub fn count(&self, side: Side, action: ShadowAction) -> u64 {
+        let family = match side {
+            Side::Ours => &self.metrics.would,
+            Side::Reference => &self.metrics.reference,
+        };
+        family.get_or_create(&self.labels(action)).get()
+    }
+
     fn labels(&self, action: ShadowAction) -> ActionLabels {
         ActionLabels {
             component: self.component_label().into(),

@@ -22,8 +22,9 @@ use common::{CA, DEADLINE, KCM, MCM, PROBER_CONFIG, RENEW, init_tracing, wait_re
 use dependency_watchdog::events::Component;
 use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
-use dependency_watchdog::shadow::{ActionLabels, Record, Selection, Shadow};
+use dependency_watchdog::shadow::{Record, Selection, Shadow};
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use dwd_core::shadow::{ShadowAction, Side};
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -99,20 +100,6 @@ fn book(shadow: &Shadow) -> String {
     shadow.render_text(&Selection::parse(None))
 }
 
-fn count(shadow: &Shadow, reference: bool, action: &str) -> u64 {
-    let family = if reference {
-        &shadow.metrics.reference
-    } else {
-        &shadow.metrics.would
-    };
-    family
-        .get_or_create(&ActionLabels {
-            component: "prober".into(),
-            action: action.into(),
-        })
-        .get()
-}
-
 /// Waits until the shadow kept a comparison of `ns` for `action`, and returns it.
 async fn wait_record(shadow: &Shadow, ns: &str, action: &str) -> Record {
     eventually(
@@ -186,10 +173,10 @@ async fn beside_the_acting_prober_an_outage_and_its_recovery_are_agreements_with
     // One of each: the runs between changed nothing.
     assert_eq!(
         (
-            count(&shadow, false, "scale_down"),
-            count(&shadow, false, "scale_up"),
-            count(&shadow, true, "scale_down"),
-            count(&shadow, true, "scale_up"),
+            shadow.count(Side::Ours, ShadowAction::ScaleDown),
+            shadow.count(Side::Ours, ShadowAction::ScaleUp),
+            shadow.count(Side::Reference, ShadowAction::ScaleDown),
+            shadow.count(Side::Reference, ShadowAction::ScaleUp),
         ),
         (1, 1, 1, 1),
         "{}",
@@ -222,7 +209,7 @@ async fn alone_an_outage_is_a_would_scale_down_that_writes_nothing_and_past_the_
 
     sick.kubelets().silence_count(4);
     eventually(DEADLINE, "a would-scale-down", || async {
-        Ok((count(&shadow, false, "scale_down") >= 1).then_some(()))
+        Ok((shadow.count(Side::Ours, ShadowAction::ScaleDown) >= 1).then_some(()))
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", book(&shadow)));
@@ -232,6 +219,6 @@ async fn alone_an_outage_is_a_would_scale_down_that_writes_nothing_and_past_the_
     assert!(down.reference.is_none());
     // The shadow wrote nothing to the targets: same replicas, no annotation, same generation.
     assert_eq!(targets(&client, &ns).await, before);
-    assert_eq!(count(&shadow, false, "scale_down"), 1);
-    assert_eq!(count(&shadow, true, "scale_down"), 0);
+    assert_eq!(shadow.count(Side::Ours, ShadowAction::ScaleDown), 1);
+    assert_eq!(shadow.count(Side::Reference, ShadowAction::ScaleDown), 0);
 }

@@ -28,8 +28,9 @@ use crate::prober::seed_caches::{
     SecretKubeconfig, SeedCaches, TargetCache, machine_gvk, project_machine, project_target,
 };
 use crate::prober::{ProberContext, shadow_observer};
-use crate::shadow::{ActionLabels, Shadow};
+use crate::shadow::Shadow;
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use dwd_core::shadow::{ShadowAction, Side};
 use kube::api::{Patch, PatchParams};
 
 /// The shoot's namespace in the seed.
@@ -232,28 +233,13 @@ impl Harness {
 
     /// Shadow mode's count of what we would have done (`would`) or saw the acting watchdog
     /// do (`reference`), by action label.
-    fn shadow_count(&self, reference: bool, action: &str) -> u64 {
-        let shadow = self.shadow();
-        let family = if reference {
-            &shadow.metrics.reference
-        } else {
-            &shadow.metrics.would
-        };
-        family
-            .get_or_create(&ActionLabels {
-                component: "prober".into(),
-                action: action.into(),
-            })
-            .get()
-    }
-
-    /// (would scale down, would scale up, the acting watchdog scaled down, … up).
     fn shadow_counts(&self) -> (u64, u64, u64, u64) {
         (
-            self.shadow_count(false, "scale_down"),
-            self.shadow_count(false, "scale_up"),
-            self.shadow_count(true, "scale_down"),
-            self.shadow_count(true, "scale_up"),
+            self.shadow().count(Side::Ours, ShadowAction::ScaleDown),
+            self.shadow().count(Side::Ours, ShadowAction::ScaleUp),
+            self.shadow()
+                .count(Side::Reference, ShadowAction::ScaleDown),
+            self.shadow().count(Side::Reference, ShadowAction::ScaleUp),
         )
     }
 
