@@ -380,23 +380,12 @@ async fn property_generated_kubeconfigs_are_refused_exactly_when_they_hold_a_for
 
 /// One random edit of a kubeconfig text.
 fn mutate(rng: &mut Rng, text: &str) -> String {
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    if lines.is_empty() {
-        lines.push(String::new());
+    let (mut lines, i) = property::lines_to_edit(rng, text);
+    let choice = rng.below(7);
+    if property::move_line(rng, &mut lines, i, choice) {
+        return lines.join("\n");
     }
-    let i = rng.below(lines.len() as u64) as usize;
-    match rng.below(7) {
-        0 => {
-            lines.remove(i);
-        }
-        1 => {
-            let l = lines[i].clone();
-            lines.insert(i, l);
-        }
-        2 => {
-            let j = rng.below(lines.len() as u64) as usize;
-            lines.swap(i, j);
-        }
+    match choice {
         3 => {
             if let Some((key, _)) = lines[i].split_once(": ") {
                 // Secrets are planted only where secrets go: names and references (entry
@@ -430,15 +419,10 @@ fn mutate(rng: &mut Rng, text: &str) -> String {
             }
         }
         5 => {
-            let c = *rng.pick(&[
+            let chars = [
                 ':', '-', '[', ']', '{', '}', '#', '&', '*', '|', '"', '\t', ',',
-            ]);
-            let l = &mut lines[i];
-            let at = (0..=l.len())
-                .filter(|&k| l.is_char_boundary(k))
-                .nth(rng.below(l.len() as u64 + 1) as usize)
-                .unwrap_or(0);
-            l.insert(at, c);
+            ];
+            property::insert_char(rng, &mut lines[i], &chars);
         }
         _ => {
             lines[i] = format!("  {}", lines[i]);

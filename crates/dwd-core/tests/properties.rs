@@ -570,23 +570,12 @@ const SCALARS: [&str; 30] = [
 
 /// One random edit of a config text.
 fn mutate(rng: &mut Rng, text: &str) -> String {
-    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    if lines.is_empty() {
-        lines.push(String::new());
+    let (mut lines, i) = property::lines_to_edit(rng, text);
+    let choice = rng.below(8);
+    if property::move_line(rng, &mut lines, i, choice) {
+        return lines.join("\n");
     }
-    let i = rng.below(lines.len() as u64) as usize;
-    match rng.below(8) {
-        0 => {
-            lines.remove(i);
-        }
-        1 => {
-            let l = lines[i].clone();
-            lines.insert(i, l);
-        }
-        2 => {
-            let j = rng.below(lines.len() as u64) as usize;
-            lines.swap(i, j);
-        }
+    match choice {
         3 => {
             // Replace a value with a scalar that means something.
             if let Some((key, _)) = lines[i].split_once(": ") {
@@ -606,16 +595,11 @@ fn mutate(rng: &mut Rng, text: &str) -> String {
         }
         5 => {
             // Insert a character that is YAML syntax.
-            let c = *rng.pick(&[
+            let chars = [
                 ':', '-', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@',
                 '`', '\t', ',', '?',
-            ]);
-            let l = &mut lines[i];
-            let at = (0..=l.len())
-                .filter(|&k| l.is_char_boundary(k))
-                .nth(rng.below(l.len() as u64 + 1) as usize)
-                .unwrap_or(0);
-            l.insert(at, c);
+            ];
+            property::insert_char(rng, &mut lines[i], &chars);
         }
         6 => {
             // A duration or number from the generators.

@@ -148,3 +148,46 @@ impl Cases {
         )
     }
 }
+
+// --- the edits the text mutators share ------------------------------------------------------
+
+/// A text's lines (one empty line for an empty text) and one of them picked to edit.
+pub fn lines_to_edit(rng: &mut Rng, text: &str) -> (Vec<String>, usize) {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    if lines.is_empty() {
+        lines.push(String::new());
+    }
+    let i = rng.below(lines.len() as u64) as usize;
+    (lines, i)
+}
+
+/// The edits every mutator makes, its `choice`s 0 to 2: remove line `i`, duplicate it, swap it
+/// with a random line. Returns whether `choice` was one of them (for other choices, nothing is
+/// done and nothing drawn).
+pub fn move_line(rng: &mut Rng, lines: &mut Vec<String>, i: usize, choice: u64) -> bool {
+    match choice {
+        0 => {
+            lines.remove(i);
+        }
+        1 => {
+            let l = lines[i].clone();
+            lines.insert(i, l);
+        }
+        2 => {
+            let j = rng.below(lines.len() as u64) as usize;
+            lines.swap(i, j);
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Inserts one of `chars` (YAML syntax) at a random place of `line`.
+pub fn insert_char(rng: &mut Rng, line: &mut String, chars: &[char]) {
+    let c = *rng.pick(chars);
+    let at = (0..=line.len())
+        .filter(|&k| line.is_char_boundary(k))
+        .nth(rng.below(line.len() as u64 + 1) as usize)
+        .unwrap_or(0);
+    line.insert(at, c);
+}
