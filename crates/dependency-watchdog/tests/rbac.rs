@@ -55,7 +55,7 @@ use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -488,23 +488,6 @@ async fn apply_rbac(admin: &kube::Client, c: &Component) -> Result<()> {
     Ok(())
 }
 
-/// A token of the component's ServiceAccount from the TokenRequest API.
-async fn token(admin: &kube::Client, c: &Component) -> Result<String> {
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    let answer: TokenRequest = Api::<ServiceAccount>::namespaced(admin.clone(), GARDEN)
-        .create_subresource("token", &c.sa_name(), &PostParams::default(), &request)
-        .await
-        .context("TokenRequest")?;
-    Ok(answer.status.context("TokenRequest without status")?.token)
-}
-
 async fn delete_lease(admin: &kube::Client, name: &str) -> Result<()> {
     match Api::<Lease>::namespaced(admin.clone(), GARDEN)
         .delete(name, &DeleteParams::default())
@@ -529,8 +512,8 @@ struct Identity {
 
 async fn identity(seed: &ApiServer, admin: &kube::Client, c: &Component) -> Result<Identity> {
     apply_rbac(admin, c).await?;
-    let token = token(admin, c).await?;
-    let kubeconfig_text = seed.kubeconfig_with_token(&token);
+    let kubeconfig_text =
+        dwd_testenv::service_account::kubeconfig(seed, admin, GARDEN, &c.sa_name()).await?;
     let kubeconfig = work_dir().await?.join(format!("{}.kubeconfig", c.name));
     std::fs::write(&kubeconfig, &kubeconfig_text)?;
     let client = dwd_testenv::client_from_kubeconfig(c.name, &kubeconfig_text).await?;

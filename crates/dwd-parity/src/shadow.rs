@@ -15,10 +15,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, ensure};
 use dwd_testenv::ApiServer;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role as RbacRole, RoleBinding};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -212,26 +211,14 @@ fn deployment_args(deployment: &Value) -> Result<Vec<String>> {
 }
 
 /// A kubeconfig for `seed` (through its front door) with a one-hour token of the ServiceAccount
-/// `garden/<name>` from the TokenRequest API: the credential a pod of that ServiceAccount gets.
+/// `garden/<name>` from the TokenRequest API: the credential a pod of that ServiceAccount gets
+/// ([`dwd_testenv::service_account::kubeconfig`] in the shipped namespace).
 pub async fn service_account_kubeconfig(
     seed: &ApiServer,
     admin: &kube::Client,
     name: &str,
 ) -> Result<String> {
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    let answer: TokenRequest = Api::<ServiceAccount>::namespaced(admin.clone(), GARDEN)
-        .create_subresource("token", name, &PostParams::default(), &request)
-        .await
-        .with_context(|| format!("TokenRequest for {GARDEN}/{name}"))?;
-    let token = answer.status.context("TokenRequest without status")?.token;
-    Ok(seed.kubeconfig_with_token(&token))
+    Ok(dwd_testenv::service_account::kubeconfig(seed, admin, GARDEN, name).await?)
 }
 
 // --- the audit log --------------------------------------------------------------------------

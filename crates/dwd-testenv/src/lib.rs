@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod pki;
 pub mod process;
 pub mod reference;
+pub mod service_account;
 
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
