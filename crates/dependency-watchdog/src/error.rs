@@ -50,6 +50,12 @@ pub enum Error {
         /// The limit.
         timeout: std::time::Duration,
     },
+    /// A scaling step was not made: a newer verdict superseded its flow (nothing was sent).
+    #[error("{action}: stopped, a newer verdict superseded the flow")]
+    Superseded {
+        /// What was not done.
+        action: String,
+    },
     /// A scaling step failed for a reason that is not an API error.
     #[error("{0}")]
     Scaling(String),

@@ -384,6 +384,22 @@ impl FakeSeed {
         kube::Client::new(service, "default")
     }
 
+    /// [`FakeSeed::client`] with the seed client's request budget in front of the fake
+    /// (`qps`, `burst`, priorities and [`crate::rate_limit::StopWaiting`] as in
+    /// `rate_limited_client`): a flow's writes wait for it as they would on a busy seed.
+    pub(crate) fn limited_client(&self, qps: f32, burst: u32) -> kube::Client {
+        let fake = self.clone();
+        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let fake = fake.clone();
+            async move { Ok::<_, std::convert::Infallible>(fake.serve(req).await) }
+        });
+        let service = tower::ServiceBuilder::new()
+            .layer(RetryAfterLayer::new(MAX_RETRIES, None))
+            .layer(crate::rate_limit::RateLimitLayer::new(qps, burst))
+            .service(service);
+        kube::Client::new(service, "default")
+    }
+
     /// A client to the fake standing in for a shoot, with the shoot client's retry layer: a
     /// `Retry-After` wait is taken only while it ends within `probe_timeout` (see
     /// `PreparedShootConfig::client`).

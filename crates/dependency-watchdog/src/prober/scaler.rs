@@ -15,6 +15,12 @@
 //! ranked by level on the seed client's budget ([`crate::rate_limit`]). Every call is
 //! bounded by the target's `timeout`, `Retry-After` waits included ([`crate::retry_after`]).
 //! Both travel with the requests (`TargetApi`, see [`crate::request_settings`]).
+//!
+//! A flow stops when its `stop` token is cancelled (a newer verdict superseded it, see
+//! [`super::executor`]): before a level, before a target's attempt, during its initial delay
+//! or its wait for the goal, and while the first write of a step waits for the seed's budget
+//! (not sent). A write on the wire, and the second write of a two-write step, are finished:
+//! a step is never left half done by a stop.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
@@ -28,6 +34,7 @@ use dwd_core::scaling::{
 use dwd_core::{Direction, TargetAction, TargetSnapshot};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
@@ -35,7 +42,7 @@ use super::seed_caches::TargetCache;
 use crate::cache::WaitEnd;
 use crate::events::TargetRef;
 use crate::metrics::{ApiLabel, Outcome, ScaleOpLabels};
-use crate::rate_limit::Priority;
+use crate::rate_limit::{Priority, StopWaiting};
 use crate::retry_after::Deadline;
 use crate::{Error, Result};
 
@@ -43,6 +50,17 @@ use crate::{Error, Result};
 pub const ATTEMPTS: u32 = 3;
 /// Pause between attempts.
 pub const ATTEMPT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A scaling flow a run decided on: what [`run_flow`] carries out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFlow {
+    /// Down or up.
+    pub dir: Direction,
+    /// Every target, or only the zonal ones.
+    pub scope: FlowScope,
+    /// The lease probe's summary, for the events on the targets it changes.
+    pub reason: String,
+}
 
 /// What happened to one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +83,8 @@ pub struct FlowReport {
     pub targets: Vec<(String, TargetOutcome)>,
     /// Whether any call of the flow was answered 429.
     pub throttled: bool,
+    /// Whether the flow stopped because a newer verdict superseded it (later levels not run).
+    pub superseded: bool,
 }
 
 impl FlowReport {
@@ -159,18 +179,24 @@ fn targets_planned(
         .collect()
 }
 
-/// Runs the flow in `dir` over the targets of `scope` for shoot `namespace`. `reason` (the
-/// lease probe's summary, e.g. "4/5 node leases expired (0.80 ≥ 0.60)") goes into the event
-/// on every target it changes.
+/// Runs `flow` (its direction over the targets of its scope) for shoot `namespace` until it
+/// is done or `stop` is cancelled (see the module docs). Its `reason` (the lease probe's
+/// summary, e.g. "4/5 node leases expired (0.80 ≥ 0.60)") goes into the event on every target
+/// it changes.
 pub async fn run_flow(
     ctx: &ProberContext,
     namespace: &str,
-    dir: Direction,
-    scope: FlowScope,
-    reason: &str,
+    flow: &PlannedFlow,
+    stop: &CancellationToken,
 ) -> Result<FlowReport, Box<FlowError>> {
+    let PlannedFlow { dir, scope, reason } = flow;
+    let (dir, scope, reason) = (*dir, *scope, reason.as_str());
     let mut report = FlowReport::default();
     for level in plan_levels(&ctx.config.dependent_resource_infos, dir, scope) {
+        if stop.is_cancelled() {
+            report.superseded = true;
+            return Ok(report);
+        }
         let runs = level.targets.iter().map(|info| {
             let target = ctx.caches.targets.iter().find(|t| t.info == *info);
             let name = info.target.name.clone();
@@ -184,6 +210,7 @@ pub async fn run_flow(
                         dir,
                         Priority::scaling_level(level.level),
                         reason,
+                        stop,
                     )
                     .instrument(
                         info_span!("scale", target = %name, direction = %dir, scale_level = level.level),
@@ -211,6 +238,8 @@ pub async fn run_flow(
                 outcome,
             };
             match result {
+                // Stopped: neither done nor failed.
+                Err(Error::Superseded { .. }) => report.superseded = true,
                 Ok(outcome) => {
                     let o = if matches!(outcome, TargetOutcome::Scaled { .. }) {
                         Outcome::Scaled
@@ -239,11 +268,15 @@ pub async fn run_flow(
                 error,
             }));
         }
+        if report.superseded {
+            return Ok(report);
+        }
     }
     Ok(report)
 }
 
-/// Scales `target` in `namespace`, its writes ranked at `priority` on the seed budget.
+/// Scales `target` in `namespace`, its writes ranked at `priority` on the seed budget, until
+/// done or `stop` is cancelled ([`Error::Superseded`]).
 async fn scale_target(
     ctx: &ProberContext,
     namespace: &str,
@@ -251,7 +284,14 @@ async fn scale_target(
     dir: Direction,
     priority: Priority,
     reason: &str,
+    stop: &CancellationToken,
 ) -> Result<TargetOutcome> {
+    let superseded = || Error::Superseded {
+        action: format!(
+            "scaling {} {namespace}/{}",
+            target.info.target.kind, target.info.target.name
+        ),
+    };
     let scale_info = match dir {
         Direction::Up => &target.info.scale_up,
         Direction::Down => &target.info.scale_down,
@@ -261,23 +301,33 @@ async fn scale_target(
     // it per attempt would add a whole `initialDelay` (KCM's is 30 s on the way up) to a
     // restoration for every transient write error.
     if !scale_info.initial_delay.is_zero() {
-        tokio::time::sleep(scale_info.initial_delay).await;
+        tokio::select! {
+            _ = stop.cancelled() => return Err(superseded()),
+            _ = tokio::time::sleep(scale_info.initial_delay) => {}
+        }
     }
     let limit = call_timeout(scale_info.timeout);
     let mut attempt = 1;
     loop {
+        if stop.is_cancelled() {
+            return Err(superseded());
+        }
         let seen = cached_version(target, namespace);
         let attempt_result = attempt_once(
             ctx,
             namespace,
             target,
             dir,
-            priority,
-            scale_info.timeout,
-            reason,
+            Step {
+                priority,
+                timeout: scale_info.timeout,
+                reason,
+                stop,
+            },
         );
         match attempt_result.await {
             Ok(outcome) => return Ok(outcome),
+            Err(error @ Error::Superseded { .. }) => return Err(error),
             Err(error) if attempt < ATTEMPTS => {
                 warn!(attempt, %error, "scaling attempt failed, retrying");
                 attempt += 1;
@@ -343,6 +393,9 @@ struct TargetApi<'a> {
     priority: Priority,
     namespace: &'a str,
     resource: &'a ApiResource,
+    /// Stops a write still waiting for the seed's budget (`None` once a step's first write
+    /// was sent: its second write is never abandoned).
+    stop: Option<&'a CancellationToken>,
 }
 
 impl TargetApi<'_> {
@@ -352,6 +405,9 @@ impl TargetApi<'_> {
         let mut settings = http::Extensions::new();
         settings.insert(self.priority);
         settings.insert(deadline);
+        if let Some(stop) = self.stop {
+            settings.insert(StopWaiting(stop.clone()));
+        }
         let client = crate::request_settings::with_settings(self.seed, settings);
         Api::namespaced_with(client, self.namespace, self.resource)
     }
@@ -377,6 +433,8 @@ async fn call<T>(
             action,
             timeout: limit,
         }),
+        // Stopped while it waited for the budget: never sent.
+        Ok(Err(e)) if crate::rate_limit::is_not_sent(&e) => Err(Error::Superseded { action }),
         Ok(Err(e)) => {
             let err = Error::kube(action, e);
             if err.is_throttled() {
@@ -397,7 +455,20 @@ struct TargetWrites<'a> {
     limit: Duration,
 }
 
-impl TargetWrites<'_> {
+impl<'a> TargetWrites<'a> {
+    /// The same writes, never stopped: for the second write of a step whose first was sent.
+    fn unstoppable(&self) -> TargetWrites<'a> {
+        TargetWrites {
+            ctx: self.ctx,
+            api: TargetApi {
+                stop: None,
+                ..self.api
+            },
+            name: self.name,
+            limit: self.limit,
+        }
+    }
+
     /// One merge patch of the target object.
     async fn merge(&self, action: String, patch: &serde_json::Value) -> Result<DynamicObject> {
         let api = self.api.until(deadline_in(self.limit));
@@ -463,15 +534,28 @@ fn target_ref<'a>(
     }
 }
 
+/// What one scaling step of a flow carries: its rank on the seed's budget, the target's
+/// timeout, the reason for the events, and the flow's stop token.
+struct Step<'a> {
+    priority: Priority,
+    timeout: Duration,
+    reason: &'a str,
+    stop: &'a CancellationToken,
+}
+
 async fn attempt_once(
     ctx: &ProberContext,
     namespace: &str,
     target: &TargetCache,
     dir: Direction,
-    priority: Priority,
-    timeout: Duration,
-    reason: &str,
+    step: Step<'_>,
 ) -> Result<TargetOutcome> {
+    let Step {
+        priority,
+        timeout,
+        reason,
+        stop,
+    } = step;
     let r = &target.info.target;
     let what = format!("{} {namespace}/{}", r.kind, r.name);
     if !target.cache.is_ready() {
@@ -527,6 +611,7 @@ async fn attempt_once(
             priority,
             namespace,
             resource: &target.resource,
+            stop: Some(stop),
         },
         name: &r.name,
         limit: call_timeout(timeout),
@@ -574,6 +659,7 @@ async fn attempt_once(
                     .await?;
                 let scale =
                     scale_subresource_patch(0, recorded.metadata.resource_version.as_deref());
+                let writes = writes.unstoppable();
                 writes.scale(format!("scaling {what} to 0"), &scale).await?;
                 recorded.metadata.uid
             };
@@ -592,7 +678,7 @@ async fn attempt_once(
                 0,
                 reason,
             );
-            wait_for_goal(target, namespace, timeout, |s| {
+            wait_for_goal(target, namespace, timeout, stop, |s| {
                 s.spec_replicas == 0 && s.ready_replicas == 0
             })
             .await?;
@@ -615,6 +701,7 @@ async fn attempt_once(
                     .await?;
                 let what = format!("annotations of {what}");
                 writes
+                    .unstoppable()
                     .remove(what, clear_annotations_patch(), scaled_rv.as_deref())
                     .await?;
                 uid
@@ -627,7 +714,7 @@ async fn attempt_once(
                 reason,
             );
             info!(from = 0, to = replicas, "scaled up");
-            wait_for_goal(target, namespace, timeout, |s| {
+            wait_for_goal(target, namespace, timeout, stop, |s| {
                 s.spec_replicas == replicas && s.ready_replicas >= 1
             })
             .await?;
@@ -643,19 +730,21 @@ async fn attempt_once(
 /// most [`readiness_wait`]`(timeout)`: as soon as it is there, and never longer than the
 /// reference's fixed wait. A target that is not there by then does not fail its level (the
 /// reference's level goes on too: its retry finds the target scaled and succeeds); its
-/// replicas are set, and readiness is the target's own business.
+/// replicas are set, and readiness is the target's own business. A stopped flow stops
+/// waiting (its write is done; the flow ends before its next level).
 async fn wait_for_goal(
     target: &TargetCache,
     namespace: &str,
     timeout: Duration,
+    stop: &CancellationToken,
     goal: impl Fn(&super::seed_caches::TargetState) -> bool,
 ) -> Result<()> {
     let name = &target.info.target.name;
     let limit = readiness_wait(timeout);
-    let reached = target
-        .cache
-        .wait_until(namespace, name, limit, |s| s.is_some_and(&goal))
-        .await;
+    let reached = tokio::select! {
+        _ = stop.cancelled() => return Ok(()),
+        reached = target.cache.wait_until(namespace, name, limit, |s| s.is_some_and(&goal)) => reached,
+    };
     match reached {
         Ok(()) => Ok(()),
         Err(WaitEnd::Closed) => Err(Error::Scaling(format!(
@@ -780,7 +869,12 @@ mod tests {
         ns: &str,
         dir: Direction,
     ) -> std::result::Result<FlowReport, Box<FlowError>> {
-        run_flow(ctx, ns, dir, FlowScope::All, "test").await
+        let flow = PlannedFlow {
+            dir,
+            scope: FlowScope::All,
+            reason: "test".into(),
+        };
+        run_flow(ctx, ns, &flow, &CancellationToken::new()).await
     }
 
     /// (answer, time since `start`) of each write.
@@ -806,6 +900,51 @@ mod tests {
             .find(|w| w.status == 200 && w.path.contains(&format!("/{name}")))
             .unwrap_or_else(|| panic!("no write to {name}: {writes:?}"))
             .at
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_flow_finishes_the_step_it_started_and_starts_no_other() {
+        let fake = FakeSeed::default();
+        fake.create(&RC, "stop", "kcm", 3, &[]);
+        fake.create(&DEPLOYMENT, "stop", "mcm", 2, &[]);
+        let rc = "apiVersion: v1, kind: ReplicationController, name: kcm";
+        let infos = entry(rc, "level: 0", "level: 0") + &deployment("mcm", "level: 1", "level: 1");
+        let mut ctx = context(&fake, &infos, &[]).await;
+        // One write at hand, the next after 1 s.
+        ctx.seed = fake.limited_client(1.0, 1);
+        let stop = CancellationToken::new();
+        let planned = PlannedFlow {
+            dir: Direction::Down,
+            scope: FlowScope::All,
+            reason: "test".into(),
+        };
+        let start = Instant::now();
+        // Stopped while kcm's step (record, then scale) waits for its second write.
+        let (report, ()) = tokio::join!(run_flow(&ctx, "stop", &planned, &stop), async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            stop.cancel();
+        });
+        let report = report.expect("a stopped flow is not a failed one");
+        assert!(report.superseded);
+        assert_eq!(report.changed(), ["kcm"]);
+        // The step's second write went when the budget gave it; mcm (level 1) was never
+        // written.
+        assert_eq!(
+            writes_answered(&fake, start),
+            [(200, Duration::ZERO), (200, Duration::from_secs(1))]
+        );
+        let kcm = fake.object("replicationcontrollers", "stop", "kcm");
+        assert_eq!(kcm["spec"]["replicas"], 0, "{kcm}");
+        assert_eq!(
+            kcm["metadata"]["annotations"][REPLICAS_ANNOTATION], "3",
+            "{kcm}"
+        );
+        let mcm = fake.object("deployments", "stop", "mcm");
+        assert_eq!(mcm["spec"]["replicas"], 2, "{mcm}");
+        // A flow stopped before it began sends nothing.
+        let report = run_flow(&ctx, "stop", &planned, &stop).await.expect("flow");
+        assert!(report.superseded && report.targets.is_empty());
+        assert_eq!(fake.writes().len(), 2);
     }
 
     #[tokio::test(start_paused = true)]
