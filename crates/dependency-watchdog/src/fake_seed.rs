@@ -377,9 +377,12 @@ impl FakeSeed {
             let fake = fake.clone();
             async move { Ok::<_, std::convert::Infallible>(fake.serve(req).await) }
         });
-        // The seed client's retry layer, as `rate_limited_client` stacks it.
+        // The seed client's retry layer and its limiter (a budget never spent: requests are
+        // sent as they come, but its request settings work), as `rate_limited_client` stacks
+        // them.
         let service = tower::ServiceBuilder::new()
             .layer(RetryAfterLayer::new(MAX_RETRIES, None))
+            .layer(crate::rate_limit::RateLimitLayer::new(1e9, u32::MAX))
             .service(service);
         kube::Client::new(service, "default")
     }
