@@ -171,6 +171,7 @@ fn on_slice(
         metrics: weeders.metrics().clone(),
         events: ctx.events.clone(),
         shadow: ctx.shadow.clone(),
+        claims: ctx.claims.namespace(&namespace),
     });
     let replaced = outcome == StartOutcome::Replaced;
     info!(%namespace, slice = %name, %service, replaced, "service is ready again; weeding its crash-looping dependants");
