@@ -291,6 +291,35 @@ async fn deletions_continue_after_the_server_ends_the_watches() -> Result<()> {
     w.stop().await
 }
 
+/// A configured service name that cannot be a label value (a space, a `/`, over 63
+/// characters) is dead alone, as in the reference (which matches client-side): the other
+/// services are weeded. In the server-side selector it made the apiserver refuse the slice
+/// watch, and then no service was weeded at all (docs/faults.md).
+#[tokio::test]
+async fn a_service_name_that_is_no_label_value_leaves_the_other_services_weeded() -> Result<()> {
+    const SVC: &str = "etcd-next-to-bad-names";
+    let client = seed_client().await?;
+    let ns = namespace(&client, "wd-bad-names").await?;
+    ns.create_crashlooping_pod("kapi-crash", &[("role", "apiserver")])
+        .await?;
+    let long = "x".repeat(64);
+    let config = config(
+        "6s",
+        &[
+            (SVC, &["apiserver"]),
+            ("etcd main", &["apiserver"]),
+            ("garden/etcd", &["apiserver"]),
+            (long.as_str(), &["apiserver"]),
+        ],
+    );
+    let w = Running::start(client.clone(), config).await?;
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
+        .await?;
+    wait_gone(&ns, "kapi-crash").await?;
+    w.expect_deleted(SVC, 1).await?;
+    w.stop().await
+}
+
 /// A dual-stack service has two EndpointSlices (IPv4, IPv6); both turning ready start two
 /// weeders (one per slice) watching the same pods. A scheduled pod is deleted gracefully, so it
 /// stays, terminating, and a second DELETE of it succeeds again: without the namespace's shared
