@@ -12,7 +12,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use tracing::warn;
 
-use crate::cache::{Cache, SyncState, run_cache};
+use crate::cache::{Cache, SyncState, name_field_selector, run_cache};
 use crate::rate_limit::{Priority, prioritized};
 
 /// Key of the kubeconfig in the probe secret.
@@ -142,7 +142,7 @@ impl SeedCaches {
         let secrets = Cache::new("probe kubeconfig secrets");
         tasks.spawn({
             let api: Api<Secret> = Api::all(feeds.clone());
-            let config = watcher::Config::default().fields(&format!("metadata.name={secret_name}"));
+            let config = watcher::Config::default().fields(&name_field_selector(secret_name));
             let cache = secrets.clone();
             async move {
                 run_cache(api, config, cache, project_secret).await;
@@ -202,8 +202,8 @@ impl SeedCaches {
             let cache = Cache::new("scaling targets");
             tasks.spawn({
                 let api: Api<DynamicObject> = Api::all_with(feeds.clone(), &resource);
-                let config = watcher::Config::default()
-                    .fields(&format!("metadata.name={}", info.target.name));
+                let config =
+                    watcher::Config::default().fields(&name_field_selector(&info.target.name));
                 let cache = cache.clone();
                 async move {
                     run_cache(api, config, cache, project_target).await;
