@@ -510,6 +510,21 @@ impl Probe {
             self.decide_in_shadow(shadow, dir, scope, &report);
             return;
         }
+        self.hand_over(&report, dir, scope, to_restore, executor);
+    }
+
+    /// Hands the flow in `dir` over `scope` that `report`'s decision calls for over to
+    /// `executor`, unless its targets are already there; publishes the decision (log line,
+    /// attempt count, event) unless the same flow is under way already.
+    fn hand_over(
+        &self,
+        report: &LeaseReport,
+        dir: Direction,
+        scope: FlowScope,
+        to_restore: Vec<String>,
+        executor: &ShootExecutor,
+    ) {
+        let threshold = report.threshold;
         let targets = match (dir, scope) {
             (Direction::Up, FlowScope::All) => to_restore,
             _ => scaler::targets_to_scale(&self.ctx, &self.namespace, dir, scope),
@@ -519,7 +534,7 @@ impl Probe {
                 decision = %report.decision, "{report}; targets already there");
             return;
         }
-        let reason = decision_reason(&report);
+        let reason = decision_reason(report);
         let flow = PlannedFlow { dir, scope, reason };
         let handover = executor.hand_over(flow.clone());
         if handover == Handover::UnderWay {

@@ -231,38 +231,7 @@ pub async fn run_flow(
             }
         });
         let results = futures::future::join_all(runs).await;
-        let mut failure = None;
-        for (name, result) in results {
-            let labels = |outcome| ScaleOpLabels {
-                direction: dir.into(),
-                target: name.clone(),
-                outcome,
-            };
-            match result {
-                // Stopped: neither done nor failed.
-                Err(Error::Superseded { .. }) => report.superseded = true,
-                Ok(outcome) => {
-                    let o = if matches!(outcome, TargetOutcome::Scaled { .. }) {
-                        Outcome::Scaled
-                    } else {
-                        Outcome::Skipped
-                    };
-                    ctx.metrics.scale_operations.get_or_create(&labels(o)).inc();
-                    report.targets.push((name, outcome));
-                }
-                Err(error) => {
-                    ctx.metrics
-                        .scale_operations
-                        .get_or_create(&labels(Outcome::Failed))
-                        .inc();
-                    report.throttled |= error.is_throttled();
-                    if failure.is_none() {
-                        failure = Some((name, error));
-                    }
-                }
-            }
-        }
-        if let Some((target, error)) = failure {
+        if let Some((target, error)) = tally(ctx, dir, results, &mut report) {
             return Err(Box::new(FlowError {
                 report,
                 target,
@@ -274,6 +243,47 @@ pub async fn run_flow(
         }
     }
     Ok(report)
+}
+
+/// Counts the outcomes of one level's targets into `report` and the metrics; the first
+/// failed target and its error, if one failed (a stopped target is neither done nor failed).
+fn tally(
+    ctx: &ProberContext,
+    dir: Direction,
+    results: Vec<(String, Result<TargetOutcome>)>,
+    report: &mut FlowReport,
+) -> Option<(String, Error)> {
+    let mut failure = None;
+    for (name, result) in results {
+        let labels = |outcome| ScaleOpLabels {
+            direction: dir.into(),
+            target: name.clone(),
+            outcome,
+        };
+        match result {
+            Err(Error::Superseded { .. }) => report.superseded = true,
+            Ok(outcome) => {
+                let o = if matches!(outcome, TargetOutcome::Scaled { .. }) {
+                    Outcome::Scaled
+                } else {
+                    Outcome::Skipped
+                };
+                ctx.metrics.scale_operations.get_or_create(&labels(o)).inc();
+                report.targets.push((name, outcome));
+            }
+            Err(error) => {
+                ctx.metrics
+                    .scale_operations
+                    .get_or_create(&labels(Outcome::Failed))
+                    .inc();
+                report.throttled |= error.is_throttled();
+                if failure.is_none() {
+                    failure = Some((name, error));
+                }
+            }
+        }
+    }
+    failure
 }
 
 /// Scales `target` in `namespace`, its writes ranked at `priority` on the seed budget, until
@@ -474,6 +484,27 @@ struct TargetWrites<'a> {
 }
 
 impl<'a> TargetWrites<'a> {
+    /// The writes of `step` to `target` in `namespace`.
+    fn of(
+        ctx: &'a ProberContext,
+        namespace: &'a str,
+        target: &'a TargetCache,
+        step: &Step<'a>,
+    ) -> TargetWrites<'a> {
+        TargetWrites {
+            ctx,
+            api: TargetApi {
+                seed: &ctx.seed,
+                priority: step.priority,
+                namespace,
+                resource: &target.resource,
+                stop: Some(step.stop),
+            },
+            name: &target.info.target.name,
+            limit: call_timeout(step.timeout),
+        }
+    }
+
     /// The same writes, never stopped: for the second write of a step whose first was sent.
     fn unstoppable(&self) -> TargetWrites<'a> {
         TargetWrites {
@@ -570,12 +601,6 @@ async fn attempt_once(
     dir: Direction,
     step: Step<'_>,
 ) -> Result<TargetOutcome> {
-    let Step {
-        priority,
-        timeout,
-        reason,
-        stop,
-    } = step;
     let r = &target.info.target;
     let what = format!("{} {namespace}/{}", r.kind, r.name);
     if !target.cache.is_ready() {
@@ -596,50 +621,25 @@ async fn attempt_once(
         spec_replicas: state.spec_replicas,
         annotations: state.annotations.clone(),
     };
-    let TargetPlan {
-        action,
-        replicas_problem,
-    } = plan_target(dir, &snapshot);
-    let problem = replicas_problem.map(|p| {
-        let text = match action {
-            TargetAction::ScaleUp { replicas } => {
-                format!("{what}: {p}; restoring {replicas} replica(s) instead")
-            }
-            _ => format!(
-                "{what}: {p}; recording the current {} replica(s) instead",
-                state.spec_replicas
-            ),
-        };
-        if first_time(namespace, &r.name, Some(&text)) {
-            warn!("{text}");
-        }
-        text
-    });
-    if problem.is_none() {
-        first_time(namespace, &r.name, None);
-    }
+    let plan = plan_target(dir, &snapshot);
     // The event on the target says why it got the count it got.
-    let reason = match &problem {
-        Some(p) => format!("{reason}; {p}"),
-        None => reason.to_owned(),
+    let reason = match replicas_problem(namespace, &what, &r.name, &plan, state.spec_replicas) {
+        Some(problem) => format!("{}; {problem}", step.reason),
+        None => step.reason.to_owned(),
     };
-    let reason = reason.as_str();
-    let writes = TargetWrites {
+    let change = Change {
         ctx,
-        api: TargetApi {
-            seed: &ctx.seed,
-            priority,
-            namespace,
-            resource: &target.resource,
-            stop: Some(stop),
-        },
-        name: &r.name,
-        limit: call_timeout(timeout),
+        namespace,
+        target,
+        dir,
+        from: state.spec_replicas,
+        reason: &reason,
+        timeout: step.timeout,
+        stop: step.stop,
     };
+    let writes = TargetWrites::of(ctx, namespace, target, &step);
     let rv = state.resource_version.as_deref();
-    // apps/v1 workloads: one write per step; other kinds: annotations and scale subresource.
-    let one_patch = replicas_in_spec(&r.api_version, &r.kind);
-    match action {
+    match plan.action {
         TargetAction::Ignored { clear_marker } => {
             if clear_marker {
                 let what = format!("meltdown annotation of {what}");
@@ -659,91 +659,139 @@ async fn attempt_once(
             )))
         }
         TargetAction::ScaleDown { record_replicas } => {
-            let uid = if one_patch {
-                // Annotations and replicas in one atomic write.
-                let patch = scale_down_patch(record_replicas, rv);
-                let patched = writes
-                    .merge(
-                        format!("scaling {what} to 0 (recording {record_replicas} replicas)"),
-                        &patch,
-                    )
-                    .await?;
-                patched.metadata.uid
-            } else {
-                // Record first, then scale: a crash in between leaves the recorded count behind.
-                // The scale write is conditional on the version the first write produced, so
-                // nothing that changed the target in between is overwritten unseen.
-                let patch = with_resource_version(scale_down_annotation_patch(record_replicas), rv);
-                let recorded = writes
-                    .merge(format!("recording replicas of {what}"), &patch)
-                    .await?;
-                let scale =
-                    scale_subresource_patch(0, recorded.metadata.resource_version.as_deref());
-                let writes = writes.unstoppable();
-                writes.scale(format!("scaling {what} to 0"), &scale).await?;
-                recorded.metadata.uid
-            };
-            info!(
-                from = state.spec_replicas,
-                to = 0,
-                recorded = record_replicas,
-                "scaled down"
-            );
-            // Reported when the replicas changed, not when the goal is reached: a retry after
-            // a slow goal finds the target already scaled and would report nothing.
-            ctx.events.target_scaled(
-                target_ref(namespace, target, uid.as_deref()),
-                dir,
-                state.spec_replicas,
-                0,
-                reason,
-            );
-            wait_for_goal(target, namespace, timeout, stop, |s| {
-                s.spec_replicas == 0 && s.ready_replicas == 0
-            })
-            .await?;
-            Ok(TargetOutcome::Scaled {
-                from: state.spec_replicas,
-                to: 0,
-            })
+            scale_down(&change, &writes, &what, record_replicas, rv).await
         }
-        TargetAction::ScaleUp { replicas } => {
-            let uid = if one_patch {
-                let patch = scale_up_patch(replicas, rv);
-                let patched = writes
-                    .merge(format!("scaling {what} to {replicas}"), &patch)
-                    .await?;
-                patched.metadata.uid
-            } else {
-                let scale = scale_subresource_patch(replicas, rv);
-                let (scaled_rv, uid) = writes
-                    .scale(format!("scaling {what} to {replicas}"), &scale)
-                    .await?;
-                let what = format!("annotations of {what}");
-                writes
-                    .unstoppable()
-                    .remove(what, clear_annotations_patch(), scaled_rv.as_deref())
-                    .await?;
-                uid
-            };
-            ctx.events.target_scaled(
-                target_ref(namespace, target, uid.as_deref()),
-                dir,
-                state.spec_replicas,
-                replicas,
-                reason,
-            );
-            info!(from = 0, to = replicas, "scaled up");
-            wait_for_goal(target, namespace, timeout, stop, |s| {
-                s.spec_replicas == replicas && s.ready_replicas >= 1
-            })
-            .await?;
-            Ok(TargetOutcome::Scaled {
-                from: 0,
-                to: replicas,
-            })
-        }
+        TargetAction::ScaleUp { replicas } => scale_up(&change, &writes, &what, replicas, rv).await,
     }
+}
+
+/// What a step found wrong with the target's `replicas` record and did instead, in words;
+/// warned about once per problem (see [`first_time`]).
+fn replicas_problem(
+    namespace: &str,
+    what: &str,
+    name: &str,
+    plan: &TargetPlan,
+    spec_replicas: i32,
+) -> Option<String> {
+    let Some(p) = &plan.replicas_problem else {
+        first_time(namespace, name, None);
+        return None;
+    };
+    let text = match plan.action {
+        TargetAction::ScaleUp { replicas } => {
+            format!("{what}: {p}; restoring {replicas} replica(s) instead")
+        }
+        _ => format!("{what}: {p}; recording the current {spec_replicas} replica(s) instead"),
+    };
+    if first_time(namespace, name, Some(&text)) {
+        warn!("{text}");
+    }
+    Some(text)
+}
+
+/// One replica change of a step: the target, the direction, the count it is found at, why
+/// (for its event), and the step's timeout and stop token (for the wait for its goal).
+struct Change<'a> {
+    ctx: &'a ProberContext,
+    namespace: &'a str,
+    target: &'a TargetCache,
+    dir: Direction,
+    from: i32,
+    reason: &'a str,
+    timeout: Duration,
+    stop: &'a CancellationToken,
+}
+
+impl Change<'_> {
+    /// Reports the change on the target (when the replicas changed, not when the goal is
+    /// reached: a retry after a slow goal finds the target already scaled and would report
+    /// nothing), then waits for `goal`.
+    async fn scaled(
+        &self,
+        uid: Option<&str>,
+        to: i32,
+        goal: impl Fn(&super::seed_caches::TargetState) -> bool,
+    ) -> Result<TargetOutcome> {
+        let target_ref = target_ref(self.namespace, self.target, uid);
+        let events = &self.ctx.events;
+        events.target_scaled(target_ref, self.dir, self.from, to, self.reason);
+        wait_for_goal(self.target, self.namespace, self.timeout, self.stop, goal).await?;
+        Ok(TargetOutcome::Scaled {
+            from: self.from,
+            to,
+        })
+    }
+}
+
+/// Scales the target down to 0, recording `record` replicas: one write for apps/v1
+/// workloads, annotations then the `scale` subresource for other kinds.
+async fn scale_down(
+    change: &Change<'_>,
+    writes: &TargetWrites<'_>,
+    what: &str,
+    record: i32,
+    rv: Option<&str>,
+) -> Result<TargetOutcome> {
+    let r = &change.target.info.target;
+    let uid = if replicas_in_spec(&r.api_version, &r.kind) {
+        // Annotations and replicas in one atomic write.
+        let patch = scale_down_patch(record, rv);
+        let action = format!("scaling {what} to 0 (recording {record} replicas)");
+        writes.merge(action, &patch).await?.metadata.uid
+    } else {
+        // Record first, then scale: a crash in between leaves the recorded count behind.
+        // The scale write is conditional on the version the first write produced, so
+        // nothing that changed the target in between is overwritten unseen.
+        let patch = with_resource_version(scale_down_annotation_patch(record), rv);
+        let recorded = writes
+            .merge(format!("recording replicas of {what}"), &patch)
+            .await?;
+        let scale = scale_subresource_patch(0, recorded.metadata.resource_version.as_deref());
+        let writes = writes.unstoppable();
+        writes.scale(format!("scaling {what} to 0"), &scale).await?;
+        recorded.metadata.uid
+    };
+    info!(from = change.from, to = 0, recorded = record, "scaled down");
+    change
+        .scaled(uid.as_deref(), 0, |s| {
+            s.spec_replicas == 0 && s.ready_replicas == 0
+        })
+        .await
+}
+
+/// Scales the target up to `replicas`, removing both annotations: one write for apps/v1
+/// workloads, the `scale` subresource then the annotations for other kinds.
+async fn scale_up(
+    change: &Change<'_>,
+    writes: &TargetWrites<'_>,
+    what: &str,
+    replicas: i32,
+    rv: Option<&str>,
+) -> Result<TargetOutcome> {
+    let r = &change.target.info.target;
+    let uid = if replicas_in_spec(&r.api_version, &r.kind) {
+        let patch = scale_up_patch(replicas, rv);
+        let action = format!("scaling {what} to {replicas}");
+        writes.merge(action, &patch).await?.metadata.uid
+    } else {
+        let scale = scale_subresource_patch(replicas, rv);
+        let (scaled_rv, uid) = writes
+            .scale(format!("scaling {what} to {replicas}"), &scale)
+            .await?;
+        let what = format!("annotations of {what}");
+        writes
+            .unstoppable()
+            .remove(what, clear_annotations_patch(), scaled_rv.as_deref())
+            .await?;
+        uid
+    };
+    info!(from = 0, to = replicas, "scaled up");
+    change
+        .scaled(uid.as_deref(), replicas, |s| {
+            s.spec_replicas == replicas && s.ready_replicas >= 1
+        })
+        .await
 }
 
 /// Waits (watching the cache, no polling) until the target's state satisfies `goal`, at
