@@ -380,6 +380,24 @@ fn key_of<K: Resource>(obj: &K) -> Option<(String, String)> {
     Some((obj.meta().namespace.clone().unwrap_or_default(), name))
 }
 
+/// The field selector of the object named `name`: `metadata.name=<name>`, the value escaped as
+/// apimachinery's `fields.EscapeValue` does (`\` → `\\`, `,` → `\,`, `=` → `\=`).
+///
+/// Names come from the config, which accepts any string (as the reference does: it GETs its
+/// targets by name, so a name no object can have only makes that target missing). Unescaped, a
+/// `,` or `=` would make the apiserver refuse the selector, and the cache would never sync,
+/// which holds back every decision; escaped, it selects nothing, and the target is missing.
+pub fn name_field_selector(name: &str) -> String {
+    let mut value = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            value.push('\\');
+        }
+        value.push(c);
+    }
+    format!("metadata.name={value}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,5 +540,14 @@ mod tests {
             .await;
         assert_eq!(never, Err(WaitEnd::TimedOut));
         assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn names_are_escaped_in_field_selectors_as_apimachinery_does() {
+        assert_eq!(
+            name_field_selector("kube-apiserver"),
+            "metadata.name=kube-apiserver"
+        );
+        assert_eq!(name_field_selector(r"a,b=c\d"), r"metadata.name=a\,b\=c\\d");
     }
 }

@@ -61,6 +61,8 @@ pub(crate) struct Call {
     /// `null` without one.
     pub body: Value,
     pub at: Instant,
+    /// When it was answered (for a hung request: when it was given up on by the fake).
+    pub done: Instant,
     pub status: u16,
 }
 
@@ -121,6 +123,8 @@ pub(crate) struct FakeState {
     /// Time from a change of spec.replicas until status.readyReplicas follows; `None`:
     /// never (a seed whose status lags without end).
     pub status_delay: Option<Duration>,
+    /// Every object as a successful patch left it: (when, plural, name, object).
+    pub history: Vec<(Instant, String, String, Value)>,
 }
 
 /// Lease `namespace/name` held by `holder`, renewed now (by the wall clock) for 15 s, after
@@ -377,9 +381,12 @@ impl FakeSeed {
             let fake = fake.clone();
             async move { Ok::<_, std::convert::Infallible>(fake.serve(req).await) }
         });
-        // The seed client's retry layer, as `rate_limited_client` stacks it.
+        // The seed client's retry layer and its limiter (a budget never spent: requests are
+        // sent as they come, but its request settings work), as `rate_limited_client` stacks
+        // them.
         let service = tower::ServiceBuilder::new()
             .layer(RetryAfterLayer::new(MAX_RETRIES, None))
+            .layer(crate::rate_limit::RateLimitLayer::new(1e9, u32::MAX))
             .service(service);
         kube::Client::new(service, "default")
     }
@@ -466,6 +473,7 @@ impl FakeSeed {
             query: decoded_query(&parts.uri),
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
             at: Instant::now(),
+            done: Instant::now(),
             status: 0,
         };
         let outage = {
@@ -482,6 +490,7 @@ impl FakeSeed {
         match outage {
             Some(Outage::Fail(code)) => {
                 call.status = code;
+                call.done = Instant::now();
                 self.lock().calls.push(call);
                 return status(code, "Injected");
             }
@@ -517,11 +526,13 @@ impl FakeSeed {
                     .insert("Retry-After", http::HeaderValue::from_static(v));
             }
             call.status = code;
+            call.done = Instant::now();
             self.lock().calls.push(call);
             return response;
         }
         let response = self.answer(&parts, &call.body).await;
         call.status = response.status().as_u16();
+        call.done = Instant::now();
         self.lock().calls.push(call);
         response
     }
@@ -645,6 +656,13 @@ impl FakeSeed {
         }
         object["metadata"]["resourceVersion"] = json!(rv);
         let object = object.clone();
+        let entry = (
+            Instant::now(),
+            (*plural).to_owned(),
+            (*name).to_owned(),
+            object.clone(),
+        );
+        s.history.push(entry);
         let answer = if scale {
             json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
                 "metadata": {"name": name, "namespace": ns, "uid": object["metadata"]["uid"],

@@ -126,6 +126,11 @@ pub trait HasPriority {
     fn stop_waiting(&self) -> Option<StopWaiting> {
         None
     }
+
+    /// Whom to tell when the request got its token (see [`OnSent`]).
+    fn on_sent(&self) -> Option<OnSent> {
+        None
+    }
 }
 
 impl<B> HasPriority for http::Request<B> {
@@ -140,7 +145,17 @@ impl<B> HasPriority for http::Request<B> {
     fn stop_waiting(&self) -> Option<StopWaiting> {
         self.extensions().get::<StopWaiting>().cloned()
     }
+
+    fn on_sent(&self) -> Option<OnSent> {
+        self.extensions().get::<OnSent>().cloned()
+    }
 }
+
+/// A request setting (in its extensions): notified (`notify_one`) each time the request got
+/// its token and goes on to be sent, so a caller can start its own deadline there and not
+/// count the wait for the budget against it.
+#[derive(Debug, Clone)]
+pub struct OnSent(pub Arc<Notify>);
 
 /// A request setting (in its extensions): once this token is cancelled, the request, if it
 /// still waits for a token of the budget, is not sent and fails with [`NotSent`].
@@ -402,6 +417,7 @@ where
         let buckets = self.buckets.clone();
         let priority = req.priority();
         let stop = req.stop_waiting();
+        let on_sent = req.on_sent();
         Box::pin(async move {
             let acquire = buckets.for_priority(priority).acquire(priority);
             match stop {
@@ -412,6 +428,9 @@ where
                     _ = stop.cancelled() => return Err(NotSent.into()),
                     _ = acquire => {}
                 },
+            }
+            if let Some(OnSent(sent)) = on_sent {
+                sent.notify_one();
             }
             inner.oneshot(req).await
         })

@@ -84,6 +84,7 @@ pub async fn run(
         &config.kube_config_secret_name,
         &config.dependent_resource_infos,
         &mut tasks,
+        &shutdown,
     )
     .await?;
     let events = match shadow {

@@ -70,6 +70,8 @@ struct Harness {
     shadow: Option<Arc<Shadow>>,
     /// The probe's metrics.
     metrics: Arc<Metrics>,
+    /// What the probe shares, for a restarted one.
+    ctx: Arc<ProberContext>,
     spec: watch::Sender<ProbeSpec>,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -159,8 +161,6 @@ impl Harness {
         }
         let caches = caches(&seed, &config).await;
         let metrics = Arc::new(Metrics::default());
-        let probe_timeout = config.probe_timeout;
-        let first_delay = config.initial_delay;
         let shadow = match mode {
             Mode::Normal => None,
             _ => Some(Shadow::new(Component::Prober, WINDOW)),
@@ -190,18 +190,15 @@ impl Harness {
                 cancel.clone(),
             ));
         }
-        let (spec, updates) = watch::channel(settings(grace));
-        let series = ctx.metrics.open_shoot(NS);
-        let mut probe = Probe::new(NS.into(), updates, series, ctx, cancel.clone());
-        let fake_shoot = shoot.clone();
-        probe.shoot_connector = Some(Arc::new(move || fake_shoot.shoot_client(probe_timeout)));
+        let (spec, _) = watch::channel(settings(grace));
         let t0 = Instant::now();
-        let task = tokio::spawn(probe.run(first_delay));
+        let task = spawn_probe(&ctx, &spec, &shoot, &cancel);
         Harness {
             seed,
             shoot,
             shadow,
             metrics,
+            ctx,
             spec,
             cancel,
             task,
@@ -304,6 +301,36 @@ impl Harness {
         self.cancel.cancel();
         self.task.await.expect("probe task");
     }
+
+    /// Stops the probe and starts a new one on the same seed and shoot, as a restarted
+    /// process would (a new executor, the first run after `initialDelay`).
+    async fn restart(&mut self) {
+        self.cancel.cancel();
+        (&mut self.task).await.expect("probe task");
+        self.cancel = CancellationToken::new();
+        self.task = spawn_probe(&self.ctx, &self.spec, &self.shoot, &self.cancel);
+    }
+}
+
+/// Starts a probe of [`NS`] in `ctx`, following `spec`, its shoot client on `shoot`, its
+/// first run after the config's `initialDelay`.
+fn spawn_probe(
+    ctx: &Arc<ProberContext>,
+    spec: &watch::Sender<ProbeSpec>,
+    shoot: &FakeSeed,
+    cancel: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let series = ctx.metrics.open_shoot(NS);
+    let mut probe = Probe::new(
+        NS.into(),
+        spec.subscribe(),
+        series,
+        ctx.clone(),
+        cancel.clone(),
+    );
+    let (fake_shoot, probe_timeout) = (shoot.clone(), ctx.config.probe_timeout);
+    probe.shoot_connector = Some(Arc::new(move || fake_shoot.shoot_client(probe_timeout)));
+    tokio::spawn(probe.run(ctx.config.initial_delay))
 }
 
 /// The seed caches on `seed`, synced: probe secrets (never read: the shoot client comes from
@@ -730,3 +757,6 @@ async fn in_shadow_mode_nodes_are_listed_while_we_would_have_the_shoot_scaled_do
     h.assert_no_writes();
     h.stop().await;
 }
+
+#[path = "interleavings_tests.rs"]
+mod interleavings;

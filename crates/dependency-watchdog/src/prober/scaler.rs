@@ -23,7 +23,7 @@
 //! a step is never left half done by a stop.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dwd_core::scaling::{
@@ -34,6 +34,7 @@ use dwd_core::scaling::{
 use dwd_core::{Direction, TargetAction, TargetSnapshot};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -42,7 +43,7 @@ use super::seed_caches::TargetCache;
 use crate::cache::WaitEnd;
 use crate::events::TargetRef;
 use crate::metrics::{ApiLabel, Outcome, ScaleOpLabels};
-use crate::rate_limit::{Priority, StopWaiting};
+use crate::rate_limit::{OnSent, Priority, StopWaiting};
 use crate::retry_after::Deadline;
 use crate::{Error, Result};
 
@@ -401,10 +402,12 @@ struct TargetApi<'a> {
 impl TargetApi<'_> {
     /// The API for one call that must end by `deadline`: no `Retry-After` wait is started
     /// that would end past it (so a 429 comes back as a 429, not as a timeout).
-    fn until(&self, deadline: Deadline) -> Api<DynamicObject> {
+    /// `sent` is told when the request leaves the seed's budget queue (see [`call`]).
+    fn until(&self, deadline: Deadline, sent: &Arc<Notify>) -> Api<DynamicObject> {
         let mut settings = http::Extensions::new();
         settings.insert(self.priority);
         settings.insert(deadline);
+        settings.insert(OnSent(sent.clone()));
         if let Some(stop) = self.stop {
             settings.insert(StopWaiting(stop.clone()));
         }
@@ -418,17 +421,32 @@ fn deadline_in(limit: Duration) -> Deadline {
     Deadline(tokio::time::Instant::now() + limit)
 }
 
-/// One seed call of a scaling step, bounded by `limit`: the target's call timeout, which also
-/// bounds any `Retry-After` wait within it (`fut` sends through [`TargetApi::until`] with the
-/// deadline of [`deadline_in`]`(limit)`).
+/// One seed call of a scaling step, bounded by `limit` (the target's call timeout) from the
+/// moment it leaves the seed's budget queue (`sent`, see [`TargetApi::until`]). The wait for
+/// the budget is not bounded by it: on the worst day hundreds of flows queue for minutes, and
+/// a write that gave up its place after `timeout` (as the reference's does) would only queue
+/// again at the back, fail its flow after three attempts and be decided anew; a newer verdict
+/// stops the wait instead ([`StopWaiting`]). `limit` also bounds any `Retry-After` wait
+/// within the call (`fut` carries the deadline of [`deadline_in`]`(limit)`).
 async fn call<T>(
     ctx: &ProberContext,
     action: String,
     limit: Duration,
+    sent: &Notify,
     fut: impl std::future::Future<Output = kube::Result<T>>,
 ) -> Result<T> {
     ctx.metrics.count_api_request(ApiLabel::Seed);
-    match tokio::time::timeout(limit, fut).await {
+    tokio::pin!(fut);
+    let answered = tokio::select! {
+        biased;
+        answer = &mut fut => Ok(answer),
+        () = sent.notified() => Err(()),
+    };
+    let answer = match answered {
+        Ok(answer) => Ok(answer),
+        Err(()) => tokio::time::timeout(limit, fut).await,
+    };
+    match answer {
         Err(_) => Err(Error::Timeout {
             action,
             timeout: limit,
@@ -471,10 +489,11 @@ impl<'a> TargetWrites<'a> {
 
     /// One merge patch of the target object.
     async fn merge(&self, action: String, patch: &serde_json::Value) -> Result<DynamicObject> {
-        let api = self.api.until(deadline_in(self.limit));
+        let sent = Arc::new(Notify::new());
+        let api = self.api.until(deadline_in(self.limit), &sent);
         let (pp, patch) = (PatchParams::default(), Patch::Merge(patch));
         let write = api.patch(self.name, &pp, &patch);
-        call(self.ctx, action, self.limit, write).await
+        call(self.ctx, action, self.limit, &sent, write).await
     }
 
     /// Removes what `patch` clears (`what`), conditional on the target's version `rv`.
@@ -491,10 +510,11 @@ impl<'a> TargetWrites<'a> {
         action: String,
         patch: &serde_json::Value,
     ) -> Result<(Option<String>, Option<String>)> {
-        let api = self.api.until(deadline_in(self.limit));
+        let sent = Arc::new(Notify::new());
+        let api = self.api.until(deadline_in(self.limit), &sent);
         let (pp, patch) = (PatchParams::default(), Patch::Merge(patch));
         let write = api.patch_scale(self.name, &pp, &patch);
-        let scale = call(self.ctx, action, self.limit, write).await?;
+        let scale = call(self.ctx, action, self.limit, &sent, write).await?;
         Ok((scale.metadata.resource_version, scale.metadata.uid))
     }
 }
@@ -765,7 +785,6 @@ mod tests {
     //! take no time, and the instants of the writes are exact.
 
     use super::*;
-    use std::sync::Arc;
 
     use kube::api::{ApiResource, GroupVersionKind};
     use serde_json::{Value, json};
@@ -945,6 +964,26 @@ mod tests {
         let report = run_flow(&ctx, "stop", &planned, &stop).await.expect("flow");
         assert!(report.superseded && report.targets.is_empty());
         assert_eq!(fake.writes().len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_waits_for_the_seed_budget_longer_than_its_timeout_and_is_sent_once() {
+        let fake = FakeSeed::default();
+        deployments(&fake, "queue", 2, &[]);
+        // Both at level 0 (30 s timeout): one write at hand, the next after 100 s.
+        let infos =
+            deployment("kcm", "level: 0", "level: 0") + &deployment("mcm", "level: 0", "level: 0");
+        let mut ctx = context(&fake, &infos, &[]).await;
+        ctx.seed = fake.limited_client(0.01, 1);
+        let start = Instant::now();
+        let report = flow(&ctx, "queue", Direction::Down).await.expect("flow");
+        assert_eq!(report.changed(), ["kcm", "mcm"]);
+        // Each write sent once, the second when the budget gave it: no attempt timed out in
+        // the queue.
+        assert_eq!(
+            writes_answered(&fake, start),
+            [(200, Duration::ZERO), (200, Duration::from_secs(100))]
+        );
     }
 
     #[tokio::test(start_paused = true)]
