@@ -34,7 +34,8 @@
 //! (a healthy dependant, a crash-looping non-dependant) ever.
 //!
 //! The reference comes from `dwd_testenv::reference::binary` (built once per machine), ours is
-//! built by cargo (or `DWD_PARITY_OURS`). About 2 minutes on 2 cores, both tests at once.
+//! built by cargo (or `DWD_PARITY_OURS`). About 75 s on 2 cores, both tests at once (the prober's
+//! staging runs again, up to three times, should its two states miss each other).
 
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
