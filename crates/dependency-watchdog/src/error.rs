@@ -97,5 +97,19 @@ impl Error {
     }
 }
 
+/// Whether `error`, or anything in its source chain, is an `E`.
+pub fn caused_by<E: std::error::Error + 'static>(
+    error: &(dyn std::error::Error + 'static),
+) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<E>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
 /// Result with the library's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

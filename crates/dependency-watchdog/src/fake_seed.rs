@@ -374,26 +374,16 @@ impl FakeSeed {
         self.lock().outage = Some((outage, Instant::now() + length));
     }
 
-    /// A client to the fake, with the seed client's retry layer.
+    /// A client to the fake, with the seed client's retry layer and its limiter (a budget
+    /// never spent: requests are sent as they come, but its request settings work).
     pub(crate) fn client(&self) -> kube::Client {
-        let fake = self.clone();
-        let service = tower::service_fn(move |req: Request<kube::client::Body>| {
-            let fake = fake.clone();
-            async move { Ok::<_, std::convert::Infallible>(fake.serve(req).await) }
-        });
-        // The seed client's retry layer and its limiter (a budget never spent: requests are
-        // sent as they come, but its request settings work), as `rate_limited_client` stacks
-        // them.
-        let service = tower::ServiceBuilder::new()
-            .layer(RetryAfterLayer::new(MAX_RETRIES, None))
-            .layer(crate::rate_limit::RateLimitLayer::new(1e9, u32::MAX))
-            .service(service);
-        kube::Client::new(service, "default")
+        self.limited_client(1e9, u32::MAX)
     }
 
     /// [`FakeSeed::client`] with the seed client's request budget in front of the fake
     /// (`qps`, `burst`, priorities and [`crate::rate_limit::StopWaiting`] as in
-    /// `rate_limited_client`): a flow's writes wait for it as they would on a busy seed.
+    /// `rate_limited_client`, which stacks the same layers): a flow's writes wait for it as
+    /// they would on a busy seed.
     pub(crate) fn limited_client(&self, qps: f32, burst: u32) -> kube::Client {
         let fake = self.clone();
         let service = tower::service_fn(move |req: Request<kube::client::Body>| {

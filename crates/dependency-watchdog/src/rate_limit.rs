@@ -170,14 +170,7 @@ pub struct NotSent;
 
 /// Whether `error` (of a request through the limiter) means the request was never sent.
 pub fn is_not_sent(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.is::<NotSent>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
+    crate::error::caused_by::<NotSent>(error)
 }
 
 /// A token bucket whose waiters are served by priority, then in arrival order.
