@@ -2,8 +2,9 @@
 //! lease probe every `probeInterval` (sliding jitter), and hands a scaling flow over to the
 //! shoot's executor ([`super::executor`], polled by the same task) when the lease decision
 //! says so: the probe never waits for a flow, so it keeps its schedule while the seed's budget
-//! holds the flow back, and its newest verdict supersedes the flow it handed over before. Everything it reads from the seed comes from watch caches; everything it
-//! reads from the shoot goes through a client built for this run only and dropped at its end,
+//! holds the flow back, and its newest verdict supersedes the flow it handed over before.
+//! Everything it reads from the seed comes from watch caches; everything it reads from the
+//! shoot goes through a client built for this run only and dropped at its end,
 //! so every run proves reachability anew (the reference disables keep-alive for the same
 //! reason). A slow or dead shoot only delays its own task: every call has `probeTimeout`.
 
