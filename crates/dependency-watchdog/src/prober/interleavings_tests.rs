@@ -20,8 +20,8 @@
 //! The bound: runs × (3 verdicts × 4 write answers × restart or not) = 24^runs sequences, each
 //! with a final healthy stretch; a write every 10 s (the budget) against a run every 10 s, so
 //! flows span several runs and get superseded mid-flow. `cargo test --lib` plays 1 run (24
-//! sequences, a fraction of a second); CI plays 2 (576 sequences, about 20 s on 2 cores:
-//! `DWD_INTERLEAVING_RUNS=2`, see `.ci/run`); 3 runs (13,824 sequences) take about 9 minutes.
+//! sequences, a fraction of a second); CI plays 3 (13,824 sequences, about 140 s on 2 cores:
+//! `DWD_INTERLEAVING_RUNS=3`, see `.ci/run`).
 
 use super::*;
 
@@ -238,16 +238,18 @@ fn check(h: &Harness) -> Vec<String> {
 fn play_share(runs: usize, first: usize, every: usize) -> Vec<String> {
     let options = options();
     let total = options.len().pow(runs as u32);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
     let mut failures = Vec::new();
     for n in (first..total).step_by(every) {
         let steps: Vec<Step> = (0..runs)
             .map(|k| options[(n / options.len().pow(k as u32)) % options.len()])
             .collect();
+        // A runtime per sequence: dropping it ends the watch caches and tasks the sequence
+        // started (kept, they would pile up and slow every later sequence down).
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
         let violations = runtime.block_on(play(&steps));
         if !violations.is_empty() {
             failures.push(format!("{steps:?}:\n  {}", violations.join("\n  ")));
