@@ -125,6 +125,9 @@ pub(crate) struct FakeState {
     pub status_delay: Option<Duration>,
     /// Every object as a successful patch left it: (when, plural, name, object).
     pub history: Vec<(Instant, String, String, Value)>,
+    /// For the next successful patches: how long after applying each the answer is held back
+    /// (a caller that gives up first sees a timeout for a write that was made).
+    pub slow_writes: VecDeque<Duration>,
 }
 
 /// Lease `namespace/name` held by `holder`, renewed now (by the wall clock) for 15 s, after
@@ -521,6 +524,12 @@ impl FakeSeed {
             return response;
         }
         let response = self.answer(&parts, &call.body).await;
+        if parts.method == Method::PATCH && response.status() == http::StatusCode::OK {
+            let held_back = self.lock().slow_writes.pop_front();
+            if let Some(delay) = held_back {
+                tokio::time::sleep(delay).await;
+            }
+        }
         call.status = response.status().as_u16();
         call.done = Instant::now();
         self.lock().calls.push(call);

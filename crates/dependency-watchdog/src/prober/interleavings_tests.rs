@@ -1,8 +1,9 @@
 //! Every interleaving, up to a bound, of what can happen to one shoot while its flows queue
 //! for the seed's budget (docs/behaviour.md §2.20): the probe's verdict at each run (scale
 //! down, scale up, or a failed run), the seed's answer to the next write (success, 409, 429
-//! with a `Retry-After` past the call's deadline, or 500 to all three attempts: a failed
-//! flow), and a process restart (a new probe and
+//! with a `Retry-After` past the call's deadline, 500 to all three attempts: a failed flow, or
+//! a timeout: the write is made but its answer comes after the call gave up), and a process
+//! restart (a new probe and
 //! executor on the same seed). Not a model of the code: the code itself (probe loop, executor,
 //! scaler, limiter) against the in-memory seed on a paused clock, for each of the
 //! sequences of the bound below. After each sequence the shoot stays healthy until everything is
@@ -17,10 +18,10 @@
 //! 5. an outage after the sequence takes both targets down with their record (2),
 //!    and in the end both run their 2 replicas without annotations.
 //!
-//! The bound: runs × (3 verdicts × 4 write answers × restart or not) = 24^runs sequences, each
+//! The bound: runs × (3 verdicts × 5 write answers × restart or not) = 30^runs sequences, each
 //! with a final healthy stretch; a write every 10 s (the budget) against a run every 10 s, so
-//! flows span several runs and get superseded mid-flow. `cargo test --lib` plays 1 run (24
-//! sequences, a fraction of a second); CI plays 3 (13,824 sequences, about 140 s on 2 cores:
+//! flows span several runs and get superseded mid-flow. `cargo test --lib` plays 1 run (30
+//! sequences, a fraction of a second); CI plays 3 (27,000 sequences, 214 s on 2 cores:
 //! `DWD_INTERLEAVING_RUNS=3`, see `.ci/run`).
 
 use super::*;
@@ -45,6 +46,8 @@ enum Answer {
     Throttled,
     /// 500 to this write and its two retries: the target, its level and the flow fail.
     Rejected,
+    /// The write is made, its answer held back past the call's timeout.
+    TimedOut,
 }
 
 /// One step: what the next run finds, how the next write is answered, whether the process
@@ -57,11 +60,12 @@ struct Step {
 }
 
 const VERDICTS: [Verdict; 3] = [Verdict::Down, Verdict::Up, Verdict::Failed];
-const ANSWERS: [Answer; 4] = [
+const ANSWERS: [Answer; 5] = [
     Answer::Ok,
     Answer::Conflict,
     Answer::Throttled,
     Answer::Rejected,
+    Answer::TimedOut,
 ];
 /// Runs per sequence: `DWD_INTERLEAVING_RUNS`, 1 without it.
 fn runs() -> usize {
@@ -118,6 +122,8 @@ async fn play(steps: &[Step]) -> Vec<String> {
                 Answer::Ok => {}
                 Answer::Conflict => s.fail_writes.push_back((409, None)),
                 Answer::Throttled => s.fail_writes.push_back((429, Some("60"))),
+                // Past the targets' 30 s call timeout.
+                Answer::TimedOut => s.slow_writes.push_back(secs(40)),
                 Answer::Rejected => {
                     for _ in 0..crate::prober::scaler::ATTEMPTS {
                         s.fail_writes.push_back((500, None));
