@@ -161,3 +161,82 @@ async fn discovery_failing_at_start_is_retried_until_the_seed_recovers() {
     );
     seed.set_throttled(false);
 }
+
+/// An optional target whose watch the seed refuses (here: the prober's user may not list
+/// StatefulSets; a kind removed after startup answers 404 the same way) counts as absent, so it
+/// is skipped in every flow, and the caches every decision waits for are in sync. It used to stay
+/// "listing" for ever: no decision for any shoot, `/readyz` 503 (docs/faults.md).
+#[tokio::test]
+async fn an_optional_target_whose_watch_is_refused_does_not_hold_back_the_others() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    const USER: &str = "dwd-caches-without-statefulsets";
+    let env = dwd_testenv::TestEnv::shared()
+        .await
+        .expect("test environment");
+    let seed = env.apiserver("seed").expect("seed apiserver");
+    let admin = seed.client().await.expect("admin client");
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": USER},
+        "rules": [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["machine.sapcloud.io"], "resources": ["machines"], "verbs": ["get", "list", "watch"]}
+        ]
+    }))
+    .expect("role");
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": USER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": USER},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]
+    }))
+    .expect("binding");
+    let pp = kube::api::PostParams::default();
+    let _ = kube::Api::<ClusterRole>::all(admin.clone())
+        .create(&pp, &role)
+        .await;
+    let _ = kube::Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&pp, &binding)
+        .await;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(seed.kubeconfig()).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("config");
+    config.auth_info.impersonate = Some(USER.into());
+    let limited = kube::Client::try_from(config).expect("client");
+    // RBAC takes effect asynchronously: wait until the user may list Deployments.
+    eventually(DEADLINE, "the limited user's RBAC in effect", || {
+        let api = kube::Api::<k8s_openapi::api::apps::v1::Deployment>::all(limited.clone());
+        async move {
+            Ok(api
+                .list(&kube::api::ListParams::default().limit(1))
+                .await
+                .ok()
+                .map(|_| ()))
+        }
+    })
+    .await
+    .expect("RBAC");
+
+    let targets = targets_with(
+        "  - ref: {kind: StatefulSet, name: forbidden-target, apiVersion: apps/v1}\n    optional: true\n    scaleUp: {level: 0}\n    scaleDown: {level: 0}\n",
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let caches = SeedCaches::start(&limited, "probe-secret", &targets, &mut tasks, &shutdown)
+        .await
+        .expect("caches start");
+    wait_synced(&caches).await;
+    let forbidden = caches
+        .targets
+        .iter()
+        .find(|t| t.info.target.name == "forbidden-target")
+        .expect("the forbidden target has a cache");
+    assert!(
+        forbidden.cache.is_ready() && forbidden.cache.is_empty(),
+        "absent"
+    );
+    tasks.shutdown().await;
+}

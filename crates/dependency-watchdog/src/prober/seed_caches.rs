@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cache::{Cache, SyncState, name_field_selector, run_cache};
+use crate::cache::{Cache, SyncState, name_field_selector, run_cache, run_optional_cache};
 use crate::rate_limit::{Priority, prioritized};
 
 /// Pause before a target's kind is looked up again after a discovery error that says nothing
@@ -257,8 +257,14 @@ impl SeedCaches {
                 let config =
                     watcher::Config::default().fields(&name_field_selector(&info.target.name));
                 let cache = cache.clone();
+                let optional = info.optional;
                 async move {
-                    run_cache(api, config, cache, project_target).await;
+                    // An optional target's refused watch must not hold back the others.
+                    if optional {
+                        run_optional_cache(api, config, cache, project_target).await;
+                    } else {
+                        run_cache(api, config, cache, project_target).await;
+                    }
                     "target cache"
                 }
             });
