@@ -145,8 +145,22 @@ async fn discover(
 ) -> crate::Result<Result<ApiResource, kube::Error>> {
     let mut pause = DISCOVERY_FIRST_RETRY;
     let mut attempt: u32 = 1;
+    let ended = || {
+        crate::Error::TaskDied(
+            "seed discovery",
+            format!(
+                "shutdown while discovering the kind of target {}",
+                info.target.name
+            ),
+        )
+    };
     loop {
-        let error = match kube::discovery::pinned_kind(seed, gvk).await {
+        // Raced with shutdown too: one discovery call may wait out the seed's `Retry-After`s.
+        let found = tokio::select! {
+            found = kube::discovery::pinned_kind(seed, gvk) => found,
+            () = shutdown.cancelled() => return Err(ended()),
+        };
+        let error = match found {
             Ok((resource, _caps)) => {
                 if attempt > 1 {
                     info!(target = %info.target.name, attempt, "the target's kind was discovered after the seed recovered");
@@ -167,12 +181,7 @@ async fn discover(
         );
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
-            () = shutdown.cancelled() => {
-                return Err(crate::Error::TaskDied(
-                    "seed discovery",
-                    format!("shutdown while discovering the kind of target {}", info.target.name),
-                ));
-            }
+            () = shutdown.cancelled() => return Err(ended()),
         }
         pause = (pause * 2).min(DISCOVERY_MAX_RETRY);
         attempt = attempt.saturating_add(1);
