@@ -298,14 +298,66 @@ pub async fn run_cache<K, T, F>(
             .default_backoff()
             .boxed()
     };
-    feed_from(start, cache, project).await;
+    feed(start, cache, project, false).await;
+}
+
+/// [`run_cache`] for an optional scaling target: a watch the seed refuses (403: forbidden, or
+/// 404: the kind is no longer served) makes the cache *absent* instead of unsynced: synced and
+/// empty, with one warning, so the target counts as not found (an optional target not found is
+/// skipped in every flow) and does not hold back the other targets' and shoots' decisions, nor
+/// readiness. The watch is started anew then, and fills the cache once it lists again.
+pub async fn run_optional_cache<K, T, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    cache: Arc<Cache<T>>,
+    project: F,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    T: Send + Sync + 'static,
+    F: Fn(&K) -> Option<T> + Send + 'static,
+{
+    let start = move || {
+        watcher::watcher(api.clone(), config.clone())
+            .default_backoff()
+            .boxed()
+    };
+    feed(start, cache, project, true).await;
+}
+
+/// Whether the seed refused the watch or list for good, as far as one call can tell: 403
+/// (forbidden) or 404 (the kind is not served).
+fn is_refusal(e: &watcher::Error) -> bool {
+    let code = match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code,
+        watcher::Error::WatchError(s) => s.code,
+        _ => return false,
+    };
+    matches!(code, 403 | 404)
 }
 
 /// Feeds `cache` from the watch streams `start` makes: the first at once, a new one (which
 /// lists everything again) when the current one kept failing for [`STALE_AFTER`]; meanwhile
 /// the cache is [`SyncState::Stale`].
-pub async fn feed_from<K, T, F, S>(mut start: impl FnMut() -> S, cache: Arc<Cache<T>>, project: F)
+pub async fn feed_from<K, T, F, S>(start: impl FnMut() -> S, cache: Arc<Cache<T>>, project: F)
 where
+    K: Resource,
+    T: Send + Sync + 'static,
+    F: Fn(&K) -> Option<T>,
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Unpin,
+{
+    feed(start, cache, project, false).await;
+}
+
+/// [`feed_from`]; with `absent_on_refusal`, a refused watch makes the cache absent (see
+/// [`run_optional_cache`]) instead of unsynced.
+async fn feed<K, T, F, S>(
+    mut start: impl FnMut() -> S,
+    cache: Arc<Cache<T>>,
+    project: F,
+    absent_on_refusal: bool,
+) where
     K: Resource,
     T: Send + Sync + 'static,
     F: Fn(&K) -> Option<T>,
@@ -314,11 +366,30 @@ where
     let what = cache.what();
     let mut fresh: Option<Shelf<T>> = None;
     let mut streak = FailureStreak::default();
+    // Whether the cache stands for "absent" since the seed refused its watch.
+    let mut absent = false;
     let mut events = start();
     loop {
         let event = match events.try_next().await {
             Ok(Some(event)) => event,
             Ok(None) => break,
+            Err(e) if absent_on_refusal && is_refusal(&e) => {
+                let failing_for = streak.failed(Instant::now());
+                // Refused before the first list, or for as long as makes another cache stale.
+                if !absent && (!cache.is_ready() || streak.is_stale()) {
+                    tracing::warn!(cache = what, error = %e, failing_for = ?failing_for,
+                        "optional target: the seed refuses its watch; treated as absent (skipped in every flow, not holding back the others) until the watch lists again");
+                    absent = true;
+                    cache.replace(HashMap::new());
+                    // A new watch lists everything once the seed lets it, instead of resuming
+                    // from a resourceVersion whose objects the cache no longer holds.
+                    fresh = None;
+                    events = start();
+                } else {
+                    tracing::debug!(cache = what, error = %e, "watch refused, retrying");
+                }
+                continue;
+            }
             Err(e) => {
                 let failing_for = streak.failed(Instant::now());
                 if streak.is_stale() && cache.is_ready() {
@@ -348,6 +419,13 @@ where
                 }
             }
             Event::InitDone => {
+                if absent {
+                    tracing::info!(
+                        cache = what,
+                        "optional target: its watch lists again; no longer treated as absent"
+                    );
+                    absent = false;
+                }
                 let shelf = fresh.take().unwrap_or_default();
                 let count: usize = shelf.values().map(HashMap::len).sum();
                 let was = cache.sync_state();
@@ -380,6 +458,24 @@ fn key_of<K: Resource>(obj: &K) -> Option<(String, String)> {
     Some((obj.meta().namespace.clone().unwrap_or_default(), name))
 }
 
+/// The field selector of the object named `name`: `metadata.name=<name>`, the value escaped as
+/// apimachinery's `fields.EscapeValue` does (`\` → `\\`, `,` → `\,`, `=` → `\=`).
+///
+/// Names come from the config, which accepts any string (as the reference does: it GETs its
+/// targets by name, so a name no object can have only makes that target missing). Unescaped, a
+/// `,` or `=` would make the apiserver refuse the selector, and the cache would never sync,
+/// which holds back every decision; escaped, it selects nothing, and the target is missing.
+pub fn name_field_selector(name: &str) -> String {
+    let mut value = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            value.push('\\');
+        }
+        value.push(c);
+    }
+    format!("metadata.name={value}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,6 +497,10 @@ mod tests {
 
     /// A cache fed from watch streams the test writes to; `streams` counts the starts.
     fn fed_cache() -> (Arc<Cache<String>>, Feeds, Starts) {
+        fed_cache_with(false)
+    }
+
+    fn fed_cache_with(absent_on_refusal: bool) -> (Arc<Cache<String>>, Feeds, Starts) {
         let cache: Arc<Cache<String>> = Cache::new("config maps");
         let feeds = Arc::new(Mutex::new(VecDeque::new()));
         let starts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -411,9 +511,12 @@ mod tests {
             n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             rx
         };
-        tokio::spawn(feed_from(start, cache.clone(), |c: &ConfigMap| {
-            c.metadata.name.clone()
-        }));
+        tokio::spawn(feed(
+            start,
+            cache.clone(),
+            |c: &ConfigMap| c.metadata.name.clone(),
+            absent_on_refusal,
+        ));
         (cache, feeds, starts)
     }
 
@@ -471,6 +574,60 @@ mod tests {
         assert!(cache.get("ns", "b").is_some());
     }
 
+    fn refused(code: u16) -> watcher::Error {
+        let status = kube::core::Status::failure("refused", "Reason").with_code(code);
+        watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_optional_targets_refused_watch_makes_its_cache_absent_not_unsynced() {
+        // Refused from the start: absent at once.
+        let (cache, feeds, starts) = fed_cache_with(true);
+        settle().await;
+        send(&feeds, Err(refused(403)));
+        settle().await;
+        assert!(
+            cache.is_ready() && cache.is_empty(),
+            "{:?}",
+            cache.sync_state()
+        );
+        assert_eq!(starts.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Let in later: it lists, and holds what it listed.
+        list(&feeds, &["a"]);
+        settle().await;
+        assert!(cache.get("ns", "a").is_some());
+        // Refused for as long as makes a cache stale (the kind removed): absent, not stale.
+        for _ in 0..11 {
+            send(&feeds, Err(refused(404)));
+            settle().await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        send(&feeds, Err(refused(404)));
+        settle().await;
+        assert!(
+            cache.is_ready() && cache.is_empty(),
+            "{:?}",
+            cache.sync_state()
+        );
+        // Other errors still make it stale, as any cache.
+        let (cache, feeds, _) = fed_cache_with(true);
+        settle().await;
+        list(&feeds, &["a"]);
+        settle().await;
+        for _ in 0..12 {
+            send(&feeds, Err(watcher::Error::NoResourceVersion));
+            settle().await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        assert!(matches!(cache.sync_state(), SyncState::Stale(_)));
+        // And without the option, a refusal is an error like any other: not ready.
+        let (cache, feeds, _) = fed_cache();
+        settle().await;
+        send(&feeds, Err(refused(403)));
+        settle().await;
+        assert!(!cache.is_ready());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn isolated_watch_errors_leave_the_cache_in_sync() {
         let (cache, feeds, starts) = fed_cache();
@@ -522,5 +679,14 @@ mod tests {
             .await;
         assert_eq!(never, Err(WaitEnd::TimedOut));
         assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn names_are_escaped_in_field_selectors_as_apimachinery_does() {
+        assert_eq!(
+            name_field_selector("kube-apiserver"),
+            "metadata.name=kube-apiserver"
+        );
+        assert_eq!(name_field_selector(r"a,b=c\d"), r"metadata.name=a\,b\=c\\d");
     }
 }

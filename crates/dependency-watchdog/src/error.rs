@@ -50,6 +50,12 @@ pub enum Error {
         /// The limit.
         timeout: std::time::Duration,
     },
+    /// A scaling step was not made: a newer verdict superseded its flow (nothing was sent).
+    #[error("{action}: stopped, a newer verdict superseded the flow")]
+    Superseded {
+        /// What was not done.
+        action: String,
+    },
     /// A scaling step failed for a reason that is not an API error.
     #[error("{0}")]
     Scaling(String),
@@ -89,6 +95,20 @@ impl Error {
     pub fn is_conflict(&self) -> bool {
         matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 409)
     }
+}
+
+/// Whether `error`, or anything in its source chain, is an `E`.
+pub fn caused_by<E: std::error::Error + 'static>(
+    error: &(dyn std::error::Error + 'static),
+) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<E>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// Result with the library's error.

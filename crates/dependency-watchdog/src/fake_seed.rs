@@ -61,6 +61,8 @@ pub(crate) struct Call {
     /// `null` without one.
     pub body: Value,
     pub at: Instant,
+    /// When it was answered (for a hung request: when it was given up on by the fake).
+    pub done: Instant,
     pub status: u16,
 }
 
@@ -121,6 +123,11 @@ pub(crate) struct FakeState {
     /// Time from a change of spec.replicas until status.readyReplicas follows; `None`:
     /// never (a seed whose status lags without end).
     pub status_delay: Option<Duration>,
+    /// Every object as a successful patch left it: (when, plural, name, object).
+    pub history: Vec<(Instant, String, String, Value)>,
+    /// For the next successful patches: how long after applying each the answer is held back
+    /// (a caller that gives up first sees a timeout for a write that was made).
+    pub slow_writes: VecDeque<Duration>,
 }
 
 /// Lease `namespace/name` held by `holder`, renewed now (by the wall clock) for 15 s, after
@@ -351,16 +358,25 @@ impl FakeSeed {
         self.lock().outage = Some((outage, Instant::now() + length));
     }
 
-    /// A client to the fake, with the seed client's retry layer.
+    /// A client to the fake, with the seed client's retry layer and its limiter (a budget
+    /// never spent: requests are sent as they come, but its request settings work).
     pub(crate) fn client(&self) -> kube::Client {
+        self.limited_client(1e9, u32::MAX)
+    }
+
+    /// [`FakeSeed::client`] with the seed client's request budget in front of the fake
+    /// (`qps`, `burst`, priorities and [`crate::rate_limit::StopWaiting`] as in
+    /// `rate_limited_client`, which stacks the same layers): a flow's writes wait for it as
+    /// they would on a busy seed.
+    pub(crate) fn limited_client(&self, qps: f32, burst: u32) -> kube::Client {
         let fake = self.clone();
         let service = tower::service_fn(move |req: Request<kube::client::Body>| {
             let fake = fake.clone();
             async move { Ok::<_, std::convert::Infallible>(fake.serve(req).await) }
         });
-        // The seed client's retry layer, as `rate_limited_client` stacks it.
         let service = tower::ServiceBuilder::new()
             .layer(RetryAfterLayer::new(MAX_RETRIES, None))
+            .layer(crate::rate_limit::RateLimitLayer::new(qps, burst))
             .service(service);
         kube::Client::new(service, "default")
     }
@@ -431,6 +447,7 @@ impl FakeSeed {
             query: decoded_query(&parts.uri),
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
             at: Instant::now(),
+            done: Instant::now(),
             status: 0,
         };
         let outage = {
@@ -447,6 +464,7 @@ impl FakeSeed {
         match outage {
             Some(Outage::Fail(code)) => {
                 call.status = code;
+                call.done = Instant::now();
                 self.lock().calls.push(call);
                 return status(code, "Injected");
             }
@@ -482,11 +500,19 @@ impl FakeSeed {
                     .insert("Retry-After", http::HeaderValue::from_static(v));
             }
             call.status = code;
+            call.done = Instant::now();
             self.lock().calls.push(call);
             return response;
         }
         let response = self.answer(&parts, &call.body).await;
+        if parts.method == Method::PATCH && response.status() == http::StatusCode::OK {
+            let held_back = self.lock().slow_writes.pop_front();
+            if let Some(delay) = held_back {
+                tokio::time::sleep(delay).await;
+            }
+        }
         call.status = response.status().as_u16();
+        call.done = Instant::now();
         self.lock().calls.push(call);
         response
     }
@@ -610,6 +636,13 @@ impl FakeSeed {
         }
         object["metadata"]["resourceVersion"] = json!(rv);
         let object = object.clone();
+        let entry = (
+            Instant::now(),
+            (*plural).to_owned(),
+            (*name).to_owned(),
+            object.clone(),
+        );
+        s.history.push(entry);
         let answer = if scale {
             json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
                 "metadata": {"name": name, "namespace": ns, "uid": object["metadata"]["uid"],

@@ -343,14 +343,7 @@ pub struct ResponseTooLarge {
 
 /// Whether `error` (or anything in its source chain) is a [`ResponseTooLarge`].
 pub fn is_response_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.is::<ResponseTooLarge>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
+    crate::error::caused_by::<ResponseTooLarge>(error)
 }
 
 /// Wraps every response body so that it fails once it passes [`ResponseLimits`]: the bytes

@@ -266,7 +266,8 @@ pub struct Metrics {
     pub scaling_attempts: Family<ShootDirectionLabels, Counter>,
     /// 1 while this replica leads (or acts alone), 0 otherwise.
     pub leader: Gauge,
-    /// Duration of probe runs (API-server probe, lease probe and any scaling flow).
+    /// Duration of probe runs (API-server probe, lease probe; a scaling flow runs beside them,
+    /// in the shoot's executor).
     pub probe_run_duration: DurationHistogram,
     /// Weeders running now.
     pub active_weeders: Gauge,
@@ -354,7 +355,7 @@ impl Metrics {
         let p = r.sub_registry_with_prefix("prober");
         p.register(
             "probe_run_duration_seconds",
-            "Duration of probe runs, including any scaling flow",
+            "Duration of probe runs (the scaling flows run beside them)",
             self.probe_run_duration.0.clone(),
         );
         p.register(

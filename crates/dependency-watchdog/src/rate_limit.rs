@@ -12,6 +12,11 @@
 //! Within one priority, requests go in arrival order.
 //!
 //! A watch takes one token when it starts; its events are not requests and are never delayed.
+//!
+//! A request may carry [`StopWaiting`]: when its token is cancelled while the request still
+//! waits for the budget, the request is not sent and fails with [`NotSent`]. A scaling flow
+//! that a newer verdict superseded stops this way without a write on the wire (a request
+//! already sent is never abandoned: it may have been applied).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -116,6 +121,16 @@ pub fn prioritized(seed: &kube::Client, priority: Priority) -> kube::Client {
 pub trait HasPriority {
     /// The request's priority on the bucket.
     fn priority(&self) -> Priority;
+
+    /// When to give up waiting for the budget, if ever (see [`StopWaiting`]).
+    fn stop_waiting(&self) -> Option<StopWaiting> {
+        None
+    }
+
+    /// Whom to tell when the request got its token (see [`OnSent`]).
+    fn on_sent(&self) -> Option<OnSent> {
+        None
+    }
 }
 
 impl<B> HasPriority for http::Request<B> {
@@ -126,6 +141,36 @@ impl<B> HasPriority for http::Request<B> {
             .copied()
             .unwrap_or(Priority::DEFAULT)
     }
+
+    fn stop_waiting(&self) -> Option<StopWaiting> {
+        self.extensions().get::<StopWaiting>().cloned()
+    }
+
+    fn on_sent(&self) -> Option<OnSent> {
+        self.extensions().get::<OnSent>().cloned()
+    }
+}
+
+/// A request setting (in its extensions): notified (`notify_one`) each time the request got
+/// its token and goes on to be sent, so a caller can start its own deadline there and not
+/// count the wait for the budget against it.
+#[derive(Debug, Clone)]
+pub struct OnSent(pub Arc<Notify>);
+
+/// A request setting (in its extensions): once this token is cancelled, the request, if it
+/// still waits for a token of the budget, is not sent and fails with [`NotSent`].
+#[derive(Debug, Clone)]
+pub struct StopWaiting(pub tokio_util::sync::CancellationToken);
+
+/// The error of a request that was never sent: its [`StopWaiting`] was cancelled while it
+/// waited for the budget.
+#[derive(Debug, thiserror::Error)]
+#[error("not sent: stopped while waiting for the seed's request budget")]
+pub struct NotSent;
+
+/// Whether `error` (of a request through the limiter) means the request was never sent.
+pub fn is_not_sent(error: &(dyn std::error::Error + 'static)) -> bool {
+    crate::error::caused_by::<NotSent>(error)
 }
 
 /// A token bucket whose waiters are served by priority, then in arrival order.
@@ -364,8 +409,22 @@ where
         let inner = self.inner.clone();
         let buckets = self.buckets.clone();
         let priority = req.priority();
+        let stop = req.stop_waiting();
+        let on_sent = req.on_sent();
         Box::pin(async move {
-            buckets.for_priority(priority).acquire(priority).await;
+            let acquire = buckets.for_priority(priority).acquire(priority);
+            match stop {
+                None => acquire.await,
+                Some(StopWaiting(stop)) => tokio::select! {
+                    // Stopped before the wait began: not sent either.
+                    biased;
+                    _ = stop.cancelled() => return Err(NotSent.into()),
+                    _ = acquire => {}
+                },
+            }
+            if let Some(OnSent(sent)) = on_sent {
+                sent.notify_one();
+            }
             inner.oneshot(req).await
         })
     }
@@ -454,6 +513,56 @@ mod tests {
         }
         // 30 requests with burst 10 at 5 qps: (30 − 10) / 5 = 4 s.
         assert!(close(sent[29], 4000), "{:?}", sent[29]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_stopped_while_it_waits_for_the_budget_is_not_sent_and_takes_no_token() {
+        use tokio_util::sync::CancellationToken;
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let inner = tower::service_fn(move |req: http::Request<u32>| {
+            let id = *req.body();
+            if let Ok(mut log) = log.lock() {
+                log.push((id, Instant::now()));
+            }
+            std::future::ready(Ok::<_, Infallible>(()))
+        });
+        let mut svc = RateLimitLayer::<http::Request<u32>>::new(1.0, 1).layer(inner);
+        let request = |id: u32, stop: Option<&CancellationToken>| {
+            let mut req = http::Request::new(id);
+            if let Some(stop) = stop {
+                req.extensions_mut().insert(StopWaiting(stop.clone()));
+            }
+            req
+        };
+        let start = Instant::now();
+        svc.call(request(0, None))
+            .await
+            .expect("the burst's request");
+        // Request 1 waits for the next token (1 s), request 2 behind it.
+        let stop = CancellationToken::new();
+        let stopped = tokio::spawn(svc.call(request(1, Some(&stop))));
+        let behind = tokio::spawn(svc.call(request(2, None)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.cancel();
+        let error = stopped
+            .await
+            .expect("task")
+            .expect_err("stopped while waiting");
+        assert!(is_not_sent(error.as_ref()), "{error}");
+        behind.await.expect("task").expect("sent");
+        // A token already cancelled: not sent even with a token at hand (after 10 s idle).
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let error = svc
+            .call(request(3, Some(&stop)))
+            .await
+            .expect_err("stopped before it waited");
+        assert!(is_not_sent(error.as_ref()), "{error}");
+        // Request 1 never reached the service, and its place went to request 2 at 1 s.
+        let seen = seen.lock().expect("log").clone();
+        let ids: Vec<u32> = seen.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [0, 2], "{seen:?}");
+        assert!(close(seen[1].1 - start, 1000), "{seen:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,6 +19,13 @@
 //! ([`deadline_client`]; the scaler makes one per call, from its call timeout; see
 //! [`crate::request_settings`]).
 //!
+//! client-go also retries a `GET` whose connection was reset or ended early (`request.go`:
+//! `net.IsConnectionReset(err) || net.IsProbableEOF(err)`, only for `GET`, 1 s apart, within the
+//! same 10 retries and the caller's context). So does this layer ([`is_reset_or_eof`],
+//! [`RESET_RETRY_WAIT`]), within the same deadline: a shoot apiserver whose load balancer resets
+//! a connection does not fail the probe run when a second attempt fits into `probeTimeout`.
+//! Only reads are retried: a write whose connection broke may have been applied.
+//!
 //! The layer goes outermost: every attempt passes the client's rate limiter again and is
 //! counted in `rest_client_requests_total`, as client-go's attempts are.
 
@@ -34,6 +41,42 @@ use tracing::debug;
 
 /// client-go's `maxRetries`: at most this many retries (11 attempts) per request.
 pub const MAX_RETRIES: u32 = 10;
+
+/// client-go's pause before a `GET` is sent again after a connection reset or EOF.
+pub const RESET_RETRY_WAIT: Duration = Duration::from_secs(1);
+
+/// Whether `error` (or one of its sources) is a connection reset or a connection that ended
+/// before the response did: client-go's `IsConnectionReset || IsProbableEOF`.
+pub fn is_reset_or_eof(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            ) {
+                return true;
+            }
+            // A wrapping io::Error (the TLS connector's) names the wrapped error's source as
+            // its own, skipping the wrapped error: look into it.
+            if let Some(inner) = io.get_ref() {
+                current = Some(inner as &(dyn std::error::Error + 'static));
+                continue;
+            }
+        }
+        // "connection closed before message completed": the peer's EOF.
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
 
 /// The latest instant a `Retry-After` wait of a request may end at, carried in the request's
 /// extensions (see [`crate::request_settings`]).
@@ -204,29 +247,41 @@ where
                 .min();
             let (parts, body) = request.into_parts();
             let replay = body.replay();
-            let mut response = send(&inner, copy_request(&parts, body)).await?;
+            let mut result = send(&inner, copy_request(&parts, body)).await;
             let mut retries = 0;
             loop {
-                let Some(wait) = retry_wait(&response) else {
-                    return Ok(response);
+                let (wait, why) = match &result {
+                    Ok(response) => match retry_wait(response) {
+                        Some(wait) => (
+                            wait,
+                            format!("answered {} with Retry-After", response.status()),
+                        ),
+                        None => return result,
+                    },
+                    // Only reads: a write whose connection broke may have been applied.
+                    Err(e) if parts.method == http::Method::GET && is_reset_or_eof(&**e) => (
+                        RESET_RETRY_WAIT,
+                        format!("connection reset or closed early ({e})"),
+                    ),
+                    Err(_) => return result,
                 };
                 let Some(body) = replay.as_ref().and_then(ReplayableBody::replay) else {
-                    return Ok(response);
+                    return result;
                 };
                 if retries >= max_retries {
-                    return Ok(response);
+                    return result;
                 }
                 if deadline.is_some_and(|d| Instant::now() + wait >= d) {
-                    debug!(status = %response.status(), ?wait, "Retry-After would pass the call's deadline; not retrying");
-                    return Ok(response);
+                    debug!(%why, ?wait, "a retry would pass the call's deadline; not retrying");
+                    return result;
                 }
                 retries += 1;
-                debug!(status = %response.status(), ?wait, retry = retries, method = %parts.method,
-                    path = parts.uri.path(), "answered with Retry-After; retrying");
+                debug!(%why, ?wait, retry = retries, method = %parts.method,
+                    path = parts.uri.path(), "retrying");
                 // The answer's body is not needed; dropping it closes its connection.
-                drop(response);
+                drop(result);
                 tokio::time::sleep(wait).await;
-                response = send(&inner, copy_request(&parts, body)).await?;
+                result = send(&inner, copy_request(&parts, body)).await;
             }
         })
     }
@@ -455,5 +510,56 @@ mod tests {
         assert_eq!(a.expect("a").status(), 200);
         assert_eq!(b.expect("b").status(), 200);
         assert_eq!(seen.lock().expect("seen").len(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_gets_are_retried_after_a_connection_reset_one_second_later() {
+        for method in [http::Method::GET, http::Method::PATCH, http::Method::POST] {
+            let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let count = calls.clone();
+            let service = tower::service_fn(move |_req: Request<TestBody>| {
+                let first = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+                std::future::ready(if first {
+                    Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+                } else {
+                    Ok(Response::new(()))
+                })
+            });
+            let mut svc = RetryAfterLayer::new(MAX_RETRIES, None).layer(service);
+            let request = Request::builder()
+                .method(method.clone())
+                .uri("/api/v1/namespaces/ns/pods")
+                .body(TestBody::Bytes(""))
+                .expect("request");
+            let started = Instant::now();
+            let result = svc.ready().await.expect("ready").call(request).await;
+            let is_get = method == http::Method::GET;
+            assert_eq!(result.is_ok(), is_get, "{method}");
+            let expected = if is_get { 2 } else { 1 };
+            assert_eq!(
+                calls.load(std::sync::atomic::Ordering::SeqCst),
+                expected,
+                "{method}"
+            );
+            let waited = if is_get {
+                RESET_RETRY_WAIT
+            } else {
+                Duration::ZERO
+            };
+            assert_eq!(started.elapsed(), waited, "{method}");
+        }
+    }
+
+    #[test]
+    fn resets_and_early_ends_are_found_through_wrapping_errors() {
+        use std::io::{Error, ErrorKind};
+        let reset = Error::from(ErrorKind::ConnectionReset);
+        assert!(is_reset_or_eof(&reset));
+        // As the TLS connector wraps it.
+        let wrapped = Error::other(Error::from(ErrorKind::ConnectionReset));
+        assert!(is_reset_or_eof(&wrapped));
+        assert!(is_reset_or_eof(&Error::from(ErrorKind::UnexpectedEof)));
+        assert!(!is_reset_or_eof(&Error::from(ErrorKind::ConnectionRefused)));
+        assert!(!is_reset_or_eof(&Error::from(ErrorKind::TimedOut)));
     }
 }

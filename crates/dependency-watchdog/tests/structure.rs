@@ -387,3 +387,89 @@ fn docs_architecture_draws_the_module_graph_the_code_has() {
         "docs/architecture.md's module graph is not the code's; the code's is:\n{want}"
     );
 }
+
+/// The modules a probe run goes through, in order: each may use the ones after it, never one
+/// before it.
+const RUN_PATH: [&str; 3] = ["probe", "executor", "scaler"];
+
+#[test]
+fn the_run_path_goes_one_way() {
+    let (_, siblings) = graphs(&src());
+    let module = |name: &str| vec!["prober".to_owned(), name.to_owned()];
+    for pair in RUN_PATH.windows(2) {
+        let uses = siblings.get(&module(pair[0])).cloned().unwrap_or_default();
+        assert!(
+            uses.contains(&module(pair[1])),
+            "prober::{} no longer uses prober::{}: update RUN_PATH and docs/architecture.md",
+            pair[0],
+            pair[1]
+        );
+    }
+    for (i, later) in RUN_PATH.iter().enumerate() {
+        let uses = siblings.get(&module(later)).cloned().unwrap_or_default();
+        for earlier in &RUN_PATH[..i] {
+            assert!(
+                !uses.contains(&module(earlier)),
+                "prober::{later} uses prober::{earlier}, which calls it: the run path must go one way"
+            );
+        }
+    }
+}
+
+/// The longest a function on the run path may be, in lines: one a newcomer reads at once.
+const LONGEST_FUNCTION: usize = 80;
+
+/// The functions of `file` outside `#[cfg(test)]` modules: (name, first line, lines).
+fn function_lengths(file: &syn::File) -> Vec<(String, usize, usize)> {
+    struct Lengths(Vec<(String, usize, usize)>);
+    impl Lengths {
+        fn note(&mut self, name: &syn::Ident, sig: &syn::Signature, block: &syn::Block) {
+            let first = sig.fn_token.span.start().line;
+            let last = block.brace_token.span.close().end().line;
+            self.0.push((name.to_string(), first, last + 1 - first));
+        }
+    }
+    impl<'ast> Visit<'ast> for Lengths {
+        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+            if !is_cfg_test(&m.attrs) {
+                syn::visit::visit_item_mod(self, m);
+            }
+        }
+        fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+            self.note(&f.sig.ident, &f.sig, &f.block);
+            syn::visit::visit_item_fn(self, f);
+        }
+        fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+            self.note(&f.sig.ident, &f.sig, &f.block);
+            syn::visit::visit_impl_item_fn(self, f);
+        }
+    }
+    let mut lengths = Lengths(Vec::new());
+    lengths.visit_file(file);
+    lengths.0
+}
+
+#[test]
+fn no_function_on_the_run_path_is_longer_than_eighty_lines() {
+    let files = modules(&src());
+    let mut long = Vec::new();
+    for name in RUN_PATH {
+        let path = vec!["prober".to_owned(), name.to_owned()];
+        let file = files
+            .get(&path)
+            .unwrap_or_else(|| panic!("no module prober::{name}"));
+        let lengths = function_lengths(file);
+        assert!(!lengths.is_empty(), "no function found in prober::{name}");
+        for (function, line, lines) in lengths {
+            if lines > LONGEST_FUNCTION {
+                long.push(format!(
+                    "prober::{name}::{function} (line {line}): {lines} lines"
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "longer than {LONGEST_FUNCTION} lines: {long:?}"
+    );
+}

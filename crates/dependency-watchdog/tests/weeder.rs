@@ -22,6 +22,7 @@ use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
 use futures::StreamExt;
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 
 mod common;
@@ -287,6 +288,148 @@ async fn deletions_continue_after_the_server_ends_the_watches() -> Result<()> {
     // Re-made slice watches resume where they were: no weeder restarts.
     ensure!(w.weeders.started_total() == 1);
     w.expect_deleted(SVC, 3).await?;
+    w.stop().await
+}
+
+/// A configured service name that cannot be a label value (a space, a `/`, over 63
+/// characters) is dead alone, as in the reference (which matches client-side): the other
+/// services are weeded. In the server-side selector it made the apiserver refuse the slice
+/// watch, and then no service was weeded at all (docs/faults.md).
+#[tokio::test]
+async fn a_service_name_that_is_no_label_value_leaves_the_other_services_weeded() -> Result<()> {
+    const SVC: &str = "etcd-next-to-bad-names";
+    let client = seed_client().await?;
+    let ns = namespace(&client, "wd-bad-names").await?;
+    ns.create_crashlooping_pod("kapi-crash", &[("role", "apiserver")])
+        .await?;
+    let long = "x".repeat(64);
+    let config = config(
+        "6s",
+        &[
+            (SVC, &["apiserver"]),
+            ("etcd main", &["apiserver"]),
+            ("garden/etcd", &["apiserver"]),
+            (long.as_str(), &["apiserver"]),
+        ],
+    );
+    let w = Running::start(client.clone(), config).await?;
+    ns.set_endpoint_slice(SVC, 1, EndpointsState::AllReady)
+        .await?;
+    wait_gone(&ns, "kapi-crash").await?;
+    w.expect_deleted(SVC, 1).await?;
+    w.stop().await
+}
+
+/// A dual-stack service has two EndpointSlices (IPv4, IPv6); both turning ready start two
+/// weeders (one per slice) watching the same pods. A scheduled pod is deleted gracefully, so it
+/// stays, terminating, and a second DELETE of it succeeds again: without the namespace's shared
+/// claims both weeders, having both seen it crash-loop, each deleted it once. The seed's audit
+/// log counts every successful DELETE (docs/faults.md).
+#[tokio::test]
+async fn a_pod_of_a_dual_stack_service_is_deleted_once() -> Result<()> {
+    const SVC: &str = "etcd-dual-stack";
+    let options = ApiServerOptions {
+        audit_log: true,
+        ..Default::default()
+    };
+    let server = TestEnv::shared()
+        .await?
+        .start_apiserver_with("weeder-dual-stack", options)
+        .await?;
+    let client = server.client().await?;
+    let proxy = Proxy::start(client.clone(), false).await?;
+    let ns = namespace(&client, "wd-dual-stack").await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.namespace());
+    // Scheduled (a node name) with a grace period: the apiserver deletes it gracefully, as
+    // it does the seed's real pods; an unscheduled pod would vanish at the first DELETE.
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "kapi", "labels": {"role": "apiserver"}},
+        "spec": {"nodeName": "node-a", "terminationGracePeriodSeconds": 300,
+                 "containers": [{"name": "kube-apiserver", "image": "registry.invalid/kapi:1"}]}
+    }))?;
+    pods.create(&Default::default(), &pod).await?;
+    ns.set_crashlooping("kapi", false).await?;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns.namespace());
+    let slice = |family: &str, address: &str| -> Result<EndpointSlice> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{SVC}-{}", family.to_lowercase()),
+                         "labels": {"kubernetes.io/service-name": SVC}},
+            "addressType": family,
+            "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]
+        }))?)
+    };
+
+    let w = Running::start(proxy.client()?, config("8s", &[(SVC, &["apiserver"])])).await?;
+    let started = Instant::now();
+    slices
+        .create(&Default::default(), &slice("IPv4", "10.0.0.1")?)
+        .await?;
+    slices
+        .create(&Default::default(), &slice("IPv6", "fd00::1")?)
+        .await?;
+    wait_until(DEADLINE, "a weeder per slice", || w.weeders.active() == 2).await?;
+    // Both weeders watch the pods before the pod crash-loops: each sees the crash-loop first.
+    let pods_path = format!("/api/v1/namespaces/{}/pods", ns.namespace());
+    proxy.wait_open_watches(&pods_path, 2).await?;
+    ns.set_crashlooping("kapi", true).await?;
+    let pods_ref = &pods;
+    eventually(DEADLINE, "pod kapi terminating", || async move {
+        match pods_ref.get_opt("kapi").await {
+            Ok(p) => Ok(p.and_then(|p| p.metadata.deletion_timestamp).map(|_| ())),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    // Both weeders live until their watchDuration: a second deletion would happen by then.
+    w.wait_idle().await?;
+    ensure!(
+        started.elapsed() > Duration::from_secs(8),
+        "the weeders must have lived their watchDuration"
+    );
+    // The audit log is written in batches; a request after everything else marks the end.
+    let marker = format!(
+        "/api/v1/namespaces/{}/configmaps/audit-marker",
+        ns.namespace()
+    );
+    let _ =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns.namespace())
+            .get_opt("audit-marker")
+            .await?;
+    let log = server.audit_log_path();
+    let (log, marker) = (&log, &marker);
+    let deletes = eventually(DEADLINE, "the audit log flushed", || async move {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let entries: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|e: &serde_json::Value| e["stage"] == "ResponseComplete")
+            .collect();
+        if !entries.iter().any(|e| e["requestURI"] == marker.as_str()) {
+            return Ok(None);
+        }
+        Ok(Some(
+            entries
+                .into_iter()
+                .filter(|e| {
+                    e["verb"] == "delete"
+                        && e["objectRef"]["resource"] == "pods"
+                        && e["objectRef"]["name"] == "kapi"
+                })
+                .map(|e| e["responseStatus"]["code"].as_i64().unwrap_or(0))
+                .collect::<Vec<_>>(),
+        ))
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    ensure!(
+        deletes == [200],
+        "one successful DELETE of the pod expected, the audit log has these answers: {deletes:?}"
+    );
+    w.expect_deleted(SVC, 1).await?;
     w.stop().await
 }
 

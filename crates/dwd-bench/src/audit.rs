@@ -20,6 +20,8 @@ pub struct Request {
     pub what: String,
     /// Namespace of the object, if any.
     pub namespace: Option<String>,
+    /// Name of the object, if any.
+    pub name: Option<String>,
     /// When the apiserver received it.
     pub received: DateTime<Utc>,
     /// HTTP status code (0 when not recorded).
@@ -87,6 +89,7 @@ pub fn read(
             verb: event["verb"].as_str().unwrap_or_default().to_string(),
             what,
             namespace: object["namespace"].as_str().map(str::to_string),
+            name: object["name"].as_str().map(str::to_string),
             received,
             code: event["responseStatus"]["code"].as_i64().unwrap_or(0),
         });

@@ -16,7 +16,7 @@ enum Unit {
 }
 
 /// The compared metrics: key in `ratios`, row title, JSON pointer into a run's result.
-const METRICS: [(&str, &str, &str, Unit); 22] = [
+const METRICS: [(&str, &str, &str, Unit); 27] = [
     (
         "steady_rss",
         "steady RSS (median)",
@@ -106,6 +106,36 @@ const METRICS: [(&str, &str, &str, Unit); 22] = [
         "recovery → restored p99, s",
         "/outage/restore_s/all/p99",
         Unit::Seconds,
+    ),
+    (
+        "storm_probe_lateness_p99",
+        "storm: probe lateness p99, s",
+        "/storm/probe_lateness_p99_s",
+        Unit::Seconds,
+    ),
+    (
+        "storm_restored_after_recovery_max",
+        "storm: recovery → shoot restored max, s",
+        "/storm/restored_after_recovery_s/max",
+        Unit::Seconds,
+    ),
+    (
+        "storm_shoots_over_restore_bound",
+        "storm: shoots restored over the bound",
+        "/storm/shoots_restored_over_bound",
+        Unit::Count,
+    ),
+    (
+        "storm_wasted_writes_could_know",
+        "storm: scale-down writes after recovery (could know)",
+        "/storm/wasted_scale_down_writes/after_the_watchdog_could_know",
+        Unit::Count,
+    ),
+    (
+        "storm_wasted_writes_before_knowing",
+        "storm: scale-down writes after recovery (before knowing)",
+        "/storm/wasted_scale_down_writes/before_the_watchdog_could_know",
+        Unit::Count,
     ),
     (
         "level0_all_zero_s",

@@ -25,6 +25,7 @@ mod scenario;
 mod setup;
 mod shoot_proxy;
 mod stats;
+mod storm;
 // The root element and escaping of hand-written SVG: the sandbox's module, so the bench's
 // chart and the sandbox's report write them one way.
 #[path = "../../dwd-sandbox/src/svg.rs"]
@@ -102,6 +103,12 @@ pub struct Cli {
     /// lateness pure scheduling delay).
     #[arg(long, default_value_t = 0.2)]
     pub jitter: f64,
+    /// Outage scenarios: the kubelets renew again this long after they went silent, whether
+    /// or not the scaling flows are done (a storm that ends while flows still queue behind
+    /// the seed's budget; the result's `storm` object measures it). Default: they renew once
+    /// every target is down.
+    #[arg(long, value_parser = dwd_core::parse_go_duration)]
+    pub outage_for: Option<Duration>,
     /// `--kube-api-qps` passed to the watchdog.
     #[arg(long, default_value_t = 20.0)]
     pub kube_api_qps: f64,
@@ -264,6 +271,10 @@ fn validate(cli: &Cli) -> Result<()> {
     }
     if matches!(cli.scenario, Scenario::Outage | Scenario::MassOutage) && cli.nodes < 2 {
         bail!("outage scenarios need --nodes >= 2 (a single-node shoot is never scaled)");
+    }
+    if cli.outage_for.is_some() && !matches!(cli.scenario, Scenario::Outage | Scenario::MassOutage)
+    {
+        bail!("--outage-for needs --scenario outage or mass-outage");
     }
     if cli.scenario == Scenario::WeederStorm
         && (cli.stop_shoot_apiserver.is_some() || cli.slow_shoot_apiserver.is_some())

@@ -17,7 +17,7 @@ use crate::chart::{self, Dists};
 use crate::gardener::{self, Derived, ProberChanges};
 use crate::setup::{self, WATCHDOG_USER, World, lock};
 use crate::stats::Summary;
-use crate::{Cli, Scenario, Subject, audit, hostile, metrics, procstat};
+use crate::{Cli, Scenario, Subject, audit, hostile, metrics, procstat, storm};
 
 /// Writes per scaled target (annotate, then scale): used for the mass-outage bound.
 const WRITES_PER_TARGET: f64 = 2.0;
@@ -228,6 +228,57 @@ async fn wait_all(
             last_print = tokio::time::Instant::now();
             eprintln!(
                 "run: {what}: {done}/{total} targets after {:.0}s",
+                start.elapsed().as_secs_f64()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until every one of `targets` runs (its last replica change, if any, is above 0) and
+/// no target of the seed has changed for `quiet`; false after `timeout`.
+async fn wait_settled(
+    world: &World,
+    watchdog: &mut Watchdog,
+    targets: &[(usize, &str)],
+    quiet: Duration,
+    timeout: Duration,
+    mut on_tick: impl FnMut(),
+) -> Result<bool> {
+    let start = tokio::time::Instant::now();
+    let mut last_print = start;
+    loop {
+        watchdog.check_alive()?;
+        on_tick();
+        let (down, last_change) = {
+            let log = lock(&world.replicas);
+            let down = targets
+                .iter()
+                .filter(|(i, t)| {
+                    log.get(&(setup::shoot_namespace(*i), t.to_string()))
+                        .and_then(|c| c.last())
+                        .is_some_and(|(_, r)| *r == 0)
+                })
+                .count();
+            let last = log.values().filter_map(|c| c.last()).map(|(t, _)| *t).max();
+            (down, last)
+        };
+        let quiet_for = last_change.map_or(f64::MAX, |t| secs(t, Utc::now()));
+        if down == 0 && quiet_for >= quiet.as_secs_f64() {
+            eprintln!(
+                "run: restored and settled after {:.1}s",
+                start.elapsed().as_secs_f64()
+            );
+            return Ok(true);
+        }
+        if start.elapsed() >= timeout {
+            eprintln!("run: {down} targets still down after {timeout:?}; going on");
+            return Ok(false);
+        }
+        if last_print.elapsed() >= Duration::from_secs(5) {
+            last_print = tokio::time::Instant::now();
+            eprintln!(
+                "run: waiting to settle: {down} targets down after {:.0}s",
                 start.elapsed().as_secs_f64()
             );
         }
@@ -625,17 +676,45 @@ async fn run_outage(
         .iter()
         .flat_map(|&i| targets.iter().map(move |(t, _, _)| (i, *t)))
         .collect();
-    let all_down = wait_all(
-        world,
-        watchdog,
-        &every_target,
-        silenced_at,
-        |r| r == 0,
-        down_timeout,
-        "scaled down",
-        &mut note_last_words,
-    )
-    .await?;
+    let all_down = match cli.outage_for {
+        // The storm ends when it ends, flows done or not.
+        Some(outage) => {
+            let elapsed = (Utc::now() - silenced_at).to_std().unwrap_or_default();
+            let until = tokio::time::Instant::now() + outage.saturating_sub(elapsed);
+            while tokio::time::Instant::now() < until {
+                watchdog.check_alive()?;
+                note_last_words();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let down = every_target
+                .iter()
+                .filter(|(i, t)| {
+                    first_change(world, &setup::shoot_namespace(*i), t, silenced_at, |r| {
+                        r == 0
+                    })
+                    .is_some()
+                })
+                .count();
+            eprintln!(
+                "run: outage over after {outage:?}: {down}/{} targets went down by then",
+                every_target.len()
+            );
+            down == every_target.len()
+        }
+        None => {
+            wait_all(
+                world,
+                watchdog,
+                &every_target,
+                silenced_at,
+                |r| r == 0,
+                down_timeout,
+                "scaled down",
+                &mut note_last_words,
+            )
+            .await?
+        }
+    };
     note_last_words();
 
     let before = affected
@@ -660,30 +739,55 @@ async fn run_outage(
             }
         }
     };
-    // Only what went down can be restored (a binary that missed some must not make the bench
-    // wait out the whole timeout for them).
-    let went_down: Vec<(usize, &str)> = every_target
-        .iter()
-        .copied()
-        .filter(|(i, t)| {
-            first_change(world, &setup::shoot_namespace(*i), t, silenced_at, |r| {
-                r == 0
-            })
-            .is_some()
-        })
-        .collect();
-    let all_up = wait_all(
-        world,
-        watchdog,
-        &went_down,
-        resumed_at,
-        |r| r > 0,
-        // The scale-up waits out its levels' initialDelays (Gardener: MCM's 30 s) on top.
-        cli.renew_interval + slack + scale_up_delays(config),
-        "restored",
-        &mut record_first_renewals,
-    )
-    .await?;
+    // The scale-up waits out its levels' initialDelays (Gardener: MCM's 30 s) on top.
+    let up_timeout = cli.renew_interval + slack + scale_up_delays(config);
+    let all_up = match cli.outage_for {
+        // Flows may still take targets down after the kubelets are back: wait until every
+        // target is up and nothing has changed for two probe intervals.
+        Some(_) => {
+            let quiet = cli
+                .probe_interval
+                .mul_f64(2.0 * (1.0 + cli.jitter.max(0.0)))
+                + Duration::from_secs(5);
+            // The flows of the storm may still be under way (a binary that waits for them
+            // restores only after them).
+            let timeout = down_timeout + up_timeout;
+            wait_settled(
+                world,
+                watchdog,
+                &every_target,
+                quiet,
+                timeout,
+                &mut record_first_renewals,
+            )
+            .await?
+        }
+        None => {
+            // Only what went down can be restored (a binary that missed some must not make
+            // the bench wait out the whole timeout for them).
+            let went_down: Vec<(usize, &str)> = every_target
+                .iter()
+                .copied()
+                .filter(|(i, t)| {
+                    first_change(world, &setup::shoot_namespace(*i), t, silenced_at, |r| {
+                        r == 0
+                    })
+                    .is_some()
+                })
+                .collect();
+            wait_all(
+                world,
+                watchdog,
+                &went_down,
+                resumed_at,
+                |r| r > 0,
+                up_timeout,
+                "restored",
+                &mut record_first_renewals,
+            )
+            .await?
+        }
+    };
     record_first_renewals();
     let restored_by = Utc::now();
 
@@ -840,7 +944,7 @@ async fn analyse(
     let mut dists = Dists::default();
     dists.insert(chart::PROBE_LATENESS.into(), gaps.clone());
     let outage_json = outage.map(|o| {
-        let (json, down, up) = outage_results(cli, &prober.config, world, o, m.started);
+        let (json, down, up) = outage_results(cli, &prober.config, world, o, m.started, &probes);
         dists.insert(chart::SCALE_DOWN.into(), down);
         dists.insert(chart::RESTORE.into(), up);
         json
@@ -888,6 +992,7 @@ async fn analyse(
             "slow_apiserver_gaps": Summary::of(&slow_gaps).to_json(),
             "shoots_on_stopped_apiserver": cli.stop_shoot_apiserver.map(|j| world.shoots.iter().filter(|s| s.index % cli.shoot_apiservers == j).count()),
         },
+        "storm": outage_json.get("storm").cloned().unwrap_or(Value::Null),
         "outage": outage_json,
         "response_bytes": response_bytes,
         "kubelets": kubelets_json,
@@ -902,6 +1007,7 @@ fn outage_results(
     world: &World,
     o: &OutageRecord,
     started: DateTime<Utc>,
+    probes: &HashMap<String, Vec<DateTime<Utc>>>,
 ) -> (Result<Value>, Vec<f64>, Vec<f64>) {
     let seed_requests = match seed_requests(world, started) {
         Ok(r) => r,
@@ -919,6 +1025,7 @@ fn outage_results(
     let mut missing_down = 0usize;
     let mut level0_missing = 0usize;
     let mut missing_up = 0usize;
+    let mut storm_shoots = Vec::new();
     for ((i, before), (_, after)) in o.before.iter().zip(&o.after) {
         let ns = setup::shoot_namespace(*i);
         // Down: the k-th lease to expire (k = fewest expired leases reaching the threshold).
@@ -933,6 +1040,15 @@ fn outage_results(
             .collect();
         renewed.sort();
         let recovered = renewed.get(cli.nodes - k).copied();
+        storm_shoots.push(storm_record(
+            world,
+            &seed_requests,
+            *i,
+            &ns,
+            recovered,
+            &targets,
+            probes,
+        ));
         if let Some(c) = crossed {
             first_crossing = Some(first_crossing.map_or(c, |f: DateTime<Utc>| f.min(c)));
             last_crossing = Some(last_crossing.map_or(c, |l: DateTime<Utc>| l.max(c)));
@@ -986,7 +1102,17 @@ fn outage_results(
     // (the seeds' example: KCM); Gardener's level 0 holds MCM and CA, so it counts each.
     let bound = 1.2
         * (o.before.len() as f64 * level0 as f64 * WRITES_PER_TARGET / cli.kube_api_qps.max(0.1));
+    let frame = storm::StormFrame {
+        silenced_at: o.silenced_at,
+        resumed_at: o.resumed_at,
+        restored_by: o.restored_by,
+        interval_s: cli.probe_interval.as_secs_f64(),
+        jitter: cli.jitter,
+        qps: cli.kube_api_qps,
+        scale_up_delays_s: scale_up_delays(config).as_secs_f64(),
+    };
     let json = json!({
+        "storm": storm::analyse(&frame, &storm_shoots),
         "affected_shoots": o.before.len(),
         "expired_leases_needed": k,
         "all_scaled_down": o.all_down,
@@ -1007,6 +1133,53 @@ fn outage_results(
         },
     });
     (Ok(json), all_down, all_up)
+}
+
+/// Shoot `i`'s record of the storm: its targets' replica changes, its probes, the watchdog's
+/// writes to its targets.
+fn storm_record(
+    world: &World,
+    seed_requests: &[audit::Request],
+    i: usize,
+    ns: &str,
+    recovered: Option<DateTime<Utc>>,
+    targets: &[(&str, u32, u32)],
+    probes: &HashMap<String, Vec<DateTime<Utc>>>,
+) -> storm::ShootStorm {
+    let log = lock(&world.replicas);
+    let replicas = targets
+        .iter()
+        .map(|(t, _, _)| {
+            let changes = log
+                .get(&(ns.to_string(), t.to_string()))
+                .cloned()
+                .unwrap_or_default();
+            (t.to_string(), changes)
+        })
+        .collect();
+    let writes = seed_requests
+        .iter()
+        .filter(|r| r.namespace.as_deref() == Some(ns))
+        .filter(|r| matches!(r.verb.as_str(), "patch" | "update"))
+        .filter(|r| r.what.starts_with("deployments"))
+        .filter_map(|r| {
+            let name = r.name.as_deref()?;
+            targets
+                .iter()
+                .any(|(t, _, _)| *t == name)
+                .then(|| (r.received, name.to_string()))
+        })
+        .collect();
+    storm::ShootStorm {
+        namespace: ns.to_string(),
+        recovered,
+        replicas,
+        probes: probes
+            .get(&world.shoots[i].user())
+            .cloned()
+            .unwrap_or_default(),
+        writes,
+    }
 }
 
 /// `machine-controller-manager, cluster-autoscaler (level 0) → kube-controller-manager (level 1)`.

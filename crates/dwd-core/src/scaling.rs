@@ -268,8 +268,13 @@ pub fn plan_target(dir: Direction, snapshot: &TargetSnapshot) -> TargetPlan {
                 },
             }
         }
+        // A running target: its marker, if any, is a leftover to remove (with the record it
+        // came with). A record without the marker is left alone: the reference leaves one on
+        // every target it ever restored, and a seed switching from it must not see a scale-up
+        // of every target of every shoot (no write, no event; the next scale-down overwrites
+        // it).
         Direction::Up => plan(TargetAction::AlreadyDone {
-            clear_marker: has_meltdown || snapshot.annotations.contains_key(REPLICAS_ANNOTATION),
+            clear_marker: has_meltdown,
         }),
     }
 }
@@ -728,13 +733,27 @@ mod tests {
     }
 
     #[test]
+    fn a_running_target_with_only_a_replicas_record_is_left_alone() {
+        // What the reference leaves on every target it restored.
+        assert_eq!(
+            decide_target_action(Direction::Up, &snap(2, &[(REPLICAS_ANNOTATION, "2")])),
+            Ok(TargetAction::AlreadyDone {
+                clear_marker: false
+            })
+        );
+    }
+
+    #[test]
     fn skipped_scale_up_clears_leftover_annotations() {
         assert_eq!(
             decide_target_action(Direction::Up, &snap(2, &[(MELTDOWN_ANNOTATION, "")])),
             Ok(TargetAction::AlreadyDone { clear_marker: true })
         );
         assert_eq!(
-            decide_target_action(Direction::Up, &snap(2, &[(REPLICAS_ANNOTATION, "2")])),
+            decide_target_action(
+                Direction::Up,
+                &snap(2, &[(REPLICAS_ANNOTATION, "2"), (MELTDOWN_ANNOTATION, "")])
+            ),
             Ok(TargetAction::AlreadyDone { clear_marker: true })
         );
         assert_eq!(

@@ -31,6 +31,10 @@
 //! Shadow mode (issue 16) is shown the other way round: the reference acts and ours watches
 //! with `--shadow` under `deploy/shadow/`'s read-only RBAC, on one seed with an audit log
 //! ([`shadow`], `cargo test -p dwd-parity --test shadow`).
+//!
+//! The swap (issue 23): the reference and ours hand a live seed, mid-outage, over to each
+//! other through the leader Lease as a rolling update of gardenlet's Deployment does, both
+//! directions ([`swap`], `cargo test -p dwd-parity --test swap`).
 
 #![forbid(unsafe_code)]
 
@@ -40,6 +44,7 @@ pub mod compare;
 pub mod runner;
 pub mod scenario;
 pub mod shadow;
+pub mod swap;
 pub mod timeline;
 pub mod world;
 

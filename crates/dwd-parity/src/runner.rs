@@ -76,6 +76,13 @@ impl Binary {
     pub fn sigterm(&mut self) {
         let _ = self.process.signal(Signal::TERM);
     }
+
+    /// SIGKILL (what the kubelet sends once a pod's grace period is over), then waits up to
+    /// 5 s for it to be reaped.
+    pub async fn kill(&mut self) {
+        let _ = self.process.signal(Signal::KILL);
+        let _ = self.process.wait_exit(Duration::from_secs(5)).await;
+    }
 }
 
 /// Runs `scenario` with `bin` on `lane`; the world is built before and removed after.

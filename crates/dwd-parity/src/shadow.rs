@@ -141,9 +141,15 @@ impl ShadowManifests {
 /// strict field validation, as `kubectl apply -f deploy/shadow/` would: the seed accepts them as
 /// written. (The test environment runs no controllers: the Deployment creates no pod.)
 pub async fn apply_all(manifests: &ShadowManifests, admin: &kube::Client) -> Result<()> {
+    apply_documents(&manifests.docs, admin, "deploy/shadow").await
+}
+
+/// Applies `docs` (ServiceAccounts, RBAC, ConfigMaps, Deployments, Services) with strict field
+/// validation, each as it is written; `source` names the files in errors.
+pub async fn apply_documents(docs: &[Value], admin: &kube::Client, source: &str) -> Result<()> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::{ConfigMap, Service};
-    for doc in &manifests.docs {
+    for doc in docs {
         let kind = doc["kind"].as_str().context("a document without kind")?;
         let (resource, namespaced) = match kind {
             "ServiceAccount" => (ApiResource::erase::<ServiceAccount>(&()), true),
@@ -154,7 +160,7 @@ pub async fn apply_all(manifests: &ShadowManifests, admin: &kube::Client) -> Res
             "ConfigMap" => (ApiResource::erase::<ConfigMap>(&()), true),
             "Deployment" => (ApiResource::erase::<Deployment>(&()), true),
             "Service" => (ApiResource::erase::<Service>(&()), true),
-            other => anyhow::bail!("unexpected kind {other} in deploy/shadow"),
+            other => anyhow::bail!("unexpected kind {other} in {source}"),
         };
         let name = doc["metadata"]["name"]
             .as_str()
@@ -183,16 +189,21 @@ pub async fn apply_all(manifests: &ShadowManifests, admin: &kube::Client) -> Res
 /// The command line of Gardener's Deployment for `role` (`deploy/gardener/<role>.yaml`),
 /// without the binary's path.
 pub fn gardener_args(role: Role) -> Result<Vec<String>> {
+    let deployment = gardener_documents(role)?
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .with_context(|| format!("no Deployment in deploy/gardener/{}.yaml", role_name(role)))?;
+    deployment_args(&deployment).context("Gardener's Deployment")
+}
+
+/// Every document of `deploy/gardener/<role>.yaml` (what gardenlet ships for `role`).
+pub fn gardener_documents(role: Role) -> Result<Vec<Value>> {
     let path = crate::world::gardener_dir().join(format!("{}.yaml", role_name(role)));
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
     let docs: Vec<Value> =
         serde_saphyr::from_multiple(&text).map_err(|e| anyhow!("parse {}: {e}", path.display()))?;
-    let deployment = docs
-        .iter()
-        .find(|d| d["kind"] == "Deployment")
-        .with_context(|| format!("no Deployment in {}", path.display()))?;
-    deployment_args(deployment).context("Gardener's Deployment")
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
 /// The command line of a Deployment's first container without the binary's path.
@@ -251,6 +262,11 @@ pub struct AuditEntry {
     pub code: Option<i64>,
     /// When the request was received (RFC 3339 with microseconds).
     pub received: String,
+    /// The client's `User-Agent` (tells two binaries with one identity apart).
+    pub user_agent: String,
+    /// The request body, when the audit policy logs it (`Request` level): a patch or the
+    /// object written.
+    pub request_object: Option<Value>,
 }
 
 impl AuditEntry {
@@ -296,6 +312,8 @@ fn parse_entry(line: &str) -> Option<AuditEntry> {
         stage: s(&v["stage"]),
         code: v["responseStatus"]["code"].as_i64(),
         received: s(&v["requestReceivedTimestamp"]),
+        user_agent: s(&v["userAgent"]),
+        request_object: v.get("requestObject").filter(|o| !o.is_null()).cloned(),
     })
 }
 
@@ -303,6 +321,32 @@ fn parse_entry(line: &str) -> Option<AuditEntry> {
 pub fn read_audit(path: &Path) -> Result<Vec<AuditEntry>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
     Ok(text.lines().filter_map(parse_entry).collect())
+}
+
+/// Makes a request only the admin makes (a GET of the namespace `marker`, which need not
+/// exist) and waits until the audit log at `log` has it: everything before it is in the log by
+/// then (the log is written in batches). Every entry, at most 30 s.
+pub async fn flush_audit(
+    admin: &kube::Client,
+    log: &Path,
+    marker: &str,
+) -> Result<Vec<AuditEntry>> {
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .get_opt(marker)
+        .await;
+    dwd_testenv::eventually(
+        std::time::Duration::from_secs(30),
+        "the audit log catches up",
+        || async move {
+            let entries = read_audit(log).map_err(|e| format!("{e:#}"))?;
+            Ok(entries
+                .iter()
+                .any(|e| e.resource == "namespaces" && e.name == marker)
+                .then_some(entries))
+        },
+    )
+    .await
+    .map_err(|e| anyhow!(e))
 }
 
 // --- ours' endpoints ------------------------------------------------------------------------

@@ -37,14 +37,14 @@ use anyhow::{Context, Result, anyhow, ensure};
 use dwd_parity::runner::Binary;
 use dwd_parity::scenario::{CA, ConfigEdit, KCM, MCM, Role, Scenario, WorldSpec};
 use dwd_parity::shadow::{
-    AuditEntry, ShadowManifests, apply_all, find_record, gardener_args, http_get, read_audit,
-    records, service_account_kubeconfig,
+    AuditEntry, ShadowManifests, apply_all, find_record, flush_audit, gardener_args, http_get,
+    read_audit, records, service_account_kubeconfig,
 };
 use dwd_parity::world::{GARDEN, Lane, command_line, gardener_config, lease_name, shortened};
 use dwd_sim::{EndpointsState, SeedControlPlane, ShootState};
 use dwd_testenv::{ApiServerOptions, TestEnv};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
@@ -235,20 +235,6 @@ async fn wait_replicas(seed: &SeedControlPlane, secs: u64, want: &[(&str, i32)])
             }
         }
         Ok(Some(()))
-    })
-    .await
-}
-
-/// Makes a request only the admin makes and waits until the audit log has it: everything
-/// before it is in the log by then.
-async fn flush_audit(admin: &kube::Client, log: &Path, marker: &str) -> Result<Vec<AuditEntry>> {
-    let _ = Api::<Namespace>::all(admin.clone()).get_opt(marker).await;
-    until(30, "the audit log catches up", || async move {
-        let entries = read_audit(log).map_err(|e| format!("{e:#}"))?;
-        Ok(entries
-            .iter()
-            .any(|e| e.resource == "namespaces" && e.name == marker)
-            .then_some(entries))
     })
     .await
 }

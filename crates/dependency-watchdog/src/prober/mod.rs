@@ -4,12 +4,14 @@
 //! - [`controller`]: the Cluster controller deciding which shoots get a probe;
 //! - [`manager`]: the registry of running probe tasks;
 //! - [`probe`]: one shoot's probe loop (API-server probe, lease probe, decision);
+//! - [`executor`]: one shoot's flows, one at a time, the newest verdict winning;
 //! - [`scaler`]: executes scaling flows;
 //! - [`shadow_observer`]: in shadow mode, what the acting watchdog did to each shoot;
 //! - [`shoot_reads`]: consistent, paginated, bounded lists of a shoot's objects;
 //! - [`view`]: the prober's reads as a public API, for tools (`explain`).
 
 pub mod controller;
+pub mod executor;
 pub mod manager;
 pub mod probe;
 pub mod scaler;
@@ -82,6 +84,7 @@ pub async fn run(
         &config.kube_config_secret_name,
         &config.dependent_resource_infos,
         &mut tasks,
+        &shutdown,
     )
     .await?;
     let events = match shadow {

@@ -1,7 +1,10 @@
 //! One shoot's probe: a tokio task (never a thread) that runs the API-server probe and the
-//! lease probe every `probeInterval` (sliding jitter), and runs a scaling flow when the lease
-//! decision says so. Everything it reads from the seed comes from watch caches; everything it
-//! reads from the shoot goes through a client built for this run only and dropped at its end,
+//! lease probe every `probeInterval` (sliding jitter), and hands a scaling flow over to the
+//! shoot's executor ([`super::executor`], polled by the same task) when the lease decision
+//! says so: the probe never waits for a flow, so it keeps its schedule while the seed's budget
+//! holds the flow back, and its newest verdict supersedes the flow it handed over before.
+//! Everything it reads from the seed comes from watch caches; everything it reads from the
+//! shoot goes through a client built for this run only and dropped at its end,
 //! so every run proves reachability anew (the reference disables keep-alive for the same
 //! reason). A slow or dead shoot only delays its own task: every call has `probeTimeout`.
 
@@ -24,7 +27,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
-use super::scaler;
+use super::executor::{Handover, ShootExecutor};
+use super::scaler::{self, PlannedFlow};
 use super::shadow_observer::{self, VirtualState};
 use super::shoot_reads;
 use crate::Error;
@@ -66,16 +70,6 @@ impl RunMemory {
             disrupted_zones: BTreeSet::new(),
         }
     }
-}
-
-/// A scaling flow a run decided on (its decision event is already published).
-struct PlannedFlow {
-    /// Down or up.
-    dir: Direction,
-    /// Every target, or only the zonal ones.
-    scope: FlowScope,
-    /// The lease probe's summary, for the events on the targets it changes.
-    reason: String,
 }
 
 /// What a successful lease probe found.
@@ -264,7 +258,19 @@ impl Probe {
         self.run_loop(first_delay).instrument(span).await;
     }
 
-    async fn run_loop(mut self, first_delay: Duration) {
+    /// The probe loop and the shoot's executor, polled together by this task: both end with
+    /// it (a flow's write on the wire is then dropped, as a process stop would).
+    async fn run_loop(self, first_delay: Duration) {
+        let executor = ShootExecutor::default();
+        let ctx = self.ctx.clone();
+        let namespace = self.namespace.clone();
+        tokio::select! {
+            _ = self.probe_loop(first_delay, &executor) => {}
+            _ = executor.run(&ctx, &namespace) => {}
+        }
+    }
+
+    async fn probe_loop(mut self, first_delay: Duration, executor: &ShootExecutor) {
         let ctx = self.ctx.clone();
         let cfg = &ctx.config;
         debug!(?first_delay, grace = ?self.settings.node_monitor_grace, "probe started");
@@ -293,9 +299,11 @@ impl Probe {
                 }
                 None => tokio::select! {
                     _ = self.cancel.cancelled() => return,
-                    outcome = self.run_once(&mut memory) => outcome,
+                    outcome = self.run_once(&mut memory, executor) => outcome,
                 },
             };
+            // A flow's 429 spaces the runs out as the run's own does.
+            let throttled_at = executor.take_throttled().max(outcome.throttled_at);
             self.ctx
                 .metrics
                 .probe_run_duration
@@ -304,12 +312,8 @@ impl Probe {
             let delay =
                 dwd_core::schedule::next_delay(cfg.probe_interval, jitter, rand::random::<f64>())
                     .min(FAR_FUTURE);
-            let next = dwd_core::schedule::earliest_next_start(
-                Instant::now(),
-                delay,
-                outcome.throttled_at,
-            );
-            if let Some(t) = outcome.throttled_at {
+            let next = dwd_core::schedule::earliest_next_start(Instant::now(), delay, throttled_at);
+            if let Some(t) = throttled_at {
                 debug!(wait = ?next.saturating_duration_since(t), "throttled (429): next run no earlier than 10s after it");
             }
             if !self.sleep_until(next).await {
@@ -416,8 +420,8 @@ impl Probe {
     }
 
     /// One probe run, top to bottom: the probe makes a finding or a typed failure, one place
-    /// reports either, and the flow the finding calls for runs.
-    pub async fn run_once(&self, memory: &mut RunMemory) -> RunOutcome {
+    /// reports either, and the flow the finding calls for is handed over to `executor`.
+    pub async fn run_once(&self, memory: &mut RunMemory, executor: &ShootExecutor) -> RunOutcome {
         let mut outcome = RunOutcome::default();
         // What waits to be restored, from the caches: asked once, before the probe. Nodes can
         // only change the outcome when a scale-down is building up, a target waits to be
@@ -442,24 +446,22 @@ impl Probe {
             || waits_to_be_restored;
         match self.probe_shoot(nodes_may_matter).await {
             Err(failure) => self.report_failure(failure, &mut outcome),
-            Ok(finding) => {
-                if let Some(flow) = self.report_finding(finding, memory, to_restore) {
-                    self.run_planned(flow, &mut outcome).await;
-                }
-            }
+            Ok(finding) => self.report_finding(finding, memory, to_restore, executor),
         }
         outcome
     }
 
     /// Reports what a run found, the one place that does (expired fractions, zone series and
-    /// events, the run counter, the log line, the decision event), and returns the flow the
-    /// finding calls for, if any. `to_restore`: the targets a scale-up would act on.
+    /// events, the run counter, the log line, the decision event), and hands the flow the
+    /// finding calls for, if any, over to `executor`. `to_restore`: the targets a scale-up
+    /// would act on.
     fn report_finding(
         &self,
         finding: Finding,
         memory: &mut RunMemory,
         to_restore: Vec<String>,
-    ) -> Option<PlannedFlow> {
+        executor: &ShootExecutor,
+    ) {
         let report = match finding {
             Finding::Report(report) => report,
             Finding::AllLeasesFresh { leases } => {
@@ -476,7 +478,7 @@ impl Probe {
                     leases,
                     "all {leases} node leases fresh and nothing to restore: nodes not listed, no scaling"
                 );
-                return None;
+                return;
             }
         };
         let threshold = report.threshold;
@@ -503,12 +505,27 @@ impl Probe {
         let Some(dir) = action else {
             debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
                 decision = %report.decision, "{report}; no scaling this run");
-            return None;
+            return;
         };
         if let Some(shadow) = &self.ctx.shadow {
             self.decide_in_shadow(shadow, dir, scope, &report);
-            return None;
+            return;
         }
+        self.hand_over(&report, dir, scope, to_restore, executor);
+    }
+
+    /// Hands the flow in `dir` over `scope` that `report`'s decision calls for over to
+    /// `executor`, unless its targets are already there; publishes the decision (log line,
+    /// attempt count, event) unless the same flow is under way already.
+    fn hand_over(
+        &self,
+        report: &LeaseReport,
+        dir: Direction,
+        scope: FlowScope,
+        to_restore: Vec<String>,
+        executor: &ShootExecutor,
+    ) {
+        let threshold = report.threshold;
         let targets = match (dir, scope) {
             (Direction::Up, FlowScope::All) => to_restore,
             _ => scaler::targets_to_scale(&self.ctx, &self.namespace, dir, scope),
@@ -516,10 +533,17 @@ impl Probe {
         if targets.is_empty() {
             debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
                 decision = %report.decision, "{report}; targets already there");
-            return None;
+            return;
+        }
+        let reason = decision_reason(report);
+        let flow = PlannedFlow { dir, scope, reason };
+        let handover = executor.hand_over(flow.clone());
+        if handover == Handover::UnderWay {
+            debug!(action = %dir, %scope, "{report}; this flow is under way already");
+            return;
         }
         info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
-            action = %dir, %scope, "{report}");
+            action = %dir, %scope, superseding = handover == Handover::Superseding, "{report}");
         let m = &self.ctx.metrics;
         m.for_shoot(&self.series, |l| {
             m.scaling_attempts
@@ -529,16 +553,14 @@ impl Probe {
                 })
                 .inc();
         });
-        let reason = decision_reason(&report);
         let names: Vec<&str> = targets.iter().map(String::as_str).collect();
         self.ctx.events.scaling_decision(
             &self.namespace,
             self.cluster_uid.as_deref(),
             dir,
-            &reason,
+            &flow.reason,
             &names,
         );
-        Some(PlannedFlow { dir, scope, reason })
     }
 
     /// In shadow mode, the book this probe notes its findings in; `None` once the probe was
@@ -601,32 +623,6 @@ impl Probe {
             action,
             &evidence,
         );
-    }
-
-    /// Runs a flow the run decided on and reports how it ended (a 429 on the way spaces the
-    /// next run out).
-    async fn run_planned(&self, flow: PlannedFlow, outcome: &mut RunOutcome) {
-        let PlannedFlow { dir, scope, reason } = flow;
-        match scaler::run_flow(&self.ctx, &self.namespace, dir, scope, &reason).await {
-            Ok(flow) => {
-                if flow.throttled {
-                    outcome.throttled_at = Some(Instant::now());
-                }
-                let changed = flow.changed();
-                if changed.is_empty() {
-                    debug!(action = %dir, "flow finished, nothing changed");
-                } else {
-                    info!(action = %dir, targets = ?changed, "flow finished");
-                }
-            }
-            Err(failure) => {
-                if failure.report.throttled || failure.error.is_throttled() {
-                    outcome.throttled_at = Some(Instant::now());
-                }
-                warn!(action = %dir, target = %failure.target, error = %failure.error,
-                    "flow stopped at a failed target; later levels not run, next run retries");
-            }
-        }
     }
 
     /// Publishes a `ZoneDisrupted` event for each zone that became disrupted since the last

@@ -68,6 +68,10 @@ struct Harness {
     shoot: FakeSeed,
     /// Shadow mode's book, when the probe runs in shadow mode.
     shadow: Option<Arc<Shadow>>,
+    /// The probe's metrics.
+    metrics: Arc<Metrics>,
+    /// What the probe shares, for a restarted one.
+    ctx: Arc<ProberContext>,
     spec: watch::Sender<ProbeSpec>,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -107,6 +111,18 @@ impl Harness {
     /// [`Harness::start`] in `mode`. In shadow mode the observer of the acting watchdog and
     /// the book's expiry run too, the window [`WINDOW`].
     async fn start_with(config: &str, grace: Duration, ages: [Duration; 3], mode: Mode) -> Harness {
+        Harness::launch(config, grace, ages, mode, None).await
+    }
+
+    /// [`Harness::start_with`], the seed's writes on a request budget of `(qps, burst)` when
+    /// `budget` is given.
+    async fn launch(
+        config: &str,
+        grace: Duration,
+        ages: [Duration; 3],
+        mode: Mode,
+        budget: Option<(f32, u32)>,
+    ) -> Harness {
         let config = dwd_core::ProberConfig::from_yaml(&format!(
             "kubeConfigSecretName: probe\n{config}{TARGETS}"
         ))
@@ -145,8 +161,6 @@ impl Harness {
         }
         let caches = caches(&seed, &config).await;
         let metrics = Arc::new(Metrics::default());
-        let probe_timeout = config.probe_timeout;
-        let first_delay = config.initial_delay;
         let shadow = match mode {
             Mode::Normal => None,
             _ => Some(Shadow::new(Component::Prober, WINDOW)),
@@ -154,10 +168,13 @@ impl Harness {
         let events = Events::disabled(metrics.clone());
         let ctx = Arc::new(ProberContext {
             config,
-            seed: seed.client(),
+            seed: match budget {
+                Some((qps, burst)) => seed.limited_client(qps, burst),
+                None => seed.client(),
+            },
             caches,
             events: events.clone(),
-            metrics,
+            metrics: metrics.clone(),
             shadow: shadow.clone(),
             shadow_states: Default::default(),
         });
@@ -173,17 +190,15 @@ impl Harness {
                 cancel.clone(),
             ));
         }
-        let (spec, updates) = watch::channel(settings(grace));
-        let series = ctx.metrics.open_shoot(NS);
-        let mut probe = Probe::new(NS.into(), updates, series, ctx, cancel.clone());
-        let fake_shoot = shoot.clone();
-        probe.shoot_connector = Some(Arc::new(move || fake_shoot.shoot_client(probe_timeout)));
+        let (spec, _) = watch::channel(settings(grace));
         let t0 = Instant::now();
-        let task = tokio::spawn(probe.run(first_delay));
+        let task = spawn_probe(&ctx, &spec, &shoot, &cancel);
         Harness {
             seed,
             shoot,
             shadow,
+            metrics,
+            ctx,
             spec,
             cancel,
             task,
@@ -286,6 +301,36 @@ impl Harness {
         self.cancel.cancel();
         self.task.await.expect("probe task");
     }
+
+    /// Stops the probe and starts a new one on the same seed and shoot, as a restarted
+    /// process would (a new executor, the first run after `initialDelay`).
+    async fn restart(&mut self) {
+        self.cancel.cancel();
+        (&mut self.task).await.expect("probe task");
+        self.cancel = CancellationToken::new();
+        self.task = spawn_probe(&self.ctx, &self.spec, &self.shoot, &self.cancel);
+    }
+}
+
+/// Starts a probe of [`NS`] in `ctx`, following `spec`, its shoot client on `shoot`, its
+/// first run after the config's `initialDelay`.
+fn spawn_probe(
+    ctx: &Arc<ProberContext>,
+    spec: &watch::Sender<ProbeSpec>,
+    shoot: &FakeSeed,
+    cancel: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let series = ctx.metrics.open_shoot(NS);
+    let mut probe = Probe::new(
+        NS.into(),
+        spec.subscribe(),
+        series,
+        ctx.clone(),
+        cancel.clone(),
+    );
+    let (fake_shoot, probe_timeout) = (shoot.clone(), ctx.config.probe_timeout);
+    probe.shoot_connector = Some(Arc::new(move || fake_shoot.shoot_client(probe_timeout)));
+    tokio::spawn(probe.run(ctx.config.initial_delay))
 }
 
 /// The seed caches on `seed`, synced: probe secrets (never read: the shoot client comes from
@@ -442,11 +487,11 @@ async fn a_new_grace_period_applies_from_the_next_run_without_a_new_initial_dela
     h.spec.send_replace(settings(GRACE));
     h.until(secs(75)).await;
     let versions: Vec<Duration> = h.shoot_calls("/version").iter().map(|c| c.0).collect();
-    // The same schedule: no restart, no second initial delay (the run at 50 s took 2 s: its
-    // flow waits for each level's targets to be ready, 1 s after their write).
+    // The same schedule: no restart, no second initial delay (and the flow the run at 50 s
+    // handed over does not hold the next run back).
     assert_eq!(
         versions,
-        [secs(30), secs(40), secs(50), secs(62), secs(72)],
+        [secs(30), secs(40), secs(50), secs(60), secs(70)],
         "{versions:?}"
     );
     // The run at 50 s judged with 40 s: every lease expired, so it scaled down.
@@ -468,17 +513,83 @@ async fn an_expired_majority_scales_down_once_in_level_order_and_recovery_restor
     h.renew(&["n1", "n2"]);
     h.until(secs(135)).await;
     let writes = h.scaling_writes();
-    // The next run (at 102 s: the flow made the run at 30 s 2 s long, waiting for each level
-    // to be ready) restores them: mcm (up level 0) first, then kcm; nothing after.
+    // The next run (at 100 s: runs keep their schedule, the flow ran beside them) restores
+    // them: mcm (up level 0) first, then kcm once mcm is ready; nothing after.
     assert_eq!(
         writes[2..],
         [
-            (secs(102), "mcm".into(), json!(2)),
-            (secs(103), "kcm".into(), json!(2))
+            (secs(100), "mcm".into(), json!(2)),
+            (secs(101), "kcm".into(), json!(2))
         ],
         "{writes:?}"
     );
     assert_eq!((h.replicas("kcm"), h.replicas("mcm")), (json!(2), json!(2)));
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn runs_keep_their_schedule_while_a_flow_waits_for_the_seed_and_a_recovery_supersedes_it() {
+    // A seed busy with a storm: its budget gives one write now and one every 40 s after (a
+    // write's wait stays within the target's 30 s call timeout in this test).
+    let h = Harness::launch(STEADY, GRACE, [EXPIRED; 3], Mode::Normal, Some((0.025, 1))).await;
+    // 30 s: scale down; kcm (level 0) takes the one write at hand, mcm (level 1) waits for the
+    // next (70 s). 40 s: the same verdict, the same flow under way: nothing new.
+    h.until(secs(45)).await;
+    assert_eq!(h.scaling_writes(), [(secs(30), "kcm".into(), json!(0))]);
+    // The kubelets renew: the run at 50 s, on schedule, finds the shoot recovered. Its
+    // scale-up supersedes the scale-down: mcm's write, still waiting, is never sent; kcm is
+    // restored with the next write the budget gives (70 s); mcm, never scaled down, is left
+    // alone.
+    h.renew(&["n1", "n2", "n3"]);
+    h.until(secs(125)).await;
+    assert_eq!(
+        h.scaling_writes(),
+        [
+            (secs(30), "kcm".into(), json!(0)),
+            (secs(70), "kcm".into(), json!(2))
+        ]
+    );
+    for name in ["kcm", "mcm"] {
+        let target = h.seed.object("deployments", NS, name);
+        assert_eq!(target["spec"]["replicas"], json!(2), "{target}");
+        let annotations = target["metadata"]["annotations"].as_object();
+        assert!(annotations.is_none_or(|a| a.is_empty()), "{target}");
+    }
+    // Every run on schedule (10 s apart) while the flows waited for the seed.
+    let versions: Vec<Duration> = h.shoot_calls("/version").iter().map(|c| c.0).collect();
+    let expected: Vec<Duration> = (3..=12).map(|k| secs(10 * k)).collect();
+    assert_eq!(versions, expected);
+    // One decision each way: the runs that found their flow under way decided nothing anew.
+    let attempts = |direction: dwd_core::Direction| {
+        let labels = crate::metrics::ShootDirectionLabels {
+            shoot: NS.into(),
+            direction: direction.into(),
+        };
+        h.metrics.scaling_attempts.get_or_create(&labels).get()
+    };
+    assert_eq!(attempts(dwd_core::Direction::Down), 1);
+    assert_eq!(attempts(dwd_core::Direction::Up), 1);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_healthy_shoot_whose_running_targets_keep_the_references_records_needs_nothing() {
+    let h = Harness::steady([FRESH; 3], Mode::Normal).await;
+    // As the reference leaves every target it restored: running, `replicas` recorded.
+    for name in ["kcm", "mcm"] {
+        h.act_on(name, 2, json!({REPLICAS_ANNOTATION: "2"})).await;
+    }
+    let before = h.seed.writes().len();
+    h.until(secs(95)).await;
+    assert!(h.shoot_calls("/version").len() >= 7);
+    // Nothing waits to be restored: no node list, no write, no scale-up decided.
+    assert!(h.shoot_calls("/nodes").is_empty());
+    assert_eq!(h.seed.writes().len(), before, "{:?}", h.seed.writes());
+    let labels = crate::metrics::ShootDirectionLabels {
+        shoot: NS.into(),
+        direction: dwd_core::Direction::Up.into(),
+    };
+    assert_eq!(h.metrics.scaling_attempts.get_or_create(&labels).get(), 0);
     h.stop().await;
 }
 
@@ -646,3 +757,6 @@ async fn in_shadow_mode_nodes_are_listed_while_we_would_have_the_shoot_scaled_do
     h.assert_no_writes();
     h.stop().await;
 }
+
+#[path = "interleavings_tests.rs"]
+mod interleavings;

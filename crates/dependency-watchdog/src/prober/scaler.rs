@@ -15,9 +15,15 @@
 //! ranked by level on the seed client's budget ([`crate::rate_limit`]). Every call is
 //! bounded by the target's `timeout`, `Retry-After` waits included ([`crate::retry_after`]).
 //! Both travel with the requests (`TargetApi`, see [`crate::request_settings`]).
+//!
+//! A flow stops when its `stop` token is cancelled (a newer verdict superseded it, see
+//! [`super::executor`]): before a level, before a target's attempt, during its initial delay
+//! or its wait for the goal, and while the first write of a step waits for the seed's budget
+//! (not sent). A write on the wire, and the second write of a two-write step, are finished:
+//! a step is never left half done by a stop.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dwd_core::scaling::{
@@ -28,6 +34,8 @@ use dwd_core::scaling::{
 use dwd_core::{Direction, TargetAction, TargetSnapshot};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
@@ -35,7 +43,7 @@ use super::seed_caches::TargetCache;
 use crate::cache::WaitEnd;
 use crate::events::TargetRef;
 use crate::metrics::{ApiLabel, Outcome, ScaleOpLabels};
-use crate::rate_limit::Priority;
+use crate::rate_limit::{OnSent, Priority, StopWaiting};
 use crate::retry_after::Deadline;
 use crate::{Error, Result};
 
@@ -43,6 +51,17 @@ use crate::{Error, Result};
 pub const ATTEMPTS: u32 = 3;
 /// Pause between attempts.
 pub const ATTEMPT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A scaling flow a run decided on: what [`run_flow`] carries out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFlow {
+    /// Down or up.
+    pub dir: Direction,
+    /// Every target, or only the zonal ones.
+    pub scope: FlowScope,
+    /// The lease probe's summary, for the events on the targets it changes.
+    pub reason: String,
+}
 
 /// What happened to one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +84,8 @@ pub struct FlowReport {
     pub targets: Vec<(String, TargetOutcome)>,
     /// Whether any call of the flow was answered 429.
     pub throttled: bool,
+    /// Whether the flow stopped because a newer verdict superseded it (later levels not run).
+    pub superseded: bool,
 }
 
 impl FlowReport {
@@ -159,18 +180,24 @@ fn targets_planned(
         .collect()
 }
 
-/// Runs the flow in `dir` over the targets of `scope` for shoot `namespace`. `reason` (the
-/// lease probe's summary, e.g. "4/5 node leases expired (0.80 ≥ 0.60)") goes into the event
-/// on every target it changes.
+/// Runs `flow` (its direction over the targets of its scope) for shoot `namespace` until it
+/// is done or `stop` is cancelled (see the module docs). Its `reason` (the lease probe's
+/// summary, e.g. "4/5 node leases expired (0.80 ≥ 0.60)") goes into the event on every target
+/// it changes.
 pub async fn run_flow(
     ctx: &ProberContext,
     namespace: &str,
-    dir: Direction,
-    scope: FlowScope,
-    reason: &str,
+    flow: &PlannedFlow,
+    stop: &CancellationToken,
 ) -> Result<FlowReport, Box<FlowError>> {
+    let PlannedFlow { dir, scope, reason } = flow;
+    let (dir, scope, reason) = (*dir, *scope, reason.as_str());
     let mut report = FlowReport::default();
     for level in plan_levels(&ctx.config.dependent_resource_infos, dir, scope) {
+        if stop.is_cancelled() {
+            report.superseded = true;
+            return Ok(report);
+        }
         let runs = level.targets.iter().map(|info| {
             let target = ctx.caches.targets.iter().find(|t| t.info == *info);
             let name = info.target.name.clone();
@@ -184,6 +211,7 @@ pub async fn run_flow(
                         dir,
                         Priority::scaling_level(level.level),
                         reason,
+                        stop,
                     )
                     .instrument(
                         info_span!("scale", target = %name, direction = %dir, scale_level = level.level),
@@ -203,47 +231,63 @@ pub async fn run_flow(
             }
         });
         let results = futures::future::join_all(runs).await;
-        let mut failure = None;
-        for (name, result) in results {
-            let labels = |outcome| ScaleOpLabels {
-                direction: dir.into(),
-                target: name.clone(),
-                outcome,
-            };
-            match result {
-                Ok(outcome) => {
-                    let o = if matches!(outcome, TargetOutcome::Scaled { .. }) {
-                        Outcome::Scaled
-                    } else {
-                        Outcome::Skipped
-                    };
-                    ctx.metrics.scale_operations.get_or_create(&labels(o)).inc();
-                    report.targets.push((name, outcome));
-                }
-                Err(error) => {
-                    ctx.metrics
-                        .scale_operations
-                        .get_or_create(&labels(Outcome::Failed))
-                        .inc();
-                    report.throttled |= error.is_throttled();
-                    if failure.is_none() {
-                        failure = Some((name, error));
-                    }
-                }
-            }
-        }
-        if let Some((target, error)) = failure {
+        if let Some((target, error)) = tally(ctx, dir, results, &mut report) {
             return Err(Box::new(FlowError {
                 report,
                 target,
                 error,
             }));
         }
+        if report.superseded {
+            return Ok(report);
+        }
     }
     Ok(report)
 }
 
-/// Scales `target` in `namespace`, its writes ranked at `priority` on the seed budget.
+/// Counts the outcomes of one level's targets into `report` and the metrics; the first
+/// failed target and its error, if one failed (a stopped target is neither done nor failed).
+fn tally(
+    ctx: &ProberContext,
+    dir: Direction,
+    results: Vec<(String, Result<TargetOutcome>)>,
+    report: &mut FlowReport,
+) -> Option<(String, Error)> {
+    let mut failure = None;
+    for (name, result) in results {
+        let labels = |outcome| ScaleOpLabels {
+            direction: dir.into(),
+            target: name.clone(),
+            outcome,
+        };
+        match result {
+            Err(Error::Superseded { .. }) => report.superseded = true,
+            Ok(outcome) => {
+                let o = if matches!(outcome, TargetOutcome::Scaled { .. }) {
+                    Outcome::Scaled
+                } else {
+                    Outcome::Skipped
+                };
+                ctx.metrics.scale_operations.get_or_create(&labels(o)).inc();
+                report.targets.push((name, outcome));
+            }
+            Err(error) => {
+                ctx.metrics
+                    .scale_operations
+                    .get_or_create(&labels(Outcome::Failed))
+                    .inc();
+                report.throttled |= error.is_throttled();
+                if failure.is_none() {
+                    failure = Some((name, error));
+                }
+            }
+        }
+    }
+    failure
+}
+
+/// Scales `target` in `namespace`, its writes ranked at `priority` on the seed budget, until
+/// done or `stop` is cancelled ([`Error::Superseded`]).
 async fn scale_target(
     ctx: &ProberContext,
     namespace: &str,
@@ -251,7 +295,14 @@ async fn scale_target(
     dir: Direction,
     priority: Priority,
     reason: &str,
+    stop: &CancellationToken,
 ) -> Result<TargetOutcome> {
+    let superseded = || Error::Superseded {
+        action: format!(
+            "scaling {} {namespace}/{}",
+            target.info.target.kind, target.info.target.name
+        ),
+    };
     let scale_info = match dir {
         Direction::Up => &target.info.scale_up,
         Direction::Down => &target.info.scale_down,
@@ -261,23 +312,33 @@ async fn scale_target(
     // it per attempt would add a whole `initialDelay` (KCM's is 30 s on the way up) to a
     // restoration for every transient write error.
     if !scale_info.initial_delay.is_zero() {
-        tokio::time::sleep(scale_info.initial_delay).await;
+        tokio::select! {
+            _ = stop.cancelled() => return Err(superseded()),
+            _ = tokio::time::sleep(scale_info.initial_delay) => {}
+        }
     }
     let limit = call_timeout(scale_info.timeout);
     let mut attempt = 1;
     loop {
+        if stop.is_cancelled() {
+            return Err(superseded());
+        }
         let seen = cached_version(target, namespace);
         let attempt_result = attempt_once(
             ctx,
             namespace,
             target,
             dir,
-            priority,
-            scale_info.timeout,
-            reason,
+            Step {
+                priority,
+                timeout: scale_info.timeout,
+                reason,
+                stop,
+            },
         );
         match attempt_result.await {
             Ok(outcome) => return Ok(outcome),
+            Err(error @ Error::Superseded { .. }) => return Err(error),
             Err(error) if attempt < ATTEMPTS => {
                 warn!(attempt, %error, "scaling attempt failed, retrying");
                 attempt += 1;
@@ -343,15 +404,23 @@ struct TargetApi<'a> {
     priority: Priority,
     namespace: &'a str,
     resource: &'a ApiResource,
+    /// Stops a write still waiting for the seed's budget (`None` once a step's first write
+    /// was sent: its second write is never abandoned).
+    stop: Option<&'a CancellationToken>,
 }
 
 impl TargetApi<'_> {
     /// The API for one call that must end by `deadline`: no `Retry-After` wait is started
     /// that would end past it (so a 429 comes back as a 429, not as a timeout).
-    fn until(&self, deadline: Deadline) -> Api<DynamicObject> {
+    /// `sent` is told when the request leaves the seed's budget queue (see [`call`]).
+    fn until(&self, deadline: Deadline, sent: &Arc<Notify>) -> Api<DynamicObject> {
         let mut settings = http::Extensions::new();
         settings.insert(self.priority);
         settings.insert(deadline);
+        settings.insert(OnSent(sent.clone()));
+        if let Some(stop) = self.stop {
+            settings.insert(StopWaiting(stop.clone()));
+        }
         let client = crate::request_settings::with_settings(self.seed, settings);
         Api::namespaced_with(client, self.namespace, self.resource)
     }
@@ -362,21 +431,38 @@ fn deadline_in(limit: Duration) -> Deadline {
     Deadline(tokio::time::Instant::now() + limit)
 }
 
-/// One seed call of a scaling step, bounded by `limit`: the target's call timeout, which also
-/// bounds any `Retry-After` wait within it (`fut` sends through [`TargetApi::until`] with the
-/// deadline of [`deadline_in`]`(limit)`).
+/// One seed call of a scaling step, bounded by `limit` (the target's call timeout) from the
+/// moment it leaves the seed's budget queue (`sent`, see [`TargetApi::until`]). The wait for
+/// the budget is not bounded by it: on the worst day hundreds of flows queue for minutes, and
+/// a write that gave up its place after `timeout` (as the reference's does) would only queue
+/// again at the back, fail its flow after three attempts and be decided anew; a newer verdict
+/// stops the wait instead ([`StopWaiting`]). `limit` also bounds any `Retry-After` wait
+/// within the call (`fut` carries the deadline of [`deadline_in`]`(limit)`).
 async fn call<T>(
     ctx: &ProberContext,
     action: String,
     limit: Duration,
+    sent: &Notify,
     fut: impl std::future::Future<Output = kube::Result<T>>,
 ) -> Result<T> {
     ctx.metrics.count_api_request(ApiLabel::Seed);
-    match tokio::time::timeout(limit, fut).await {
+    tokio::pin!(fut);
+    let answered = tokio::select! {
+        biased;
+        answer = &mut fut => Ok(answer),
+        () = sent.notified() => Err(()),
+    };
+    let answer = match answered {
+        Ok(answer) => Ok(answer),
+        Err(()) => tokio::time::timeout(limit, fut).await,
+    };
+    match answer {
         Err(_) => Err(Error::Timeout {
             action,
             timeout: limit,
         }),
+        // Stopped while it waited for the budget: never sent.
+        Ok(Err(e)) if crate::rate_limit::is_not_sent(&e) => Err(Error::Superseded { action }),
         Ok(Err(e)) => {
             let err = Error::kube(action, e);
             if err.is_throttled() {
@@ -397,13 +483,48 @@ struct TargetWrites<'a> {
     limit: Duration,
 }
 
-impl TargetWrites<'_> {
+impl<'a> TargetWrites<'a> {
+    /// The writes of `step` to `target` in `namespace`.
+    fn of(
+        ctx: &'a ProberContext,
+        namespace: &'a str,
+        target: &'a TargetCache,
+        step: &Step<'a>,
+    ) -> TargetWrites<'a> {
+        TargetWrites {
+            ctx,
+            api: TargetApi {
+                seed: &ctx.seed,
+                priority: step.priority,
+                namespace,
+                resource: &target.resource,
+                stop: Some(step.stop),
+            },
+            name: &target.info.target.name,
+            limit: call_timeout(step.timeout),
+        }
+    }
+
+    /// The same writes, never stopped: for the second write of a step whose first was sent.
+    fn unstoppable(&self) -> TargetWrites<'a> {
+        TargetWrites {
+            ctx: self.ctx,
+            api: TargetApi {
+                stop: None,
+                ..self.api
+            },
+            name: self.name,
+            limit: self.limit,
+        }
+    }
+
     /// One merge patch of the target object.
     async fn merge(&self, action: String, patch: &serde_json::Value) -> Result<DynamicObject> {
-        let api = self.api.until(deadline_in(self.limit));
+        let sent = Arc::new(Notify::new());
+        let api = self.api.until(deadline_in(self.limit), &sent);
         let (pp, patch) = (PatchParams::default(), Patch::Merge(patch));
         let write = api.patch(self.name, &pp, &patch);
-        call(self.ctx, action, self.limit, write).await
+        call(self.ctx, action, self.limit, &sent, write).await
     }
 
     /// Removes what `patch` clears (`what`), conditional on the target's version `rv`.
@@ -420,10 +541,11 @@ impl TargetWrites<'_> {
         action: String,
         patch: &serde_json::Value,
     ) -> Result<(Option<String>, Option<String>)> {
-        let api = self.api.until(deadline_in(self.limit));
+        let sent = Arc::new(Notify::new());
+        let api = self.api.until(deadline_in(self.limit), &sent);
         let (pp, patch) = (PatchParams::default(), Patch::Merge(patch));
         let write = api.patch_scale(self.name, &pp, &patch);
-        let scale = call(self.ctx, action, self.limit, write).await?;
+        let scale = call(self.ctx, action, self.limit, &sent, write).await?;
         Ok((scale.metadata.resource_version, scale.metadata.uid))
     }
 }
@@ -463,14 +585,21 @@ fn target_ref<'a>(
     }
 }
 
+/// What one scaling step of a flow carries: its rank on the seed's budget, the target's
+/// timeout, the reason for the events, and the flow's stop token.
+struct Step<'a> {
+    priority: Priority,
+    timeout: Duration,
+    reason: &'a str,
+    stop: &'a CancellationToken,
+}
+
 async fn attempt_once(
     ctx: &ProberContext,
     namespace: &str,
     target: &TargetCache,
     dir: Direction,
-    priority: Priority,
-    timeout: Duration,
-    reason: &str,
+    step: Step<'_>,
 ) -> Result<TargetOutcome> {
     let r = &target.info.target;
     let what = format!("{} {namespace}/{}", r.kind, r.name);
@@ -492,49 +621,25 @@ async fn attempt_once(
         spec_replicas: state.spec_replicas,
         annotations: state.annotations.clone(),
     };
-    let TargetPlan {
-        action,
-        replicas_problem,
-    } = plan_target(dir, &snapshot);
-    let problem = replicas_problem.map(|p| {
-        let text = match action {
-            TargetAction::ScaleUp { replicas } => {
-                format!("{what}: {p}; restoring {replicas} replica(s) instead")
-            }
-            _ => format!(
-                "{what}: {p}; recording the current {} replica(s) instead",
-                state.spec_replicas
-            ),
-        };
-        if first_time(namespace, &r.name, Some(&text)) {
-            warn!("{text}");
-        }
-        text
-    });
-    if problem.is_none() {
-        first_time(namespace, &r.name, None);
-    }
+    let plan = plan_target(dir, &snapshot);
     // The event on the target says why it got the count it got.
-    let reason = match &problem {
-        Some(p) => format!("{reason}; {p}"),
-        None => reason.to_owned(),
+    let reason = match replicas_problem(namespace, &what, &r.name, &plan, state.spec_replicas) {
+        Some(problem) => format!("{}; {problem}", step.reason),
+        None => step.reason.to_owned(),
     };
-    let reason = reason.as_str();
-    let writes = TargetWrites {
+    let change = Change {
         ctx,
-        api: TargetApi {
-            seed: &ctx.seed,
-            priority,
-            namespace,
-            resource: &target.resource,
-        },
-        name: &r.name,
-        limit: call_timeout(timeout),
+        namespace,
+        target,
+        dir,
+        from: state.spec_replicas,
+        reason: &reason,
+        timeout: step.timeout,
+        stop: step.stop,
     };
+    let writes = TargetWrites::of(ctx, namespace, target, &step);
     let rv = state.resource_version.as_deref();
-    // apps/v1 workloads: one write per step; other kinds: annotations and scale subresource.
-    let one_patch = replicas_in_spec(&r.api_version, &r.kind);
-    match action {
+    match plan.action {
         TargetAction::Ignored { clear_marker } => {
             if clear_marker {
                 let what = format!("meltdown annotation of {what}");
@@ -554,108 +659,160 @@ async fn attempt_once(
             )))
         }
         TargetAction::ScaleDown { record_replicas } => {
-            let uid = if one_patch {
-                // Annotations and replicas in one atomic write.
-                let patch = scale_down_patch(record_replicas, rv);
-                let patched = writes
-                    .merge(
-                        format!("scaling {what} to 0 (recording {record_replicas} replicas)"),
-                        &patch,
-                    )
-                    .await?;
-                patched.metadata.uid
-            } else {
-                // Record first, then scale: a crash in between leaves the recorded count behind.
-                // The scale write is conditional on the version the first write produced, so
-                // nothing that changed the target in between is overwritten unseen.
-                let patch = with_resource_version(scale_down_annotation_patch(record_replicas), rv);
-                let recorded = writes
-                    .merge(format!("recording replicas of {what}"), &patch)
-                    .await?;
-                let scale =
-                    scale_subresource_patch(0, recorded.metadata.resource_version.as_deref());
-                writes.scale(format!("scaling {what} to 0"), &scale).await?;
-                recorded.metadata.uid
-            };
-            info!(
-                from = state.spec_replicas,
-                to = 0,
-                recorded = record_replicas,
-                "scaled down"
-            );
-            // Reported when the replicas changed, not when the goal is reached: a retry after
-            // a slow goal finds the target already scaled and would report nothing.
-            ctx.events.target_scaled(
-                target_ref(namespace, target, uid.as_deref()),
-                dir,
-                state.spec_replicas,
-                0,
-                reason,
-            );
-            wait_for_goal(target, namespace, timeout, |s| {
-                s.spec_replicas == 0 && s.ready_replicas == 0
-            })
-            .await?;
-            Ok(TargetOutcome::Scaled {
-                from: state.spec_replicas,
-                to: 0,
-            })
+            scale_down(&change, &writes, &what, record_replicas, rv).await
         }
-        TargetAction::ScaleUp { replicas } => {
-            let uid = if one_patch {
-                let patch = scale_up_patch(replicas, rv);
-                let patched = writes
-                    .merge(format!("scaling {what} to {replicas}"), &patch)
-                    .await?;
-                patched.metadata.uid
-            } else {
-                let scale = scale_subresource_patch(replicas, rv);
-                let (scaled_rv, uid) = writes
-                    .scale(format!("scaling {what} to {replicas}"), &scale)
-                    .await?;
-                let what = format!("annotations of {what}");
-                writes
-                    .remove(what, clear_annotations_patch(), scaled_rv.as_deref())
-                    .await?;
-                uid
-            };
-            ctx.events.target_scaled(
-                target_ref(namespace, target, uid.as_deref()),
-                dir,
-                state.spec_replicas,
-                replicas,
-                reason,
-            );
-            info!(from = 0, to = replicas, "scaled up");
-            wait_for_goal(target, namespace, timeout, |s| {
-                s.spec_replicas == replicas && s.ready_replicas >= 1
-            })
-            .await?;
-            Ok(TargetOutcome::Scaled {
-                from: 0,
-                to: replicas,
-            })
-        }
+        TargetAction::ScaleUp { replicas } => scale_up(&change, &writes, &what, replicas, rv).await,
     }
+}
+
+/// What a step found wrong with the target's `replicas` record and did instead, in words;
+/// warned about once per problem (see [`first_time`]).
+fn replicas_problem(
+    namespace: &str,
+    what: &str,
+    name: &str,
+    plan: &TargetPlan,
+    spec_replicas: i32,
+) -> Option<String> {
+    let Some(p) = &plan.replicas_problem else {
+        first_time(namespace, name, None);
+        return None;
+    };
+    let text = match plan.action {
+        TargetAction::ScaleUp { replicas } => {
+            format!("{what}: {p}; restoring {replicas} replica(s) instead")
+        }
+        _ => format!("{what}: {p}; recording the current {spec_replicas} replica(s) instead"),
+    };
+    if first_time(namespace, name, Some(&text)) {
+        warn!("{text}");
+    }
+    Some(text)
+}
+
+/// One replica change of a step: the target, the direction, the count it is found at, why
+/// (for its event), and the step's timeout and stop token (for the wait for its goal).
+struct Change<'a> {
+    ctx: &'a ProberContext,
+    namespace: &'a str,
+    target: &'a TargetCache,
+    dir: Direction,
+    from: i32,
+    reason: &'a str,
+    timeout: Duration,
+    stop: &'a CancellationToken,
+}
+
+impl Change<'_> {
+    /// Reports the change on the target (when the replicas changed, not when the goal is
+    /// reached: a retry after a slow goal finds the target already scaled and would report
+    /// nothing), then waits for `goal`.
+    async fn scaled(
+        &self,
+        uid: Option<&str>,
+        to: i32,
+        goal: impl Fn(&super::seed_caches::TargetState) -> bool,
+    ) -> Result<TargetOutcome> {
+        let target_ref = target_ref(self.namespace, self.target, uid);
+        let events = &self.ctx.events;
+        events.target_scaled(target_ref, self.dir, self.from, to, self.reason);
+        wait_for_goal(self.target, self.namespace, self.timeout, self.stop, goal).await?;
+        Ok(TargetOutcome::Scaled {
+            from: self.from,
+            to,
+        })
+    }
+}
+
+/// Scales the target down to 0, recording `record` replicas: one write for apps/v1
+/// workloads, annotations then the `scale` subresource for other kinds.
+async fn scale_down(
+    change: &Change<'_>,
+    writes: &TargetWrites<'_>,
+    what: &str,
+    record: i32,
+    rv: Option<&str>,
+) -> Result<TargetOutcome> {
+    let r = &change.target.info.target;
+    let uid = if replicas_in_spec(&r.api_version, &r.kind) {
+        // Annotations and replicas in one atomic write.
+        let patch = scale_down_patch(record, rv);
+        let action = format!("scaling {what} to 0 (recording {record} replicas)");
+        writes.merge(action, &patch).await?.metadata.uid
+    } else {
+        // Record first, then scale: a crash in between leaves the recorded count behind.
+        // The scale write is conditional on the version the first write produced, so
+        // nothing that changed the target in between is overwritten unseen.
+        let patch = with_resource_version(scale_down_annotation_patch(record), rv);
+        let recorded = writes
+            .merge(format!("recording replicas of {what}"), &patch)
+            .await?;
+        let scale = scale_subresource_patch(0, recorded.metadata.resource_version.as_deref());
+        let writes = writes.unstoppable();
+        writes.scale(format!("scaling {what} to 0"), &scale).await?;
+        recorded.metadata.uid
+    };
+    info!(from = change.from, to = 0, recorded = record, "scaled down");
+    change
+        .scaled(uid.as_deref(), 0, |s| {
+            s.spec_replicas == 0 && s.ready_replicas == 0
+        })
+        .await
+}
+
+/// Scales the target up to `replicas`, removing both annotations: one write for apps/v1
+/// workloads, the `scale` subresource then the annotations for other kinds.
+async fn scale_up(
+    change: &Change<'_>,
+    writes: &TargetWrites<'_>,
+    what: &str,
+    replicas: i32,
+    rv: Option<&str>,
+) -> Result<TargetOutcome> {
+    let r = &change.target.info.target;
+    let uid = if replicas_in_spec(&r.api_version, &r.kind) {
+        let patch = scale_up_patch(replicas, rv);
+        let action = format!("scaling {what} to {replicas}");
+        writes.merge(action, &patch).await?.metadata.uid
+    } else {
+        let scale = scale_subresource_patch(replicas, rv);
+        let (scaled_rv, uid) = writes
+            .scale(format!("scaling {what} to {replicas}"), &scale)
+            .await?;
+        let what = format!("annotations of {what}");
+        writes
+            .unstoppable()
+            .remove(what, clear_annotations_patch(), scaled_rv.as_deref())
+            .await?;
+        uid
+    };
+    info!(from = 0, to = replicas, "scaled up");
+    change
+        .scaled(uid.as_deref(), replicas, |s| {
+            s.spec_replicas == replicas && s.ready_replicas >= 1
+        })
+        .await
 }
 
 /// Waits (watching the cache, no polling) until the target's state satisfies `goal`, at
 /// most [`readiness_wait`]`(timeout)`: as soon as it is there, and never longer than the
 /// reference's fixed wait. A target that is not there by then does not fail its level (the
 /// reference's level goes on too: its retry finds the target scaled and succeeds); its
-/// replicas are set, and readiness is the target's own business.
+/// replicas are set, and readiness is the target's own business. A stopped flow stops
+/// waiting (its write is done; the flow ends before its next level).
 async fn wait_for_goal(
     target: &TargetCache,
     namespace: &str,
     timeout: Duration,
+    stop: &CancellationToken,
     goal: impl Fn(&super::seed_caches::TargetState) -> bool,
 ) -> Result<()> {
     let name = &target.info.target.name;
     let limit = readiness_wait(timeout);
-    let reached = target
-        .cache
-        .wait_until(namespace, name, limit, |s| s.is_some_and(&goal))
-        .await;
+    let reached = tokio::select! {
+        _ = stop.cancelled() => return Ok(()),
+        reached = target.cache.wait_until(namespace, name, limit, |s| s.is_some_and(&goal)) => reached,
+    };
     match reached {
         Ok(()) => Ok(()),
         Err(WaitEnd::Closed) => Err(Error::Scaling(format!(
@@ -676,7 +833,6 @@ mod tests {
     //! take no time, and the instants of the writes are exact.
 
     use super::*;
-    use std::sync::Arc;
 
     use kube::api::{ApiResource, GroupVersionKind};
     use serde_json::{Value, json};
@@ -780,7 +936,12 @@ mod tests {
         ns: &str,
         dir: Direction,
     ) -> std::result::Result<FlowReport, Box<FlowError>> {
-        run_flow(ctx, ns, dir, FlowScope::All, "test").await
+        let flow = PlannedFlow {
+            dir,
+            scope: FlowScope::All,
+            reason: "test".into(),
+        };
+        run_flow(ctx, ns, &flow, &CancellationToken::new()).await
     }
 
     /// (answer, time since `start`) of each write.
@@ -806,6 +967,71 @@ mod tests {
             .find(|w| w.status == 200 && w.path.contains(&format!("/{name}")))
             .unwrap_or_else(|| panic!("no write to {name}: {writes:?}"))
             .at
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_flow_finishes_the_step_it_started_and_starts_no_other() {
+        let fake = FakeSeed::default();
+        fake.create(&RC, "stop", "kcm", 3, &[]);
+        fake.create(&DEPLOYMENT, "stop", "mcm", 2, &[]);
+        let rc = "apiVersion: v1, kind: ReplicationController, name: kcm";
+        let infos = entry(rc, "level: 0", "level: 0") + &deployment("mcm", "level: 1", "level: 1");
+        let mut ctx = context(&fake, &infos, &[]).await;
+        // One write at hand, the next after 1 s.
+        ctx.seed = fake.limited_client(1.0, 1);
+        let stop = CancellationToken::new();
+        let planned = PlannedFlow {
+            dir: Direction::Down,
+            scope: FlowScope::All,
+            reason: "test".into(),
+        };
+        let start = Instant::now();
+        // Stopped while kcm's step (record, then scale) waits for its second write.
+        let (report, ()) = tokio::join!(run_flow(&ctx, "stop", &planned, &stop), async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            stop.cancel();
+        });
+        let report = report.expect("a stopped flow is not a failed one");
+        assert!(report.superseded);
+        assert_eq!(report.changed(), ["kcm"]);
+        // The step's second write went when the budget gave it; mcm (level 1) was never
+        // written.
+        assert_eq!(
+            writes_answered(&fake, start),
+            [(200, Duration::ZERO), (200, Duration::from_secs(1))]
+        );
+        let kcm = fake.object("replicationcontrollers", "stop", "kcm");
+        assert_eq!(kcm["spec"]["replicas"], 0, "{kcm}");
+        assert_eq!(
+            kcm["metadata"]["annotations"][REPLICAS_ANNOTATION], "3",
+            "{kcm}"
+        );
+        let mcm = fake.object("deployments", "stop", "mcm");
+        assert_eq!(mcm["spec"]["replicas"], 2, "{mcm}");
+        // A flow stopped before it began sends nothing.
+        let report = run_flow(&ctx, "stop", &planned, &stop).await.expect("flow");
+        assert!(report.superseded && report.targets.is_empty());
+        assert_eq!(fake.writes().len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_waits_for_the_seed_budget_longer_than_its_timeout_and_is_sent_once() {
+        let fake = FakeSeed::default();
+        deployments(&fake, "queue", 2, &[]);
+        // Both at level 0 (30 s timeout): one write at hand, the next after 100 s.
+        let infos =
+            deployment("kcm", "level: 0", "level: 0") + &deployment("mcm", "level: 0", "level: 0");
+        let mut ctx = context(&fake, &infos, &[]).await;
+        ctx.seed = fake.limited_client(0.01, 1);
+        let start = Instant::now();
+        let report = flow(&ctx, "queue", Direction::Down).await.expect("flow");
+        assert_eq!(report.changed(), ["kcm", "mcm"]);
+        // Each write sent once, the second when the budget gave it: no attempt timed out in
+        // the queue.
+        assert_eq!(
+            writes_answered(&fake, start),
+            [(200, Duration::ZERO), (200, Duration::from_secs(100))]
+        );
     }
 
     #[tokio::test(start_paused = true)]

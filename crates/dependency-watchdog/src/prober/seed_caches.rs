@@ -4,16 +4,25 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use dwd_core::{DependentResourceInfo, MachineView};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use tracing::warn;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
-use crate::cache::{Cache, SyncState, run_cache};
+use crate::cache::{Cache, SyncState, name_field_selector, run_cache, run_optional_cache};
 use crate::rate_limit::{Priority, prioritized};
+
+/// Pause before a target's kind is looked up again after a discovery error that says nothing
+/// about the kind (seed unreachable, 5xx, throttled, forbidden); doubled after each further
+/// failure.
+pub const DISCOVERY_FIRST_RETRY: Duration = Duration::from_millis(500);
+/// The longest such pause: a seed that stays down is asked twice a minute, and logged as often.
+pub const DISCOVERY_MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// Key of the kubeconfig in the probe secret.
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
@@ -125,16 +134,78 @@ pub fn split_api_version(api_version: &str) -> (&str, &str) {
     }
 }
 
+/// Looks up `gvk` for the target `info` until the seed answers: the resource, or the error that
+/// says the kind is not served ([`is_not_served`]). Other errors say nothing about the kind and
+/// are retried with a growing pause; `Err` only when `shutdown` is cancelled meanwhile.
+async fn discover(
+    seed: &Client,
+    gvk: &GroupVersionKind,
+    info: &DependentResourceInfo,
+    shutdown: &CancellationToken,
+) -> crate::Result<Result<ApiResource, kube::Error>> {
+    let mut pause = DISCOVERY_FIRST_RETRY;
+    let mut attempt: u32 = 1;
+    let ended = || {
+        crate::Error::TaskDied(
+            "seed discovery",
+            format!(
+                "shutdown while discovering the kind of target {}",
+                info.target.name
+            ),
+        )
+    };
+    loop {
+        // Raced with shutdown too: one discovery call may wait out the seed's `Retry-After`s.
+        let found = tokio::select! {
+            found = kube::discovery::pinned_kind(seed, gvk) => found,
+            () = shutdown.cancelled() => return Err(ended()),
+        };
+        let error = match found {
+            Ok((resource, _caps)) => {
+                if attempt > 1 {
+                    info!(target = %info.target.name, attempt, "the target's kind was discovered after the seed recovered");
+                }
+                return Ok(Ok(resource));
+            }
+            Err(e) if is_not_served(&e) => return Ok(Err(e)),
+            Err(e) => e,
+        };
+        warn!(
+            target = %info.target.name,
+            kind = %format!("{}/{}", info.target.api_version, info.target.kind),
+            attempt,
+            retry_in = ?pause,
+            error = %error,
+            "discovering the target's kind failed (the seed unreachable or failing); retrying, \
+             not ready meanwhile"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = shutdown.cancelled() => return Err(ended()),
+        }
+        pause = (pause * 2).min(DISCOVERY_MAX_RETRY);
+        attempt = attempt.saturating_add(1);
+    }
+}
+
 impl SeedCaches {
     /// Creates the caches and spawns the watches feeding them (they run until `shutdown`).
     /// Target kinds are resolved through discovery. A kind the seed does not serve is an
     /// error naming the target, since scaling it could never succeed, unless the target is
     /// optional: then it is warned about once and gets no cache (the scaler skips it).
+    ///
+    /// Any other discovery error (the seed unreachable, 5xx, throttled, forbidden) says nothing
+    /// about the kind: the lookup is retried, logged each time, after a pause growing from
+    /// [`DISCOVERY_FIRST_RETRY`] to [`DISCOVERY_MAX_RETRY`], until it succeeds or `shutdown` is
+    /// cancelled (then [`crate::Error::TaskDied`], which a shutdown takes as a graceful end).
+    /// The reference resolves kinds lazily and keeps running through a seed hiccup at start;
+    /// so do we, not ready meanwhile.
     pub async fn start(
         seed: &Client,
         secret_name: &str,
         targets: &[DependentResourceInfo],
         tasks: &mut tokio::task::JoinSet<&'static str>,
+        shutdown: &CancellationToken,
     ) -> crate::Result<Self> {
         // The watches feeding the caches go ahead of every write in the seed budget (see
         // `Priority::WATCH_CACHES`); discovery below goes at the default priority.
@@ -142,7 +213,7 @@ impl SeedCaches {
         let secrets = Cache::new("probe kubeconfig secrets");
         tasks.spawn({
             let api: Api<Secret> = Api::all(feeds.clone());
-            let config = watcher::Config::default().fields(&format!("metadata.name={secret_name}"));
+            let config = watcher::Config::default().fields(&name_field_selector(secret_name));
             let cache = secrets.clone();
             async move {
                 run_cache(api, config, cache, project_secret).await;
@@ -165,13 +236,14 @@ impl SeedCaches {
         for info in targets {
             let (group, version) = split_api_version(&info.target.api_version);
             let gvk = GroupVersionKind::gvk(group, version, &info.target.kind);
-            let resource = match kube::discovery::pinned_kind(seed, &gvk).await {
-                Ok((resource, _caps)) => resource,
+            let resource = match discover(seed, &gvk, info, shutdown).await? {
+                Ok(resource) => resource,
                 // An optional target may be absent; a kind this seed does not serve (e.g. a
                 // CRD not installed here) is the same absence, for good. Startup goes on
                 // without its cache and the scaler skips it in every flow, so the other
                 // targets stay protected.
-                Err(e) if is_not_served(&e) && info.optional => {
+                // `discover` returns an error only when the kind is not served.
+                Err(_) if info.optional => {
                     warn!(
                         target = %info.target.name,
                         kind = %format!("{}/{}", info.target.api_version, info.target.kind),
@@ -180,33 +252,28 @@ impl SeedCaches {
                     );
                     continue;
                 }
-                Err(e) if is_not_served(&e) => {
+                Err(e) => {
                     return Err(crate::Error::Scaling(format!(
                         "target {}: its kind {}/{} is not served by the seed and the target \
                          is not optional ({e})",
                         info.target.name, info.target.api_version, info.target.kind
                     )));
                 }
-                // Anything else (seed unreachable, forbidden, 5xx) says nothing about the
-                // kind: fail startup rather than drop a target that may well exist.
-                Err(e) => {
-                    return Err(crate::Error::kube(
-                        format!(
-                            "discovering {}/{} for target {}",
-                            info.target.api_version, info.target.kind, info.target.name
-                        ),
-                        e,
-                    ));
-                }
             };
             let cache = Cache::new("scaling targets");
             tasks.spawn({
                 let api: Api<DynamicObject> = Api::all_with(feeds.clone(), &resource);
-                let config = watcher::Config::default()
-                    .fields(&format!("metadata.name={}", info.target.name));
+                let config =
+                    watcher::Config::default().fields(&name_field_selector(&info.target.name));
                 let cache = cache.clone();
+                let optional = info.optional;
                 async move {
-                    run_cache(api, config, cache, project_target).await;
+                    // An optional target's refused watch must not hold back the others.
+                    if optional {
+                        run_optional_cache(api, config, cache, project_target).await;
+                    } else {
+                        run_cache(api, config, cache, project_target).await;
+                    }
                     "target cache"
                 }
             });

@@ -8,6 +8,8 @@
 //! - [`slices`]: the EndpointSlice watch over all namespaces, which starts a weeder when a
 //!   configured service's slice turns ready;
 //! - [`registry`]: the running weeders, at most one per `namespace/slice`;
+//! - [`claims`]: the pods claimed by a namespace's weeders, so each pod is deleted once even
+//!   when several slices of one service (dual-stack) each start a weeder;
 //! - [`pods`]: one weeder: for `watchDuration`, a pod watch per selector in the slice's
 //!   namespace, deleting crash-looping pods.
 //!
@@ -18,6 +20,7 @@
 //! The rules (which slice is ready, which event starts a weeder, which pod is deleted) are pure
 //! functions of `dwd_core::weeder` and of this module's submodules; this module does the I/O.
 
+pub mod claims;
 pub mod pods;
 pub mod registry;
 pub mod slices;
@@ -34,6 +37,7 @@ use crate::Result;
 use crate::events::{Component, Events, PodRef};
 use crate::health::Health;
 use crate::shadow::Shadow;
+pub use claims::PodClaims;
 pub use pods::Weeder;
 pub use registry::{StartOutcome, Weeders};
 
@@ -50,6 +54,8 @@ pub struct WeederContext {
     /// Shadow mode (`--shadow`): never delete, and compare with the acting watchdog
     /// ([`crate::shadow`]); `None` in normal operation.
     pub shadow: Option<Arc<Shadow>>,
+    /// The pods claimed by each namespace's weeders (one weeder per slice; one DELETE per pod).
+    pub claims: PodClaims,
 }
 
 impl WeederContext {
@@ -72,6 +78,7 @@ impl WeederContext {
             seed,
             events,
             shadow,
+            claims: PodClaims::default(),
         }
     }
 }

@@ -15,8 +15,8 @@
 //! ([`Shadow::reference_did`]), so the two can be compared.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dwd_core::PodSelector;
@@ -31,6 +31,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::claims::NamespaceClaims;
 use crate::events::{Events, Subject};
 use crate::metrics::{DeletionFailure, DeletionFailureLabels, Metrics, ServiceLabels};
 use crate::rate_limit::{Priority, prioritized};
@@ -98,6 +99,9 @@ pub struct Weeder {
     /// Shadow mode: never delete, report what would have been and what the acting watchdog
     /// deleted; `None` in normal operation.
     pub shadow: Option<Arc<Shadow>>,
+    /// The pods claimed by the weeders of `namespace` (one per slice: a dual-stack service has
+    /// two), shared so that each pod gets one deletion ([`super::claims`]).
+    pub claims: Arc<NamespaceClaims>,
 }
 
 /// A pod the weeder should delete, as read from the pod.
@@ -409,19 +413,15 @@ impl Weeder {
                 &self.namespace,
             ),
         };
-        // UIDs this weeder deleted or is deleting: two selectors may pick the same pod, and a
-        // deleted pod keeps sending events (deletionTimestamp, finalizers) until it is gone.
-        let handled = Mutex::new(HashSet::<String>::new());
-        // Shadow mode: UIDs whose deletion by the acting watchdog was reported (once per UID,
-        // whichever selector's watch saw it).
-        let reported = Mutex::new(HashSet::<String>::new());
         // Shadow mode: deletions since this tell the acting watchdog's weeder racing ours.
         let started_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        let watches = futures::future::join_all(self.selectors.iter().map(|selector| {
-            self.watch_selector(&apis, selector, &handled, &reported, started_unix)
-        }));
+        let watches = futures::future::join_all(
+            self.selectors
+                .iter()
+                .map(|selector| self.watch_selector(&apis, selector, started_unix)),
+        );
         tokio::select! {
             _ = tokio::time::sleep(self.watch_duration) => info!("weeder ended: watch duration passed"),
             _ = cancel.cancelled() => info!("weeder stopped: replaced or shutting down"),
@@ -429,14 +429,7 @@ impl Weeder {
         }
     }
 
-    async fn watch_selector(
-        &self,
-        apis: &PodApis,
-        selector: &PodSelector,
-        handled: &Mutex<HashSet<String>>,
-        reported: &Mutex<HashSet<String>>,
-        started_unix: i64,
-    ) {
+    async fn watch_selector(&self, apis: &PodApis, selector: &PodSelector, started_unix: i64) {
         let query = selector.to_query();
         // Only in shadow mode: normal operation keeps nothing per pod.
         let mut spotter = self
@@ -490,14 +483,14 @@ impl Weeder {
                 Event::InitDone => {
                     if let Some(spotter) = spotter.as_mut() {
                         for seen in spotter.end_list() {
-                            self.reference_deleted(reported, seen);
+                            self.reference_deleted(seen);
                         }
                     }
                     continue;
                 }
                 Event::Delete(pod) => {
                     if let Some(seen) = spotter.as_mut().and_then(|s| s.deleted(&pod)) {
-                        self.reference_deleted(reported, seen);
+                        self.reference_deleted(seen);
                     }
                     continue;
                 }
@@ -507,11 +500,14 @@ impl Weeder {
                     .raced
                     .clone()
                     .map(|c| (seen.name.clone(), seen.uid.clone(), c));
-                self.reference_deleted(reported, seen);
+                self.reference_deleted(seen);
                 // The acting watchdog was first; ours would have deleted the pod it listed.
+                // Claimed (and kept) like a deletion: once per pod, whichever weeder of the
+                // namespace and whichever selector's watch saw it.
                 if let (Some(shadow), Some((name, uid, container))) = (&self.shadow, raced)
-                    && lock(handled).insert(uid.clone())
+                    && let Some(claim) = self.claims.claim(&uid)
                 {
+                    claim.keep();
                     self.would_delete(
                         shadow,
                         &name,
@@ -526,10 +522,14 @@ impl Weeder {
             let Some(target) = deletion_target(&pod, &self.namespace, selector) else {
                 continue;
             };
-            if !lock(handled).insert(target.uid.clone()) {
+            // Two selectors, or the weeders of two slices of one service (dual-stack), may
+            // pick the same pod, and a deleted pod keeps sending events (deletionTimestamp,
+            // finalizers) until it is gone: only the claim's holder deletes it.
+            let Some(claim) = self.claims.claim(&target.uid) else {
                 continue;
-            }
+            };
             if let Some(shadow) = &self.shadow {
+                claim.keep();
                 // Decided exactly as in normal operation; reported instead of done.
                 self.would_delete(
                     shadow,
@@ -544,6 +544,7 @@ impl Weeder {
             }
             match delete_pod(&apis.delete, &target).await {
                 Ok(Deleted::Now) => {
+                    claim.keep();
                     retry_pause = FIRST_RETRY_PAUSE;
                     self.metrics
                         .pods_deleted
@@ -570,6 +571,7 @@ impl Weeder {
                     );
                 }
                 Ok(Deleted::AlreadyGone) => {
+                    claim.keep();
                     debug!(pod = %target.name, "crash-looping pod already gone");
                 }
                 Err(e) => {
@@ -580,8 +582,9 @@ impl Weeder {
                             reason: e.category(),
                         })
                         .inc();
-                    // Forget it, so that it is tried again.
-                    lock(handled).remove(&target.uid);
+                    // Released, so that it is tried again (by this watch's new list, or by
+                    // another weeder of the namespace).
+                    drop(claim);
                     warn!(
                         namespace = %self.namespace,
                         pod = %target.name,
@@ -624,11 +627,11 @@ impl Weeder {
     }
 
     /// Shadow mode: the acting watchdog deleted a crash-looping pod (reported once per UID).
-    fn reference_deleted(&self, reported: &Mutex<HashSet<String>>, seen: SeenDeletion) {
+    fn reference_deleted(&self, seen: SeenDeletion) {
         let Some(shadow) = &self.shadow else {
             return;
         };
-        if !lock(reported).insert(seen.uid.clone()) {
+        if !self.claims.first_report(&seen.uid) {
             return;
         }
         shadow.record(
@@ -693,10 +696,6 @@ fn rejects_streaming_lists(e: &watcher::Error) -> bool {
         _ => return false,
     };
     matches!(code, 400 | 422)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

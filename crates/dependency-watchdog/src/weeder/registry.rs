@@ -192,6 +192,7 @@ mod tests {
             metrics: metrics.clone(),
             events: crate::events::Events::disabled(metrics.clone()),
             shadow: None,
+            claims: crate::weeder::claims::PodClaims::default().namespace(namespace),
         }
     }
 

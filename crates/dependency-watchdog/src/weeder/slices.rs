@@ -1,7 +1,12 @@
 //! The EndpointSlice watch: starts a weeder when a configured service's slice turns ready.
 //!
 //! One watch over all namespaces, filtered server-side by the label `kubernetes.io/service-name`
-//! to the configured services, so the seed's other slices never reach us. We don't cache the
+//! to the configured services, so the seed's other slices never reach us. A configured name
+//! that cannot be a label value (a space, a `/`, over 63 characters) is left out of the
+//! selector ([`slice_selector`]): no object can carry it, so it matches nothing either way,
+//! while in the selector it would make the apiserver refuse the whole watch and no service
+//! would be weeded. The reference matches client-side, with the same outcome: only that entry
+//! is dead. We don't cache the
 //! slices: a readiness bit per `namespace/slice` is all [`should_start`] needs, and it keeps
 //! memory flat however many shoots the seed hosts.
 //!
@@ -13,6 +18,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use dwd_core::selector::validate_label_value;
 use dwd_core::weeder::{SERVICE_NAME_LABEL, service_name, slice_is_ready};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -27,12 +33,24 @@ use super::registry::{StartOutcome, Weeders};
 use crate::health::Health;
 use crate::rate_limit;
 
-/// The label selector of the configured services' slices: `kubernetes.io/service-name in (…)`.
-/// Service names are validated RFC 1035 labels, so they need no quoting.
-pub fn slice_selector<'a>(services: impl IntoIterator<Item = &'a String>) -> String {
-    let mut names: Vec<&str> = services.into_iter().map(String::as_str).collect();
+/// The label selector of the configured services' slices: `kubernetes.io/service-name in (…)`,
+/// or `None` when no configured name can be a label value (then no slice can match).
+///
+/// Only non-empty label values are listed; they need no quoting. The config loader warns about
+/// a name that is no valid service name but accepts it, as the reference does, and a name that
+/// is no label value could only break the selector: the apiserver refuses a selector with one
+/// bad value as a whole, which would leave every service unweeded.
+pub fn slice_selector<'a>(services: impl IntoIterator<Item = &'a String>) -> Option<String> {
+    let mut names: Vec<&str> = services
+        .into_iter()
+        .map(String::as_str)
+        .filter(|name| !name.is_empty() && validate_label_value(name).is_ok())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
     names.sort_unstable();
-    format!("{SERVICE_NAME_LABEL} in ({})", names.join(","))
+    Some(format!("{SERVICE_NAME_LABEL} in ({})", names.join(",")))
 }
 
 /// Whether a slice last seen with readiness `old` (`None`: never seen) and now `ready` starts a
@@ -100,7 +118,13 @@ pub async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<H
     // get the plain seed client and choose their own priorities.)
     let feed = rate_limit::prioritized(&ctx.seed, rate_limit::Priority::WATCH_CACHES);
     let api: Api<EndpointSlice> = Api::all(feed);
-    let config = watcher::Config::default().labels(&slice_selector(ctx.selectors.keys()));
+    let Some(selector) = slice_selector(ctx.selectors.keys()) else {
+        // Every configured name was warned about at load: nothing can match, nothing to watch.
+        health.set_ready(true);
+        warn!("no configured service name can label an EndpointSlice; the weeder weeds nothing");
+        return std::future::pending().await;
+    };
+    let config = watcher::Config::default().labels(&selector);
     let mut events = watch_slices(api, config).default_backoff().boxed();
     let mut tracker = ReadinessTracker::default();
     loop {
@@ -171,6 +195,7 @@ fn on_slice(
         metrics: weeders.metrics().clone(),
         events: ctx.events.clone(),
         shadow: ctx.shadow.clone(),
+        claims: ctx.claims.namespace(&namespace),
     });
     let replaced = outcome == StartOutcome::Replaced;
     info!(%namespace, slice = %name, %service, replaced, "service is ready again; weeding its crash-looping dependants");
@@ -203,9 +228,30 @@ mod tests {
     fn selector_names_every_configured_service_sorted() {
         let services = ["kube-apiserver".to_string(), "etcd-main-client".to_string()];
         assert_eq!(
-            slice_selector(&services),
-            "kubernetes.io/service-name in (etcd-main-client,kube-apiserver)"
+            slice_selector(&services).as_deref(),
+            Some("kubernetes.io/service-name in (etcd-main-client,kube-apiserver)")
         );
+    }
+
+    #[test]
+    fn names_that_cannot_be_label_values_are_left_out_of_the_selector() {
+        let long = "a".repeat(64);
+        let services = [
+            "etcd main".to_string(),
+            "kube-apiserver".to_string(),
+            "a/b".to_string(),
+            long,
+            String::new(),
+            "-x".to_string(),
+            // No valid service name, but a valid label value: a slice could carry it, and the
+            // reference would match it.
+            "Etcd_1.x".to_string(),
+        ];
+        assert_eq!(
+            slice_selector(&services).as_deref(),
+            Some("kubernetes.io/service-name in (Etcd_1.x,kube-apiserver)")
+        );
+        assert_eq!(slice_selector(&["a b".to_string()]), None);
     }
 
     #[test]

@@ -1,0 +1,266 @@
+//! The worst day, measured (issue 25): a mass outage that ends (`--outage-for`) while the
+//! scaling flows still queue behind the seed's request budget. Per shoot, from what the
+//! apiservers and the replica watch recorded (so the numbers hold for any binary):
+//!
+//! - **probe lateness during the storm**: gaps between consecutive `GET /version` of a shoot,
+//!   both within the storm (from the silence until every target is back), minus the
+//!   interval; bound `probeInterval × jitter + 2 s` (a run's own duration);
+//! - **recovery → restored**: from the moment enough kubelets renewed that fewer than the
+//!   threshold's leases are expired, to the last restore of the shoot's targets; bound
+//!   `restore writes ÷ qps + the scale-up initialDelays + probeInterval × (1 + jitter)` (the
+//!   whole seed's restore writes may queue before this shoot's; the delays are the config's;
+//!   the probe must run once to see the recovery);
+//! - **wasted scale-down writes**: writes that took a target of a recovered shoot down. Those
+//!   sent later than `recovered + probeInterval × (1 + jitter) + 2 s` (a run after the
+//!   recovery has seen it: the watchdog could know) are (a); those before are (b), which no
+//!   watchdog can avoid (a run that judged just before the recovery).
+//!
+//! A write is a scale-down write when the target was running when it was sent and its next
+//! replica change went to 0 (the reference's annotate-then-scale counts two); a scale-up write
+//! when the target was at 0 and its next change went above 0.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use crate::stats::Summary;
+
+/// One affected shoot's record of the storm.
+#[derive(Debug, Default)]
+pub struct ShootStorm {
+    /// The shoot's namespace.
+    pub namespace: String,
+    /// When fewer than the threshold's leases were expired again (`None`: never).
+    pub recovered: Option<DateTime<Utc>>,
+    /// Target → its replica changes (time, `spec.replicas`) from before the silence on, in
+    /// order; a target without a change was running throughout.
+    pub replicas: BTreeMap<String, Vec<(DateTime<Utc>, i32)>>,
+    /// Receive times of the shoot's `GET /version` (the watchdog's probes), sorted.
+    pub probes: Vec<DateTime<Utc>>,
+    /// The watchdog's writes to the shoot's targets: (receive time, target).
+    pub writes: Vec<(DateTime<Utc>, String)>,
+}
+
+/// The storm's frame and the bounds' terms.
+#[derive(Debug)]
+pub struct StormFrame {
+    /// When every kubelet went silent.
+    pub silenced_at: DateTime<Utc>,
+    /// When they renewed again (`--outage-for` after the silence).
+    pub resumed_at: DateTime<Utc>,
+    /// When every target that went down was back (or the wait gave up).
+    pub restored_by: DateTime<Utc>,
+    /// `probeInterval`, seconds.
+    pub interval_s: f64,
+    /// `backoffJitterFactor`.
+    pub jitter: f64,
+    /// `--kube-api-qps`.
+    pub qps: f64,
+    /// The scale-up `initialDelay`s a restore waits out, seconds (summed over levels).
+    pub scale_up_delays_s: f64,
+}
+
+/// What a write did to its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteKind {
+    Down,
+    Up,
+    Other,
+}
+
+/// Replicas of a target at `t` from its `changes` (running, as every target starts, when none
+/// came before).
+fn replicas_at(changes: &[(DateTime<Utc>, i32)], t: DateTime<Utc>) -> Option<i32> {
+    changes
+        .iter()
+        .rev()
+        .find(|(at, _)| *at <= t)
+        .map(|(_, r)| *r)
+}
+
+fn classify(changes: &[(DateTime<Utc>, i32)], t: DateTime<Utc>) -> WriteKind {
+    let running = replicas_at(changes, t).is_none_or(|r| r > 0);
+    let next = changes.iter().find(|(at, _)| *at >= t).map(|(_, r)| *r);
+    match (running, next) {
+        (true, Some(0)) => WriteKind::Down,
+        (false, Some(r)) if r > 0 => WriteKind::Up,
+        _ => WriteKind::Other,
+    }
+}
+
+/// Seconds from `a` to `b`.
+fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
+    (b - a).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6
+}
+
+/// The storm's results (the `storm` object of the run's JSON).
+pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
+    let interval = frame.interval_s;
+    let max_interval = interval * (1.0 + frame.jitter.max(0.0));
+    let lateness_bound = interval * frame.jitter.max(0.0) + 2.0;
+    let mut gaps = Vec::new();
+    let mut worst_per_shoot = Vec::new();
+    let mut restore_writes = 0usize;
+    let mut wasted_could_know = 0usize;
+    let mut wasted_before_knowing = 0usize;
+    let mut wasted_shoots: Vec<Value> = Vec::new();
+    let mut restored = Vec::new();
+    let mut unrestored = 0usize;
+    for shoot in shoots {
+        let in_storm: Vec<DateTime<Utc>> = shoot
+            .probes
+            .iter()
+            .copied()
+            .filter(|t| *t >= frame.silenced_at && *t <= frame.restored_by)
+            .collect();
+        let lateness: Vec<f64> = in_storm
+            .windows(2)
+            .map(|w| secs(w[0], w[1]) - interval)
+            .collect();
+        worst_per_shoot.push(lateness.iter().copied().fold(0.0, f64::max));
+        gaps.extend(lateness);
+
+        let could_know = shoot
+            .recovered
+            .map(|r| r + chrono::Duration::milliseconds(((max_interval + 2.0) * 1000.0) as i64));
+        let mut wasted_here = Vec::new();
+        for (t, target) in &shoot.writes {
+            let changes = shoot.replicas.get(target).map_or(&[][..], Vec::as_slice);
+            match classify(changes, *t) {
+                WriteKind::Up if *t >= frame.resumed_at => restore_writes += 1,
+                WriteKind::Down => match (shoot.recovered, could_know) {
+                    (Some(r), Some(k)) if *t >= k => {
+                        wasted_could_know += 1;
+                        wasted_here
+                            .push(json!({"target": target, "after_recovery_s": secs(r, *t)}));
+                    }
+                    (Some(r), _) if *t >= r => wasted_before_knowing += 1,
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        if !wasted_here.is_empty() && wasted_shoots.len() < 20 {
+            wasted_shoots.push(json!({"shoot": shoot.namespace, "writes": wasted_here}));
+        }
+
+        // The shoot is back when every target that went down after the silence is up again.
+        let mut back: Option<DateTime<Utc>> = None;
+        let mut still_down = false;
+        for changes in shoot.replicas.values() {
+            if !changes
+                .iter()
+                .any(|(t, r)| *t >= frame.silenced_at && *r == 0)
+            {
+                continue;
+            }
+            match changes.last() {
+                Some((t, r)) if *r > 0 => back = Some(back.map_or(*t, |b| b.max(*t))),
+                _ => still_down = true,
+            }
+        }
+        match (shoot.recovered, back, still_down) {
+            (_, _, true) => unrestored += 1,
+            (Some(r), Some(b), false) => restored.push(secs(r, b).max(0.0)),
+            _ => {}
+        }
+    }
+    let restore_bound =
+        restore_writes as f64 / frame.qps.max(0.01) + frame.scale_up_delays_s + max_interval;
+    let over_bound = restored.iter().filter(|s| **s > restore_bound).count();
+    let lateness = Summary::of(&gaps);
+    json!({
+        "window_s": secs(frame.silenced_at, frame.restored_by),
+        "outage_s": secs(frame.silenced_at, frame.resumed_at),
+        "probe_lateness_p99_s": lateness.to_json()["p99"],
+        "probe_lateness_s": lateness.to_json(),
+        "probe_lateness_worst_per_shoot_s": Summary::of(&worst_per_shoot).to_json(),
+        "probe_lateness_bound_s": lateness_bound,
+        "restored_after_recovery_s": Summary::of(&restored).to_json(),
+        "restore_writes": restore_writes,
+        "restore_bound_s": restore_bound,
+        "shoots_restored_over_bound": over_bound,
+        "shoots_not_restored": unrestored,
+        "wasted_scale_down_writes": {
+            "after_the_watchdog_could_know": wasted_could_know,
+            "before_the_watchdog_could_know": wasted_before_knowing,
+            "examples": wasted_shoots,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_000_000 + s, 0).unwrap_or_default()
+    }
+
+    fn frame() -> StormFrame {
+        StormFrame {
+            silenced_at: at(0),
+            resumed_at: at(60),
+            restored_by: at(300),
+            interval_s: 10.0,
+            jitter: 0.2,
+            qps: 1.0,
+            scale_up_delays_s: 30.0,
+        }
+    }
+
+    #[test]
+    fn writes_are_classified_by_the_change_they_led_to_and_wasted_ones_split_by_knowledge() {
+        let shoot = ShootStorm {
+            namespace: "s".into(),
+            recovered: Some(at(70)),
+            replicas: BTreeMap::from([
+                // Down before the recovery, restored at 120.
+                ("mcm".into(), vec![(at(40), 0), (at(120), 2)]),
+                // Down at 75 (before the watchdog could know: 70 + 12 + 2 = 84), up at 130.
+                ("ca".into(), vec![(at(75), 0), (at(130), 1)]),
+                // Down at 100 (it could have known), up at 140.
+                ("kcm".into(), vec![(at(100), 0), (at(140), 3)]),
+            ]),
+            probes: vec![at(10), at(20), at(30), at(50)],
+            // Each write is received before the change it makes is watched.
+            writes: vec![
+                (at(39), "mcm".into()),
+                (at(73), "ca".into()),
+                (at(74), "ca".into()),
+                (at(99), "kcm".into()),
+                (at(119), "mcm".into()),
+                (at(129), "ca".into()),
+                (at(139), "kcm".into()),
+                // A marker cleared on a running target: neither.
+                (at(200), "mcm".into()),
+            ],
+        };
+        let out = analyse(&frame(), &[shoot]);
+        let wasted = &out["wasted_scale_down_writes"];
+        assert_eq!(wasted["after_the_watchdog_could_know"], 1, "{out}");
+        assert_eq!(wasted["before_the_watchdog_could_know"], 2, "{out}");
+        assert_eq!(out["restore_writes"], 3, "{out}");
+        // Back at 140, recovered at 70.
+        assert_eq!(out["restored_after_recovery_s"]["max"], 70.0, "{out}");
+        // 3 writes ÷ 1 qps + 30 s + 12 s.
+        assert_eq!(out["restore_bound_s"], 45.0, "{out}");
+        assert_eq!(out["shoots_restored_over_bound"], 1, "{out}");
+        // Gaps 10, 10, 20 → lateness 0, 0, 10.
+        assert_eq!(out["probe_lateness_s"]["max"], 10.0, "{out}");
+        assert_eq!(out["probe_lateness_bound_s"], 4.0, "{out}");
+    }
+
+    #[test]
+    fn a_target_still_down_at_the_end_is_not_restored() {
+        let shoot = ShootStorm {
+            namespace: "s".into(),
+            recovered: Some(at(70)),
+            replicas: BTreeMap::from([("kcm".into(), vec![(at(40), 0)])]),
+            ..ShootStorm::default()
+        };
+        let out = analyse(&frame(), &[shoot]);
+        assert_eq!(out["shoots_not_restored"], 1, "{out}");
+    }
+}
