@@ -40,7 +40,7 @@ use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -276,25 +276,6 @@ impl FakeSeed {
         let (state, stored, _) = self.store("leases", serde_json::to_value(lease).expect("lease"));
         drop(state);
         version(&stored)
-    }
-
-    /// Moves Lease `namespace/name`'s `renewTime` and `acquireTime` `by` into the past, as
-    /// if the wall clock had advanced that much since they were written: a paused tokio
-    /// clock does not move the wall clock (`Timestamp::now()`) the elector compares them with.
-    /// Not a write: the resourceVersion stays.
-    pub(crate) fn age_lease(&self, namespace: &str, name: &str, by: Duration) {
-        let key = ("leases".to_owned(), namespace.to_owned(), name.to_owned());
-        let mut s = self.lock();
-        let object = s.objects.get_mut(&key).expect("lease to age");
-        let by = SignedDuration::try_from(by).expect("duration");
-        for field in ["renewTime", "acquireTime"] {
-            let Some(time) = object["spec"][field].as_str() else {
-                continue;
-            };
-            let time: MicroTime = serde_json::from_value(json!(time)).expect("micro time");
-            let aged = MicroTime(time.0.checked_sub(by).expect("aged time"));
-            object["spec"][field] = serde_json::to_value(aged).expect("micro time");
-        }
     }
 
     /// Stores `object` (JSON with `metadata.name`, and `metadata.namespace` unless it is

@@ -254,7 +254,8 @@ fn redact(message: &str) -> String {
 /// (`tokenFile: /var/run/secrets/.../token` would send the seed credential to the shoot's
 /// `server`; `certificate-authority: /dev/zero` reads forever), `exec` and `auth-provider` run
 /// commands on every run, `proxy-url` routes our credentials through a host of the author's
-/// choice, `as`/`as-groups` ask for impersonation, `insecure-skip-tls-verify` and plain
+/// choice, `as`/`as-uid`/`as-groups`/`as-user-extra` ask for impersonation (kube sends each as
+/// an `Impersonate-*` header: the tenant would pick whom our token acts as), `insecure-skip-tls-verify` and plain
 /// `http://` servers expose the token to anyone in between. Each is an error naming the
 /// entry and the field; nothing is read and nothing is run.
 pub fn check_inline_only(kc: &Kubeconfig) -> Result<(), ShootClientError> {
@@ -297,7 +298,9 @@ pub fn check_inline_only(kc: &Kubeconfig) -> Result<(), ShootClientError> {
             ("username", u.username.is_some()),
             ("password", u.password.is_some()),
             ("as", u.impersonate.is_some()),
+            ("as-uid", u.impersonate_uid.is_some()),
             ("as-groups", u.impersonate_groups.is_some()),
+            ("as-user-extra", u.impersonate_user_extra.is_some()),
         ];
         if let Some((field, _)) = fields.iter().find(|(_, set)| *set) {
             return refuse("user", name, field);
@@ -559,6 +562,17 @@ users:
                 "username",
             ),
             ("", "    token: t\n    as: system:admin\n", "as"),
+            ("", "    token: t\n    as-uid: \"0\"\n", "as-uid"),
+            (
+                "",
+                "    token: t\n    as-groups: [system:masters]\n",
+                "as-groups",
+            ),
+            (
+                "",
+                "    token: t\n    as-user-extra:\n      scopes: [s3cr3t]\n",
+                "as-user-extra",
+            ),
         ];
         for (cluster, user, field) in cases {
             let error = check_inline_only(&kubeconfig(cluster, user))

@@ -1,17 +1,23 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's semantics.
 //!
 //! Every replica is a candidate with an identity `<hostname>_<random>`. A candidate takes the
-//! Lease when it is free (no holder: never held, or released on shutdown) or expired
-//! (`renewTime + leaseDurationSeconds < now`), and every write carries the `resourceVersion`
-//! it read, so of two candidates racing for the same Lease the apiserver lets only one win
-//! (the other gets `409 Conflict`).
+//! Lease when it is free (no holder: never held, or released on shutdown) or expired, and
+//! every write carries the `resourceVersion` it read, so of two candidates racing for the same
+//! Lease the apiserver lets only one win (the other gets `409 Conflict`).
+//!
+//! Expiry is judged on the follower's own monotonic clock, as client-go's `leaderelection`
+//! does: a held Lease is expired once `leaseDurationSeconds` have passed since this candidate
+//! first *observed* its current record (holder, times, duration, transitions). The leader's
+//! `renewTime` is never compared with the local wall clock: nodes' wall clocks may be skewed
+//! by more than lease duration − renew deadline (5 s by default), and a follower ahead of the
+//! leader by that much would take a Lease that is being renewed (two leaders during a
+//! partition). The wall clock only stamps the times we write ([`WallClock`]).
 //!
 //! The leader renews every retry period. It stops leading when it has not renewed for the
 //! renew deadline, measured from the start of its last successful renewal. Because the
-//! deadline is shorter than the lease duration, a leader that can't reach the apiserver gives
-//! up (lease duration − renew deadline) before any follower may consider its lease expired;
-//! that margin also absorbs clock skew between nodes (expiry compares the leader's
-//! `renewTime` with the follower's clock, as node-lease probing does).
+//! deadline is shorter than the lease duration, and a follower can only observe a renewal after
+//! it started, a leader that can't reach the apiserver gives up (lease duration − renew
+//! deadline) before any follower may consider its lease expired, whatever the wall clocks say.
 //!
 //! We evaluated the crates first: `kube-leader-election` and `kube-coordinate` don't support
 //! kube 5; `kube-lease-manager` does, but counts time in whole seconds (no 300 ms retry
@@ -19,11 +25,12 @@
 //! and panics on invalid timings. The protocol is small, so it lives here, with its timing
 //! decisions as pure functions ([`decide`], [`Timings::renewal_overdue`]) under unit tests.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::time::Instant;
@@ -98,17 +105,23 @@ pub enum Decision {
     Renew,
     /// It is free or expired: take it (a new acquire time, one more transition).
     TakeOver,
-    /// Someone else holds it until `expires`.
+    /// Someone else holds it until `expires` (on our monotonic clock).
     Follow {
         /// The current holder.
         holder: String,
-        /// When the holder's lease expires unless renewed.
-        expires: Timestamp,
+        /// When the holder's lease expires unless its record changes.
+        expires: Instant,
     },
 }
 
-/// The pure decision of client-go's `tryAcquireOrRenew` for `lease` read at `now`.
-pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> Decision {
+/// The pure decision of client-go's `tryAcquireOrRenew` for `lease` read at `now`, whose
+/// record this candidate first observed at `observed_at` (both on its monotonic clock).
+pub fn decide(
+    lease: Option<&Lease>,
+    identity: &str,
+    observed_at: Instant,
+    now: Instant,
+) -> Decision {
     let Some(lease) = lease else {
         return Decision::Create;
     };
@@ -122,23 +135,31 @@ pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> Decision
     if holder == identity {
         return Decision::Renew;
     }
-    match expiry(spec) {
+    // The record's own duration, as client-go: the holder says how long its renewals last.
+    let valid_for = spec
+        .lease_duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs);
+    match valid_for.and_then(|d| observed_at.checked_add(d)) {
         Some(expires) if now <= expires => Decision::Follow {
             holder: holder.to_string(),
             expires,
         },
-        // Expired, or a record without times or duration: nobody can claim to be renewing.
+        // Unchanged for its duration, or a record without a duration: nobody is renewing.
         _ => Decision::TakeOver,
     }
 }
 
-/// `renewTime` (else `acquireTime`) + `leaseDurationSeconds`; `None` when either is missing.
-fn expiry(spec: &LeaseSpec) -> Option<Timestamp> {
-    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
-    let secs = spec.lease_duration_seconds.filter(|s| *s > 0)?;
-    renewed
-        .checked_add(SignedDuration::from_secs(i64::from(secs)))
-        .ok()
+/// The wall clock that stamps the `acquireTime` and `renewTime` we write (for humans and
+/// other tools; expiry is never judged by it). Injectable so tests can skew a candidate.
+pub type WallClock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// The Lease record last observed and when it was first observed (our monotonic clock).
+#[derive(Debug, Clone)]
+struct Observed {
+    record: Option<LeaseSpec>,
+    at: Instant,
 }
 
 /// The Lease to write for `decision` (not `Follow`), based on what was read.
@@ -249,6 +270,10 @@ pub struct LeaderElector {
     held: Option<Lease>,
     /// The holder last seen, to log changes only.
     last_holder: Option<String>,
+    /// The record last read or written, and since when: what expiry is judged by.
+    observed: Option<Observed>,
+    /// Stamps the times we write.
+    wall: WallClock,
 }
 
 impl LeaderElector {
@@ -269,6 +294,28 @@ impl LeaderElector {
             timings,
             held: None,
             last_holder: None,
+            observed: None,
+            wall: Arc::new(Timestamp::now),
+        }
+    }
+
+    /// The same candidate stamping the times it writes with `wall` instead of the system's
+    /// wall clock (tests skew it; expiry does not depend on it).
+    pub fn with_wall_clock(mut self, wall: WallClock) -> Self {
+        self.wall = wall;
+        self
+    }
+
+    /// When the record `lease` holds was first observed: now, unless it is the record
+    /// observed last (client-go's `observedRecord`/`observedTime`).
+    fn observe(&mut self, lease: Option<&Lease>, now: Instant) -> Instant {
+        let record = lease.and_then(|l| l.spec.clone());
+        match &self.observed {
+            Some(o) if o.record == record => o.at,
+            _ => {
+                self.observed = Some(Observed { record, at: now });
+                now
+            }
         }
     }
 
@@ -306,10 +353,11 @@ impl LeaderElector {
                 secs,
                 &self.namespace,
                 &self.name,
-                Timestamp::now(),
+                (self.wall)(),
             );
             match self.api.replace(&self.name, &pp, &next).await {
                 Ok(written) => {
+                    self.observe(Some(&written), Instant::now());
                     self.held = Some(written);
                     return Ok(Attempt::Leading);
                 }
@@ -320,8 +368,11 @@ impl LeaderElector {
             }
         }
         let read = self.api.get_opt(&self.name).await?;
-        let now = Timestamp::now();
-        let decision = decide(read.as_ref(), &self.identity, now);
+        // After the answer: a renewal we observe started before now, so the holder's renew
+        // deadline ends before the expiry we count from here.
+        let now = Instant::now();
+        let observed_at = self.observe(read.as_ref(), now);
+        let decision = decide(read.as_ref(), &self.identity, observed_at, now);
         if let Decision::Follow { holder, .. } = decision {
             return Ok(Attempt::Following { holder });
         }
@@ -332,7 +383,7 @@ impl LeaderElector {
             secs,
             &self.namespace,
             &self.name,
-            now,
+            (self.wall)(),
         );
         let written = match decision {
             Decision::Create => self.api.create(&pp, &next).await,
@@ -340,6 +391,7 @@ impl LeaderElector {
         };
         match written {
             Ok(written) => {
+                self.observe(Some(&written), Instant::now());
                 self.held = Some(written);
                 Ok(Attempt::Leading)
             }
@@ -434,7 +486,7 @@ impl LeaderElector {
         let pp = PostParams::default();
         match self
             .api
-            .replace(&self.name, &pp, &released_lease(&held, Timestamp::now()))
+            .replace(&self.name, &pp, &released_lease(&held, (self.wall)()))
             .await
         {
             Ok(_) => {}
@@ -452,7 +504,7 @@ impl LeaderElector {
                     return Ok(());
                 }
                 self.api
-                    .replace(&self.name, &pp, &released_lease(&current, Timestamp::now()))
+                    .replace(&self.name, &pp, &released_lease(&current, (self.wall)()))
                     .await?;
             }
             Err(e) => return Err(e),
@@ -500,70 +552,83 @@ mod tests {
         }
     }
 
+    /// Instants `ms` milliseconds after one fixed instant.
+    fn mono() -> impl Fn(u64) -> Instant {
+        let origin = Instant::now();
+        move |ms| origin + Duration::from_millis(ms)
+    }
+
     #[test]
     fn missing_lease_is_created() {
-        assert_eq!(decide(None, ME, t(0)), Decision::Create);
+        let at = mono();
+        assert_eq!(decide(None, ME, at(0), at(0)), Decision::Create);
     }
 
     #[test]
     fn free_lease_is_taken_at_once() {
+        let at = mono();
         // Released on shutdown: no holder, whatever the times say.
         let l = lease(None, Some(t(0)), Some(15));
-        assert_eq!(decide(Some(&l), ME, t(0)), Decision::TakeOver);
+        assert_eq!(decide(Some(&l), ME, at(0), at(0)), Decision::TakeOver);
         let l = lease(Some(""), Some(t(0)), Some(15));
-        assert_eq!(decide(Some(&l), ME, t(0)), Decision::TakeOver);
+        assert_eq!(decide(Some(&l), ME, at(0), at(0)), Decision::TakeOver);
         let mut no_spec = lease(None, None, None);
         no_spec.spec = None;
-        assert_eq!(decide(Some(&no_spec), ME, t(0)), Decision::TakeOver);
+        assert_eq!(decide(Some(&no_spec), ME, at(0), at(0)), Decision::TakeOver);
     }
 
     #[test]
-    fn others_lease_is_respected_until_renew_time_plus_duration_has_passed() {
-        let l = lease(Some(OTHER), Some(t(0)), Some(15));
-        for now in [t(0), t(10), t(15)] {
-            assert_eq!(
-                decide(Some(&l), ME, now),
-                Decision::Follow {
-                    holder: OTHER.into(),
-                    expires: t(15)
-                },
-                "at {now}"
-            );
+    fn others_lease_is_respected_until_its_duration_passed_since_its_record_was_observed() {
+        let at = mono();
+        // The record's renewTime says nothing: far in the past or the future (a skewed
+        // leader), the lease counts from when this candidate first saw the record.
+        for renewed in [t(-1_000), t(0), t(1_000)] {
+            let l = lease(Some(OTHER), Some(renewed), Some(15));
+            for now in [0, 10_000, 15_000] {
+                assert_eq!(
+                    decide(Some(&l), ME, at(0), at(now)),
+                    Decision::Follow {
+                        holder: OTHER.into(),
+                        expires: at(15_000)
+                    },
+                    "renewed {renewed}, {now} ms after it was observed"
+                );
+            }
+            let just_after = at(15_000) + Duration::from_micros(1);
+            assert_eq!(decide(Some(&l), ME, at(0), just_after), Decision::TakeOver);
+            assert_eq!(decide(Some(&l), ME, at(0), at(100_000)), Decision::TakeOver);
         }
-        let just_after = t(15)
-            .checked_add(SignedDuration::from_micros(1))
-            .unwrap_or(t(16));
-        assert_eq!(decide(Some(&l), ME, just_after), Decision::TakeOver);
-        assert_eq!(decide(Some(&l), ME, t(100)), Decision::TakeOver);
     }
 
     #[test]
-    fn others_lease_without_times_or_duration_is_expired() {
+    fn others_lease_without_a_duration_is_expired() {
+        let at = mono();
+        let l = lease(Some(OTHER), Some(t(0)), None);
+        assert_eq!(decide(Some(&l), ME, at(0), at(0)), Decision::TakeOver);
+        let l = lease(Some(OTHER), Some(t(0)), Some(0));
+        assert_eq!(decide(Some(&l), ME, at(0), at(0)), Decision::TakeOver);
+        let l = lease(Some(OTHER), Some(t(0)), Some(-5));
+        assert_eq!(decide(Some(&l), ME, at(0), at(0)), Decision::TakeOver);
+        // Times are not needed: the record's duration and when it was observed are.
         let mut l = lease(Some(OTHER), None, Some(15));
         if let Some(s) = l.spec.as_mut() {
             s.acquire_time = None;
         }
-        assert_eq!(decide(Some(&l), ME, t(0)), Decision::TakeOver);
-        let l = lease(Some(OTHER), Some(t(0)), None);
-        assert_eq!(decide(Some(&l), ME, t(0)), Decision::TakeOver);
-        let l = lease(Some(OTHER), Some(t(0)), Some(0));
-        assert_eq!(decide(Some(&l), ME, t(0)), Decision::TakeOver);
-        // Without a renewTime the acquireTime counts.
-        let l = lease(Some(OTHER), None, Some(15));
         assert_eq!(
-            decide(Some(&l), ME, t(-90)),
+            decide(Some(&l), ME, at(0), at(5_000)),
             Decision::Follow {
                 holder: OTHER.into(),
-                expires: t(-85)
+                expires: at(15_000)
             }
         );
     }
 
     #[test]
     fn own_lease_is_renewed_even_when_expired() {
+        let at = mono();
         let l = lease(Some(ME), Some(t(0)), Some(15));
-        assert_eq!(decide(Some(&l), ME, t(5)), Decision::Renew);
-        assert_eq!(decide(Some(&l), ME, t(500)), Decision::Renew);
+        assert_eq!(decide(Some(&l), ME, at(0), at(5_000)), Decision::Renew);
+        assert_eq!(decide(Some(&l), ME, at(0), at(500_000)), Decision::Renew);
     }
 
     #[test]
@@ -629,7 +694,8 @@ mod tests {
         let mine = lease(Some(ME), Some(t(0)), Some(15));
         let released = released_lease(&mine, t(1));
         assert_eq!(released.metadata.resource_version.as_deref(), Some("42"));
-        assert_eq!(decide(Some(&released), OTHER, t(1)), Decision::TakeOver);
+        let now = Instant::now();
+        assert_eq!(decide(Some(&released), OTHER, now, now), Decision::TakeOver);
         let spec = released.spec.unwrap_or_default();
         assert_eq!(spec.lease_duration_seconds, Some(1));
         assert_eq!(spec.lease_transitions, Some(3));
@@ -679,13 +745,14 @@ mod tests {
     }
 
     /// The elector against the fake seed apiserver ([`crate::fake_seed`]) on a paused clock:
-    /// the retry period, the renew deadline and the instants of the elector's requests are
-    /// exact. The wall clock the elector stamps `renewTime` with and judges expiry by does
-    /// not move with the paused clock: a test says that a holder stopped renewing long ago
-    /// with [`FakeSeed::age_lease`].
+    /// the retry period, the renew deadline, the instants of the elector's requests and the
+    /// expiry of a lease (judged on the same monotonic clock) are exact. The wall clock that
+    /// stamps `renewTime` does not move with the paused clock; a candidate's can be skewed
+    /// ([`LeaderElector::with_wall_clock`]).
     mod elector {
         use super::*;
         use crate::fake_seed::{Call, FakeSeed, Outage, held_lease};
+        use k8s_openapi::jiff::SignedDuration;
         use std::cell::Cell;
 
         const NS: &str = "garden";
@@ -840,10 +907,20 @@ mod tests {
             assert_eq!(version(&renewed), (first + 3).to_string());
         }
 
+        /// A Lease held by `holder` whose record says it was renewed `secs` after a fixed
+        /// wall-clock instant (each `secs` a different record).
+        fn renewed_by(holder: &str, secs: i64) -> Lease {
+            let mut lease = held_by(holder);
+            if let Some(s) = lease.spec.as_mut() {
+                s.renew_time = Some(MicroTime(t(secs)));
+            }
+            lease
+        }
+
         #[tokio::test(start_paused = true)]
         async fn a_follower_waits_while_the_holder_renews_and_takes_over_once_it_expired() {
             let fake = FakeSeed::default();
-            fake.put_lease(&held_by(OTHER));
+            fake.put_lease(&renewed_by(OTHER, 0));
             let start = Instant::now();
             let answers = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let task = tokio::spawn({
@@ -859,24 +936,24 @@ mod tests {
                     (me, started)
                 }
             });
-            // The holder renews at 5 s; at 9 s it has not renewed for longer than its lease
-            // (it crashed without releasing).
+            // The holder renews at 5 s, then never again (it crashed without releasing). The
+            // follower first sees that record at 6 s: it expires at 21 s on its clock, though
+            // the record's renewTime (a fixed past instant) was long over by the wall clock.
             tokio::time::sleep(5 * SECOND).await;
-            let renewed = fake.put_lease(&held_by(OTHER));
-            tokio::time::sleep(4 * SECOND).await;
+            let renewed = fake.put_lease(&renewed_by(OTHER, 5));
+            tokio::time::sleep(16 * SECOND).await;
             assert_eq!(
                 requests(&fake, start),
-                [0, 2, 4, 6, 8].map(|s| at("GET", s, 200)),
+                (0..=10).map(|i| at("GET", 2 * i, 200)).collect::<Vec<_>>(),
                 "reads every retry period, writes nothing"
             );
-            assert_eq!(answers.load(std::sync::atomic::Ordering::Relaxed), 5);
-            fake.age_lease(NS, PROBER_LEASE, 16 * SECOND);
+            assert_eq!(answers.load(std::sync::atomic::Ordering::Relaxed), 11);
 
             let (_me, started) = task.await.expect("candidate");
-            assert_eq!(started - start, 10 * SECOND, "at the next retry period");
+            assert_eq!(started - start, 22 * SECOND, "at the next retry period");
             assert_eq!(
-                requests(&fake, start)[5..],
-                [at("GET", 10, 200), at("PUT", 10, 200)]
+                requests(&fake, start)[11..],
+                [at("GET", 22, 200), at("PUT", 22, 200)]
             );
             let writes = lease_writes(&fake);
             assert_eq!(
@@ -888,6 +965,56 @@ mod tests {
             assert_eq!(s.holder_identity.as_deref(), Some(ME));
             assert_eq!(s.lease_transitions, Some(4), "one more transition");
             assert_eq!(s.lease_duration_seconds, Some(15));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_follower_with_a_skewed_wall_clock_never_takes_a_renewed_lease_and_takes_an_abandoned_one_in_time()
+         {
+            for skew in [30_i64, -30] {
+                let fake = FakeSeed::default();
+                let (mut me, start) = leading(&fake).await;
+                let wall: WallClock = Arc::new(move || {
+                    Timestamp::now()
+                        .checked_add(SignedDuration::from_secs(skew))
+                        .expect("skewed time")
+                });
+                let follower = tokio::spawn({
+                    let fake = fake.clone();
+                    async move {
+                        let mut other = candidate(&fake, OTHER).with_wall_clock(wall);
+                        other.acquire(|| {}).await
+                    }
+                });
+                // The leader renews until 39 s (last at 38 s), then crashes without releasing.
+                let leading = tokio::time::timeout(39 * SECOND, me.keep_leading(start)).await;
+                assert!(
+                    leading.is_err(),
+                    "skew {skew} s: the leader lost the lease it renewed (two leaders): {leading:?}"
+                );
+                assert!(!follower.is_finished(), "skew {skew} s: two leaders");
+                drop(me);
+                // The last renewal is observed at 38 s (or by the read at 40 s) and expires
+                // 15 s later; the follower takes over at its next retry.
+                let taken = tokio::time::timeout(60 * SECOND, follower)
+                    .await
+                    .map(|f| f.expect("follower") - start);
+                assert!(
+                    taken
+                        .as_ref()
+                        .is_ok_and(|t| (53 * SECOND..=56 * SECOND).contains(t)),
+                    "skew {skew} s: the abandoned lease taken after {taken:?}, not 53-56 s"
+                );
+                let s = spec(&stored(&fake));
+                assert_eq!(s.holder_identity.as_deref(), Some(OTHER));
+                // Its writes carry its own (skewed) wall clock.
+                let written = s.renew_time.expect("renewTime").0;
+                let off =
+                    written.duration_since(Timestamp::now()) - SignedDuration::from_secs(skew);
+                assert!(
+                    off.abs() < SignedDuration::from_secs(5),
+                    "skew {skew} s: {off:?}"
+                );
+            }
         }
 
         #[tokio::test(start_paused = true)]

@@ -51,6 +51,8 @@ async fn async_main() -> std::process::ExitCode {
                 .try_init();
         }
     }
+    // After the log is set up, so the debug line about it shows.
+    dependency_watchdog::runtime::raise_open_files_limit();
     let explain = matches!(cli.command, Command::Explain(_));
     match dependency_watchdog::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
+use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cli::{self, Cli, Command, CommonArgs};
 use crate::config::{load_prober_config, load_weeder_config};
@@ -18,6 +19,46 @@ use crate::leader::{self, Lost};
 use crate::metrics::Metrics;
 use crate::shadow::Shadow;
 use crate::{Error, Result, events, explain, kube_client, prober, server, weeder};
+
+/// The open-files limit to set for the limit `current` (soft, hard; `None` is unlimited):
+/// the soft limit raised to the hard one, or `None` when there is nothing to raise.
+pub fn raised_open_files_limit(current: Rlimit) -> Option<Rlimit> {
+    let raise = match (current.current, current.maximum) {
+        (_, None) => false,
+        (None, Some(_)) => false,
+        (Some(soft), Some(hard)) => soft < hard,
+    };
+    raise.then_some(Rlimit {
+        current: current.maximum,
+        maximum: current.maximum,
+    })
+}
+
+/// A limit as a person reads it (`None` is unlimited).
+fn limit_text(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string())
+}
+
+/// Raises `RLIMIT_NOFILE`'s soft limit to the hard limit, as Go's runtime does at start: each
+/// probe run and each watch holds a socket, and a seed with thousands of shoots passes a soft
+/// limit of 1024 (the common default) long before the hard one. Logged at debug; a failure
+/// only leaves the soft limit where it was. An unlimited hard limit is left alone (Linux
+/// refuses an unlimited `RLIMIT_NOFILE`; it caps at `fs.nr_open`).
+pub fn raise_open_files_limit() {
+    let before = getrlimit(Resource::Nofile);
+    let Some(raised) = raised_open_files_limit(before) else {
+        debug!(soft = %limit_text(before.current), hard = %limit_text(before.maximum), "open-files limit already at its hard limit");
+        return;
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => {
+            debug!(from = %limit_text(before.current), to = %limit_text(raised.current), "raised the open-files limit (RLIMIT_NOFILE) to its hard limit")
+        }
+        Err(error) => {
+            debug!(soft = %limit_text(before.current), hard = %limit_text(before.maximum), %error, "cannot raise the open-files limit (RLIMIT_NOFILE)")
+        }
+    }
+}
 
 /// Cancels `token` on the first SIGTERM or SIGINT; a second one exits at once (code 130).
 ///
@@ -501,6 +542,22 @@ mod tests {
         assert_eq!(seen.at, start, "a free Lease is taken at the first attempt");
         assert_eq!(holder(fake).as_deref(), Some(ME));
         (run, seen)
+    }
+
+    #[test]
+    fn the_open_files_soft_limit_is_raised_to_a_finite_hard_limit() {
+        let lim = |soft, hard| Rlimit {
+            current: soft,
+            maximum: hard,
+        };
+        assert_eq!(
+            raised_open_files_limit(lim(Some(1024), Some(524_288))),
+            Some(lim(Some(524_288), Some(524_288)))
+        );
+        assert_eq!(raised_open_files_limit(lim(Some(4096), Some(4096))), None);
+        // Unlimited hard limits are left alone (Linux refuses RLIM_INFINITY for NOFILE).
+        assert_eq!(raised_open_files_limit(lim(Some(1024), None)), None);
+        assert_eq!(raised_open_files_limit(lim(None, None)), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,10 +5,17 @@
 //! connections without using them: a client has [`HEADER_READ_TIMEOUT`] to send a request's
 //! headers (which also ends idle keep-alive connections), a connection lives at most
 //! [`CONNECTION_LIFETIME`] (a client that never reads its response), at most
-//! [`MAX_CONNECTIONS`] are served at once (more are accepted and closed at once, so they hold
-//! no file descriptor), and a failing `accept` (out of file descriptors: `EMFILE`) is retried
-//! after a pause that grows to [`ACCEPT_BACKOFF_MAX`] instead of spinning a core.
+//! [`MAX_CONNECTIONS`] are served at once, and a failing `accept` (out of file descriptors:
+//! `EMFILE`) is retried after a pause that grows to [`ACCEPT_BACKOFF_MAX`] instead of
+//! spinning a core.
+//!
+//! At the cap a new connection is served and the least recently used one (the one whose last
+//! request, or accept, is oldest) is closed: clients holding idle keep-alive connections can't
+//! keep the kubelet's next `/healthz` or `/readyz` probe out (refusing the new connection
+//! would fail the liveness probe and restart a healthy pod). A probe sends its request as soon
+//! as it is connected, so it is the most recently used connection while it is answered.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -20,7 +27,7 @@ use hyper::{Request, Response, StatusCode};
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -149,6 +156,51 @@ impl Default for Limits {
     }
 }
 
+/// The connections being served: when each was last used, and how to close it.
+#[derive(Default)]
+struct Served {
+    next_id: u64,
+    conns: HashMap<u64, (Instant, CancellationToken)>,
+}
+
+impl Served {
+    /// Registers a new connection; at `max` first closes the least recently used one (and
+    /// says so).
+    fn admit(&mut self, max: usize) -> (u64, CancellationToken, bool) {
+        let mut evicted = false;
+        if self.conns.len() >= max
+            && let Some(lru) = self
+                .conns
+                .iter()
+                .min_by_key(|(id, (used, _))| (*used, **id))
+                .map(|(id, _)| *id)
+            && let Some((_, close)) = self.conns.remove(&lru)
+        {
+            close.cancel();
+            evicted = true;
+        }
+        self.next_id += 1;
+        let close = CancellationToken::new();
+        self.conns
+            .insert(self.next_id, (Instant::now(), close.clone()));
+        (self.next_id, close, evicted)
+    }
+
+    /// Connection `id` just received a request.
+    fn used(&mut self, id: u64) {
+        if let Some((used, _)) = self.conns.get_mut(&id) {
+            *used = Instant::now();
+        }
+    }
+}
+
+/// The registry; a panic while it was held leaves nothing half-written worth refusing for.
+fn lock(served: &Mutex<Served>) -> std::sync::MutexGuard<'_, Served> {
+    served
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Where connections come from: a TCP listener, or in tests an in-memory one.
 pub trait Acceptor: Send + 'static {
     /// One accepted connection.
@@ -198,9 +250,9 @@ pub async fn accept_loop<A: Acceptor>(
     limits: Limits,
     shutdown: CancellationToken,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let served = Arc::new(Mutex::new(Served::default()));
     let mut backoff: Option<Duration> = None;
-    let mut refused: u64 = 0;
+    let mut evictions: u64 = 0;
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -230,34 +282,40 @@ pub async fn accept_loop<A: Acceptor>(
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            // Over the cap: closed at once, so it holds no descriptor while it waits.
-            drop(conn);
-            refused += 1;
-            if refused.is_power_of_two() {
+        let (id, close, evicted) = lock(&served).admit(limits.max_connections);
+        if evicted {
+            evictions += 1;
+            if evictions.is_power_of_two() {
                 warn!(
                     server = what,
-                    refused,
+                    evictions,
                     max = limits.max_connections,
-                    "too many connections: closing new ones until some end"
+                    "too many connections: closing the least recently used for each new one"
                 );
             }
-            continue;
-        };
+        }
         let endpoints = endpoints.clone();
+        let served = served.clone();
         tokio::spawn(async move {
-            let _permit = permit;
-            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let resp = respond(&endpoints, req.uri().path(), req.uri().query());
-                async move { Ok::<_, std::convert::Infallible>(resp) }
+            let svc = hyper::service::service_fn({
+                let served = served.clone();
+                move |req: Request<hyper::body::Incoming>| {
+                    lock(&served).used(id);
+                    let resp = respond(&endpoints, req.uri().path(), req.uri().query());
+                    async move { Ok::<_, std::convert::Infallible>(resp) }
+                }
             });
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout);
-            let served = builder.serve_connection(hyper_util::rt::TokioIo::new(conn), svc);
+            let conn_served = builder.serve_connection(hyper_util::rt::TokioIo::new(conn), svc);
             // Errors are the client's (a timeout, a reset): nothing to report.
-            let _ = tokio::time::timeout(limits.connection_lifetime, served).await;
+            tokio::select! {
+                _ = close.cancelled() => {}
+                _ = tokio::time::timeout(limits.connection_lifetime, conn_served) => {}
+            }
+            lock(&served).conns.remove(&id);
         });
     }
 }
@@ -379,7 +437,8 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn idle_connections_end_at_the_header_timeout_and_the_cap_closes_the_rest() {
+    async fn idle_connections_end_at_the_header_timeout_and_the_cap_closes_the_least_recently_used()
+    {
         let health = Arc::new(Health::default());
         health.set_ready(true);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -410,15 +469,18 @@ mod tests {
             idle.push(client);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        // The first four hold the cap; the rest were closed at once, and so is a request now.
-        let mut open = 0;
+        // Each new one closed the least recently used: the last four hold the cap.
+        let mut open = Vec::new();
         for client in &mut idle {
-            if !closed(client).await {
-                open += 1;
-            }
+            open.push(!closed(client).await);
         }
-        assert_eq!(open, 4);
-        assert_eq!(request(&tx, "/healthz").await, None);
+        assert_eq!(open, [[false; 6].as_slice(), &[true; 4]].concat());
+        // A probe is answered at once (closing the oldest idle one), not refused.
+        assert_eq!(
+            request(&tx, "/healthz").await.as_deref(),
+            Some("HTTP/1.1 200 OK")
+        );
+        assert!(closed(&mut idle[6]).await, "the least recently used");
         // At the header timeout the idle ones are closed and the server answers again.
         tokio::time::sleep(Duration::from_secs(5)).await;
         for client in &mut idle {

@@ -202,6 +202,43 @@ fn missing_config_file_is_a_clear_error() {
     assert!(err.contains("/nonexistent/dep-config.yaml"), "{err}");
 }
 
+/// The hard open-files limit of this process (the child inherits it): `None` if unlimited.
+fn hard_open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").expect("/proc/self/limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files line");
+    let hard = line.split_whitespace().nth(4).expect("hard limit column");
+    hard.parse().ok()
+}
+
+#[test]
+fn the_open_files_soft_limit_is_raised_to_the_hard_limit_at_start() {
+    let Some(hard) = hard_open_files_limit().filter(|h| *h > 256) else {
+        eprintln!("skipped: the hard open-files limit is unlimited or at most 256");
+        return;
+    };
+    // A soft limit of 256 for the child; it must raise it before it does anything else (the
+    // missing config file ends it right after).
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -Sn 256 && exec \"$0\" prober --zap-log-level=debug --config-file /nonexistent/dep-config.yaml",
+            env!("CARGO_BIN_EXE_dependency-watchdog"),
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("raised the open-files limit"))
+        .unwrap_or_else(|| panic!("no line about the open-files limit: {err}"));
+    assert!(line.contains(r#""from":"256""#), "{line}");
+    assert!(line.contains(&format!(r#""to":"{hard}""#)), "{line}");
+}
+
 /// Parses `prober <args>` as the binary does (Go-style flags normalized first).
 fn parse(args: &[&str]) -> Result<CommonArgs, clap::Error> {
     let mut all = vec!["dependency-watchdog", "prober"];

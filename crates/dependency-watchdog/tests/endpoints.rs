@@ -79,3 +79,46 @@ async fn a_flood_of_idle_connections_is_shed_and_the_server_stays_answerable() {
         );
     }
 }
+
+/// The kubelet's liveness probe while clients hold more keep-alive connections than the cap,
+/// each used once and then idle (well within the header timeout): the probe's new connection
+/// is served at once (the least recently used idle one is closed for it), not refused until
+/// the idle ones time out.
+#[tokio::test]
+async fn a_probe_is_answered_at_once_while_keep_alive_connections_fill_the_server() {
+    let health = Arc::new(Health::default());
+    health.set_ready(true);
+    let shutdown = CancellationToken::new();
+    let _stop = shutdown.clone().drop_guard();
+    let (addr, _task) = server::serve("health", "127.0.0.1:0", Endpoints::Health(health), shutdown)
+        .await
+        .expect("serve");
+    // The cap's worth, each answered, then more (each closes an older one: their own answers
+    // are not the point).
+    let mut held = Vec::new();
+    for i in 0..MAX_CONNECTIONS + 8 {
+        let mut conn = TcpStream::connect(addr).await.expect("connect");
+        let _ = conn
+            .write_all(b"GET /readyz HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await;
+        // The answer (a short body); the connection stays open for the next request.
+        let mut buf = [0u8; 512];
+        let read = tokio::time::timeout(Duration::from_secs(2), conn.read(&mut buf)).await;
+        if i < MAX_CONNECTIONS {
+            let n = read.expect("answered in time").expect("read");
+            assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        }
+        held.push(conn);
+    }
+    // Well within the header timeout: no idle connection has ended by itself.
+    let started = std::time::Instant::now();
+    for path in ["/healthz", "/readyz"] {
+        let answer = tokio::time::timeout(Duration::from_secs(1), get(addr, path)).await;
+        assert!(
+            matches!(&answer, Ok(Ok(status)) if status == "HTTP/1.1 200 OK"),
+            "{path} with {} keep-alive connections held: {answer:?}",
+            held.len()
+        );
+    }
+    assert!(started.elapsed() < HEADER_READ_TIMEOUT);
+}

@@ -218,7 +218,7 @@ const CLUSTER_FORBIDDEN: [Forbidden; 3] = [
     },
 ];
 
-const USER_FORBIDDEN: [Forbidden; 8] = [
+const USER_FORBIDDEN: [Forbidden; 11] = [
     Forbidden {
         named: "tokenFile",
         lines: |m| format!("    tokenFile: {}\n", m.token_file.display()),
@@ -259,6 +259,18 @@ const USER_FORBIDDEN: [Forbidden; 8] = [
     Forbidden {
         named: "as",
         lines: |_| "    as: system:admin\n".into(),
+    },
+    Forbidden {
+        named: "as-uid",
+        lines: |_| "    as-uid: \"0\"\n".into(),
+    },
+    Forbidden {
+        named: "as-groups",
+        lines: |_| "    as-groups: [system:masters]\n".into(),
+    },
+    Forbidden {
+        named: "as-user-extra",
+        lines: |_| format!("    as-user-extra:\n      scopes: [{PLANTED}-EXTRA]\n"),
     },
 ];
 

@@ -662,3 +662,81 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     );
     Ok(())
 }
+
+/// Two candidates of the library's elector on the real apiserver, the follower's wall clock
+/// 30 s ahead of the leader's, then 30 s behind: a Lease being renewed is never taken (never
+/// two leaders), and once its leader stops (without releasing it) the skewed follower takes it
+/// after the lease duration, not 30 s early or late. Expiry is judged on the follower's own
+/// monotonic clock; the wall clock only stamps what it writes.
+#[tokio::test]
+async fn a_follower_whose_wall_clock_is_skewed_30_s_never_takes_a_renewed_lease() -> Result<()> {
+    use dependency_watchdog::leader::{LeaderElector, Timings, WallClock};
+    use k8s_openapi::jiff::SignedDuration;
+
+    let _serial = serial().await;
+    let env = env().await?;
+    let seed = env
+        .start_apiserver_with("le-seed-skew", ApiServerOptions::seed())
+        .await?;
+    let admin = seed.client().await?;
+    ensure_namespace(&admin, LEASE_NAMESPACE).await?;
+    let timings = Timings {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(300),
+    };
+    for (skew, lease) in [(30_i64, "skew-ahead"), (-30, "skew-behind")] {
+        let mut leader = LeaderElector::new(
+            admin.clone(),
+            LEASE_NAMESPACE,
+            lease,
+            "leader".into(),
+            timings,
+        );
+        let started = tokio::time::timeout(DEADLINE, leader.acquire(|| {}))
+            .await
+            .context("the first candidate never led")?;
+        let wall: WallClock = Arc::new(move || {
+            Timestamp::now()
+                .checked_add(SignedDuration::from_secs(skew))
+                .unwrap_or_else(|_| Timestamp::now())
+        });
+        let follower = tokio::spawn({
+            let client = admin.clone();
+            async move {
+                let mut skewed =
+                    LeaderElector::new(client, LEASE_NAMESPACE, lease, "skewed".into(), timings)
+                        .with_wall_clock(wall);
+                skewed.acquire(|| {}).await;
+                Instant::now()
+            }
+        });
+        // Three lease durations of renewals, each one observed by the skewed follower.
+        let kept = tokio::time::timeout(Duration::from_secs(6), leader.keep_leading(started)).await;
+        ensure!(
+            kept.is_err(),
+            "skew {skew} s: the leader lost the lease it renewed (two leaders): {kept:?}"
+        );
+        ensure!(!follower.is_finished(), "skew {skew} s: two leaders");
+        let stopped = Instant::now();
+        drop(leader);
+        let taken = tokio::time::timeout(Duration::from_secs(10), follower)
+            .await
+            .with_context(|| {
+                format!("skew {skew} s: the abandoned lease was not taken in 10 s")
+            })??;
+        let after = taken - stopped;
+        ensure!(
+            after <= Duration::from_secs(4),
+            "skew {skew} s: the abandoned lease taken {after:?} after its leader stopped (lease 2 s)"
+        );
+        let client = admin.clone();
+        let api: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
+        let held = api.get(lease).await?;
+        ensure!(
+            held.spec.and_then(|s| s.holder_identity).as_deref() == Some("skewed"),
+            "skew {skew} s: the Lease is not held by the skewed follower"
+        );
+    }
+    Ok(())
+}

@@ -68,6 +68,51 @@ const MAX_DEPTH: usize = 1000;
 /// Most nodes an alias-expanded document may have, against "billion laughs" files (go-yaml v2
 /// rejects those as "excessive aliasing").
 const MAX_NODES: usize = 1_000_000;
+/// Most bytes of scalar text (keys and values) an alias-expanded document may have. Counting
+/// nodes alone is not enough: each alias of a scalar becomes a copy of its text, so one
+/// 500 KiB anchored scalar aliased a million times is one million nodes but 500 GB once
+/// expanded. The budget is spent before a scalar is copied, so a file is refused with at most
+/// this much text held. 16 MiB: a real config (cluster-independent, a few hundred lines) is
+/// well under 100 KiB, so any plausible config, generated ones included, fits a hundred times
+/// over, while the expanded tree stays a small part of the watchdog's memory limit.
+const MAX_SCALAR_BYTES: usize = 16 << 20;
+
+/// What resolving may still spend: nodes and bytes of scalar text.
+struct Budget {
+    nodes: usize,
+    bytes: usize,
+}
+
+impl Budget {
+    fn new() -> Self {
+        Budget {
+            nodes: MAX_NODES,
+            bytes: MAX_SCALAR_BYTES,
+        }
+    }
+
+    /// One more node.
+    fn node(&mut self) -> Result<(), YamlError> {
+        self.nodes = self.nodes.checked_sub(1).ok_or_else(|| {
+            YamlError(
+                "document contains excessive aliasing (too many nodes once expanded)".to_owned(),
+            )
+        })?;
+        Ok(())
+    }
+
+    /// A scalar's text, before it is copied into the resolved value.
+    fn text(&mut self, value: &str) -> Result<(), YamlError> {
+        self.bytes = self.bytes.checked_sub(value.len()).ok_or_else(|| {
+            YamlError(format!(
+                "document contains excessive aliasing (more than {} MiB of text once aliases \
+                 are expanded)",
+                MAX_SCALAR_BYTES >> 20
+            ))
+        })?;
+        Ok(())
+    }
+}
 
 /// A node as parsed, before resolution. Aliases share the anchored node.
 #[derive(Debug)]
@@ -96,7 +141,7 @@ pub(crate) fn load(text: &str) -> Result<GoValue, YamlError> {
     let Some(raw) = raw else {
         return Ok(GoValue::Null);
     };
-    let mut budget = MAX_NODES;
+    let mut budget = Budget::new();
     resolve_node(&raw, &mut budget, 0)
 }
 
@@ -245,22 +290,18 @@ impl Builder {
     }
 }
 
-fn spend(budget: &mut usize) -> Result<(), YamlError> {
-    *budget = budget.checked_sub(1).ok_or_else(|| {
-        YamlError("document contains excessive aliasing (too many nodes once expanded)".to_owned())
-    })?;
-    Ok(())
-}
-
-fn resolve_node(node: &Raw, budget: &mut usize, depth: usize) -> Result<GoValue, YamlError> {
-    spend(budget)?;
+fn resolve_node(node: &Raw, budget: &mut Budget, depth: usize) -> Result<GoValue, YamlError> {
+    budget.node()?;
     if depth > MAX_DEPTH {
         return Err(YamlError(format!(
             "document nested deeper than {MAX_DEPTH} levels"
         )));
     }
     match node {
-        Raw::Scalar { value, style, tag } => resolve_scalar(value, *style, tag),
+        Raw::Scalar { value, style, tag } => {
+            budget.text(value)?;
+            resolve_scalar(value, *style, tag)
+        }
         Raw::Seq(items) => items
             .iter()
             .map(|i| resolve_node(i, budget, depth + 1))
@@ -279,7 +320,7 @@ fn resolve_node(node: &Raw, budget: &mut usize, depth: usize) -> Result<GoValue,
 fn resolve_entries(
     entries: &[(Rc<Raw>, Rc<Raw>)],
     map: &mut GoMap,
-    budget: &mut usize,
+    budget: &mut Budget,
     depth: usize,
 ) -> Result<(), YamlError> {
     for (key, value) in entries {
@@ -287,9 +328,10 @@ fn resolve_entries(
             merge(value, map, budget, depth)?;
             continue;
         }
-        spend(budget)?;
+        budget.node()?;
         let (key, written) = match key.as_ref() {
             Raw::Scalar { value, style, tag } => {
+                budget.text(value)?;
                 (map_key(resolve_scalar(value, *style, tag)?)?, value)
             }
             Raw::Seq(_) | Raw::Map(_) => {
@@ -323,7 +365,7 @@ fn is_merge_key(node: &Raw) -> bool {
     }
 }
 
-fn merge(value: &Raw, map: &mut GoMap, budget: &mut usize, depth: usize) -> Result<(), YamlError> {
+fn merge(value: &Raw, map: &mut GoMap, budget: &mut Budget, depth: usize) -> Result<(), YamlError> {
     const WANT_MAP: &str = "map merge requires map or sequence of maps as the value";
     match value {
         Raw::Map(entries) => resolve_entries(entries, map, budget, depth),
@@ -782,6 +824,25 @@ mod tests {
         }
         let err = load(&text).unwrap_err();
         assert!(err.0.contains("excessive aliasing"), "{err:?}");
+    }
+
+    #[test]
+    fn aliases_of_a_big_scalar_are_refused_by_their_bytes_before_they_are_copied() {
+        // One 500 KiB scalar aliased a million times: a million nodes (within the node
+        // budget's reach only at the very end) but 500 GB once expanded.
+        let big = "x".repeat(500 << 10);
+        let mut text = format!("big: &big {big}\nmany: [");
+        text.push_str(&"*big, ".repeat(1_000_000));
+        text.push_str("]\n");
+        let err = load(&text).unwrap_err();
+        assert!(
+            err.0.contains(
+                "excessive aliasing (more than 16 MiB of text once aliases are expanded)"
+            ),
+            "{err:?}"
+        );
+        // The same text without the repetition is fine: the budget is not the file's size.
+        assert!(load(&format!("big: &big {big}\nmany: [*big, *big, *big]\n")).is_ok());
     }
 
     #[test]
