@@ -19,6 +19,16 @@
 //! we use it). The default is debug, as in the reference. `RUST_LOG`, when set, overrides the
 //! level with a tracing filter.
 //!
+//! Every value a line carries (the message, each field, the logger name) passes through one
+//! place, the field visitors here, whatever the call site: a value is cut to
+//! [`LOG_VALUE_LIMIT`] bytes as written (escaped), marked `… (N bytes)` with its whole length,
+//! and control characters are escaped in every layout (`\n`, `\t`, `\u001b`), so a shoot's
+//! body, a Status message or a serde error quoting a tenant's string can neither make a line
+//! megabytes long nor start a line of its own. kube-client's own lines (it logs an unparsable
+//! 2xx body whole at warn) pass through the same visitors. A line with `n` fields is therefore
+//! at most [`line_bound`]`(n)` bytes plus the names of its fields and spans (our code's, never
+//! a tenant's). zap writes values whole and console messages raw.
+//!
 //! Not reproduced: zap's stack traces on error lines (`stacktrace`, a Go goroutine dump; there
 //! is no equivalent worth printing, so `--zap-stacktrace-level` is validated and has no
 //! effect), and zap's sampling (after 100 identical messages in a second, one in 100): our
@@ -33,6 +43,104 @@ use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
+
+/// The most bytes of one value (message, field, logger name) a log line carries as written,
+/// before the `… (N bytes)` marker: the prober's cut of a shoot's error text
+/// (`prober::probe::SHOOT_MESSAGE_LIMIT`, the same 300 bytes; a unit test holds them equal).
+pub const LOG_VALUE_LIMIT: usize = 300;
+
+/// The longest marker a cut value ends with: `… (` (5 bytes), a `usize` (20 digits), ` bytes)`.
+const CUT_MARKER_MAX: usize = 5 + 20 + 7;
+
+/// The most bytes a log line with `fields` fields (the event's own and its spans') takes in any
+/// layout, not counting the names of those fields and spans (written by our code, never by a
+/// tenant): a fixed part (level, time, separators) of 128 bytes, then the message, the logger
+/// name and each field, each at most [`LOG_VALUE_LIMIT`] + 32 bytes (the marker) + 8 bytes of
+/// quotes and separators. With the 300-byte limit: `128 + 340 × (fields + 2)`.
+pub const fn line_bound(fields: usize) -> usize {
+    128 + (LOG_VALUE_LIMIT + CUT_MARKER_MAX + 8) * (fields + 2)
+}
+
+/// What a value formats to, capped: the first [`LOG_VALUE_LIMIT`] bytes are kept (a value
+/// escapes to at least as many bytes as it has, so more are never written) and the rest only
+/// counted. A 16 MiB body costs its formatting, not a second 16 MiB copy.
+#[derive(Default)]
+struct Capped {
+    kept: String,
+    /// Bytes formatted in all.
+    total: usize,
+    /// Set once a piece did not fit whole: later, shorter pieces must not be kept after a gap.
+    full: bool,
+}
+
+impl Capped {
+    fn of(value: impl fmt::Display) -> Capped {
+        let mut capped = Capped::default();
+        let _ = write!(capped, "{value}");
+        capped
+    }
+}
+
+impl fmt::Write for Capped {
+    fn write_str(&mut self, piece: &str) -> fmt::Result {
+        self.total = self.total.saturating_add(piece.len());
+        if !self.full {
+            let room = LOG_VALUE_LIMIT - self.kept.len().min(LOG_VALUE_LIMIT);
+            let kept = crate::text::prefix(piece, room);
+            self.kept.push_str(kept);
+            self.full = kept.len() < piece.len();
+        }
+        Ok(())
+    }
+}
+
+/// How a value is escaped where it is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Escape {
+    /// Inside a JSON string: `"`, `\` and control characters, as zap escapes.
+    Json,
+    /// Bare in a line (the console message, the text layout): control characters only, so
+    /// nothing from a tenant ends a line or starts a forged one.
+    Bare,
+}
+
+/// Writes `value` escaped, cut at [`LOG_VALUE_LIMIT`] bytes of escaped text (never inside an
+/// escape or a character), with `… (N bytes)` (N the value's whole length) when cut.
+fn write_bounded(out: &mut String, value: &Capped, escape: Escape) {
+    let mut written = 0;
+    let mut cut = value.total > value.kept.len();
+    let mut buf = String::new();
+    for c in value.kept.chars() {
+        buf.clear();
+        match c {
+            '"' if escape == Escape::Json => buf.push_str("\\\""),
+            '\\' if escape == Escape::Json => buf.push_str("\\\\"),
+            '\n' => buf.push_str("\\n"),
+            '\r' => buf.push_str("\\r"),
+            '\t' => buf.push_str("\\t"),
+            c if c.is_control() => {
+                let _ = write!(buf, "\\u{:04x}", u32::from(c));
+            }
+            c => buf.push(c),
+        }
+        if written + buf.len() > LOG_VALUE_LIMIT {
+            cut = true;
+            break;
+        }
+        written += buf.len();
+        out.push_str(&buf);
+    }
+    if cut {
+        let _ = write!(out, "… ({} bytes)", value.total);
+    }
+}
+
+/// [`write_bounded`] inside JSON quotes.
+fn write_bounded_json(out: &mut String, value: &Capped) {
+    out.push('"');
+    write_bounded(out, value, Escape::Json);
+    out.push('"');
+}
 
 /// A zap level (`--zap-log-level`): -1 debug, 0 info, 1 warn, 2 error, 4 panic; `-n` for an
 /// integer verbosity `n`.
@@ -233,26 +341,40 @@ pub fn init(settings: LogSettings) {
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(filter_directives(settings.level)));
-    match settings.output {
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(layer(settings.output, settings.time, std::io::stderr))
+        .try_init();
+}
+
+/// The formatting layer of `output` writing to `writer`: the one [`init`] installs, and the one
+/// tests capture lines from. Every layout bounds and escapes its values here.
+pub fn layer<S, W>(
+    output: Output,
+    time: TimeEncoding,
+    writer: W,
+) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync + 'static>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    match output {
         Output::Json | Output::Console => {
-            let console = settings.output == Output::Console;
-            let layer = tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(false)
-                .fmt_fields(ZapFields { spaced: console })
-                .event_format(ZapFormat::new(console, settings.time));
-            let _ = tracing_subscriber::registry()
-                .with(filter)
-                .with(layer)
-                .try_init();
+            let console = output == Output::Console;
+            Box::new(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(writer)
+                    .with_ansi(false)
+                    .fmt_fields(ZapFields { spaced: console })
+                    .event_format(ZapFormat::new(console, time)),
+            )
         }
-        Output::Text => {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(filter)
+        Output::Text => Box::new(
+            tracing_subscriber::fmt::layer()
                 .with_target(false)
-                .with_writer(std::io::stderr)
-                .try_init();
-        }
+                .with_writer(writer)
+                .fmt_fields(TextFields),
+        ),
     }
 }
 
@@ -331,10 +453,11 @@ where
         let mut visitor = FieldWriter::new(&mut fields, self.console, true);
         event.record(&mut visitor);
         let message = visitor.message.take().unwrap_or_default();
-        let target = visitor
-            .log_target
-            .take()
-            .unwrap_or_else(|| event.metadata().target().to_string());
+        // A `log` record's target is the record's to choose: bounded like any value.
+        let logger = match visitor.log_target.take() {
+            Some(target) => Capped::of(logger_name(&target.kept)),
+            None => Capped::of(logger_name(event.metadata().target())),
+        };
         // Fields of the enclosing spans first (outermost first), then the event's own.
         let separator = if self.console { ", " } else { "," };
         let mut all = String::new();
@@ -359,17 +482,16 @@ where
         }
 
         let level = level_name(event.metadata().level(), self.console);
-        let logger = logger_name(&target);
         let now = (self.now)();
-        let mut line = String::with_capacity(128 + all.len() + message.len());
+        let mut line = String::with_capacity(128 + all.len() + message.kept.len());
         if self.console {
             self.time.write(&mut line, now, false);
             line.push('\t');
             line.push_str(level);
             line.push('\t');
-            line.push_str(&logger);
+            write_bounded(&mut line, &logger, Escape::Bare);
             line.push('\t');
-            line.push_str(&message);
+            write_bounded(&mut line, &message, Escape::Bare);
             if !all.is_empty() {
                 line.push_str("\t{");
                 line.push_str(&all);
@@ -381,9 +503,9 @@ where
             line.push_str("\",\"ts\":");
             self.time.write(&mut line, now, true);
             line.push_str(",\"logger\":");
-            write_json_str(&mut line, &logger);
+            write_bounded_json(&mut line, &logger);
             line.push_str(",\"msg\":");
-            write_json_str(&mut line, &message);
+            write_bounded_json(&mut line, &message);
             if !all.is_empty() {
                 line.push(',');
                 line.push_str(&all);
@@ -440,14 +562,14 @@ impl<'writer> FormatFields<'writer> for ZapFields {
     }
 }
 
-/// Writes each field as a JSON member; takes an event's `message` (and a `log` record's
-/// target) aside instead.
+/// Writes each field as a JSON member, its value bounded ([`write_bounded`]); takes an
+/// event's `message` (and a `log` record's target) aside instead.
 struct FieldWriter<'a> {
     out: &'a mut String,
     spaced: bool,
     is_event: bool,
-    message: Option<String>,
-    log_target: Option<String>,
+    message: Option<Capped>,
+    log_target: Option<Capped>,
 }
 
 impl<'a> FieldWriter<'a> {
@@ -476,21 +598,22 @@ impl<'a> FieldWriter<'a> {
         true
     }
 
-    fn text(&mut self, field: &Field, value: String) {
+    fn text(&mut self, field: &Field, value: Capped) {
         match field.name() {
             "message" if self.is_event => self.message = Some(value),
             "log.target" if self.is_event => self.log_target = Some(value),
             name => {
                 if self.key(name) {
-                    write_json_str(self.out, &value);
+                    write_bounded_json(self.out, &value);
                 }
             }
         }
     }
 
+    /// A number or a bool: short by nature, written bare.
     fn raw(&mut self, field: &Field, value: fmt::Arguments<'_>) {
         if field.name() == "message" && self.is_event {
-            self.message = Some(value.to_string());
+            self.message = Some(Capped::of(value));
         } else if self.key(field.name()) {
             let _ = self.out.write_fmt(value);
         }
@@ -499,11 +622,11 @@ impl<'a> FieldWriter<'a> {
 
 impl Visit for FieldWriter<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.text(field, format!("{value:?}"));
+        self.text(field, Capped::of(format_args!("{value:?}")));
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.text(field, value.to_string());
+        self.text(field, Capped::of(value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -529,16 +652,77 @@ impl Visit for FieldWriter<'_> {
     fn record_f64(&mut self, field: &Field, value: f64) {
         // JSON has no NaN or infinities; zap writes them as these strings.
         if value.is_nan() {
-            self.text(field, "NaN".into());
+            self.text(field, Capped::of("NaN"));
         } else if value.is_infinite() {
-            self.text(field, if value > 0.0 { "+Inf" } else { "-Inf" }.into());
+            self.text(field, Capped::of(if value > 0.0 { "+Inf" } else { "-Inf" }));
         } else {
             self.raw(field, format_args!("{value}"));
         }
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.text(field, value.to_string());
+        self.text(field, Capped::of(value));
+    }
+}
+
+/// The text layout's fields (`--log-format text`): tracing-subscriber's own (`message` first,
+/// then ` key=value`), each value bounded and its control characters escaped
+/// ([`write_bounded`]); a string value is written without quotes, as tracing-subscriber does.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TextFields;
+
+impl<'writer> FormatFields<'writer> for TextFields {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
+        let mut visitor = TextFieldWriter::default();
+        fields.record(&mut visitor);
+        let mut out = String::new();
+        if let Some(message) = &visitor.message {
+            write_bounded(&mut out, message, Escape::Bare);
+        }
+        for (name, value) in &visitor.fields {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(name);
+            out.push('=');
+            write_bounded(&mut out, value, Escape::Bare);
+        }
+        writer.write_str(&out)
+    }
+}
+
+/// Collects the text layout's fields, capped, in the order they come.
+#[derive(Default)]
+struct TextFieldWriter {
+    message: Option<Capped>,
+    fields: Vec<(&'static str, Capped)>,
+}
+
+impl TextFieldWriter {
+    fn push(&mut self, field: &Field, value: Capped) {
+        match field.name() {
+            "message" => self.message = Some(value),
+            name if name.starts_with("log.") => {}
+            name => self.fields.push((name, value)),
+        }
+    }
+}
+
+impl Visit for TextFieldWriter {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.push(field, Capped::of(format_args!("{value:?}")));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.push(field, Capped::of(value));
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.push(field, Capped::of(value));
     }
 }
 
@@ -795,6 +979,43 @@ mod tests {
         assert!(
             parse_stacktrace_level("Error").is_ok() && parse_stacktrace_level("debug").is_err()
         );
+    }
+
+    #[test]
+    fn values_are_cut_after_escaping_never_inside_an_escape_or_a_character() {
+        // The same cut as the prober's for a shoot's error text.
+        assert_eq!(LOG_VALUE_LIMIT, crate::prober::probe::SHOOT_MESSAGE_LIMIT);
+        let written = |value: &str, escape| {
+            let mut out = String::new();
+            write_bounded(&mut out, &Capped::of(value), escape);
+            out
+        };
+        assert_eq!(written("short\nline", Escape::Bare), "short\\nline");
+        assert_eq!(written("a\u{1b}[31m\"", Escape::Bare), "a\\u001b[31m\"");
+        // 299 bytes, then an escape of 2 that would pass the limit: cut before it.
+        let value = format!("{}\n{}", "y".repeat(299), "z".repeat(10));
+        assert_eq!(
+            written(&value, Escape::Bare),
+            format!("{}… (310 bytes)", "y".repeat(299))
+        );
+        // Characters of 3 bytes: 100 fit exactly, the 101st is cut whole.
+        let value = "≥".repeat(101);
+        assert_eq!(
+            written(&value, Escape::Json),
+            format!("{}… (303 bytes)", "≥".repeat(100))
+        );
+        // Pieces written one by one: nothing after the first piece that did not fit.
+        let mut capped = Capped::default();
+        let _ = capped.write_str(&"a".repeat(299));
+        let _ = capped.write_str("≥");
+        let _ = capped.write_str("b");
+        assert_eq!(capped.kept, "a".repeat(299));
+        assert_eq!(capped.total, 303);
+        let text = capture(true, TimeEncoding::Rfc3339, ZapLevel::INFO, || {
+            info!("two\nlines");
+        });
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(line_bound(0) < 1024 && line_bound(3) == 128 + 340 * 5);
     }
 
     #[test]

@@ -63,7 +63,12 @@ async fn async_main() -> std::process::ExitCode {
             // above error) and for explain, a person reads it as plain text.
             let error = anyhow::Error::from(error);
             if !explain && tracing::enabled!(tracing::Level::ERROR) {
-                tracing::error!("{error}");
+                // One log line per line of the error (a config error lists one problem a
+                // line): every log value is cut to 300 bytes (`logging`), and a problem
+                // further down must not be cut off.
+                for line in error.to_string().lines() {
+                    tracing::error!("{line}");
+                }
             } else {
                 eprintln!("Error: {error}");
             }
