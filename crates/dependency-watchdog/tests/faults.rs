@@ -670,8 +670,23 @@ impl World {
             });
     }
 
-    /// SIGTERM; it must exit 0.
+    /// SIGTERM; it must exit 0. Sent once the process serves `/healthz`: its signal handler
+    /// is installed before its endpoints, and a SIGTERM before that (an incarnation started a
+    /// moment ago) would kill it as the default action does.
     async fn stop(&self, dog: Dog) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while support::http_get(dog.health_port, "/healthz")
+            .await
+            .is_err()
+        {
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "{} never served /healthz\n{}",
+                dog.label,
+                dog.wd.tail()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let peak = dog.wd.pid().and_then(peak_rss_mib);
         let status = dog.wd.stop().await?;
         self.record(&dog, peak);
