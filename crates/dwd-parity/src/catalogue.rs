@@ -71,14 +71,16 @@ fn readiness_wait() -> Scenario {
         "readiness wait between levels: status lags 6 s; KCM goes down ≤5 s after MCM/CA, comes back first, MCM 5 s wait + 3 s delay later",
         world,
     );
-    s.actions = vec![at(4.0, Silence(2)), at(16.0, ResumeAll)];
-    s.duration = 40.0;
+    // The kubelets come back once the scale-down flow has ended (KCM's wait ends ~5 s after
+    // it went down, ~19 s): a recovery during that wait would supersede it, and KCM, whose
+    // status never showed it down, would count as ready at once (docs/behaviour.md §2.20).
+    s.actions = vec![at(4.0, Silence(2)), at(20.0, ResumeAll)];
+    s.duration = 44.0;
     s.expect.extend([
         Reaches(MCM, 0, 6.5, 12.0),
         Reaches(CA, 0, 6.5, 12.0),
         Gap(MCM, 0, KCM, 0, 3.5, 6.5),
-        // After the scale-down flow's last wait (KCM's, until ~5 s after it went down).
-        Reaches(KCM, 2, 16.5, 24.0),
+        Reaches(KCM, 2, 20.5, 28.0),
         Gap(KCM, 2, MCM, 1, 6.5, 10.5),
         Gap(MCM, 1, CA, 1, 3.5, 6.5),
         AnnotationAtEnd(KCM, REPLICAS, None),
