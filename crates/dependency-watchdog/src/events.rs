@@ -229,6 +229,22 @@ impl EventError {
             EventError::Timeout { .. } => false,
         }
     }
+
+    /// The apiserver's own words for a refusal (`… cannot patch resource "events" in API group
+    /// …`), logged as a field of its own: inside the whole error, after the object's name, it
+    /// can fall past the log's per-value cut ([`crate::logging::LOG_VALUE_LIMIT`]), and it is
+    /// the part an operator needs to fix the RBAC.
+    fn denial(&self) -> Option<&str> {
+        match self {
+            EventError::Publish { source, .. } | EventError::PublishOnPod { source, .. } => {
+                match source {
+                    kube::Error::Api(s) if s.code == 403 => Some(s.message.as_str()),
+                    _ => None,
+                }
+            }
+            EventError::Timeout { .. } => None,
+        }
+    }
 }
 
 /// A scaling target as the event should name it.
@@ -711,7 +727,7 @@ impl Worker {
                 self.count(EventOutcome::Refused);
                 self.paused.insert(sink, Instant::now() + REFUSAL_PAUSE);
                 if self.refusal_logged.insert(sink) {
-                    warn!(%error, pause = ?REFUSAL_PAUSE,
+                    warn!(denied = error.denial().unwrap_or_default(), %error, pause = ?REFUSAL_PAUSE,
                         "{} are not allowed by this ServiceAccount's RBAC; not writing them for a while \
                          (refusals are counted in dwd_events_total{{outcome=\"Refused\"}}, logged once)",
                         sink.describe());
@@ -944,6 +960,36 @@ mod tests {
 
     fn count(m: &Metrics, outcome: EventOutcome) -> u64 {
         m.events.get_or_create(&EventLabels { outcome }).get()
+    }
+
+    #[test]
+    fn a_refusal_names_the_denied_verb_within_the_log_value_limit() {
+        // The error of CI's failing run: the object name and the long Event name pushed
+        // "cannot patch resource" past the cut of the whole error.
+        let message = "events.events.k8s.io \"machine-controller-manager.18ebb7a4a3a3a35e\" is \
+            forbidden: User \"system:serviceaccount:garden:dependency-watchdog-prober\" cannot \
+            patch resource \"events\" in API group \"events.k8s.io\" in the namespace \
+            \"shoot--rbac--restore\"";
+        let refusal = EventError::Publish {
+            reason: "ScaledUp",
+            object: "Deployment shoot--rbac--restore/machine-controller-manager".into(),
+            source: kube::Error::Api(
+                kube::core::Status::failure(message, "Forbidden")
+                    .with_code(403)
+                    .boxed(),
+            ),
+        };
+        assert!(refusal.refused());
+        let denial = refusal.denial().expect("a 403 has a denial");
+        let clause = r#"cannot patch resource "events" in API group "events.k8s.io""#;
+        let end = denial.find(clause).expect("the denial names the verb") + clause.len();
+        assert!(end <= crate::logging::LOG_VALUE_LIMIT, "{end}");
+        let timeout = EventError::Timeout {
+            reason: "ScaledUp",
+            object: "x".into(),
+            timeout: PUBLISH_TIMEOUT,
+        };
+        assert_eq!(timeout.denial(), None);
     }
 
     #[tokio::test]
