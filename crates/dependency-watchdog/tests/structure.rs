@@ -473,3 +473,52 @@ fn no_function_on_the_run_path_is_longer_than_eighty_lines() {
         "longer than {LONGEST_FUNCTION} lines: {long:?}"
     );
 }
+
+/// The identifiers of `file` outside `#[cfg(test)]` modules and items.
+fn identifiers(file: &syn::File) -> BTreeSet<String> {
+    struct Idents(BTreeSet<String>);
+    impl<'ast> Visit<'ast> for Idents {
+        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+            if !is_cfg_test(&m.attrs) {
+                syn::visit::visit_item_mod(self, m);
+            }
+        }
+        fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+            if !is_cfg_test(&f.attrs) {
+                syn::visit::visit_item_fn(self, f);
+            }
+        }
+        fn visit_field(&mut self, f: &'ast syn::Field) {
+            if !is_cfg_test(&f.attrs) {
+                syn::visit::visit_field(self, f);
+            }
+        }
+        fn visit_ident(&mut self, i: &'ast proc_macro2::Ident) {
+            self.0.insert(i.to_string());
+        }
+    }
+    let mut idents = Idents(BTreeSet::new());
+    idents.visit_file(file);
+    idents.0
+}
+
+/// Shadow mode is an executor that records instead of writing, chosen once at startup
+/// (`prober::executor::Executors`): the probe and the scaler never ask which mode they run in.
+#[test]
+fn nothing_on_the_run_path_asks_whether_it_is_in_shadow_mode() {
+    let files = modules(&src());
+    for name in ["probe", "scaler"] {
+        let path = vec!["prober".to_owned(), name.to_owned()];
+        let file = files
+            .get(&path)
+            .unwrap_or_else(|| panic!("no module prober::{name}"));
+        let asking: Vec<String> = identifiers(file)
+            .into_iter()
+            .filter(|i| i.to_lowercase().contains("shadow"))
+            .collect();
+        assert!(
+            asking.is_empty(),
+            "prober::{name} names {asking:?}: shadow mode belongs to its executor"
+        );
+    }
+}

@@ -17,11 +17,18 @@
 //!   one has stopped, so no two writes of one shoot race. What the old flow did stays done
 //!   until the new flow's own steps change it: a target scaled down carries its marker and
 //!   record, and a scale-up restores it from them.
+//!
+//! Which executor every shoot gets is chosen once at startup ([`Executors`]): the
+//! [`ActingExecutor`] above, or in shadow mode (`--shadow`) a [`RecordingExecutor`], which
+//! takes the same decisions and writes nothing: it moves our would-be state of the shoot and
+//! records what we would have done in shadow mode's book ([`crate::shadow`]). The probe talks
+//! to either through [`Executor`] and never asks which mode it runs in.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dwd_core::Direction;
 use dwd_core::scaling::FlowScope;
+use dwd_core::shadow::Side;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +36,156 @@ use tracing::{debug, info, warn};
 
 use super::ProberContext;
 use super::scaler::{self, PlannedFlow};
+use super::shadow_observer::{self, VirtualState};
+use crate::events::Subject;
+use crate::shadow::Shadow;
+
+/// Which executor every shoot gets, chosen once at startup from `--shadow`.
+pub enum Executors {
+    /// Normal operation: [`ActingExecutor`]s scale the targets.
+    Acting,
+    /// Shadow mode: [`RecordingExecutor`]s note in this book what we would have done.
+    Recording(Arc<Shadow>),
+}
+
+impl Executors {
+    /// Shadow mode's executors when `shadow` is given, else acting ones.
+    pub fn of(shadow: Option<Arc<Shadow>>) -> Executors {
+        match shadow {
+            Some(book) => Executors::Recording(book),
+            None => Executors::Acting,
+        }
+    }
+
+    /// A new shoot's executor.
+    pub fn for_shoot(&self) -> Executor {
+        match self {
+            Executors::Acting => Executor::Acting(ActingExecutor::default()),
+            Executors::Recording(book) => {
+                Executor::Recording(RecordingExecutor { book: book.clone() })
+            }
+        }
+    }
+
+    /// Shadow mode's book, for what runs beside the probes (its expiry, the observer of the
+    /// acting watchdog, forgetting a removed shoot); `None` in normal operation.
+    pub fn shadow(&self) -> Option<&Arc<Shadow>> {
+        match self {
+            Executors::Acting => None,
+            Executors::Recording(book) => Some(book),
+        }
+    }
+}
+
+/// What a run hands its shoot's executor when its hysteresis calls for a flow.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// The flow: direction, scope, and the lease probe's summary.
+    pub flow: PlannedFlow,
+    /// What waits to be restored, as the executor told the run before its probe
+    /// ([`Executor::restorable`]).
+    pub restorable: Restorable,
+}
+
+/// What waits to be restored in a shoot, as its executor sees it; asked once per run, before
+/// the probe: it decides whether nodes are listed.
+#[derive(Debug, Clone, Default)]
+pub struct Restorable {
+    /// Whether anything waits to be restored.
+    pub waiting: bool,
+    /// The targets a scale-up of every target would act on (the acting executor's; empty for
+    /// the recording one, which names every target in scope).
+    pub targets: Vec<String>,
+}
+
+/// What became of a [`Decision`], for the probe to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    /// Nothing new: the same flow is under way, the targets are there already, or our
+    /// would-be state does not change. Why, in words (logged at debug).
+    Nothing(String),
+    /// A flow over `targets` was queued, `superseding` a different one: a decision to
+    /// publish (log line, attempt count, event).
+    Queued {
+        /// The targets the flow acts on.
+        targets: Vec<String>,
+        /// Whether it replaced a different flow, queued or running.
+        superseding: bool,
+    },
+    /// Shadow mode recorded what we would have done in its book (logged only).
+    Recorded,
+}
+
+/// A shoot's executor, of the kind [`Executors`] chose at startup.
+pub enum Executor {
+    /// Carries out flows.
+    Acting(ActingExecutor),
+    /// Records what we would have done.
+    Recording(RecordingExecutor),
+}
+
+impl Executor {
+    /// What waits to be restored in shoot `namespace`.
+    pub fn restorable(&self, ctx: &ProberContext, namespace: &str) -> Restorable {
+        match self {
+            Executor::Acting(_) => {
+                let targets =
+                    scaler::targets_to_scale(ctx, namespace, Direction::Up, FlowScope::All);
+                Restorable {
+                    waiting: !targets.is_empty(),
+                    targets,
+                }
+            }
+            Executor::Recording(recording) => Restorable {
+                waiting: recording.virtual_state(ctx, namespace).is_protected(),
+                targets: Vec::new(),
+            },
+        }
+    }
+
+    /// Takes `decision` about shoot `namespace` (see [`Taken`]).
+    pub fn take(&self, ctx: &ProberContext, namespace: &str, decision: Decision) -> Taken {
+        match self {
+            Executor::Acting(acting) => acting.take(ctx, namespace, decision),
+            Executor::Recording(recording) => recording.take(ctx, namespace, decision),
+        }
+    }
+
+    /// Notes a run's finding about shoot `namespace`, `note()` in words: shadow mode keeps the
+    /// latest in its book (each comparison shows it); acting, it is only logged by the probe.
+    pub fn note_finding(&self, namespace: &str, note: impl FnOnce() -> String) {
+        if let Executor::Recording(recording) = self {
+            recording.book.note_finding(namespace, &note());
+        }
+    }
+
+    /// How the executor's consequence of a decision reads in an event: "scales"/"is" when
+    /// it acts, "would scale"/"would be" when it records.
+    pub fn verbs(&self) -> (&'static str, &'static str) {
+        match self {
+            Executor::Acting(_) => ("scales", "is"),
+            Executor::Recording(_) => ("would scale", "would be"),
+        }
+    }
+
+    /// When a flow's seed call was last answered 429 since the last call, if it was (see
+    /// [`ActingExecutor::take_throttled`]); never for the recording executor.
+    pub fn take_throttled(&self) -> Option<Instant> {
+        match self {
+            Executor::Acting(acting) => acting.take_throttled(),
+            Executor::Recording(_) => None,
+        }
+    }
+
+    /// Carries out what is handed over; never returns (it ends with the probe task that
+    /// polls it). The recording executor has nothing to carry out.
+    pub async fn run(&self, ctx: &ProberContext, namespace: &str) {
+        match self {
+            Executor::Acting(acting) => acting.run(ctx, namespace).await,
+            Executor::Recording(_) => std::future::pending().await,
+        }
+    }
+}
 
 /// Whether `flow` asks for the flow in `dir` over `scope` (reasons may differ).
 fn same_flow(flow: &PlannedFlow, dir: Direction, scope: FlowScope) -> bool {
@@ -66,15 +223,15 @@ struct Slot {
 }
 
 /// One shoot's executor (see the module docs). The probe hands flows over with
-/// [`ShootExecutor::hand_over`]; [`ShootExecutor::run`] carries them out.
+/// [`ActingExecutor::hand_over`]; [`ActingExecutor::run`] carries them out.
 #[derive(Debug, Default)]
-pub struct ShootExecutor {
+pub struct ActingExecutor {
     slot: Mutex<Slot>,
     /// Signalled when a flow is queued (a permit is kept if nobody waits).
     queued: Notify,
 }
 
-impl ShootExecutor {
+impl ActingExecutor {
     fn slot(&self) -> MutexGuard<'_, Slot> {
         // Nothing panics while the lock is held; if something did, the slot is whole.
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
@@ -104,6 +261,25 @@ impl ShootExecutor {
         drop(slot);
         self.queued.notify_one();
         outcome
+    }
+
+    /// Takes `decision`: unless its targets are already there, hands its flow over.
+    fn take(&self, ctx: &ProberContext, namespace: &str, decision: Decision) -> Taken {
+        let flow = decision.flow;
+        let targets = match (flow.dir, flow.scope) {
+            (Direction::Up, FlowScope::All) => decision.restorable.targets,
+            (dir, scope) => scaler::targets_to_scale(ctx, namespace, dir, scope),
+        };
+        if targets.is_empty() {
+            return Taken::Nothing("targets already there".into());
+        }
+        match self.hand_over(flow) {
+            Handover::UnderWay => Taken::Nothing("this flow is under way already".into()),
+            handover => Taken::Queued {
+                targets,
+                superseding: handover == Handover::Superseding,
+            },
+        }
     }
 
     /// When a flow's seed call was last answered 429 since the last call, if it was: the
@@ -147,6 +323,54 @@ impl ShootExecutor {
     }
 }
 
+/// Shadow mode's executor: takes the decisions an [`ActingExecutor`] would and writes
+/// nothing; it moves our would-be state of the shoot (a scale-down of a shoot we have not
+/// scaled down, a scale-up of one we have) and records each change in the book as a
+/// sighting of what we would have done, naming the targets the flow would act on whatever
+/// the acting watchdog did to them.
+pub struct RecordingExecutor {
+    /// Shadow mode's book.
+    book: Arc<Shadow>,
+}
+
+impl RecordingExecutor {
+    /// Our would-be state of shoot `namespace`: at first the acting watchdog's when shadow
+    /// mode first saw the shoot (asked of the caches, which are in sync during a run, if the
+    /// observer has not seen it yet).
+    fn virtual_state(&self, ctx: &ProberContext, namespace: &str) -> VirtualState {
+        ctx.shadow_states.ours(namespace, || {
+            shadow_observer::acting_protected(&ctx.caches, namespace)
+        })
+    }
+
+    fn take(&self, ctx: &ProberContext, namespace: &str, decision: Decision) -> Taken {
+        let PlannedFlow { dir, scope, reason } = decision.flow;
+        let state = self.virtual_state(ctx, namespace);
+        let targets = scaler::targets_in_scope(ctx, namespace, scope);
+        let step = dwd_core::shadow::step(state, dir, scope, !targets.is_empty());
+        if step.next != state {
+            ctx.shadow_states.set_ours(namespace, step.next);
+        }
+        let Some(action) = step.report else {
+            return Taken::Nothing(format!(
+                "shadow mode: nothing to report (our would-be state {state:?}, next {:?}, {} \
+                 target(s) in scope)",
+                step.next,
+                targets.len()
+            ));
+        };
+        let evidence = format!("{reason}; {scope}: {}", targets.join(", "));
+        self.book.record(
+            Side::Ours,
+            &ctx.events,
+            &Subject::Cluster(namespace),
+            action,
+            &evidence,
+        );
+        Taken::Recorded
+    }
+}
+
 /// Reports how a flow ended, the one place that does; whether a seed call of it was answered
 /// 429.
 fn report(flow: &PlannedFlow, result: Result<scaler::FlowReport, Box<scaler::FlowError>>) -> bool {
@@ -185,7 +409,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_newest_verdict_wins_and_the_same_verdict_changes_nothing() {
-        let executor = ShootExecutor::default();
+        let executor = ActingExecutor::default();
         assert_eq!(
             executor.hand_over(flow(Direction::Down)),
             Handover::Accepted
@@ -221,7 +445,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_zonal_and_a_shoot_wide_scale_down_are_different_flows() {
-        let executor = ShootExecutor::default();
+        let executor = ActingExecutor::default();
         let zonal = PlannedFlow {
             scope: FlowScope::Zonal,
             ..flow(Direction::Down)

@@ -33,6 +33,7 @@ use crate::events::{Component, Events, PodRef};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::shadow::Shadow;
+use executor::Executors;
 use manager::ProbeManager;
 use seed_caches::SeedCaches;
 use shadow_observer::ShadowStates;
@@ -49,9 +50,10 @@ pub struct ProberContext {
     pub metrics: Arc<Metrics>,
     /// Kubernetes Events for scaling decisions and target changes.
     pub events: Events,
-    /// Shadow mode (`--shadow`): decide, never scale, and compare with the acting watchdog
-    /// ([`crate::shadow`]); `None` in normal operation.
-    pub shadow: Option<Arc<Shadow>>,
+    /// The executors every shoot gets, chosen once at startup: acting ones, or in shadow mode
+    /// (`--shadow`: decide, never scale, and compare with the acting watchdog,
+    /// [`crate::shadow`]) recording ones.
+    pub executors: Executors,
     /// Shadow mode's per-shoot states: the acting watchdog's when first seen, our would-be
     /// one (empty in normal operation).
     pub shadow_states: ShadowStates,
@@ -100,11 +102,11 @@ pub async fn run(
         caches,
         metrics,
         events,
-        shadow,
+        executors: Executors::of(shadow),
         shadow_states: ShadowStates::default(),
     });
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
-    if let Some(shadow) = &ctx.shadow {
+    if let Some(shadow) = ctx.executors.shadow() {
         // Shadow mode's own tasks: its comparisons expire, and the acting watchdog is watched.
         shadow.spawn_expiry(ctx.events.clone(), &mut tasks, shutdown.clone());
         tasks.spawn({
@@ -239,7 +241,7 @@ dependentResourceInfos:
             },
             events: Events::disabled(metrics.clone()),
             metrics,
-            shadow: None,
+            executors: super::executor::Executors::Acting,
             shadow_states: Default::default(),
         })
     }

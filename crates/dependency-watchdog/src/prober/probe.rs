@@ -16,7 +16,6 @@ use std::time::Duration;
 use chrono::Utc;
 use dwd_core::lease::LeaseReport;
 use dwd_core::scaling::FlowScope;
-use dwd_core::shadow::Side;
 use dwd_core::{
     Direction, EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases,
     leases_alone_suffice,
@@ -27,12 +26,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
-use super::executor::{Handover, ShootExecutor};
-use super::scaler::{self, PlannedFlow};
-use super::shadow_observer::{self, VirtualState};
+use super::executor::{Decision, Executor, Restorable, Taken};
+use super::scaler::PlannedFlow;
 use super::shoot_reads;
 use crate::Error;
-use crate::events::Subject;
 use crate::kube_client::{PreparedShootConfig, ResponseLimits, is_response_too_large};
 use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootSeries,
@@ -261,7 +258,7 @@ impl Probe {
     /// The probe loop and the shoot's executor, polled together by this task: both end with
     /// it (a flow's write on the wire is then dropped, as a process stop would).
     async fn run_loop(self, first_delay: Duration) {
-        let executor = ShootExecutor::default();
+        let executor = self.ctx.executors.for_shoot();
         let ctx = self.ctx.clone();
         let namespace = self.namespace.clone();
         tokio::select! {
@@ -270,7 +267,7 @@ impl Probe {
         }
     }
 
-    async fn probe_loop(mut self, first_delay: Duration, executor: &ShootExecutor) {
+    async fn probe_loop(mut self, first_delay: Duration, executor: &Executor) {
         let ctx = self.ctx.clone();
         let cfg = &ctx.config;
         debug!(?first_delay, grace = ?self.settings.node_monitor_grace, "probe started");
@@ -294,7 +291,8 @@ impl Probe {
             let outcome = match self.unsynced_caches() {
                 Some(pending) => {
                     let mut outcome = RunOutcome::default();
-                    self.report_failure(ProbeFailure::SeedCachesNotSynced(pending), &mut outcome);
+                    let failure = ProbeFailure::SeedCachesNotSynced(pending);
+                    self.report_failure(failure, &mut outcome, executor);
                     outcome
                 }
                 None => tokio::select! {
@@ -348,7 +346,7 @@ impl Probe {
     /// Reports a run that ended in `failure`, the one place that does: a 429 spaces the next
     /// run out, the failure counts in its category's per-shoot counter and as a run of its
     /// category, and is logged.
-    fn report_failure(&self, failure: ProbeFailure, outcome: &mut RunOutcome) {
+    fn report_failure(&self, failure: ProbeFailure, outcome: &mut RunOutcome, executor: &Executor) {
         if failure.throttled() {
             outcome.throttled_at = Some(Instant::now());
         }
@@ -363,12 +361,9 @@ impl Probe {
             }
         });
         self.count_run(category);
-        if let Some(shadow) = self.noting_shadow() {
-            shadow.note_finding(
-                &self.namespace,
-                &format!("probe failed: {failure}; no scaling this run"),
-            );
-        }
+        self.note_finding(executor, || {
+            format!("probe failed: {failure}; no scaling this run")
+        });
         match &failure {
             // A run not made: counted as a failed lease probe (as a machine cache not yet
             // synced always was). Logged at debug: the caches and the readiness report it
@@ -421,56 +416,40 @@ impl Probe {
 
     /// One probe run, top to bottom: the probe makes a finding or a typed failure, one place
     /// reports either, and the flow the finding calls for is handed over to `executor`.
-    pub async fn run_once(&self, memory: &mut RunMemory, executor: &ShootExecutor) -> RunOutcome {
+    pub async fn run_once(&self, memory: &mut RunMemory, executor: &Executor) -> RunOutcome {
         let mut outcome = RunOutcome::default();
-        // What waits to be restored, from the caches: asked once, before the probe. Nodes can
-        // only change the outcome when a scale-down is building up, a target waits to be
-        // restored (see `leases_alone_suffice`), or a zone was disrupted (its recovery event
-        // says how many of its leases are fresh).
-        // In shadow mode the targets are the acting watchdog's: what waits to be restored is
-        // what we would have scaled down, our would-be state, so that a would-scale-up is
-        // judged on every node's verdict whatever the acting watchdog did.
-        let shadow_state = self.ctx.shadow.as_ref().map(|_| self.virtual_state());
-        let to_restore = match shadow_state {
-            Some(_) => Vec::new(),
-            None => {
-                scaler::targets_to_scale(&self.ctx, &self.namespace, Direction::Up, FlowScope::All)
-            }
-        };
-        let waits_to_be_restored = match shadow_state {
-            Some(state) => state.is_protected(),
-            None => !to_restore.is_empty(),
-        };
+        // What waits to be restored, as the executor sees it: asked once, before the probe.
+        // Nodes can only change the outcome when a scale-down is building up, a target waits
+        // to be restored (see `leases_alone_suffice`), or a zone was disrupted (its recovery
+        // event says how many of its leases are fresh).
+        let restorable = executor.restorable(&self.ctx, &self.namespace);
         let nodes_may_matter = memory.hysteresis.streaks().1 > 0
             || !memory.disrupted_zones.is_empty()
-            || waits_to_be_restored;
+            || restorable.waiting;
         match self.probe_shoot(nodes_may_matter).await {
-            Err(failure) => self.report_failure(failure, &mut outcome),
-            Ok(finding) => self.report_finding(finding, memory, to_restore, executor),
+            Err(failure) => self.report_failure(failure, &mut outcome, executor),
+            Ok(finding) => self.report_finding(finding, memory, restorable, executor),
         }
         outcome
     }
 
     /// Reports what a run found, the one place that does (expired fractions, zone series and
     /// events, the run counter, the log line, the decision event), and hands the flow the
-    /// finding calls for, if any, over to `executor`. `to_restore`: the targets a scale-up
-    /// would act on.
+    /// finding calls for, if any, over to `executor`. `restorable`: what the executor said
+    /// waits to be restored.
     fn report_finding(
         &self,
         finding: Finding,
         memory: &mut RunMemory,
-        to_restore: Vec<String>,
-        executor: &ShootExecutor,
+        restorable: Restorable,
+        executor: &Executor,
     ) {
         let report = match finding {
             Finding::Report(report) => report,
             Finding::AllLeasesFresh { leases } => {
-                if let Some(shadow) = self.noting_shadow() {
-                    shadow.note_finding(
-                        &self.namespace,
-                        &format!("all {leases} node leases fresh: no scaling"),
-                    );
-                }
+                self.note_finding(executor, || {
+                    format!("all {leases} node leases fresh: no scaling")
+                });
                 self.set_expired_fraction(0.0);
                 self.ctx.metrics.zones_all_fresh(&self.series);
                 self.count_run(RunResult::ScaleUp);
@@ -490,7 +469,7 @@ impl Probe {
                 .iter()
                 .map(|z| (z.zone.as_str(), z.fraction(), z.disrupted)),
         );
-        self.publish_zone_changes(&report, &mut memory.disrupted_zones);
+        self.publish_zone_changes(&report, &mut memory.disrupted_zones, executor);
         let action = memory.hysteresis.observe(&report.decision);
         self.count_run(match report.decision {
             LeaseDecision::ScaleDown => RunResult::ScaleDown,
@@ -499,51 +478,59 @@ impl Probe {
             LeaseDecision::NoScaling(_) => RunResult::NoScaling,
         });
         let scope = FlowScope::of(&report.decision);
-        if let Some(shadow) = self.noting_shadow() {
-            shadow.note_finding(&self.namespace, &finding_note(&report, Utc::now()));
-        }
+        self.note_finding(executor, || finding_note(&report, Utc::now()));
         let Some(dir) = action else {
             debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
                 decision = %report.decision, "{report}; no scaling this run");
             return;
         };
-        if let Some(shadow) = &self.ctx.shadow {
-            self.decide_in_shadow(shadow, dir, scope, &report);
-            return;
-        }
-        self.hand_over(&report, dir, scope, to_restore, executor);
+        self.hand_over(&report, dir, scope, restorable, executor);
     }
 
     /// Hands the flow in `dir` over `scope` that `report`'s decision calls for over to
-    /// `executor`, unless its targets are already there; publishes the decision (log line,
-    /// attempt count, event) unless the same flow is under way already.
+    /// `executor` and publishes what it took: a decision (log line, attempt count, event)
+    /// when it queued a flow, a log line when it recorded one, else a debug line.
     fn hand_over(
         &self,
         report: &LeaseReport,
         dir: Direction,
         scope: FlowScope,
-        to_restore: Vec<String>,
-        executor: &ShootExecutor,
+        restorable: Restorable,
+        executor: &Executor,
     ) {
+        // A removed probe's last run must not decide: its executor ends with it, and shadow
+        // mode's state of the shoot was forgotten with it.
+        if self.cancel.is_cancelled() {
+            return;
+        }
         let threshold = report.threshold;
-        let targets = match (dir, scope) {
-            (Direction::Up, FlowScope::All) => to_restore,
-            _ => scaler::targets_to_scale(&self.ctx, &self.namespace, dir, scope),
+        let flow = PlannedFlow {
+            dir,
+            scope,
+            reason: decision_reason(report),
         };
-        if targets.is_empty() {
-            debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
-                decision = %report.decision, "{report}; targets already there");
-            return;
-        }
-        let reason = decision_reason(report);
-        let flow = PlannedFlow { dir, scope, reason };
-        let handover = executor.hand_over(flow.clone());
-        if handover == Handover::UnderWay {
-            debug!(action = %dir, %scope, "{report}; this flow is under way already");
-            return;
-        }
+        let decision = Decision {
+            flow: flow.clone(),
+            restorable,
+        };
+        let (targets, superseding) = match executor.take(&self.ctx, &self.namespace, decision) {
+            Taken::Nothing(why) => {
+                debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
+                    decision = %report.decision, action = %dir, %scope, "{report}; {why}");
+                return;
+            }
+            Taken::Recorded => {
+                info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
+                    threshold, action = %dir, %scope, "{report}");
+                return;
+            }
+            Taken::Queued {
+                targets,
+                superseding,
+            } => (targets, superseding),
+        };
         info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
-            action = %dir, %scope, superseding = handover == Handover::Superseding, "{report}");
+            action = %dir, %scope, superseding, "{report}");
         let m = &self.ctx.metrics;
         m.for_shoot(&self.series, |l| {
             m.scaling_attempts
@@ -563,66 +550,12 @@ impl Probe {
         );
     }
 
-    /// In shadow mode, the book this probe notes its findings in; `None` once the probe was
-    /// removed (its last run must not bring back the finding its removal forgot).
-    fn noting_shadow(&self) -> Option<&crate::shadow::Shadow> {
-        self.ctx
-            .shadow
-            .as_deref()
-            .filter(|_| !self.cancel.is_cancelled())
-    }
-
-    /// Our would-be state of this shoot in shadow mode: at first the acting watchdog's when
-    /// shadow mode first saw the shoot (asked of the caches, which are in sync during a run,
-    /// if the observer has not seen it yet).
-    fn virtual_state(&self) -> VirtualState {
-        self.ctx.shadow_states.ours(&self.namespace, || {
-            shadow_observer::acting_protected(&self.ctx.caches, &self.namespace)
-        })
-    }
-
-    /// Shadow mode's part of a run whose hysteresis calls for a flow in `dir`: no flow and
-    /// no decision event; when it changes our would-be state (a scale-down of a shoot we
-    /// have not scaled down, a scale-up of one we have), a sighting of what we would have
-    /// done. The targets it names are those the flow would act on whatever the acting
-    /// watchdog did to them.
-    fn decide_in_shadow(
-        &self,
-        shadow: &crate::shadow::Shadow,
-        dir: Direction,
-        scope: FlowScope,
-        report: &LeaseReport,
-    ) {
-        // A removed probe's last run must not bring back the state its removal forgot.
-        if self.cancel.is_cancelled() {
-            return;
+    /// Notes a finding with `executor` (shadow mode's book keeps it), unless the probe was
+    /// removed: its last run must not bring back the finding its removal forgot.
+    fn note_finding(&self, executor: &Executor, note: impl FnOnce() -> String) {
+        if !self.cancel.is_cancelled() {
+            executor.note_finding(&self.namespace, note);
         }
-        let ns = self.namespace.as_str();
-        let state = self.virtual_state();
-        let targets = scaler::targets_in_scope(&self.ctx, ns, scope);
-        let step = dwd_core::shadow::step(state, dir, scope, !targets.is_empty());
-        if step.next != state {
-            self.ctx.shadow_states.set_ours(ns, step.next);
-        }
-        let Some(action) = step.report else {
-            debug!(action = %dir, %scope, ?state, next = ?step.next, targets = targets.len(),
-                "{report}; shadow mode: nothing to report");
-            return;
-        };
-        info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
-            threshold = report.threshold, action = %dir, %scope, "{report}");
-        let evidence = format!(
-            "{}; {scope}: {}",
-            decision_reason(report),
-            targets.join(", ")
-        );
-        shadow.record(
-            Side::Ours,
-            &self.ctx.events,
-            &Subject::Cluster(ns),
-            action,
-            &evidence,
-        );
     }
 
     /// Publishes a `ZoneDisrupted` event for each zone that became disrupted since the last
@@ -631,10 +564,15 @@ impl Probe {
     /// so an operator sees what it would have done (docs/behaviour.md §2.19). At most
     /// [`ZONES_PER_SHOOT_LIMIT`](crate::metrics::ZONES_PER_SHOOT_LIMIT) of each per run: zone
     /// names come from the tenant.
-    fn publish_zone_changes(&self, report: &LeaseReport, disrupted: &mut BTreeSet<String>) {
+    fn publish_zone_changes(
+        &self,
+        report: &LeaseReport,
+        disrupted: &mut BTreeSet<String>,
+        executor: &Executor,
+    ) {
         use crate::metrics::ZONES_PER_SHOOT_LIMIT;
         let now: BTreeSet<String> = report.disrupted_zones().map(|z| z.zone.clone()).collect();
-        let consequence = self.zone_consequence(report);
+        let consequence = self.zone_consequence(report, executor);
         for zone in report
             .disrupted_zones()
             .filter(|z| !disrupted.contains(&z.zone))
@@ -670,16 +608,13 @@ impl Probe {
     }
 
     /// What the watchdog does about a disrupted zone this run, for its event.
-    fn zone_consequence(&self, report: &LeaseReport) -> String {
+    fn zone_consequence(&self, report: &LeaseReport, executor: &Executor) -> String {
         let cfg = &self.ctx.config;
         if !cfg.zone_rule().protection {
             return "zonal protection is not configured".into();
         }
         // Shadow mode scales nothing: its events say what it would do.
-        let (scales, is) = match self.ctx.shadow {
-            Some(_) => ("would scale", "would be"),
-            None => ("scales", "is"),
-        };
+        let (scales, is) = executor.verbs();
         match report.decision {
             LeaseDecision::ScaleDown => {
                 format!("the shoot-wide rule applies: every target {is} scaled down")

@@ -175,7 +175,7 @@ impl Harness {
             caches,
             events: events.clone(),
             metrics: metrics.clone(),
-            shadow: shadow.clone(),
+            executors: crate::prober::executor::Executors::of(shadow.clone()),
             shadow_states: Default::default(),
         });
         let cancel = CancellationToken::new();

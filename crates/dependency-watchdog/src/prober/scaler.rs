@@ -894,7 +894,7 @@ mod tests {
             },
             events: Events::disabled(metrics.clone()),
             metrics,
-            shadow: None,
+            executors: super::super::executor::Executors::Acting,
             shadow_states: Default::default(),
         }
     }
