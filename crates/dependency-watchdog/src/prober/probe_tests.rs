@@ -29,7 +29,7 @@ use crate::prober::seed_caches::{
 };
 use crate::prober::{ProberContext, shadow_observer};
 use crate::shadow::Shadow;
-use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use dwd_core::scaling::{IGNORE_SCALING_ANNOTATION, MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_core::shadow::{ShadowAction, Side};
 use kube::api::{Patch, PatchParams};
 
@@ -664,6 +664,23 @@ async fn in_shadow_mode_a_start_with_targets_already_scaled_down_reports_no_scal
     h.until(secs(105)).await;
     assert_eq!(h.shadow_counts(), (0, 1, 0, 0));
     h.assert_no_writes();
+    h.stop().await;
+}
+
+/// The observer reads `ignore-scaling` as the scaler does: `"true"` leaves a target out
+/// (the acting watchdog does not scale it), `"false"` does not (it once counted as ignored
+/// there: the acting watchdog's scale-down of such a target went unseen).
+#[tokio::test(start_paused = true)]
+async fn in_shadow_mode_ignore_scaling_is_read_as_the_scaler_reads_it() {
+    let h = Harness::steady([FRESH; 3], Mode::Shadow).await;
+    h.until(secs(35)).await;
+    let marked = |ignore: &str| json!({MELTDOWN_ANNOTATION: "", REPLICAS_ANNOTATION: "2", IGNORE_SCALING_ANNOTATION: ignore});
+    h.act_on("mcm", 0, marked("true")).await;
+    h.until(secs(36)).await;
+    assert_eq!(h.shadow_counts(), (0, 0, 0, 0));
+    h.act_on("kcm", 0, marked("false")).await;
+    h.until(secs(37)).await;
+    assert_eq!(h.shadow_counts(), (0, 0, 1, 0));
     h.stop().await;
 }
 

@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use dwd_core::scaling::{IGNORE_SCALING_ANNOTATION, MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION, is_scaling_ignored};
 pub use dwd_core::shadow::VirtualState;
 use dwd_core::shadow::{ShadowAction, Side};
 use tokio_util::sync::CancellationToken;
@@ -147,7 +147,8 @@ pub fn acting_state(caches: &SeedCaches, namespace: &str) -> ActingState {
         };
         // The acting watchdog leaves an ignored target alone, a stale marker included (an
         // operator may add `ignore-scaling` to a target it holds down); so does our flow.
-        if state.annotations.contains_key(IGNORE_SCALING_ANNOTATION) {
+        // Read as the scaler reads it (`"false"` or an unparsable value is not ignored).
+        if is_scaling_ignored(&state.annotations) {
             continue;
         }
         replicas.push(format!("{name} {}", state.spec_replicas));
