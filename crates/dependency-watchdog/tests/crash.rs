@@ -4,16 +4,16 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+mod harness;
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::deployment_state;
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::process::ManagedProcess;
 use dwd_testenv::{ApiServerOptions, TestEnv, eventually};
+use harness::in_process::deployment_state;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 

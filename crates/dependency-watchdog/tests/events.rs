@@ -6,11 +6,10 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+mod harness;
 
 use std::sync::Arc;
 
-use common::*;
 use dependency_watchdog::events::{
     Component, Events, REASON_POD_DELETED, REASON_SCALE_DOWN, REASON_SCALE_UP, REASON_SCALED_DOWN,
     REASON_SCALED_UP,
@@ -19,6 +18,7 @@ use dependency_watchdog::metrics::{EventLabels, EventOutcome, Metrics};
 use dwd_core::Direction;
 use dwd_sim::EndpointsState;
 use dwd_testenv::eventually;
+use harness::in_process::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
 use k8s_openapi::api::events::v1::Event;

@@ -54,10 +54,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-mod support;
+mod harness;
 use dwd_testenv::front_door::Trickle;
+use harness::binary::{Watchdog, sum};
 use k8s_openapi::api::coordination::v1::Lease;
-use support::{Watchdog, sum};
 
 const KCM: &str = "kube-controller-manager";
 const MCM: &str = "machine-controller-manager";
@@ -297,7 +297,7 @@ impl Dog {
 
     /// `/readyz`: its status and body.
     async fn readyz(&self) -> Result<(u16, String)> {
-        support::http_get(self.health_port, "/readyz").await
+        harness::binary::http_get(self.health_port, "/readyz").await
     }
 
     /// Whether this incarnation leads (`leader_election_master_status` is 1).
@@ -675,7 +675,7 @@ impl World {
     /// moment ago) would kill it as the default action does.
     async fn stop(&self, dog: Dog) -> Result<()> {
         let deadline = tokio::time::Instant::now() + DEADLINE;
-        while support::http_get(dog.health_port, "/healthz")
+        while harness::binary::http_get(dog.health_port, "/healthz")
             .await
             .is_err()
         {

@@ -43,10 +43,9 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
-mod common;
-mod support;
-use support::gardener::{GARDEN, Gardener, apply, ensure_namespace, fixture, one, shortened};
-use support::{Watchdog, http_get, sum};
+mod harness;
+use harness::binary::{Watchdog, http_get, sum};
+use harness::gardener::{GARDEN, Gardener, apply, ensure_namespace, fixture, one, shortened};
 
 const KCM: &str = "kube-controller-manager";
 const MCM: &str = "machine-controller-manager";
@@ -293,7 +292,7 @@ async fn stops_cleanly(wd: &Watchdog) -> Result<()> {
 
 /// Who holds `garden/<name>`, if anyone.
 async fn lease_holder(admin: &kube::Client, name: &str) -> Result<Option<String>> {
-    common::lease_holder(admin, GARDEN, name).await
+    harness::in_process::lease_holder(admin, GARDEN, name).await
 }
 
 /// The core/v1 Events in `garden` about pod `pod` with `reason`.

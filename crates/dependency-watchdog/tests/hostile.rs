@@ -26,8 +26,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::PostParams;
 
-mod support;
-use support::{Watchdog, sum};
+mod harness;
+use harness::binary::{Watchdog, sum};
 
 const KCM: &str = "kube-controller-manager";
 const MCM: &str = "machine-controller-manager";

@@ -33,8 +33,7 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-mod support;
+mod harness;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -46,12 +45,14 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use common::lease_holder;
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
 use dwd_testenv::metrics::sum;
 use dwd_testenv::process::ManagedProcess;
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
+use harness::binary::{Watchdog, http_get};
+use harness::gardener::{GARDEN, Gardener, apply, ensure_namespace, fixture, one, shortened};
+use harness::in_process::lease_holder;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
@@ -59,8 +60,6 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use serde_json::Value;
-use support::gardener::{GARDEN, Gardener, apply, ensure_namespace, fixture, one, shortened};
-use support::{Watchdog, http_get};
 
 const KCM: &str = "kube-controller-manager";
 const MCM: &str = "machine-controller-manager";

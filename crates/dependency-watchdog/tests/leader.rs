@@ -8,8 +8,7 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-mod support;
+mod harness;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,8 +30,8 @@ use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use common::{CA, KCM, MCM, PROBER_CONFIG_THREE_TARGETS};
-use support::gardener::ensure_namespace;
+use harness::gardener::ensure_namespace;
+use harness::in_process::{CA, KCM, MCM, PROBER_CONFIG_THREE_TARGETS};
 
 const LEASE_NAMESPACE: &str = "dwd-leader-election";
 /// Deadline for conditions that need process start-up, cache sync or several probe runs.
@@ -62,17 +61,17 @@ fn go_duration(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
 
-/// A `dependency-watchdog prober` process (tests/support's [`support::Watchdog`]: its log,
+/// A `dependency-watchdog prober` process (tests/harness/binary.rs's [`harness::binary::Watchdog`]: its log,
 /// metrics, signals; killed on drop and by the kernel if the test process dies) and its health
 /// port.
 struct Candidate {
-    dog: support::Watchdog,
+    dog: harness::binary::Watchdog,
     health_port: u16,
 }
 
 impl std::ops::Deref for Candidate {
-    type Target = support::Watchdog;
-    fn deref(&self) -> &support::Watchdog {
+    type Target = harness::binary::Watchdog;
+    fn deref(&self) -> &harness::binary::Watchdog {
         &self.dog
     }
 }
@@ -115,7 +114,7 @@ impl Candidate {
             "--log-format=json".to_string(),
         ]);
         let env = [("RUST_LOG", "info,kube=warn,hyper=warn")];
-        let dog = support::Watchdog::spawn(name, &args, &env, dir, metrics_port)?;
+        let dog = harness::binary::Watchdog::spawn(name, &args, &env, dir, metrics_port)?;
         Ok(Candidate { dog, health_port })
     }
 
@@ -130,7 +129,7 @@ impl Candidate {
 
     async fn ready(&self) -> bool {
         matches!(
-            support::http_get(self.health_port, "/readyz").await,
+            harness::binary::http_get(self.health_port, "/readyz").await,
             Ok((200, _))
         )
     }
@@ -152,7 +151,7 @@ impl Candidate {
             self.name
         );
         ensure!(
-            support::sample(&text, "dwd_prober_active_probes", &[]) == Some(0.0),
+            harness::binary::sample(&text, "dwd_prober_active_probes", &[]) == Some(0.0),
             "follower {} runs probes:\n{text}",
             self.name
         );
@@ -309,12 +308,12 @@ async fn assert_standard_metrics(
     let lease = [("name", PROBER_LEASE)];
     let status = "leader_election_master_status";
     ensure!(
-        support::sample(&text, status, &lease) == Some(1.0),
+        harness::binary::sample(&text, status, &lease) == Some(1.0),
         "leader: {status}{lease:?} 1\n{text}"
     );
     let idle = follower.metrics().await?;
     ensure!(
-        support::sample(&idle, status, &lease) == Some(0.0),
+        harness::binary::sample(&idle, status, &lease) == Some(0.0),
         "follower: {status}{lease:?} 0\n{idle}"
     );
     // Cache lists and the probes' reads on the seed, /version and lease lists on the shoot,
@@ -327,7 +326,8 @@ async fn assert_standard_metrics(
         let host = host.to_string();
         let labels = [("code", "200"), ("method", method), ("host", host.as_str())];
         ensure!(
-            support::sample(&text, "rest_client_requests_total", &labels).is_some_and(|n| n >= 1.0),
+            harness::binary::sample(&text, "rest_client_requests_total", &labels)
+                .is_some_and(|n| n >= 1.0),
             "leader: rest_client_requests_total{labels:?} counted\n{text}"
         );
     }
@@ -340,11 +340,12 @@ async fn assert_standard_metrics(
         "process_start_time_seconds",
     ] {
         ensure!(
-            support::sample(&text, name, &[]).is_some_and(|v| v > 0.0),
+            harness::binary::sample(&text, name, &[]).is_some_and(|v| v > 0.0),
             "leader: {name} > 0\n{text}"
         );
     }
-    let rss = support::sample(&text, "process_resident_memory_bytes", &[]).unwrap_or_default();
+    let rss =
+        harness::binary::sample(&text, "process_resident_memory_bytes", &[]).unwrap_or_default();
     ensure!(
         rss > 1e6 && rss < 1e9,
         "resident memory {rss} bytes is implausible"

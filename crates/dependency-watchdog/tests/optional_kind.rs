@@ -1,6 +1,6 @@
 //! An optional target whose kind the seed does not serve, against a real seed apiserver.
 //!
-//! The prober config is the shared one (`common::PROBER_CONFIG`) plus a target of a made-up
+//! The prober config is the shared one (`harness::in_process::PROBER_CONFIG`) plus a target of a made-up
 //! kind, `example.com/v1` `Widget`, that no seed serves. Optional, it is warned about once at
 //! startup and skipped: the prober gets ready, an outage scales the other targets down in level
 //! order and recovery restores them, although the widget sits in a level of both flows (the
@@ -11,17 +11,17 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+mod harness;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
 use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::{TestEnv, eventually};
+use harness::in_process::*;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 

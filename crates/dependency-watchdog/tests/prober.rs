@@ -4,16 +4,16 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+mod harness;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
 use dwd_core::scaling::{IGNORE_SCALING_ANNOTATION, MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::ShootState;
 use dwd_testenv::eventually;
 use futures::TryStreamExt;
+use harness::in_process::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};

@@ -5,7 +5,7 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+mod harness;
 
 use std::time::{Duration, Instant};
 
@@ -13,9 +13,9 @@ use anyhow::{Context, Result, anyhow};
 use dependency_watchdog::kube_client;
 use dwd_testenv::TestEnv;
 use futures::{StreamExt, TryStreamExt};
+use harness::gardener::ensure_namespace;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
-use support::gardener::ensure_namespace;
 
 async fn limited_client(qps: f32, burst: u32) -> Result<kube::Client> {
     let env = TestEnv::shared().await?;

@@ -34,8 +34,7 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-mod support;
+mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -54,6 +53,8 @@ use dependency_watchdog::metrics::{
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
+use harness::binary::{Watchdog, sample};
+use harness::gardener::{apply, ensure_namespace};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::authorization::v1::{
@@ -67,8 +68,6 @@ use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use support::gardener::{apply, ensure_namespace};
-use support::{Watchdog, sample};
 
 /// Namespace of the deployments, their ServiceAccounts and Leases.
 const GARDEN: &str = "garden";
@@ -501,7 +500,7 @@ async fn delete_lease(admin: &kube::Client, name: &str) -> Result<()> {
 
 /// Who holds `garden/<name>`, if anyone.
 async fn lease_holder(admin: &kube::Client, name: &str) -> Result<Option<String>> {
-    common::lease_holder(admin, GARDEN, name).await
+    harness::in_process::lease_holder(admin, GARDEN, name).await
 }
 
 /// A component set up on the seed: RBAC applied, a token, a kubeconfig and a client with it.

@@ -9,13 +9,13 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+mod harness;
 
 use std::time::Duration;
 
-use common::*;
 use dwd_sim::{ShootState, WorkerPool};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
+use harness::in_process::*;
 use tokio_util::sync::CancellationToken;
 
 /// Long enough that a probe restarted by a Cluster edit (or a restart that waited it out)

@@ -8,15 +8,15 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+mod harness;
 
-use common::{DEADLINE, seed_client};
 use dependency_watchdog::prober::seed_caches::SeedCaches;
 use dwd_testenv::eventually;
+use harness::in_process::{DEADLINE, seed_client};
 
 /// The prober config's targets with `extra` appended (YAML list items).
 fn targets_with(extra: &str) -> Vec<dwd_core::DependentResourceInfo> {
-    dwd_core::ProberConfig::from_yaml(&format!("{}{extra}", common::PROBER_CONFIG))
+    dwd_core::ProberConfig::from_yaml(&format!("{}{extra}", harness::in_process::PROBER_CONFIG))
         .expect("config")
         .config
         .dependent_resource_infos

@@ -13,12 +13,11 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+mod harness;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{CA, DEADLINE, KCM, MCM, PROBER_CONFIG, RENEW, init_tracing, wait_replicas};
 use dependency_watchdog::events::Component;
 use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
@@ -27,6 +26,9 @@ use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_core::shadow::{ShadowAction, Side};
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
+use harness::in_process::{
+    CA, DEADLINE, KCM, MCM, PROBER_CONFIG, RENEW, init_tracing, wait_replicas,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use tokio_util::sync::CancellationToken;
@@ -55,7 +57,7 @@ async fn start_prober(seed: &ApiServer, pod: &str, shadow: Option<Arc<Shadow>>) 
         .config;
     let health = Arc::new(Health::default());
     let stop = CancellationToken::new();
-    common::spawn_prober_with_shadow(
+    harness::in_process::spawn_prober_with_shadow(
         seed.kubeconfig().to_string(),
         config,
         Arc::new(Metrics::default()),
@@ -64,7 +66,7 @@ async fn start_prober(seed: &ApiServer, pod: &str, shadow: Option<Arc<Shadow>>) 
         shadow,
         stop.clone(),
     );
-    common::wait_ready(&health).await;
+    harness::in_process::wait_ready(&health).await;
     Running { health, stop }
 }
 

@@ -20,10 +20,10 @@ use dwd_sim::EndpointsState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
-mod common;
+mod harness;
 
-use common::weeder_harness::{DEADLINE, Running, config, namespace, pod_uid, uid_of};
-use common::{seed_client, wait_until};
+use harness::in_process::weeder_harness::{DEADLINE, Running, config, namespace, pod_uid, uid_of};
+use harness::in_process::{seed_client, wait_until};
 
 /// `base`, counting the pod watches whose response began: from then on the apiserver has the
 /// watch registered, so every later pod change reaches it, in resourceVersion order.

@@ -25,12 +25,12 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 
-mod common;
+mod harness;
 
-use common::weeder_harness::{
+use harness::in_process::weeder_harness::{
     DEADLINE, Running, assert_kept, config, namespace, pod_uid, uid_of, wait_gone,
 };
-use common::{seed_client, wait_until};
+use harness::in_process::{seed_client, wait_until};
 
 #[tokio::test]
 async fn only_crashlooping_dependants_in_the_ready_slices_namespace_are_deleted() -> Result<()> {

@@ -18,17 +18,12 @@
 // A test crate: a failed assumption is a failed test (outside tests the workspace denies these).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+mod harness;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use common::{
-    CA, DEADLINE, KCM, MCM, RENEW, assert_level_order, assert_recorded, assert_untouched,
-    deployment_state, logged, position_from, record_replica_changes, wait_annotations_cleared,
-    wait_replicas,
-};
 use dependency_watchdog::events::{
     REASON_SCALE_DOWN, REASON_ZONE_DISRUPTED, REASON_ZONE_RECOVERED,
 };
@@ -37,6 +32,11 @@ use dependency_watchdog::metrics::Metrics;
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{NodeSpec, SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
+use harness::in_process::{
+    CA, DEADLINE, KCM, MCM, RENEW, assert_level_order, assert_recorded, assert_untouched,
+    deployment_state, logged, position_from, record_replica_changes, wait_annotations_cleared,
+    wait_replicas,
+};
 use k8s_openapi::api::events::v1::Event;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -136,7 +136,7 @@ fn start_prober(seed: ApiServer, config_text: String) -> Prober {
         config.clone(),
         health.clone(),
     );
-    common::spawn_prober(
+    harness::in_process::spawn_prober(
         kubeconfig,
         run_config,
         metrics.clone(),
@@ -156,7 +156,7 @@ fn start_prober(seed: ApiServer, config_text: String) -> Prober {
 /// The shared environment and its shoot apiserver.
 async fn env() -> (&'static TestEnv, &'static ApiServer) {
     static SHOOTS: tokio::sync::OnceCell<ApiServer> = tokio::sync::OnceCell::const_new();
-    common::init_tracing();
+    harness::in_process::init_tracing();
     let env = TestEnv::shared().await.expect("test environment");
     let shoots = SHOOTS
         .get_or_init(|| async {
@@ -201,7 +201,7 @@ async fn unprotected() -> &'static Prober {
 
 impl Prober {
     async fn wait_ready(&self) {
-        common::wait_ready(&self.health).await;
+        harness::in_process::wait_ready(&self.health).await;
     }
 
     async fn client(&self) -> kube::Client {
@@ -237,7 +237,7 @@ impl Prober {
     }
 
     fn metrics_text(&self) -> String {
-        common::metrics_text_of(&self.registry)
+        harness::in_process::metrics_text_of(&self.registry)
     }
 
     /// Value of the series `metric` whose labels are exactly `labels` (`k="v",…`).
@@ -299,7 +299,7 @@ impl Prober {
 /// `events.k8s.io` events about Cluster `ns` (cluster-scoped: they live in `default`) with
 /// `reason`, oldest first.
 async fn cluster_events(seed: &kube::Client, ns: &str, reason: &str) -> Vec<Event> {
-    common::events_about(seed, "default", "Cluster", ns, reason).await
+    harness::in_process::events_about(seed, "default", "Cluster", ns, reason).await
 }
 
 /// Waits for an event about Cluster `ns` with `reason` whose note passes `accept`.

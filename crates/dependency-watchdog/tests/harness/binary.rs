@@ -6,8 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(dead_code)]
 
-pub mod gardener;
-
 use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;

@@ -1,0 +1,20 @@
+//! What the integration tests share, by what it runs:
+//!
+//! - [`in_process`]: the library's prober and weeder running inside the test process, on the
+//!   shared test environment (a real seed kube-apiserver) and a shared shoot apiserver;
+//! - [`binary`]: the real `dependency-watchdog` binary as a child process, its log and its
+//!   `/metrics`;
+//! - [`gardener`]: the seed as gardenlet sets it up (namespaces, the shipped manifests,
+//!   fixtures), for the tests that run the binary as Gardener deploys it.
+//!
+//! Each test binary declares `mod harness;` and uses what it needs (unused helpers are
+//! allowed in each module).
+
+// Test helpers: a failed assumption is a failed test (outside tests the workspace denies
+// these); each test binary uses only some of them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(dead_code)]
+
+pub mod binary;
+pub mod gardener;
+pub mod in_process;
