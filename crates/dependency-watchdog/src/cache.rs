@@ -41,18 +41,18 @@ pub enum WaitEnd {
 type Shelf<T> = HashMap<String, HashMap<String, Arc<T>>>;
 
 /// How long a watch may keep failing before its cache counts as stale.
-pub const STALE_AFTER: Duration = Duration::from_secs(10);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(10);
 /// Errors at least this many apart are separate failures (the watch worked in between, but
 /// the watcher reports only errors, never a successful retry). Longer than the watcher's
 /// largest back-off between retries (30 s, plus up to as much jitter).
-pub const FAILURE_GAP: Duration = Duration::from_secs(90);
+pub(crate) const FAILURE_GAP: Duration = Duration::from_secs(90);
 /// Fewest errors of one failure before the cache counts as stale: two isolated errors a
 /// minute apart are not a failing watch.
-pub const STALE_MIN_ERRORS: u32 = 3;
+pub(crate) const STALE_MIN_ERRORS: u32 = 3;
 
 /// Where a cache stands with its watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SyncState {
+pub(crate) enum SyncState {
     /// The first list has not completed yet.
     Listing,
     /// The last list completed and the watch has not been failing for long.
@@ -64,7 +64,7 @@ pub enum SyncState {
 
 /// One run of consecutive watch errors, to tell a failing watch from a passing error.
 #[derive(Debug, Default, Clone)]
-pub struct FailureStreak {
+pub(crate) struct FailureStreak {
     first: Option<Instant>,
     last: Option<Instant>,
     errors: u32,
@@ -134,12 +134,12 @@ impl<T: Send + Sync + 'static> Cache<T> {
     }
 
     /// Where the cache stands with its watch.
-    pub fn sync_state(&self) -> SyncState {
+    pub(crate) fn sync_state(&self) -> SyncState {
         self.sync.borrow().clone()
     }
 
     /// A receiver of the sync state (current value marked seen).
-    pub fn subscribe_sync(&self) -> watch::Receiver<SyncState> {
+    pub(crate) fn subscribe_sync(&self) -> watch::Receiver<SyncState> {
         self.sync.subscribe()
     }
 
@@ -172,7 +172,7 @@ impl<T: Send + Sync + 'static> Cache<T> {
     }
 
     /// All cached objects of one namespace.
-    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<T>> {
+    pub(crate) fn in_namespace(&self, namespace: &str) -> Vec<Arc<T>> {
         let shelf = self
             .objects
             .read()
@@ -198,7 +198,7 @@ impl<T: Send + Sync + 'static> Cache<T> {
     }
 
     /// A receiver that changes whenever any object changes.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.version.subscribe()
     }
 
@@ -283,7 +283,7 @@ impl<T: Send + Sync + 'static> Cache<T> {
 ///
 /// On the seed, `api` comes from a client at `Priority::WATCH_CACHES`
 /// ([`crate::rate_limit::prioritized`]): ahead of every write in the seed budget.
-pub async fn run_cache<K, T, F>(
+pub(crate) async fn run_cache<K, T, F>(
     api: Api<K>,
     config: watcher::Config,
     cache: Arc<Cache<T>>,
@@ -306,7 +306,7 @@ pub async fn run_cache<K, T, F>(
 /// empty, with one warning, so the target counts as not found (an optional target not found is
 /// skipped in every flow) and does not hold back the other targets' and shoots' decisions, nor
 /// readiness. The watch is started anew then, and fills the cache once it lists again.
-pub async fn run_optional_cache<K, T, F>(
+pub(crate) async fn run_optional_cache<K, T, F>(
     api: Api<K>,
     config: watcher::Config,
     cache: Arc<Cache<T>>,
@@ -339,19 +339,8 @@ fn is_refusal(e: &watcher::Error) -> bool {
 
 /// Feeds `cache` from the watch streams `start` makes: the first at once, a new one (which
 /// lists everything again) when the current one kept failing for [`STALE_AFTER`]; meanwhile
-/// the cache is [`SyncState::Stale`].
-pub async fn feed_from<K, T, F, S>(start: impl FnMut() -> S, cache: Arc<Cache<T>>, project: F)
-where
-    K: Resource,
-    T: Send + Sync + 'static,
-    F: Fn(&K) -> Option<T>,
-    S: Stream<Item = Result<Event<K>, watcher::Error>> + Unpin,
-{
-    feed(start, cache, project, false).await;
-}
-
-/// [`feed_from`]; with `absent_on_refusal`, a refused watch makes the cache absent (see
-/// [`run_optional_cache`]) instead of unsynced.
+/// the cache is [`SyncState::Stale`]. With `absent_on_refusal`, a refused watch makes the
+/// cache absent (see [`run_optional_cache`]) instead of unsynced.
 async fn feed<K, T, F, S>(
     mut start: impl FnMut() -> S,
     cache: Arc<Cache<T>>,
@@ -465,7 +454,7 @@ fn key_of<K: Resource>(obj: &K) -> Option<(String, String)> {
 /// targets by name, so a name no object can have only makes that target missing). Unescaped, a
 /// `,` or `=` would make the apiserver refuse the selector, and the cache would never sync,
 /// which holds back every decision; escaped, it selects nothing, and the target is missing.
-pub fn name_field_selector(name: &str) -> String {
+pub(crate) fn name_field_selector(name: &str) -> String {
     let mut value = String::with_capacity(name.len());
     for c in name.chars() {
         if matches!(c, '\\' | ',' | '=') {

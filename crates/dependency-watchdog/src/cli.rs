@@ -76,7 +76,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// The shortest `--shadow-window`: the two watchdogs' runs are not in step, so a shorter
 /// window would report nearly every action of either as a disagreement.
-pub const MIN_SHADOW_WINDOW: Duration = Duration::from_secs(1);
+pub(crate) const MIN_SHADOW_WINDOW: Duration = Duration::from_secs(1);
 
 fn parse_shadow_window(s: &str) -> Result<Duration, String> {
     let window = parse_duration(s)?;
@@ -90,7 +90,7 @@ fn parse_shadow_window(s: &str) -> Result<Duration, String> {
 
 /// Log output format (ours).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human-readable lines (tracing's layout).
     Text,
     /// zap's JSON lines, as without the flag.
@@ -174,7 +174,7 @@ pub struct CommonArgs {
     /// Log format (ours): text for people; json is the default. Wins over --zap-encoder
     /// and --zap-devel.
     #[arg(long, value_enum)]
-    pub log_format: Option<LogFormat>,
+    pub(crate) log_format: Option<LogFormat>,
     /// Shadow mode (ours): decide exactly as usual but never scale a target or delete a pod;
     /// report what would have been done (log, dwd_shadow_* metrics, Events about our own pod)
     /// and compare it with what the acting watchdog does (GET /shadow on the metrics

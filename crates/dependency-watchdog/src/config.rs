@@ -28,11 +28,11 @@ fn load_config<T>(
 }
 
 /// Reads and validates the prober config; every bad field is named in the error.
-pub fn load_prober_config(path: &Path) -> Result<dwd_core::ProberConfig> {
+pub(crate) fn load_prober_config(path: &Path) -> Result<dwd_core::ProberConfig> {
     load_config(path, dwd_core::ProberConfig::from_yaml)
 }
 
 /// Reads and validates the weeder config; every bad field is named in the error.
-pub fn load_weeder_config(path: &Path) -> Result<dwd_core::WeederConfig> {
+pub(crate) fn load_weeder_config(path: &Path) -> Result<dwd_core::WeederConfig> {
     load_config(path, dwd_core::WeederConfig::from_yaml)
 }

@@ -87,7 +87,7 @@ impl Error {
     }
 
     /// Whether the apiserver answered 429 Too Many Requests.
-    pub fn is_throttled(&self) -> bool {
+    pub(crate) fn is_throttled(&self) -> bool {
         matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 429)
     }
 
@@ -98,7 +98,7 @@ impl Error {
 }
 
 /// Whether `error`, or anything in its source chain, is an `E`.
-pub fn caused_by<E: std::error::Error + 'static>(
+pub(crate) fn caused_by<E: std::error::Error + 'static>(
     error: &(dyn std::error::Error + 'static),
 ) -> bool {
     let mut next = Some(error);

@@ -60,16 +60,16 @@ use crate::rate_limit::{Priority, prioritized};
 use crate::text::truncate;
 
 /// Events waiting to be written; beyond this they are dropped (and counted).
-pub const QUEUE_CAPACITY: usize = 1024;
+pub(crate) const QUEUE_CAPACITY: usize = 1024;
 /// Limit for writing one event, including the UID lookup.
-pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a message's `Recorder` is kept for aggregating repetitions. kube-runtime's own
 /// cache forgets an event after six minutes, so keeping the `Recorder` longer gains nothing.
 const RECORDER_TTL: Duration = Duration::from_secs(6 * 60);
 /// How often expired `Recorder`s are swept out.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a kind of event whose write was refused (403) is not tried again.
-pub const REFUSAL_PAUSE: Duration = Duration::from_secs(10 * 60);
+pub(crate) const REFUSAL_PAUSE: Duration = Duration::from_secs(10 * 60);
 /// `events.k8s.io/v1` limits: `note` ≤ 1 kB, `reportingInstance` ≤ 128 characters.
 const NOTE_LIMIT: usize = 1024;
 const INSTANCE_LIMIT: usize = 128;
@@ -83,9 +83,9 @@ pub const REASON_SCALED_DOWN: &str = "ScaledDown";
 /// `reason` of the event on a target whose replicas the prober restored.
 pub const REASON_SCALED_UP: &str = "ScaledUp";
 /// `reason` of the Warning on a target that could not be scaled down after all attempts.
-pub const REASON_SCALE_DOWN_FAILED: &str = "ScaleDownFailed";
+pub(crate) const REASON_SCALE_DOWN_FAILED: &str = "ScaleDownFailed";
 /// `reason` of the Warning on a target that could not be scaled up after all attempts.
-pub const REASON_SCALE_UP_FAILED: &str = "ScaleUpFailed";
+pub(crate) const REASON_SCALE_UP_FAILED: &str = "ScaleUpFailed";
 /// `reason` of the Warning on the Cluster when a zone of the shoot becomes disrupted.
 pub const REASON_ZONE_DISRUPTED: &str = "ZoneDisrupted";
 /// `reason` of the event on the Cluster when a disrupted zone recovers.
@@ -93,15 +93,15 @@ pub const REASON_ZONE_RECOVERED: &str = "ZoneRecovered";
 /// `reason` of the event on a pod the weeder deleted.
 pub const REASON_POD_DELETED: &str = "CrashLoopingPodDeleted";
 /// `reason` of the Event about our pod when we would have scaled a shoot down.
-pub const REASON_WOULD_SCALE_DOWN: &str = "WouldScaleDown";
+pub(crate) const REASON_WOULD_SCALE_DOWN: &str = "WouldScaleDown";
 /// `reason` of the Event about our pod when we would have scaled a shoot up.
-pub const REASON_WOULD_SCALE_UP: &str = "WouldScaleUp";
+pub(crate) const REASON_WOULD_SCALE_UP: &str = "WouldScaleUp";
 /// `reason` of the Event about our pod when we would have deleted a crash-looping pod.
-pub const REASON_WOULD_DELETE_POD: &str = "WouldDeleteCrashLoopingPod";
+pub(crate) const REASON_WOULD_DELETE_POD: &str = "WouldDeleteCrashLoopingPod";
 /// `reason` of the Event when both watchdogs did the same within the window.
-pub const REASON_AGREEMENT: &str = "ShadowAgreement";
+pub(crate) const REASON_AGREEMENT: &str = "ShadowAgreement";
 /// `reason` of the (Warning) Event when only one of them did.
-pub const REASON_DISAGREEMENT: &str = "ShadowDisagreement";
+pub(crate) const REASON_DISAGREEMENT: &str = "ShadowDisagreement";
 
 /// Which part of the watchdog reports: the `reportingController` of its events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,7 +141,7 @@ impl PodRef {
     /// ServiceAccount volume's `namespace` file, else `fallback_namespace` (the
     /// leader-election namespace, `garden` by default). Gardener's Deployment sets neither
     /// variable, so in a seed the name is the host name and the namespace comes from the file.
-    pub fn discover(fallback_namespace: &str) -> PodRef {
+    pub(crate) fn discover(fallback_namespace: &str) -> PodRef {
         let from_env = |name: &str| {
             std::env::var(name)
                 .ok()
@@ -185,7 +185,7 @@ impl Sink {
 
 /// Why an event could not be written.
 #[derive(Debug, thiserror::Error)]
-pub enum EventError {
+pub(crate) enum EventError {
     /// The apiserver rejected the event or could not be reached.
     #[error("writing {reason} event about {object}: {source}")]
     Publish {
@@ -249,7 +249,7 @@ impl EventError {
 
 /// A scaling target as the event should name it.
 #[derive(Debug, Clone, Copy)]
-pub struct TargetRef<'a> {
+pub(crate) struct TargetRef<'a> {
     /// The shoot namespace the target lives in.
     pub namespace: &'a str,
     /// `apiVersion` from the config (`apps/v1`).
@@ -311,7 +311,7 @@ impl Events {
 
     /// Like [`Events::start`], but writes only the core/v1 copies about `own_pod`, in its
     /// namespace: shadow mode (`--shadow`) writes nothing about the objects it watches.
-    pub fn start_own_pod_only(
+    pub(crate) fn start_own_pod_only(
         client: Client,
         component: Component,
         own_pod: PodRef,
@@ -353,7 +353,8 @@ impl Events {
     }
 
     /// A handle that publishes nothing: for tools that only evaluate (and unit tests).
-    pub fn disabled(metrics: Arc<Metrics>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn disabled(metrics: Arc<Metrics>) -> Self {
         Events {
             tx: None,
             metrics,
@@ -392,7 +393,7 @@ impl Events {
 
     /// A zone of shoot `cluster` became disrupted (`disrupted`) or recovered; `note` says
     /// which, with its leases and what was done about it (docs/behaviour.md §2.19).
-    pub fn zone_changed(
+    pub(crate) fn zone_changed(
         &self,
         cluster: &str,
         cluster_uid: Option<&str>,
@@ -433,7 +434,7 @@ impl Events {
     }
 
     /// The prober changed `target`'s replicas from `from` to `to` for `reason`.
-    pub fn target_scaled(
+    pub(crate) fn target_scaled(
         &self,
         target: TargetRef<'_>,
         dir: Direction,
@@ -460,7 +461,7 @@ impl Events {
 
     /// Scaling `target` failed after `attempts` attempts with `error`; `resource` lets the
     /// worker look up the UID the failed writes did not return.
-    pub fn target_failed(
+    pub(crate) fn target_failed(
         &self,
         target: TargetRef<'_>,
         resource: &ApiResource,
@@ -518,7 +519,7 @@ impl Events {
 
     /// A note of shadow mode (`--shadow`; the `shadow` module keeps the book) about `subject`: what we would
     /// have done, or how that compared with what the acting watchdog did.
-    pub fn shadow_note(
+    pub(crate) fn shadow_note(
         &self,
         subject: &Subject<'_>,
         warning: bool,

@@ -1,20 +1,23 @@
 //! `dependency-watchdog explain`: evaluates one shoot now, with the prober's own decision
-//! functions (`dwd_core::probe_lifecycle`, `evaluate_leases`, `plan_levels`,
-//! `decide_target_action`), and reports every step — without changing anything.
+//! functions, and prints the values a run produces — the finding (`dwd_core::evaluate_leases`
+//! after `probe_lifecycle`), its verdict, and the intent (`dwd_core::intent`) — without
+//! changing anything.
 //!
 //! It answers the operator's question "why did (or didn't) the watchdog scale this shoot?":
 //! whether a probe runs for it, whether its API server answers, each node's verdict with its
 //! lease age, the expired fraction against the threshold, the decision, and the flow of
 //! levels and targets that decision would run.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::Utc;
+use dwd_core::intent::{Seen, intent};
 use dwd_core::lease::LeaseReport;
-use dwd_core::scaling::{FlowScope, decide_target_action, plan_levels};
+use dwd_core::scaling::FlowScope;
 use dwd_core::zone::ZoneRule;
 use dwd_core::{
-    Direction, LeaseDecision, ProbeLifecycle, ProberConfig, ShootView, TargetAction, Verdict,
+    DependentResourceInfo, Direction, ProbeLifecycle, ProberConfig, ShootView, Verdict,
     evaluate_leases, probe_lifecycle,
 };
 use k8s_openapi::api::core::v1::Secret;
@@ -110,9 +113,9 @@ pub struct NodeLine {
     /// For candidates: whether its lease is expired.
     pub expired: Option<bool>,
     /// Seconds since the lease was renewed.
-    pub lease_age_seconds: Option<f64>,
+    pub(crate) lease_age_seconds: Option<f64>,
     /// Seconds until (positive) or since (negative) the lease counts as expired.
-    pub expires_in_seconds: Option<f64>,
+    pub(crate) expires_in_seconds: Option<f64>,
     /// The verdict in words (or why the node is excluded).
     pub verdict: String,
 }
@@ -243,19 +246,13 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
         &zone_rule,
         now,
     );
-    let direction = match report.decision {
-        LeaseDecision::ScaleDown | LeaseDecision::ZonalScaleDown => Some(Direction::Down),
-        LeaseDecision::ScaleUp(_) => Some(Direction::Up),
-        LeaseDecision::NoScaling(_) => None,
-    };
     out.lease_probe = Some(summarize(
         &report,
         &zone_rule,
         settings.node_monitor_grace,
         now,
     ));
-    if let Some(dir) = direction {
-        let scope = FlowScope::of(&report.decision);
+    if let Some((dir, scope)) = dwd_core::intent::flow_of(&report.decision) {
         out.flow = explain_flow(seed, config, namespace, dir, scope).await?;
     }
     Ok(out)
@@ -364,6 +361,9 @@ fn summarize(
     }
 }
 
+/// The flow in `dir` over `scope` as the prober's own intent ([`dwd_core::intent`]) judges
+/// it from what the seed shows now: each target of the scope is read first, then the intent
+/// orders and judges them (`explain` adds no sequencing of its own).
 async fn explain_flow(
     seed: &Client,
     config: &ProberConfig,
@@ -371,66 +371,53 @@ async fn explain_flow(
     dir: Direction,
     scope: FlowScope,
 ) -> Result<Vec<FlowLevel>> {
-    let mut levels = Vec::new();
-    for level in plan_levels(&config.dependent_resource_infos, dir, scope) {
-        let mut targets = Vec::new();
-        for info in &level.targets {
-            let r = &info.target;
-            let action = match view::target_resource(seed, info).await {
-                Err(e) if info.optional && is_not_served(&e) => {
-                    "kind not served by the seed; optional, so every flow skips it".into()
-                }
-                Err(e) => format!("cannot resolve {}/{}: {e}", r.api_version, r.kind),
-                Ok(resource) => {
-                    let api: Api<DynamicObject> =
-                        Api::namespaced_with(seed.clone(), namespace, &resource);
-                    match api.get_opt(&r.name).await {
-                        Err(e) => format!("cannot read it: {e}"),
-                        Ok(None) if info.optional => {
-                            "not found; optional, so its level still succeeds".into()
-                        }
-                        Ok(None) => {
-                            "not found and not optional: the flow would stop at this level".into()
-                        }
-                        Ok(Some(obj)) => describe_action(dir, &obj),
-                    }
-                }
-            };
-            targets.push(FlowTarget {
-                target: format!("{}/{}", r.kind, r.name),
-                action,
-            });
-        }
-        levels.push(FlowLevel {
-            level: level.level,
-            targets,
-        });
+    let infos = &config.dependent_resource_infos;
+    let mut seen = BTreeMap::new();
+    for info in infos.iter().filter(|i| scope.includes(i)) {
+        seen.insert(
+            info.target.clone(),
+            seen_in_seed(seed, namespace, info).await,
+        );
     }
-    Ok(levels)
+    let intent = intent(infos, dir, scope, |info| {
+        seen.remove(&info.target)
+            .unwrap_or_else(|| Seen::Unknown("not read".into()))
+    });
+    Ok(intent
+        .levels
+        .iter()
+        .map(|level| FlowLevel {
+            level: level.level,
+            targets: level
+                .targets
+                .iter()
+                .map(|t| FlowTarget {
+                    target: format!("{}/{}", t.info.target.kind, t.info.target.name),
+                    action: t.to_string(),
+                })
+                .collect(),
+        })
+        .collect())
 }
 
-fn describe_action(dir: Direction, obj: &DynamicObject) -> String {
-    let Some(snapshot) = view::target_snapshot(obj) else {
-        return "unreadable target".into();
+/// Target `info` of shoot `namespace` as the seed shows it now.
+async fn seen_in_seed(seed: &Client, namespace: &str, info: &DependentResourceInfo) -> Seen {
+    let r = &info.target;
+    let resource = match view::target_resource(seed, info).await {
+        Err(e) if is_not_served(&e) => return Seen::NotServed,
+        Err(e) => {
+            return Seen::Unknown(format!("cannot resolve {}/{}: {e}", r.api_version, r.kind));
+        }
+        Ok(resource) => resource,
     };
-    match decide_target_action(dir, &snapshot) {
-        Err(e) => format!("error: {e}"),
-        Ok(TargetAction::Ignored { .. }) => "left alone: ignore-scaling annotation is set".into(),
-        Ok(TargetAction::AlreadyDone { clear_marker }) => format!(
-            "nothing to scale (replicas {}){}",
-            snapshot.spec_replicas,
-            if clear_marker {
-                "; would remove the leftover annotations"
-            } else {
-                ""
-            }
-        ),
-        Ok(TargetAction::ScaleDown { record_replicas }) => {
-            format!("would record replicas={record_replicas}, then scale {record_replicas} → 0")
-        }
-        Ok(TargetAction::ScaleUp { replicas }) => {
-            format!("would scale 0 → {replicas}, then remove the annotations")
-        }
+    let api: Api<DynamicObject> = Api::namespaced_with(seed.clone(), namespace, &resource);
+    match api.get_opt(&r.name).await {
+        Err(e) => Seen::Unknown(format!("cannot read it: {e}")),
+        Ok(None) => Seen::Absent,
+        Ok(Some(obj)) => match view::target_snapshot(&obj) {
+            Some(snapshot) => Seen::Present(snapshot),
+            None => Seen::Unknown("unreadable target".into()),
+        },
     }
 }
 
@@ -506,9 +493,12 @@ impl std::fmt::Display for Explanation {
                 )?;
             }
         }
-        writeln!(f, "  decision:         {}", lp.summary)?;
+        writeln!(f, "  verdict:          {}", lp.summary)?;
         if !self.flow.is_empty() {
-            writeln!(f, "  flow:")?;
+            writeln!(
+                f,
+                "  intent (levels in the flow's order, each target as the seed shows it now):"
+            )?;
             for level in &self.flow {
                 for t in &level.targets {
                     writeln!(

@@ -108,14 +108,14 @@ pub(crate) struct FakeState {
     watchers: Vec<(String, String, EventSender)>,
     /// Watches of a plural resuming from a resourceVersion below this one are answered
     /// `410 Gone` (see [`FakeSeed::expire_watches`]).
-    pub expired_before: BTreeMap<String, u64>,
+    pub(crate) expired_before: BTreeMap<String, u64>,
     /// Every request, in order.
     pub calls: Vec<Call>,
     /// Answers (status, Retry-After) for the next writes, before they are applied.
-    pub fail_writes: VecDeque<(u16, Option<&'static str>)>,
+    pub(crate) fail_writes: VecDeque<(u16, Option<&'static str>)>,
     /// Answers (path part, status, Retry-After) for the next requests whose path contains
     /// the part: each is used once, by the first such request.
-    pub fail_requests: VecDeque<(&'static str, u16, Option<&'static str>)>,
+    pub(crate) fail_requests: VecDeque<(&'static str, u16, Option<&'static str>)>,
     /// Delays (path part, delay) before answering each request whose path contains the part.
     pub delays: Vec<(&'static str, Duration)>,
     /// Until when requests meet an outage, and which.
@@ -124,10 +124,10 @@ pub(crate) struct FakeState {
     /// never (a seed whose status lags without end).
     pub status_delay: Option<Duration>,
     /// Every object as a successful patch left it: (when, plural, name, object).
-    pub history: Vec<(Instant, String, String, Value)>,
+    pub(crate) history: Vec<(Instant, String, String, Value)>,
     /// For the next successful patches: how long after applying each the answer is held back
     /// (a caller that gives up first sees a timeout for a write that was made).
-    pub slow_writes: VecDeque<Duration>,
+    pub(crate) slow_writes: VecDeque<Duration>,
 }
 
 /// Lease `namespace/name` held by `holder`, renewed now (by the wall clock) for 15 s, after

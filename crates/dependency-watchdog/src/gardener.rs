@@ -11,11 +11,11 @@ fn gvk(kind: Kind) -> GroupVersionKind {
 }
 
 /// GroupVersionKind of Gardener's extensions Cluster.
-pub fn cluster_gvk() -> GroupVersionKind {
+pub(crate) fn cluster_gvk() -> GroupVersionKind {
     gvk(CLUSTER)
 }
 
 /// GroupVersionKind of machine-controller-manager's Machine.
-pub fn machine_gvk() -> GroupVersionKind {
+pub(crate) fn machine_gvk() -> GroupVersionKind {
     gvk(MACHINE)
 }

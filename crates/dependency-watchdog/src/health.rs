@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// Why `/readyz` fails when nobody said more.
-pub const DEFAULT_NOT_READY_REASON: &str = "caches not synced";
+pub(crate) const DEFAULT_NOT_READY_REASON: &str = "caches not synced";
 
 /// This replica's part in leader election, reported by `/readyz`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +60,7 @@ impl Health {
         }
     }
     /// Marks not ready, saying why (`/readyz` answers with it).
-    pub fn set_not_ready(&self, reason: impl Into<String>) {
+    pub(crate) fn set_not_ready(&self, reason: impl Into<String>) {
         let mut current = self.lock_reason();
         *current = reason.into();
         self.ready.store(false, Ordering::SeqCst);
@@ -77,16 +77,16 @@ impl Health {
         Err(self.lock_reason().clone())
     }
     /// Marks liveness.
-    pub fn set_alive(&self, alive: bool) {
+    pub(crate) fn set_alive(&self, alive: bool) {
         self.alive.store(alive, Ordering::SeqCst);
     }
     /// Whether alive.
-    pub fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
     }
 
     /// Records this replica's election role.
-    pub fn set_role(&self, role: Role) {
+    pub(crate) fn set_role(&self, role: Role) {
         let v = match role {
             Role::Alone => 0,
             Role::Follower => 1,

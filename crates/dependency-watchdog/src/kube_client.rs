@@ -25,7 +25,6 @@ use crate::{Error, Result};
 
 use crate::metrics::CountRequestsLayer;
 use crate::rate_limit::RateLimitLayer;
-pub use crate::rate_limit::{DEFAULT_BURST, DEFAULT_QPS};
 use crate::retry_after::{self, RetryAfterLayer};
 
 /// The seed's client configuration: `--kubeconfig` when given, else in-cluster (or
@@ -67,7 +66,7 @@ pub async fn seed_client(kubeconfig: Option<&Path>, qps: f32, burst: u32) -> Res
 /// answer them at once; API Priority and Fairness answers a request it cannot seat soon with
 /// 429), and close to client-go's own detection of a dead HTTP/2 connection (a ping after
 /// 30 s of silence, 15 s to answer it).
-pub const SEED_RESPONSE_HEADERS_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const SEED_RESPONSE_HEADERS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A client of `config` whose requests pass one token bucket of its own (`qps`, `burst`).
 ///
@@ -313,7 +312,7 @@ pub fn check_inline_only(kc: &Kubeconfig) -> Result<(), ShootClientError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponseLimits {
     /// Bytes of one response body.
-    pub per_response: u64,
+    pub(crate) per_response: u64,
     /// Bytes of all response bodies of one client (one client serves one probe run).
     pub per_run: u64,
 }
@@ -334,7 +333,7 @@ impl ResponseLimits {
 #[error(
     "shoot response too large: more than {limit} bytes {what}; a tenant's objects must not make the watchdog hold unbounded memory"
 )]
-pub struct ResponseTooLarge {
+pub(crate) struct ResponseTooLarge {
     /// The limit passed.
     pub limit: u64,
     /// `in one response` or `in this probe run`.
@@ -342,7 +341,7 @@ pub struct ResponseTooLarge {
 }
 
 /// Whether `error` (or anything in its source chain) is a [`ResponseTooLarge`].
-pub fn is_response_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_response_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
     crate::error::caused_by::<ResponseTooLarge>(error)
 }
 
@@ -414,7 +413,7 @@ where
 
 pin_project_lite::pin_project! {
     /// A response body that fails past its [`ResponseLimits`].
-    pub struct BudgetedBody<B> {
+    pub(crate) struct BudgetedBody<B> {
         #[pin]
         inner: B,
         in_response: u64,

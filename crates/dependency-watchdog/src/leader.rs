@@ -86,12 +86,12 @@ impl Timings {
     }
 
     /// Whether a leader whose last successful renewal started at `last_renewed` must stop.
-    pub fn renewal_overdue(&self, last_renewed: Instant, now: Instant) -> bool {
+    pub(crate) fn renewal_overdue(&self, last_renewed: Instant, now: Instant) -> bool {
         now.saturating_duration_since(last_renewed) >= self.renew_deadline
     }
 
     /// How long a renewal attempt starting at `now` may take before the deadline passes.
-    pub fn renewal_budget(&self, last_renewed: Instant, now: Instant) -> Duration {
+    pub(crate) fn renewal_budget(&self, last_renewed: Instant, now: Instant) -> Duration {
         (last_renewed + self.renew_deadline).saturating_duration_since(now)
     }
 }
@@ -163,7 +163,7 @@ struct Observed {
 }
 
 /// The Lease to write for `decision` (not `Follow`), based on what was read.
-pub fn next_lease(
+pub(crate) fn next_lease(
     read: Option<&Lease>,
     decision: &Decision,
     identity: &str,
@@ -205,7 +205,7 @@ pub fn next_lease(
 
 /// The Lease released by its holder on shutdown: no holder, so the next candidate to look
 /// takes it at once; a 1 s duration like client-go's `ReleaseOnCancel` for older readers.
-pub fn released_lease(held: &Lease, now: Timestamp) -> Lease {
+pub(crate) fn released_lease(held: &Lease, now: Timestamp) -> Lease {
     let mut lease = held.clone();
     let old = lease.spec.take().unwrap_or_default();
     lease.spec = Some(LeaseSpec {
@@ -219,7 +219,7 @@ pub fn released_lease(held: &Lease, now: Timestamp) -> Lease {
 }
 
 /// This replica's identity: `<hostname>_<random UUID>`, like controller-runtime's.
-pub fn default_identity() -> String {
+pub(crate) fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_string())
@@ -242,7 +242,7 @@ pub fn default_identity() -> String {
 
 /// The result of one attempt to acquire or renew.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Attempt {
+pub(crate) enum Attempt {
     /// We hold the Lease now.
     Leading,
     /// Someone else holds a valid Lease.
@@ -340,7 +340,7 @@ impl LeaderElector {
     }
 
     /// One round of client-go's `tryAcquireOrRenew`.
-    pub async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+    pub(crate) async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
         let pp = PostParams::default();
         let secs = self.timings.lease_duration_seconds();
         // A clone, not `take()`: this future may be dropped mid-request (shutdown, timeout),

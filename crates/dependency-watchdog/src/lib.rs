@@ -40,7 +40,5 @@ pub mod supervision;
 mod text;
 pub mod weeder;
 
-pub use config::{load_prober_config, load_weeder_config};
 pub use error::{Error, Result};
-pub use runtime::{run, spawn_signal_handler};
-pub use supervision::supervise;
+pub use runtime::run;

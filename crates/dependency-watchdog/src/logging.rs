@@ -47,7 +47,7 @@ use tracing_subscriber::registry::LookupSpan;
 /// The most bytes of one value (message, field, logger name) a log line carries as written,
 /// before the `… (N bytes)` marker: the prober's cut of a shoot's error text
 /// (`prober::probe::SHOOT_MESSAGE_LIMIT`, the same 300 bytes; a unit test holds them equal).
-pub const LOG_VALUE_LIMIT: usize = 300;
+pub(crate) const LOG_VALUE_LIMIT: usize = 300;
 
 /// The longest marker a cut value ends with: `… (` (5 bytes), a `usize` (20 digits), ` bytes)`.
 const CUT_MARKER_MAX: usize = 5 + 20 + 7;
@@ -157,7 +157,7 @@ impl ZapLevel {
     /// zap's error level.
     pub const ERROR: ZapLevel = ZapLevel(2);
     /// zap's panic level: nothing of ours is that severe, so nothing is logged.
-    pub const PANIC: ZapLevel = ZapLevel(4);
+    pub(crate) const PANIC: ZapLevel = ZapLevel(4);
 
     /// Parses a flag value as controller-runtime does (`levelFlag.Set`): a name, case
     /// insensitive, or an integer > 0; anything else is an error. `warn` is ours.
@@ -179,7 +179,7 @@ impl ZapLevel {
     }
 
     /// The tracing filter level of this zap level (`off` for panic and above).
-    pub fn directive(self) -> &'static str {
+    pub(crate) fn directive(self) -> &'static str {
         match self.0 {
             i8::MIN..=-2 => "trace",
             -1 => "debug",
@@ -194,7 +194,7 @@ impl ZapLevel {
 /// The filter for `level` when `RUST_LOG` is not set: our crates at `level`; dependencies at
 /// info at most (their debug output is about their internals, not the watchdog's work), and
 /// the Kubernetes client and HTTP stack at warn at most (they report each request otherwise).
-pub fn filter_directives(level: ZapLevel) -> String {
+pub(crate) fn filter_directives(level: ZapLevel) -> String {
     let ours = level.directive();
     let others = level.max(ZapLevel::INFO).directive();
     let quiet = level.max(ZapLevel::WARN).directive();
@@ -300,7 +300,7 @@ impl TimeEncoding {
 }
 
 /// `--zap-stacktrace-level`: validated like the reference's (info, error, panic), no effect.
-pub fn parse_stacktrace_level(value: &str) -> Result<String, String> {
+pub(crate) fn parse_stacktrace_level(value: &str) -> Result<String, String> {
     match value.to_ascii_lowercase().as_str() {
         "info" | "error" | "panic" => Ok(value.to_ascii_lowercase()),
         _ => Err(format!(
@@ -380,7 +380,7 @@ where
 
 /// Formats events as zap's JSON or console encoder would.
 #[derive(Debug, Clone)]
-pub struct ZapFormat {
+pub(crate) struct ZapFormat {
     console: bool,
     time: TimeEncoding,
     now: fn() -> DateTime<Utc>,
@@ -396,8 +396,9 @@ impl ZapFormat {
         }
     }
 
+    #[cfg(test)]
     /// The same with a clock of the caller's (tests).
-    pub fn with_clock(mut self, now: fn() -> DateTime<Utc>) -> ZapFormat {
+    pub(crate) fn with_clock(mut self, now: fn() -> DateTime<Utc>) -> ZapFormat {
         self.now = now;
         self
     }
@@ -422,7 +423,7 @@ fn level_name(level: &Level, console: bool) -> &'static str {
 
 /// `dependency_watchdog::prober::probe` → `dwd.prober.probe`; `dwd_core::x` → `dwd.core.x`;
 /// other crates keep their name, with `.` between modules as zap's named loggers have.
-pub fn logger_name(target: &str) -> String {
+pub(crate) fn logger_name(target: &str) -> String {
     let (krate, rest) = match target.split_once("::") {
         Some((krate, rest)) => (krate, Some(rest)),
         None => (target, None),
@@ -520,11 +521,12 @@ where
 /// Formats span fields as JSON members (`"k":v,"k2":v2`; spaced for the console layout) for
 /// [`ZapFormat`] to splice into each line.
 #[derive(Debug, Clone, Copy)]
-pub struct ZapFields {
+pub(crate) struct ZapFields {
     spaced: bool,
 }
 
 impl ZapFields {
+    #[cfg(test)]
     /// Compact members for JSON lines, or spaced (`"k": v, "k2": v2`) like zap's console.
     pub fn new(spaced: bool) -> ZapFields {
         ZapFields { spaced }
@@ -669,7 +671,7 @@ impl Visit for FieldWriter<'_> {
 /// then ` key=value`), each value bounded and its control characters escaped
 /// ([`write_bounded`]); a string value is written without quotes, as tracing-subscriber does.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct TextFields;
+pub(crate) struct TextFields;
 
 impl<'writer> FormatFields<'writer> for TextFields {
     fn format_fields<R: RecordFields>(

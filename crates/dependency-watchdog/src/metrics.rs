@@ -39,7 +39,7 @@ pub struct ShootLabels {
 
 /// Label set `{shoot, zone}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ShootZoneLabels {
+pub(crate) struct ShootZoneLabels {
     /// Shoot namespace in the seed.
     pub shoot: String,
     /// The zone (node label `topology.kubernetes.io/zone`), at most [`ZONE_LABEL_LIMIT`] bytes.
@@ -49,9 +49,9 @@ pub struct ShootZoneLabels {
 /// At most this many zones of one shoot get a series: zone names come from the tenant's node
 /// labels, and a hostile shoot must not grow the scrape without bound. Disrupted zones first,
 /// then by name. Real shoots span 1 to 3 zones, rarely more.
-pub const ZONES_PER_SHOOT_LIMIT: usize = 8;
+pub(crate) const ZONES_PER_SHOOT_LIMIT: usize = 8;
 /// Longest zone label value kept (a Kubernetes label value's limit); longer ones are cut.
-pub const ZONE_LABEL_LIMIT: usize = 63;
+pub(crate) const ZONE_LABEL_LIMIT: usize = 63;
 
 /// Scaling direction label value.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -167,7 +167,7 @@ pub struct EventLabels {
 
 /// Why a probe task had to be restarted.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum RestartCause {
+pub(crate) enum RestartCause {
     /// The task panicked.
     Panicked,
     /// The task returned although nobody stopped it.
@@ -176,7 +176,7 @@ pub enum RestartCause {
 
 /// Label set `{cause}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RestartLabels {
+pub(crate) struct RestartLabels {
     /// Why.
     pub cause: RestartCause,
 }
@@ -259,9 +259,9 @@ pub struct Metrics {
     pub expired_lease_fraction: Family<ShootLabels, Gauge<f64, AtomicU64>>,
     /// Per shoot and zone: last expired-lease fraction of the zone's candidates (at most
     /// [`ZONES_PER_SHOOT_LIMIT`] zones per shoot; written by [`Metrics::set_zone_fractions`]).
-    pub zone_expired_lease_fraction: Family<ShootZoneLabels, Gauge<f64, AtomicU64>>,
+    pub(crate) zone_expired_lease_fraction: Family<ShootZoneLabels, Gauge<f64, AtomicU64>>,
     /// Per shoot and zone: 1 while the zone is disrupted, 0 otherwise.
-    pub zone_disrupted: Family<ShootZoneLabels, Gauge>,
+    pub(crate) zone_disrupted: Family<ShootZoneLabels, Gauge>,
     /// Per shoot: scaling flows started, by direction.
     pub scaling_attempts: Family<ShootDirectionLabels, Counter>,
     /// 1 while this replica leads (or acts alone), 0 otherwise.
@@ -275,7 +275,7 @@ pub struct Metrics {
     pub pods_deleted: Family<ServiceLabels, Counter>,
     /// Deletions of crash-looping pods that failed all their attempts, by service and the
     /// failure's stable category.
-    pub pod_deletion_failures: Family<DeletionFailureLabels, Counter>,
+    pub(crate) pod_deletion_failures: Family<DeletionFailureLabels, Counter>,
     /// Cluster reconciles.
     pub reconciles: Counter,
     /// Cluster reconcile errors.
@@ -287,7 +287,7 @@ pub struct Metrics {
     /// client-go's `rest_client_requests_total{code,method,host}`.
     pub rest_client_requests: RestClientRequests,
     /// Probe tasks restarted because they panicked or ended on their own.
-    pub probe_task_restarts: Family<RestartLabels, Counter>,
+    pub(crate) probe_task_restarts: Family<RestartLabels, Counter>,
     /// Shoots whose per-shoot series may be written, with the id of the handle that may and
     /// the zones that have series.
     open_shoots: std::sync::Mutex<std::collections::HashMap<String, OpenShoot>>,
@@ -324,7 +324,7 @@ pub struct ServiceLabels {
 
 /// Why a deletion of a crash-looping pod failed, as a stable label value.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum DeletionFailure {
+pub(crate) enum DeletionFailure {
     /// No answer within the deletion's timeout.
     Timeout,
     /// 401/403: the weeder may not delete pods there (RBAC).
@@ -341,7 +341,7 @@ pub enum DeletionFailure {
 
 /// Label set `{service, reason}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DeletionFailureLabels {
+pub(crate) struct DeletionFailureLabels {
     /// Configured service name (bounded by the config).
     pub service: String,
     /// The failure's category.
@@ -482,12 +482,12 @@ impl Metrics {
     }
 
     /// Counts one request to `api` (`dwd_api_requests_total{api}`).
-    pub fn count_api_request(&self, api: ApiLabel) {
+    pub(crate) fn count_api_request(&self, api: ApiLabel) {
         self.api_requests.get_or_create(&ApiLabels { api }).inc();
     }
 
     /// Counts one answer of `api` that throttled us (429, or 503 with `Retry-After`).
-    pub fn count_throttled_response(&self, api: ApiLabel) {
+    pub(crate) fn count_throttled_response(&self, api: ApiLabel) {
         self.throttled_responses
             .get_or_create(&ApiLabels { api })
             .inc();
@@ -513,7 +513,7 @@ impl Metrics {
 
     /// Lets a new probe of `shoot` write its per-shoot series; handles of earlier probes of
     /// the same shoot stop counting.
-    pub fn open_shoot(&self, shoot: &str) -> ShootSeries {
+    pub(crate) fn open_shoot(&self, shoot: &str) -> ShootSeries {
         let id = self
             .next_series_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -541,7 +541,7 @@ impl Metrics {
     /// Runs `write` with the shoot's labels if `series` still may write (its probe was not
     /// removed meanwhile); otherwise does nothing. The check and the write happen under the
     /// lock [`Self::forget_shoot`] takes, so no write can slip in after the series were dropped.
-    pub fn for_shoot<R>(&self, series: &ShootSeries, write: impl FnOnce(&ShootLabels) -> R) {
+    pub(crate) fn for_shoot<R>(&self, series: &ShootSeries, write: impl FnOnce(&ShootLabels) -> R) {
         let open = self.lock_open_shoots();
         if open.get(&series.labels.shoot).map(|o| o.id) == Some(series.id) {
             write(&series.labels);
@@ -551,7 +551,7 @@ impl Metrics {
     /// Sets the per-zone series of `series`'s shoot to `zones` (zone, expired fraction,
     /// disrupted): at most [`ZONES_PER_SHOOT_LIMIT`], disrupted first; the series of zones no
     /// longer given are dropped. Nothing happens once the probe was removed.
-    pub fn set_zone_fractions<'a>(
+    pub(crate) fn set_zone_fractions<'a>(
         &self,
         series: &ShootSeries,
         zones: impl IntoIterator<Item = (&'a str, f64, bool)>,
@@ -592,7 +592,7 @@ impl Metrics {
 
     /// Every lease of the shoot is fresh (its nodes were not listed): each zone with a series
     /// is at 0 and not disrupted.
-    pub fn zones_all_fresh(&self, series: &ShootSeries) {
+    pub(crate) fn zones_all_fresh(&self, series: &ShootSeries) {
         let open = self.lock_open_shoots();
         let Some(entry) = open.get(&series.labels.shoot) else {
             return;
@@ -625,7 +625,7 @@ impl Metrics {
 
     /// Drops every per-shoot series of `shoot` (its probe was removed) and revokes every
     /// [`ShootSeries`] handle of it.
-    pub fn forget_shoot(&self, shoot: &str) {
+    pub(crate) fn forget_shoot(&self, shoot: &str) {
         let mut open = self.lock_open_shoots();
         if let Some(gone) = open.remove(shoot) {
             self.remove_zone_series(shoot, gone.zones.iter());
@@ -655,23 +655,23 @@ impl Metrics {
 /// `procfs`; the six values are a few lines of `/proc` parsing. A value that can't be read
 /// (not Linux, `/proc` not mounted) is left out of the scrape rather than reported as 0.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ProcessCollector;
+pub(crate) struct ProcessCollector;
 
 /// One reading of `/proc/self`.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct ProcessStats {
+pub(crate) struct ProcessStats {
     /// User + system CPU seconds.
-    pub cpu_seconds: Option<f64>,
+    pub(crate) cpu_seconds: Option<f64>,
     /// Resident set size in bytes.
-    pub resident_memory_bytes: Option<i64>,
+    pub(crate) resident_memory_bytes: Option<i64>,
     /// Virtual memory size in bytes.
-    pub virtual_memory_bytes: Option<i64>,
+    pub(crate) virtual_memory_bytes: Option<i64>,
     /// Open file descriptors.
-    pub open_fds: Option<i64>,
+    pub(crate) open_fds: Option<i64>,
     /// The soft limit on open file descriptors.
-    pub max_fds: Option<i64>,
+    pub(crate) max_fds: Option<i64>,
     /// Start time, seconds since the Unix epoch.
-    pub start_time_seconds: Option<f64>,
+    pub(crate) start_time_seconds: Option<f64>,
 }
 
 impl ProcessStats {
@@ -693,7 +693,7 @@ impl ProcessStats {
 
     /// Parses `/proc/<pid>/stat` (proc(5)): `utime` and `stime` (fields 14 and 15, in clock
     /// ticks), `starttime` (22, ticks after boot), `vsize` (23, bytes), `rss` (24, pages).
-    pub fn from_stat(
+    pub(crate) fn from_stat(
         stat: &str,
         ticks: Option<f64>,
         page: Option<i64>,
@@ -728,7 +728,7 @@ impl ProcessStats {
 }
 
 /// The soft "Max open files" of `/proc/<pid>/limits`; "unlimited" is `i64::MAX`.
-pub fn max_open_files(limits: &str) -> Option<i64> {
+pub(crate) fn max_open_files(limits: &str) -> Option<i64> {
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
     let soft = line
         .trim_start_matches("Max open files")
@@ -830,7 +830,7 @@ impl Collector for ProcessCollector {
 /// client-go counts a request whose context expired. Placed inside any rate limiter, so only
 /// requests that were sent count.
 #[derive(Debug, Clone)]
-pub struct CountRequestsLayer {
+pub(crate) struct CountRequestsLayer {
     host: String,
     requests: RestClientRequests,
 }
@@ -846,7 +846,7 @@ impl CountRequestsLayer {
 
     /// client-go's `host` label for a cluster URL: host and port as written (no port when
     /// the URL has none, like Go's `URL.Host`).
-    pub fn host_of(url: &http::Uri) -> String {
+    pub(crate) fn host_of(url: &http::Uri) -> String {
         match (url.host(), url.port_u16()) {
             (Some(host), Some(port)) => format!("{host}:{port}"),
             (Some(host), None) => host.to_string(),
@@ -868,7 +868,7 @@ impl<S> tower::Layer<S> for CountRequestsLayer {
 
 /// The service of [`CountRequestsLayer`].
 #[derive(Debug, Clone)]
-pub struct CountRequests<S> {
+pub(crate) struct CountRequests<S> {
     inner: S,
     layer: CountRequestsLayer,
 }

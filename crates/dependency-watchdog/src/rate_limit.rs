@@ -31,12 +31,12 @@ use tower::ServiceExt;
 use tower::buffer::Buffer;
 
 /// client-go's default QPS, used when `--kube-api-qps` is 0 (or not a positive number).
-pub const DEFAULT_QPS: f32 = 5.0;
+pub(crate) const DEFAULT_QPS: f32 = 5.0;
 /// client-go's default burst, used when `--kube-api-burst` is 0.
-pub const DEFAULT_BURST: u32 = 10;
+pub(crate) const DEFAULT_BURST: u32 = 10;
 /// The smallest `--kube-api-qps` used (one request every 100 s); smaller rates are raised to
 /// it. client-go's arithmetic overflows on rates like `1e-20` and waits for garbage times.
-pub const MIN_QPS: f64 = 0.01;
+pub(crate) const MIN_QPS: f64 = 0.01;
 /// Longest wait for one token (what [`MIN_QPS`] implies, and a bound for any arithmetic).
 const MAX_TOKEN_WAIT: Duration = Duration::from_secs(100);
 /// Shortest wait for one token: tokio's timer resolution.
@@ -48,7 +48,7 @@ static QPS_CLAMP_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::Atom
 
 /// The rate used for `--kube-api-qps=qps`: the default for 0 or anything not a positive
 /// number, [`MIN_QPS`] for smaller positive rates; and what to warn about, if anything.
-pub fn effective_qps(qps: f32) -> (f64, Option<String>) {
+pub(crate) fn effective_qps(qps: f32) -> (f64, Option<String>) {
     if !(qps.is_finite() && qps > 0.0) {
         return (f64::from(DEFAULT_QPS), None);
     }
@@ -66,17 +66,17 @@ pub fn effective_qps(qps: f32) -> (f64, Option<String>) {
 
 /// How urgent a request is: lower values get tokens first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Priority(u16);
+pub(crate) struct Priority(u16);
 
 impl Priority {
     /// The lists and watches that feed the watch caches every decision reads from. They are
     /// few (a re-watch every few minutes per cache) and must never wait behind writes: the
     /// writes carry the cached `resourceVersion` as precondition, so with a cache starved of
     /// its re-watch every write would conflict, be retried, and starve it further.
-    pub const WATCH_CACHES: Priority = Priority(0);
+    pub(crate) const WATCH_CACHES: Priority = Priority(0);
 
     /// Writes of a scaling flow at `level` (level 0 first: it protects the control plane).
-    pub fn scaling_level(level: u32) -> Priority {
+    pub(crate) fn scaling_level(level: u32) -> Priority {
         Priority(
             u16::try_from(level)
                 .unwrap_or(u16::MAX)
@@ -86,16 +86,16 @@ impl Priority {
     }
 
     /// The weeder's pod deletions: what it exists for, before starting more watches.
-    pub const WEEDER_DELETE: Priority = Priority(999);
+    pub(crate) const WEEDER_DELETE: Priority = Priority(999);
 
     /// Everything not marked otherwise: initial lists, watches, lookups.
     pub const DEFAULT: Priority = Priority(1000);
 
     /// The weeder's pod watches, on a budget of their own (see [`Priority::own_budget`]).
-    pub const WEEDER_POD_WATCHES: Priority = Priority(1500);
+    pub(crate) const WEEDER_POD_WATCHES: Priority = Priority(1500);
 
     /// Kubernetes Events: useful to people, never worth delaying a scaling write for.
-    pub const EVENTS: Priority = Priority(2000);
+    pub(crate) const EVENTS: Priority = Priority(2000);
 }
 
 impl Priority {
@@ -104,21 +104,21 @@ impl Priority {
     /// starts them through a clientset of its own (rate limited separately from the
     /// controller-runtime client that deletes the pods), so a storm of weeders gets two
     /// budgets there, and one here would make every deletion wait for every watch.
-    pub fn own_budget(self) -> bool {
+    pub(crate) fn own_budget(self) -> bool {
         self == Priority::WEEDER_POD_WATCHES
     }
 }
 
 /// A client sending through `seed` (same stack, same buckets) whose every request is ranked
 /// at `priority` (see [`crate::request_settings`]).
-pub fn prioritized(seed: &kube::Client, priority: Priority) -> kube::Client {
+pub(crate) fn prioritized(seed: &kube::Client, priority: Priority) -> kube::Client {
     let mut settings = http::Extensions::new();
     settings.insert(priority);
     crate::request_settings::with_settings(seed, settings)
 }
 
 /// A request that says how urgent it is.
-pub trait HasPriority {
+pub(crate) trait HasPriority {
     /// The request's priority on the bucket.
     fn priority(&self) -> Priority;
 
@@ -155,27 +155,27 @@ impl<B> HasPriority for http::Request<B> {
 /// its token and goes on to be sent, so a caller can start its own deadline there and not
 /// count the wait for the budget against it.
 #[derive(Debug, Clone)]
-pub struct OnSent(pub Arc<Notify>);
+pub(crate) struct OnSent(pub Arc<Notify>);
 
 /// A request setting (in its extensions): once this token is cancelled, the request, if it
 /// still waits for a token of the budget, is not sent and fails with [`NotSent`].
 #[derive(Debug, Clone)]
-pub struct StopWaiting(pub tokio_util::sync::CancellationToken);
+pub(crate) struct StopWaiting(pub tokio_util::sync::CancellationToken);
 
 /// The error of a request that was never sent: its [`StopWaiting`] was cancelled while it
 /// waited for the budget.
 #[derive(Debug, thiserror::Error)]
 #[error("not sent: stopped while waiting for the seed's request budget")]
-pub struct NotSent;
+pub(crate) struct NotSent;
 
 /// Whether `error` (of a request through the limiter) means the request was never sent.
-pub fn is_not_sent(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_not_sent(error: &(dyn std::error::Error + 'static)) -> bool {
     crate::error::caused_by::<NotSent>(error)
 }
 
 /// A token bucket whose waiters are served by priority, then in arrival order.
 #[derive(Debug)]
-pub struct PriorityBucket {
+pub(crate) struct PriorityBucket {
     qps: f64,
     burst: f64,
     state: Mutex<BucketState>,
@@ -245,6 +245,7 @@ impl PriorityBucket {
         }
     }
 
+    #[cfg(test)]
     /// `(qps, burst)` in effect.
     pub fn limits(&self) -> (f64, f64) {
         (self.qps, self.burst)
@@ -311,7 +312,7 @@ impl PriorityBucket {
 
 /// A tower layer putting a [`PriorityBucket`] in front of a service taking `Req`s.
 #[derive(Debug)]
-pub struct RateLimitLayer<Req> {
+pub(crate) struct RateLimitLayer<Req> {
     buckets: Buckets,
     _requests: std::marker::PhantomData<fn(Req)>,
 }
@@ -380,7 +381,7 @@ where
 
 /// A service that waits for a token of the shared bucket, at the request's priority
 /// ([`HasPriority`]), before passing each request on.
-pub struct RateLimited<S, Req>
+pub(crate) struct RateLimited<S, Req>
 where
     S: tower::Service<Req>,
 {

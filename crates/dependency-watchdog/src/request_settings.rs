@@ -33,7 +33,7 @@ use std::task::{Context, Poll};
 
 /// A client sending through `base`, every request carrying `settings` (unless it already
 /// carries a value of the same type: see the module documentation).
-pub fn with_settings(base: &Client, settings: Extensions) -> Client {
+pub(crate) fn with_settings(base: &Client, settings: Extensions) -> Client {
     Client::new(
         Stamp {
             base: base.clone(),

@@ -40,14 +40,14 @@ use tokio::time::Instant;
 use tracing::debug;
 
 /// client-go's `maxRetries`: at most this many retries (11 attempts) per request.
-pub const MAX_RETRIES: u32 = 10;
+pub(crate) const MAX_RETRIES: u32 = 10;
 
 /// client-go's pause before a `GET` is sent again after a connection reset or EOF.
-pub const RESET_RETRY_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const RESET_RETRY_WAIT: Duration = Duration::from_secs(1);
 
 /// Whether `error` (or one of its sources) is a connection reset or a connection that ended
 /// before the response did: client-go's `IsConnectionReset || IsProbableEOF`.
-pub fn is_reset_or_eof(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_reset_or_eof(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut current = Some(error);
     while let Some(e) = current {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
@@ -92,7 +92,7 @@ pub fn deadline_client(client: &kube::Client, deadline: Instant) -> kube::Client
 }
 
 /// A request body that may be sent again.
-pub trait ReplayableBody: Sized {
+pub(crate) trait ReplayableBody: Sized {
     /// A copy to send again, or `None` when the body is a stream that can't be replayed
     /// (client-go's opaque reader: such a request is never retried).
     fn replay(&self) -> Option<Self>;
@@ -106,7 +106,7 @@ impl ReplayableBody for kube::client::Body {
 
 /// Retries requests answered 429 or 5xx with `Retry-After`; see the module documentation.
 #[derive(Debug, Clone, Copy)]
-pub struct RetryAfterLayer {
+pub(crate) struct RetryAfterLayer {
     max_retries: u32,
     budget: Option<Duration>,
 }
@@ -134,7 +134,7 @@ impl<S> tower::Layer<S> for RetryAfterLayer {
 }
 
 /// The service of [`RetryAfterLayer`].
-pub struct RetryAfter<S> {
+pub(crate) struct RetryAfter<S> {
     /// Shared with the futures of calls in flight, which send each attempt through it
     /// (kube's stacks are not `Clone`).
     inner: Arc<Mutex<S>>,
@@ -152,7 +152,7 @@ impl<S> Clone for RetryAfter<S> {
 
 /// The wait `response` asks for before a retry: client-go's `checkWait` (status 429 or
 /// `>= 500`, `Retry-After` parsing as a Go int; negative waits are no wait).
-pub fn retry_wait<B>(response: &Response<B>) -> Option<Duration> {
+pub(crate) fn retry_wait<B>(response: &Response<B>) -> Option<Duration> {
     let status = response.status();
     if status != StatusCode::TOO_MANY_REQUESTS && !status.is_server_error() {
         return None;

@@ -22,7 +22,7 @@ use crate::{Error, Result, events, explain, kube_client, prober, server, weeder}
 
 /// The open-files limit to set for the limit `current` (soft, hard; `None` is unlimited):
 /// the soft limit raised to the hard one, or `None` when there is nothing to raise.
-pub fn raised_open_files_limit(current: Rlimit) -> Option<Rlimit> {
+pub(crate) fn raised_open_files_limit(current: Rlimit) -> Option<Rlimit> {
     let raise = match (current.current, current.maximum) {
         (_, None) => false,
         (None, Some(_)) => false,
@@ -65,7 +65,7 @@ pub fn raise_open_files_limit() {
 /// The handlers are installed before this returns, so a signal that arrives right after
 /// start-up is handled (not the default action, which would kill the process) — the spawned
 /// task only reacts to them.
-pub fn spawn_signal_handler(token: CancellationToken) {
+pub(crate) fn spawn_signal_handler(token: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (mut term, mut int) = match (
         signal(SignalKind::terminate()),

@@ -41,14 +41,14 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// connection may sit idle before its next request.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest one connection may live, requests and all.
-pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// First pause after a failed `accept`; doubled after each further failure.
-pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+pub(crate) const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// Longest pause after failed `accept`s.
-pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub(crate) const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Parses `:9643`, `0.0.0.0:9643`, `127.0.0.1:0`.
-pub fn parse_bind_addr(addr: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_bind_addr(addr: &str) -> Result<SocketAddr, String> {
     let full = if addr.starts_with(':') {
         format!("0.0.0.0{addr}")
     } else {
@@ -137,13 +137,13 @@ fn respond(endpoints: &Endpoints, path: &str, query: Option<&str>) -> Response<F
 
 /// How many connections an endpoint server serves and for how long.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections served at once.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Time to send a request's headers (and idle time between keep-alive requests).
-    pub header_read_timeout: Duration,
+    pub(crate) header_read_timeout: Duration,
     /// Life of one connection.
-    pub connection_lifetime: Duration,
+    pub(crate) connection_lifetime: Duration,
 }
 
 impl Default for Limits {
@@ -202,7 +202,7 @@ fn lock(served: &Mutex<Served>) -> std::sync::MutexGuard<'_, Served> {
 }
 
 /// Where connections come from: a TCP listener, or in tests an in-memory one.
-pub trait Acceptor: Send + 'static {
+pub(crate) trait Acceptor: Send + 'static {
     /// One accepted connection.
     type Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     /// The next connection, or why none could be accepted.
@@ -243,7 +243,7 @@ pub async fn serve(
 }
 
 /// Accepts and serves connections from `acceptor` within `limits` until `shutdown`.
-pub async fn accept_loop<A: Acceptor>(
+pub(crate) async fn accept_loop<A: Acceptor>(
     what: &'static str,
     mut acceptor: A,
     endpoints: Endpoints,

@@ -33,21 +33,21 @@ use tracing::{info, warn};
 use crate::events::{Component, Events, Subject};
 
 /// Comparisons kept for `/shadow`: enough for days of a seed's disagreements, bounded.
-pub const RECORDS_KEPT: usize = 200;
+pub(crate) const RECORDS_KEPT: usize = 200;
 /// Sightings waiting for their counterpart at most (past it the oldest resolves early).
-pub const WAITING_LIMIT: usize = 10_000;
+pub(crate) const WAITING_LIMIT: usize = 10_000;
 /// Longest evidence text kept per sighting or finding (per-node verdicts come from tenants).
-pub const EVIDENCE_LIMIT: usize = 2_048;
+pub(crate) const EVIDENCE_LIMIT: usize = 2_048;
 /// How often waiting sightings are checked against the window.
 const EXPIRY_TICK: Duration = Duration::from_secs(1);
 
 /// Shadow mode's Event reasons, defined with every other reason in [`crate::events`].
-pub use crate::events::{
+pub(crate) use crate::events::{
     REASON_AGREEMENT, REASON_DISAGREEMENT, REASON_WOULD_DELETE_POD, REASON_WOULD_SCALE_DOWN,
     REASON_WOULD_SCALE_UP,
 };
 /// Our finding for a shoot the acting watchdog scaled but we run no probe for.
-pub const NO_PROBE_FINDING: &str = "we run no probe for this shoot (hibernated, being created, \
+pub(crate) const NO_PROBE_FINDING: &str = "we run no probe for this shoot (hibernated, being created, \
     migrated or deleted, or no probe secret; `dependency-watchdog explain` says which)";
 
 /// Label set `{component, action}`.
@@ -80,7 +80,7 @@ pub struct ShadowMetrics {
     /// Resolved comparisons by verdict.
     pub comparisons: Family<ComparisonLabels, Counter>,
     /// For agreements: how far apart the two acted, in seconds.
-    pub agreement_gap: Family<ActionLabels, Histogram>,
+    pub(crate) agreement_gap: Family<ActionLabels, Histogram>,
     /// Sightings waiting for their counterpart now.
     pub waiting: Gauge,
 }
@@ -166,7 +166,7 @@ pub struct Selection {
     /// At most this many, the newest.
     pub last: usize,
     /// Only disagreements.
-    pub disagreements_only: bool,
+    pub(crate) disagreements_only: bool,
 }
 
 impl Selection {
@@ -295,7 +295,7 @@ impl Shadow {
 
     /// Our latest finding for `key` (a shoot namespace): what `/shadow` shows when the acting
     /// watchdog did something we would not have.
-    pub fn note_finding(&self, key: &str, finding: &str) {
+    pub(crate) fn note_finding(&self, key: &str, finding: &str) {
         lock(&self.latest).insert(key.to_string(), cut(finding));
     }
 
@@ -334,7 +334,7 @@ impl Shadow {
 
     /// Starts [`Shadow::run_expiry`] as the critical task "shadow comparisons" of `tasks`
     /// (the prober's and the weeder's supervised set).
-    pub fn spawn_expiry(
+    pub(crate) fn spawn_expiry(
         self: &Arc<Self>,
         events: Events,
         tasks: &mut tokio::task::JoinSet<&'static str>,
@@ -348,7 +348,7 @@ impl Shadow {
     }
 
     /// Resolves every sighting that waited longer than the window, until `shutdown`.
-    pub async fn run_expiry(&self, events: Events, shutdown: CancellationToken) {
+    pub(crate) async fn run_expiry(&self, events: Events, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(EXPIRY_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -509,7 +509,7 @@ impl Shadow {
     }
 
     /// `GET /shadow.json`: the kept comparisons `selection` asks for, for machines.
-    pub fn render_json(&self, selection: &Selection) -> String {
+    pub(crate) fn render_json(&self, selection: &Selection) -> String {
         serde_json::to_string_pretty(&self.select(selection))
             .unwrap_or_else(|e| format!("{{\"error\": \"encoding: {e}\"}}"))
     }

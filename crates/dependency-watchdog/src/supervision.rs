@@ -10,7 +10,7 @@ use crate::{Error, Result};
 /// Waits until `shutdown` (→ `Ok`) or until one of the critical `tasks` ends (→ `TaskDied`,
 /// and `/healthz` fails): these tasks must run for the life of the process. `what` names the
 /// subcommand in the error.
-pub async fn supervise(
+pub(crate) async fn supervise(
     what: &'static str,
     tasks: &mut tokio::task::JoinSet<&'static str>,
     shutdown: &CancellationToken,

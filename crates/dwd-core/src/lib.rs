@@ -12,6 +12,7 @@ pub mod config;
 pub mod duration;
 pub mod gardener;
 pub mod hysteresis;
+pub mod intent;
 pub mod lease;
 pub mod scaling;
 pub mod schedule;

@@ -45,7 +45,7 @@ use super::manager::{EnsureOutcome, ProbeManager};
 use crate::metrics::Metrics;
 use crate::rate_limit::{Priority, prioritized};
 
-pub use crate::gardener::cluster_gvk;
+pub(crate) use crate::gardener::cluster_gvk;
 
 /// Shoot fields the lifecycle rules read (JSON pointers into the Shoot).
 const KEPT_SHOOT_FIELDS: &[&str] = &[
@@ -80,7 +80,7 @@ fn copy_pointer(src: &Value, dst: &mut Value, pointer: &str) {
 }
 
 /// Reduces a Cluster to `spec.shoot` with only the fields the lifecycle rules read.
-pub fn strip_cluster(obj: &mut DynamicObject) {
+pub(crate) fn strip_cluster(obj: &mut DynamicObject) {
     obj.metadata.managed_fields = None;
     obj.metadata.annotations = None;
     let Some(shoot) = obj.data.pointer("/spec/shoot") else {

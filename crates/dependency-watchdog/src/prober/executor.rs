@@ -58,7 +58,7 @@ impl Executors {
     }
 
     /// A new shoot's executor.
-    pub fn for_shoot(&self) -> Executor {
+    pub(crate) fn for_shoot(&self) -> Executor {
         match self {
             Executors::Acting => Executor::Acting(ActingExecutor::default()),
             Executors::Recording(book) => {
@@ -84,13 +84,13 @@ pub struct Decision {
     pub flow: PlannedFlow,
     /// What waits to be restored, as the executor told the run before its probe
     /// ([`Executor::restorable`]).
-    pub restorable: Restorable,
+    pub(crate) restorable: Restorable,
 }
 
 /// What waits to be restored in a shoot, as its executor sees it; asked once per run, before
 /// the probe: it decides whether nodes are listed.
 #[derive(Debug, Clone, Default)]
-pub struct Restorable {
+pub(crate) struct Restorable {
     /// Whether anything waits to be restored.
     pub waiting: bool,
     /// The targets a scale-up of every target would act on (the acting executor's; empty for
@@ -126,7 +126,7 @@ pub enum Executor {
 
 impl Executor {
     /// What waits to be restored in shoot `namespace`.
-    pub fn restorable(&self, ctx: &ProberContext, namespace: &str) -> Restorable {
+    pub(crate) fn restorable(&self, ctx: &ProberContext, namespace: &str) -> Restorable {
         match self {
             Executor::Acting(_) => {
                 let targets =
@@ -153,7 +153,7 @@ impl Executor {
 
     /// Notes a run's finding about shoot `namespace`, `note()` in words: shadow mode keeps the
     /// latest in its book (each comparison shows it); acting, it is only logged by the probe.
-    pub fn note_finding(&self, namespace: &str, note: impl FnOnce() -> String) {
+    pub(crate) fn note_finding(&self, namespace: &str, note: impl FnOnce() -> String) {
         if let Executor::Recording(recording) = self {
             recording.book.note_finding(namespace, &note());
         }

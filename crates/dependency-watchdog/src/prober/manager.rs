@@ -180,13 +180,14 @@ impl ProbeManager {
         self.registry().keys().cloned().collect()
     }
 
+    #[cfg(test)]
     /// Whether `namespace` has a probe.
-    pub fn has_probe(&self, namespace: &str) -> bool {
+    pub(crate) fn has_probe(&self, namespace: &str) -> bool {
         self.registry().contains_key(namespace)
     }
 
     /// Stops every probe.
-    pub fn stop_all(&self) {
+    pub(crate) fn stop_all(&self) {
         let drained: Vec<_> = self.registry().drain().collect();
         for (ns, p) in drained {
             p.cancel.cancel();
@@ -243,7 +244,7 @@ async fn supervise_probe(
 /// Runs `start(first)` as a task of its own until `cancel`; when the task panics or ends
 /// anyway, counts it in `restarts`, logs it, waits `restart_after` and starts it again
 /// (`first` false). Cancelling aborts the task at once.
-pub async fn keep_running<F, Fut>(
+pub(crate) async fn keep_running<F, Fut>(
     namespace: &str,
     mut start: F,
     cancel: &CancellationToken,

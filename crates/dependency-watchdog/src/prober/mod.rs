@@ -53,10 +53,10 @@ pub struct ProberContext {
     /// The executors every shoot gets, chosen once at startup: acting ones, or in shadow mode
     /// (`--shadow`: decide, never scale, and compare with the acting watchdog,
     /// [`crate::shadow`]) recording ones.
-    pub executors: Executors,
+    pub(crate) executors: Executors,
     /// Shadow mode's per-shoot states: the acting watchdog's when first seen, our would-be
     /// one (empty in normal operation).
-    pub shadow_states: ShadowStates,
+    pub(crate) shadow_states: ShadowStates,
 }
 
 /// Runs the prober until `shutdown` is cancelled or a critical task dies; in shadow mode when

@@ -37,7 +37,7 @@ use crate::metrics::{
 
 /// Nodes listed by name in shadow mode's note of a finding; the rest are counted (node
 /// names come from the tenant).
-pub const NOTED_NODES_LIMIT: usize = 20;
+pub(crate) const NOTED_NODES_LIMIT: usize = 20;
 
 /// Longest node name quoted in shadow mode's note of a finding.
 const NOTED_NAME_LIMIT: usize = 100;
@@ -46,7 +46,7 @@ const NOTED_NAME_LIMIT: usize = 100;
 #[derive(Debug, Default)]
 pub struct RunOutcome {
     /// When a call of this run was answered 429, if one was.
-    pub throttled_at: Option<Instant>,
+    pub(crate) throttled_at: Option<Instant>,
 }
 
 /// What a probe carries from one run to the next.
@@ -94,14 +94,14 @@ pub struct ProbeSpec {
 
 /// The largest `backoffJitterFactor` the probe loop uses: a run every `probeInterval × 11` at
 /// worst. Larger factors only push runs apart (and at about 1e9 overflow the clock).
-pub const MAX_JITTER_FACTOR: f64 = 10.0;
+pub(crate) const MAX_JITTER_FACTOR: f64 = 10.0;
 
 /// Farthest a probe ever plans ahead: beyond it, time arithmetic could overflow.
 const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 
 /// The jitter factor the probe loop uses for `configured`: within `[0, MAX_JITTER_FACTOR]`,
 /// 0 for NaN.
-pub fn effective_jitter(configured: f64) -> f64 {
+pub(crate) fn effective_jitter(configured: f64) -> f64 {
     if configured.is_nan() {
         return 0.0;
     }
@@ -109,7 +109,7 @@ pub fn effective_jitter(configured: f64) -> f64 {
 }
 
 /// What to tell the operator, once at start, when [`effective_jitter`] changed the factor.
-pub fn jitter_warning(configured: f64) -> Option<String> {
+pub(crate) fn jitter_warning(configured: f64) -> Option<String> {
     let used = effective_jitter(configured);
     // NaN never equals itself, so it is reported too.
     if used == configured {
@@ -130,7 +130,7 @@ fn deadline_after(now: Instant, delay: Duration) -> Instant {
 /// Why a probe run ended without a finding: nothing is scaled this run. Made by the run,
 /// reported in one place (`Probe::report_failure`: metrics, log line, 429 spacing).
 #[derive(Debug)]
-pub enum ProbeFailure {
+pub(crate) enum ProbeFailure {
     /// Seed caches not in sync (their names): the run was not made. When unsure, do not
     /// scale: a cache that fell out of sync may hold a target or machine as it was minutes
     /// ago.
@@ -162,7 +162,7 @@ impl std::fmt::Display for ProbeFailure {
 impl ProbeFailure {
     /// The stable category of the failure: the `result` label of the run counters (and which
     /// per-shoot failure counter it counts in).
-    pub fn category(&self) -> RunResult {
+    pub(crate) fn category(&self) -> RunResult {
         match self {
             ProbeFailure::NoShootClient(_) | ProbeFailure::ApiServer(_) => {
                 RunResult::ApiServerProbeFailed
@@ -197,25 +197,25 @@ pub struct Probe {
     /// The right to write this shoot's per-shoot metric series (revoked when it is removed).
     pub series: ShootSeries,
     /// Shared prober context.
-    pub ctx: Arc<ProberContext>,
+    pub(crate) ctx: Arc<ProberContext>,
     /// Cancelled when the probe is removed or the process shuts down.
     pub cancel: CancellationToken,
     /// The probe secret's kubeconfig as last prepared (parsed, TLS configured): reused while
     /// the secret holds the same text, prepared anew when it changes.
-    pub shoot_config: std::sync::Mutex<Option<Arc<PreparedShootConfig>>>,
+    pub(crate) shoot_config: std::sync::Mutex<Option<Arc<PreparedShootConfig>>>,
     /// Test-only (absent outside unit tests): makes each run's shoot client in place of the
     /// probe secret's kubeconfig, e.g. a client on a fake shoot apiserver.
     #[cfg(test)]
-    pub shoot_connector: Option<ShootConnector>,
+    pub(crate) shoot_connector: Option<ShootConnector>,
 }
 
 /// Test-only: what makes a run's shoot client (see [`Probe::shoot_connector`]).
 #[cfg(test)]
-pub type ShootConnector = Arc<dyn Fn() -> Client + Send + Sync>;
+pub(crate) type ShootConnector = Arc<dyn Fn() -> Client + Send + Sync>;
 
 /// The report's summary without its trailing decision ("4/5 node leases expired (0.80 ≥
 /// 0.60)" of "…: scale down"): events append what was done to it.
-pub fn decision_reason(report: &LeaseReport) -> String {
+pub(crate) fn decision_reason(report: &LeaseReport) -> String {
     let text = report.to_string();
     let decision = format!(": {}", report.decision);
     match text.strip_suffix(&decision) {
@@ -792,7 +792,7 @@ impl Probe {
 /// Shadow mode's note of a finding: the report's summary and decision, then each node's
 /// verdict (at most [`NOTED_NODES_LIMIT`] of them, the rest counted): candidate or why it is
 /// excluded, its lease's age against its expiry at `now`, its zone.
-pub fn finding_note(report: &LeaseReport, now: chrono::DateTime<Utc>) -> String {
+pub(crate) fn finding_note(report: &LeaseReport, now: chrono::DateTime<Utc>) -> String {
     use dwd_core::lease::Verdict;
     use std::fmt::Write;
     let mut note = report.to_string();
@@ -835,7 +835,7 @@ pub fn finding_note(report: &LeaseReport, now: chrono::DateTime<Utc>) -> String 
 
 /// How much of a shoot's error message goes into our logs and errors: enough to tell what
 /// went wrong, not a tenant's megabyte.
-pub const SHOOT_MESSAGE_LIMIT: usize = 300;
+pub(crate) const SHOOT_MESSAGE_LIMIT: usize = 300;
 
 /// `error` with the text a shoot's apiserver chose (its Status message and reason) cut to
 /// [`SHOOT_MESSAGE_LIMIT`] bytes.

@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use dwd_core::intent::{Intent, Seen, intent};
 use dwd_core::scaling::{
     FlowScope, TargetPlan, call_timeout, clear_annotations_patch, clear_meltdown_patch,
     plan_levels, plan_target, readiness_wait, replicas_in_spec, scale_down_annotation_patch,
@@ -48,9 +49,9 @@ use crate::retry_after::Deadline;
 use crate::{Error, Result};
 
 /// Attempts per target.
-pub const ATTEMPTS: u32 = 3;
+pub(crate) const ATTEMPTS: u32 = 3;
 /// Pause between attempts.
-pub const ATTEMPT_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const ATTEMPT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A scaling flow a run decided on: what [`run_flow`] carries out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +66,7 @@ pub struct PlannedFlow {
 
 /// What happened to one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TargetOutcome {
+pub(crate) enum TargetOutcome {
     /// Replicas changed from `from` to `to` and the target reached its goal.
     Scaled {
         /// Replicas before.
@@ -79,7 +80,7 @@ pub enum TargetOutcome {
 
 /// Outcome of a flow: per target, in execution order.
 #[derive(Debug, Default)]
-pub struct FlowReport {
+pub(crate) struct FlowReport {
     /// (target name, outcome).
     pub targets: Vec<(String, TargetOutcome)>,
     /// Whether any call of the flow was answered 429.
@@ -101,7 +102,7 @@ impl FlowReport {
 
 /// A failed flow: the error of the first failed target and what ran before it.
 #[derive(Debug)]
-pub struct FlowError {
+pub(crate) struct FlowError {
     /// Targets that finished before the failure.
     pub report: FlowReport,
     /// The failed target and why.
@@ -113,22 +114,13 @@ pub struct FlowError {
 /// Names of the targets the flow in `dir` would act on, in the flow's level order, judged
 /// from the caches (no API call): empty lets a healthy shoot's run end without touching the
 /// seed; otherwise it is what the decision event on the Cluster lists.
-pub fn targets_to_scale(
+pub(crate) fn targets_to_scale(
     ctx: &ProberContext,
     namespace: &str,
     dir: Direction,
     scope: FlowScope,
 ) -> Vec<String> {
-    targets_planned(ctx, namespace, dir, scope, |action| {
-        !matches!(
-            action,
-            TargetAction::AlreadyDone {
-                clear_marker: false
-            } | TargetAction::Ignored {
-                clear_marker: false
-            }
-        )
-    })
+    intent_from_caches(ctx, namespace, dir, scope).taken_up()
 }
 
 /// Names of the targets of `scope` a flow would act on whatever state they are in now, in
@@ -136,55 +128,46 @@ pub fn targets_to_scale(
 /// mandatory, so a flow would fail naming them) and do not carry `ignore-scaling`. Unlike
 /// [`targets_to_scale`] it does not skip targets already scaled down or up: in shadow mode
 /// the acting watchdog changes them under us, and our decision must not depend on that.
-pub fn targets_in_scope(ctx: &ProberContext, namespace: &str, scope: FlowScope) -> Vec<String> {
+pub(crate) fn targets_in_scope(
+    ctx: &ProberContext,
+    namespace: &str,
+    scope: FlowScope,
+) -> Vec<String> {
     // `ignore-scaling` is judged from the annotations alone, whatever the direction.
-    targets_planned(ctx, namespace, Direction::Down, scope, |action| {
-        !matches!(action, TargetAction::Ignored { .. })
-    })
+    intent_from_caches(ctx, namespace, Direction::Down, scope).in_scope()
 }
 
-/// Names of the targets of the flow in `dir` over `scope`, in its level order, that the flow
-/// would take up: those whose plan from the cache passes `taken`; a target whose cache is not
-/// in sync, and a missing or unserved mandatory target (the flow fails naming it), always; a
-/// missing or unserved optional target never.
-fn targets_planned(
+/// The intent of the flow in `dir` over `scope` for shoot `namespace`
+/// ([`dwd_core::intent`]), each target as the seed caches show it (no API call): a kind
+/// without a cache is not served by the seed, a cache not in sync does not know.
+pub(crate) fn intent_from_caches(
     ctx: &ProberContext,
     namespace: &str,
     dir: Direction,
     scope: FlowScope,
-    taken: impl Fn(&TargetAction) -> bool,
-) -> Vec<String> {
-    plan_levels(&ctx.config.dependent_resource_infos, dir, scope)
-        .iter()
-        .flat_map(|level| level.targets.iter())
-        .filter(|info| {
-            let Some(t) = ctx.caches.targets.iter().find(|t| t.info == **info) else {
-                // No cache: its kind is not served by the seed.
-                return !info.optional;
-            };
-            if !t.cache.is_ready() {
-                return true;
-            }
-            match t.cache.get(namespace, &t.info.target.name) {
-                None => !t.info.optional,
-                Some(state) => {
-                    let snapshot = TargetSnapshot {
-                        spec_replicas: state.spec_replicas,
-                        annotations: state.annotations.clone(),
-                    };
-                    taken(&plan_target(dir, &snapshot).action)
-                }
-            }
-        })
-        .map(|info| info.target.name.clone())
-        .collect()
+) -> Intent {
+    intent(&ctx.config.dependent_resource_infos, dir, scope, |info| {
+        let Some(t) = ctx.caches.targets.iter().find(|t| t.info == *info) else {
+            return Seen::NotServed;
+        };
+        if !t.cache.is_ready() {
+            return Seen::Unknown(format!("the {} cache is not in sync", t.cache.what()));
+        }
+        match t.cache.get(namespace, &info.target.name) {
+            None => Seen::Absent,
+            Some(state) => Seen::Present(TargetSnapshot {
+                spec_replicas: state.spec_replicas,
+                annotations: state.annotations.clone(),
+            }),
+        }
+    })
 }
 
 /// Runs `flow` (its direction over the targets of its scope) for shoot `namespace` until it
 /// is done or `stop` is cancelled (see the module docs). Its `reason` (the lease probe's
 /// summary, e.g. "4/5 node leases expired (0.80 ≥ 0.60)") goes into the event on every target
 /// it changes.
-pub async fn run_flow(
+pub(crate) async fn run_flow(
     ctx: &ProberContext,
     namespace: &str,
     flow: &PlannedFlow,

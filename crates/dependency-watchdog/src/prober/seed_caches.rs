@@ -20,9 +20,9 @@ use crate::rate_limit::{Priority, prioritized};
 /// Pause before a target's kind is looked up again after a discovery error that says nothing
 /// about the kind (seed unreachable, 5xx, throttled, forbidden); doubled after each further
 /// failure.
-pub const DISCOVERY_FIRST_RETRY: Duration = Duration::from_millis(500);
+pub(crate) const DISCOVERY_FIRST_RETRY: Duration = Duration::from_millis(500);
 /// The longest such pause: a seed that stays down is asked twice a minute, and logged as often.
-pub const DISCOVERY_MAX_RETRY: Duration = Duration::from_secs(30);
+pub(crate) const DISCOVERY_MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// Key of the kubeconfig in the probe secret.
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
@@ -68,7 +68,7 @@ pub struct SeedCaches {
     pub targets: Vec<TargetCache>,
 }
 
-pub use crate::gardener::machine_gvk;
+pub(crate) use crate::gardener::machine_gvk;
 
 fn project_secret(secret: &Secret) -> Option<SecretKubeconfig> {
     let value = match secret.data.as_ref().and_then(|d| d.get(KUBECONFIG_KEY)) {
@@ -82,7 +82,7 @@ fn project_secret(secret: &Secret) -> Option<SecretKubeconfig> {
 }
 
 /// Projects a Machine to what the lease probe needs.
-pub fn project_machine(machine: &DynamicObject) -> Option<MachineView> {
+pub(crate) fn project_machine(machine: &DynamicObject) -> Option<MachineView> {
     let phase = machine
         .data
         .pointer("/status/currentStatus/phase")
@@ -101,7 +101,7 @@ pub fn project_machine(machine: &DynamicObject) -> Option<MachineView> {
 }
 
 /// Projects a scaling target to what the scaler needs.
-pub fn project_target(obj: &DynamicObject) -> Option<TargetState> {
+pub(crate) fn project_target(obj: &DynamicObject) -> Option<TargetState> {
     let int = |ptr: &str| obj.data.pointer(ptr).and_then(serde_json::Value::as_i64);
     Some(TargetState {
         annotations: obj.metadata.annotations.clone().unwrap_or_default(),
@@ -127,7 +127,7 @@ pub(crate) fn is_not_served(e: &kube::Error) -> bool {
 }
 
 /// `apiVersion` → (group, version).
-pub fn split_api_version(api_version: &str) -> (&str, &str) {
+pub(crate) fn split_api_version(api_version: &str) -> (&str, &str) {
     match api_version.split_once('/') {
         Some((group, version)) => (group, version),
         None => ("", api_version),
@@ -315,7 +315,7 @@ impl SeedCaches {
 
     /// Receivers of every cache's sync state; take them *before* checking
     /// [`Self::pending`] so that no change in between is missed.
-    pub fn sync_receivers(&self) -> Vec<tokio::sync::watch::Receiver<SyncState>> {
+    pub(crate) fn sync_receivers(&self) -> Vec<tokio::sync::watch::Receiver<SyncState>> {
         let mut rxs = vec![
             self.secrets.subscribe_sync(),
             self.machines.subscribe_sync(),

@@ -29,7 +29,7 @@ use crate::events::Subject;
 use crate::shadow::Shadow;
 
 /// How often the observer looks again without a cache change.
-pub const RESCAN: Duration = Duration::from_secs(1);
+pub(crate) const RESCAN: Duration = Duration::from_secs(1);
 
 /// Longest value of a tenant's `replicas` annotation quoted in evidence.
 const QUOTED_VALUE_LIMIT: usize = 20;
@@ -38,7 +38,7 @@ const QUOTED_VALUE_LIMIT: usize = 20;
 /// would-be state. An entry per shoot with a target or a probe: the observer drops shoots
 /// without targets, a removed probe drops our state ([`ShadowStates::forget_ours`]).
 #[derive(Debug, Default)]
-pub struct ShadowStates {
+pub(crate) struct ShadowStates {
     shoots: Mutex<HashMap<String, ShootStates>>,
 }
 
@@ -58,7 +58,7 @@ impl ShadowStates {
 
     /// The observer saw the acting watchdog's state of `namespace` as `protected`: returns
     /// what it had recorded before (`None` the first time).
-    pub fn acting_seen(&self, namespace: &str, protected: bool) -> Option<bool> {
+    pub(crate) fn acting_seen(&self, namespace: &str, protected: bool) -> Option<bool> {
         let mut shoots = self.lock();
         let entry = shoots.entry(namespace.to_string()).or_default();
         entry.acting.replace(protected)
@@ -86,13 +86,13 @@ impl ShadowStates {
     }
 
     /// Records our would-be state for `namespace`.
-    pub fn set_ours(&self, namespace: &str, state: VirtualState) {
+    pub(crate) fn set_ours(&self, namespace: &str, state: VirtualState) {
         self.lock().entry(namespace.to_string()).or_default().ours = Some(state);
     }
 
     /// Forgets our would-be state of `namespace` (its probe was removed): a probe started for
     /// it later begins from the acting watchdog's state at that time.
-    pub fn forget_ours(&self, namespace: &str) {
+    pub(crate) fn forget_ours(&self, namespace: &str) {
         let mut shoots = self.lock();
         if let Some(entry) = shoots.get_mut(namespace) {
             entry.ours = None;
@@ -114,20 +114,16 @@ impl ShadowStates {
         });
     }
 
+    #[cfg(test)]
     /// Shoots with an entry.
     pub fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    /// Whether no shoot has an entry.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
 /// The acting watchdog's state of one shoot, as its targets' annotations show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActingState {
+pub(crate) struct ActingState {
     /// Whether any configured target carries `meltdown-protection-active`.
     pub protected: bool,
     /// What was seen, for the evidence of a sighting: the marked targets with their replicas
@@ -137,7 +133,7 @@ pub struct ActingState {
 
 /// The acting watchdog's state of `namespace` from the target caches (asked only while they
 /// are in sync).
-pub fn acting_state(caches: &SeedCaches, namespace: &str) -> ActingState {
+pub(crate) fn acting_state(caches: &SeedCaches, namespace: &str) -> ActingState {
     let mut marked = Vec::new();
     let mut replicas = Vec::new();
     for t in &caches.targets {
@@ -189,7 +185,7 @@ fn or_none(items: &[String]) -> String {
 }
 
 /// Whether `namespace` is protected by the acting watchdog now (the caches must be in sync).
-pub fn acting_protected(caches: &SeedCaches, namespace: &str) -> bool {
+pub(crate) fn acting_protected(caches: &SeedCaches, namespace: &str) -> bool {
     acting_state(caches, namespace).protected
 }
 

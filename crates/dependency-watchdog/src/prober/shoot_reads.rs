@@ -13,16 +13,16 @@ use serde::de::DeserializeOwned;
 use super::slim::{NodeLease, ProbedNode};
 
 /// Leases per page: a lease is a few hundred bytes.
-pub const LEASE_PAGE: u32 = 500;
+pub(crate) const LEASE_PAGE: u32 = 500;
 /// Nodes per page: a Node with its images and conditions is several KiB.
-pub const NODE_PAGE: u32 = 100;
+pub(crate) const NODE_PAGE: u32 = 100;
 /// More pages than any real shoot needs (500 × 1000 leases); a server that keeps handing out
 /// `continue` tokens is not followed further.
-pub const MAX_PAGES: usize = 1000;
+pub(crate) const MAX_PAGES: usize = 1000;
 
 /// Every object of `api`, read page by page from one consistent snapshot (the apiserver ties
 /// the `continue` token to the first page's resourceVersion).
-pub async fn list_all<K>(api: &Api<K>, page_size: u32) -> kube::Result<Vec<K>>
+pub(crate) async fn list_all<K>(api: &Api<K>, page_size: u32) -> kube::Result<Vec<K>>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -44,7 +44,7 @@ where
 
 /// The shoot's node leases (`kube-node-lease`), read straight into the views the lease probe
 /// judges; a lease without a name has none and is left out.
-pub async fn node_leases(shoot: &Client) -> kube::Result<Vec<NodeLeaseView>> {
+pub(crate) async fn node_leases(shoot: &Client) -> kube::Result<Vec<NodeLeaseView>> {
     let api: Api<NodeLease> = Api::namespaced(shoot.clone(), NODE_LEASE_NAMESPACE);
     let leases = list_all(&api, LEASE_PAGE).await?;
     Ok(leases

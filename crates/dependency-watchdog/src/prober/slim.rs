@@ -26,7 +26,7 @@ use serde::Deserialize;
 /// A `coordination.k8s.io/v1` Lease as the lease probe reads it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RawLease")]
-pub struct NodeLease {
+pub(crate) struct NodeLease {
     /// Only `name`, for `kube::Resource`.
     metadata: ObjectMeta,
     /// What decides expiry; `None` for a lease without a name.
@@ -82,7 +82,7 @@ impl From<RawLease> for NodeLease {
 
 impl NodeLease {
     /// What the decision functions take; `None` for a lease without a name.
-    pub fn into_view(self) -> Option<NodeLeaseView> {
+    pub(crate) fn into_view(self) -> Option<NodeLeaseView> {
         self.view
     }
 }
@@ -91,7 +91,7 @@ impl NodeLease {
 /// not-managed-by-MCM annotation, and each condition's type, status and reason.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RawNode")]
-pub struct ProbedNode {
+pub(crate) struct ProbedNode {
     /// Only `name`, for `kube::Resource`.
     metadata: ObjectMeta,
     /// What decides candidacy; `None` for a node without a name.
@@ -162,7 +162,7 @@ impl From<RawNode> for ProbedNode {
 
 impl ProbedNode {
     /// What the decision functions take; `None` for a node without a name.
-    pub fn into_view(self) -> Option<NodeView> {
+    pub(crate) fn into_view(self) -> Option<NodeView> {
         self.view
     }
 }

@@ -17,18 +17,21 @@ pub use super::seed_caches::KUBECONFIG_KEY;
 
 /// The shoot's Nodes, read by the lease probe's own read into the views it judges; an error
 /// from the shoot's apiserver has its messages cut as the prober cuts them.
-pub async fn shoot_nodes(shoot: &Client) -> kube::Result<Vec<NodeView>> {
+pub(crate) async fn shoot_nodes(shoot: &Client) -> kube::Result<Vec<NodeView>> {
     shoot_reads::nodes(shoot).await.map_err(bounded)
 }
 
 /// The shoot's node Leases, read as the lease probe reads them (errors as [`shoot_nodes`]).
-pub async fn shoot_node_leases(shoot: &Client) -> kube::Result<Vec<NodeLeaseView>> {
+pub(crate) async fn shoot_node_leases(shoot: &Client) -> kube::Result<Vec<NodeLeaseView>> {
     shoot_reads::node_leases(shoot).await.map_err(bounded)
 }
 
 /// The Machines of shoot `namespace` on the seed, as the prober's Machine cache keeps them
 /// (read now, not from a cache).
-pub async fn seed_machines(seed: &Client, namespace: &str) -> kube::Result<Vec<MachineView>> {
+pub(crate) async fn seed_machines(
+    seed: &Client,
+    namespace: &str,
+) -> kube::Result<Vec<MachineView>> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         seed.clone(),
         namespace,
@@ -45,7 +48,7 @@ pub async fn seed_machines(seed: &Client, namespace: &str) -> kube::Result<Vec<M
 
 /// The seed's resource for a scaling target's kind, discovered as the prober does at start
 /// ([`is_not_served`] tells a kind the seed does not serve).
-pub async fn target_resource(
+pub(crate) async fn target_resource(
     seed: &Client,
     info: &DependentResourceInfo,
 ) -> kube::Result<ApiResource> {
@@ -59,13 +62,13 @@ pub async fn target_resource(
 
 /// Whether a discovery error means the seed does not serve the kind (so an optional target
 /// is skipped, as the prober skips it).
-pub fn is_not_served(error: &kube::Error) -> bool {
+pub(crate) fn is_not_served(error: &kube::Error) -> bool {
     super::seed_caches::is_not_served(error)
 }
 
 /// What the scaler reads of a target object (as its target cache keeps it); `None` for an
 /// object it can't read.
-pub fn target_snapshot(obj: &DynamicObject) -> Option<TargetSnapshot> {
+pub(crate) fn target_snapshot(obj: &DynamicObject) -> Option<TargetSnapshot> {
     project_target(obj).map(|state| TargetSnapshot {
         spec_replicas: state.spec_replicas,
         annotations: state.annotations,

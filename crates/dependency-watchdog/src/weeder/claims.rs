@@ -41,8 +41,9 @@ impl PodClaims {
         claims
     }
 
+    #[cfg(test)]
     /// Namespaces whose claim set is still held by a weeder.
-    pub fn live_namespaces(&self) -> usize {
+    pub(crate) fn live_namespaces(&self) -> usize {
         lock(&self.namespaces)
             .values()
             .filter(|claims| claims.strong_count() > 0)
@@ -62,7 +63,7 @@ pub struct NamespaceClaims {
 impl NamespaceClaims {
     /// Claims the pod `uid` for deletion; `None` when a weeder of the namespace holds or kept
     /// a claim on it. The claim is released when dropped, unless [`Claim::keep`] is called.
-    pub fn claim(self: &Arc<Self>, uid: &str) -> Option<Claim> {
+    pub(crate) fn claim(self: &Arc<Self>, uid: &str) -> Option<Claim> {
         lock(&self.claimed).insert(uid.to_string()).then(|| Claim {
             owner: Arc::clone(self),
             uid: uid.to_string(),
@@ -71,7 +72,7 @@ impl NamespaceClaims {
     }
 
     /// Shadow mode: whether this is the first report of the acting watchdog deleting `uid`.
-    pub fn first_report(&self, uid: &str) -> bool {
+    pub(crate) fn first_report(&self, uid: &str) -> bool {
         lock(&self.reported).insert(uid.to_string())
     }
 }
@@ -79,7 +80,7 @@ impl NamespaceClaims {
 /// A weeder's claim on one pod. Dropped without [`Claim::keep`] (the deletion failed, or the
 /// weeder was cancelled mid-deletion) it is released, so that a watch can try that pod again.
 #[derive(Debug)]
-pub struct Claim {
+pub(crate) struct Claim {
     owner: Arc<NamespaceClaims>,
     uid: String,
     kept: bool,

@@ -37,9 +37,9 @@ use crate::Result;
 use crate::events::{Component, Events, PodRef};
 use crate::health::Health;
 use crate::shadow::Shadow;
-pub use claims::PodClaims;
+pub(crate) use claims::PodClaims;
 pub use pods::Weeder;
-pub use registry::{StartOutcome, Weeders};
+pub use registry::Weeders;
 
 /// What the EndpointSlice watch needs to start weeders.
 pub struct WeederContext {

@@ -48,7 +48,7 @@ const MAX_RETRY_PAUSE: Duration = Duration::from_secs(30);
 const DELETE_RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// How long one deletion attempt may take, waiting for the seed budget included. The pod's
 /// watch waits for it, so a seed that never answers must not stall the weeder for good.
-pub const DELETE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DELETE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a deletion failed.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +106,7 @@ pub struct Weeder {
 
 /// A pod the weeder should delete, as read from the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeletionTarget {
+pub(crate) struct DeletionTarget {
     /// Pod name.
     pub name: String,
     /// Pod UID (delete precondition).
@@ -119,7 +119,7 @@ pub struct DeletionTarget {
 /// being deleted already (`dwd_core`'s rule), and — because deleting is not undoable — also
 /// be in `namespace` and match `selector`, although the watch asked the server for exactly
 /// that; a pod without name or UID cannot be deleted safely and is left alone.
-pub fn deletion_target(
+pub(crate) fn deletion_target(
     pod: &Pod,
     namespace: &str,
     selector: &PodSelector,
@@ -147,7 +147,7 @@ fn in_scope(pod: &Pod, namespace: &str, selector: &PodSelector) -> bool {
 /// A deletion of a crash-looping pod seen by a shadow weeder's watch: in shadow mode we delete
 /// nothing, so this is what the acting watchdog (or someone else) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeenDeletion {
+pub(crate) struct SeenDeletion {
     /// Pod name.
     pub name: String,
     /// Pod UID.
@@ -158,13 +158,13 @@ pub struct SeenDeletion {
     /// weeder started but before our watch first listed it, so our list showed it crash-looping
     /// and already terminating. Our weeder, acting, would have deleted it: the crash-looping
     /// container, for our would-be deletion.
-    pub raced: Option<String>,
+    pub(crate) raced: Option<String>,
 }
 
 /// Slack for comparing the apiserver's `deletionTimestamp` (whole seconds, its clock) with
 /// our weeder's start (our clock), when telling a deletion that raced our first list from an
 /// older one.
-pub const RACE_SLACK_SECONDS: i64 = 2;
+pub(crate) const RACE_SLACK_SECONDS: i64 = 2;
 
 /// What a shadow weeder's watch remembers of a pod it saw crash-looping or terminating.
 #[derive(Debug, Clone)]
@@ -189,7 +189,7 @@ struct SeenPod {
 /// watchdog's weeder started on the same slice event and was faster, see
 /// [`SeenDeletion::raced`]); otherwise when and by whom it was deleted is unknown.
 #[derive(Debug)]
-pub struct DeletionSpotter {
+pub(crate) struct DeletionSpotter {
     /// The weeder's shoot namespace.
     namespace: String,
     /// The weeder's dependants.
@@ -328,13 +328,13 @@ impl DeletionSpotter {
     }
 
     /// A (re-)list of the watch begins.
-    pub fn begin_list(&mut self) {
+    pub(crate) fn begin_list(&mut self) {
         self.listed = Some(HashSet::new());
     }
 
     /// The (re-)list is complete: pods last seen crash-looping that it did not report went away
     /// while the watch was away.
-    pub fn end_list(&mut self) -> Vec<SeenDeletion> {
+    pub(crate) fn end_list(&mut self) -> Vec<SeenDeletion> {
         let Some(listed) = self.listed.take() else {
             return Vec::new();
         };
@@ -364,11 +364,13 @@ impl DeletionSpotter {
             .collect()
     }
 
+    #[cfg(test)]
     /// Pods remembered.
     pub fn len(&self) -> usize {
         self.pods.len()
     }
 
+    #[cfg(test)]
     /// Whether no pod is remembered.
     pub fn is_empty(&self) -> bool {
         self.pods.is_empty()

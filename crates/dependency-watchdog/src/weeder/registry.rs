@@ -159,7 +159,7 @@ impl Weeders {
     }
 
     /// Cancels every weeder.
-    pub fn stop_all(&self) {
+    pub(crate) fn stop_all(&self) {
         let mut running = self.running();
         for (_, r) in running.drain() {
             r.cancel.cancel();

@@ -40,7 +40,7 @@ use crate::rate_limit;
 /// a name that is no valid service name but accepts it, as the reference does, and a name that
 /// is no label value could only break the selector: the apiserver refuses a selector with one
 /// bad value as a whole, which would leave every service unweeded.
-pub fn slice_selector<'a>(services: impl IntoIterator<Item = &'a String>) -> Option<String> {
+pub(crate) fn slice_selector<'a>(services: impl IntoIterator<Item = &'a String>) -> Option<String> {
     let mut names: Vec<&str> = services
         .into_iter()
         .map(String::as_str)
@@ -56,13 +56,13 @@ pub fn slice_selector<'a>(services: impl IntoIterator<Item = &'a String>) -> Opt
 /// Whether a slice last seen with readiness `old` (`None`: never seen) and now `ready` starts a
 /// weeder: a ready slice that is new, or was not ready. The same rule as
 /// `dwd_core::weeder::should_start_weeder`, on the one bit we keep of the old slice.
-pub fn should_start(old: Option<bool>, ready: bool) -> bool {
+pub(crate) fn should_start(old: Option<bool>, ready: bool) -> bool {
     ready && old != Some(true)
 }
 
 /// Last-seen readiness per `namespace/slice`, turning watch events into "start a weeder".
 #[derive(Debug, Default)]
-pub struct ReadinessTracker {
+pub(crate) struct ReadinessTracker {
     last: HashMap<String, bool>,
     /// Keys seen since a (re-)list began; `None` outside a list.
     listing: Option<HashSet<String>>,
@@ -84,12 +84,12 @@ impl ReadinessTracker {
     }
 
     /// A (re-)list begins.
-    pub fn begin_list(&mut self) {
+    pub(crate) fn begin_list(&mut self) {
         self.listing = Some(HashSet::new());
     }
 
     /// The (re-)list is complete: slices it did not report were deleted meanwhile.
-    pub fn end_list(&mut self) {
+    pub(crate) fn end_list(&mut self) {
         if let Some(seen) = self.listing.take() {
             self.last.retain(|key, _| seen.contains(key));
         }
@@ -100,6 +100,7 @@ impl ReadinessTracker {
         self.last.len()
     }
 
+    #[cfg(test)]
     /// Whether no slice is tracked.
     pub fn is_empty(&self) -> bool {
         self.last.is_empty()
