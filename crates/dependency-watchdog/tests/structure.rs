@@ -34,6 +34,36 @@ fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
     })
 }
 
+/// The `Visit` methods that pass over what is compiled for tests only (`#[cfg(test)]`
+/// modules, functions, impls and methods): the rules here are about production code.
+macro_rules! pass_over_cfg_test {
+    () => {
+        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+            if !is_cfg_test(&m.attrs) {
+                syn::visit::visit_item_mod(self, m);
+            }
+        }
+
+        fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+            if !is_cfg_test(&f.attrs) {
+                syn::visit::visit_item_fn(self, f);
+            }
+        }
+
+        fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+            if !is_cfg_test(&i.attrs) {
+                syn::visit::visit_item_impl(self, i);
+            }
+        }
+
+        fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+            if !is_cfg_test(&f.attrs) {
+                syn::visit::visit_impl_item_fn(self, f);
+            }
+        }
+    };
+}
+
 /// Every module of the library (not under `cfg(test)`), with its parsed file.
 fn modules(src: &Path) -> BTreeMap<ModPath, syn::File> {
     let mut out = BTreeMap::new();
@@ -136,29 +166,7 @@ impl Refs<'_> {
 }
 
 impl<'ast> Visit<'ast> for Refs<'_> {
-    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
-        if !is_cfg_test(&m.attrs) {
-            syn::visit::visit_item_mod(self, m);
-        }
-    }
-
-    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
-        if !is_cfg_test(&f.attrs) {
-            syn::visit::visit_item_fn(self, f);
-        }
-    }
-
-    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
-        if !is_cfg_test(&i.attrs) {
-            syn::visit::visit_item_impl(self, i);
-        }
-    }
-
-    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
-        if !is_cfg_test(&f.attrs) {
-            syn::visit::visit_impl_item_fn(self, f);
-        }
-    }
+    pass_over_cfg_test!();
 
     fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
         if !is_cfg_test(&u.attrs) {
@@ -474,20 +482,11 @@ fn no_function_on_the_run_path_is_longer_than_eighty_lines() {
     );
 }
 
-/// The identifiers of `file` outside `#[cfg(test)]` modules and items.
+/// The identifiers of `file` outside what is compiled for tests only.
 fn identifiers(file: &syn::File) -> BTreeSet<String> {
     struct Idents(BTreeSet<String>);
     impl<'ast> Visit<'ast> for Idents {
-        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
-            if !is_cfg_test(&m.attrs) {
-                syn::visit::visit_item_mod(self, m);
-            }
-        }
-        fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
-            if !is_cfg_test(&f.attrs) {
-                syn::visit::visit_item_fn(self, f);
-            }
-        }
+        pass_over_cfg_test!();
         fn visit_field(&mut self, f: &'ast syn::Field) {
             if !is_cfg_test(&f.attrs) {
                 syn::visit::visit_field(self, f);
@@ -521,4 +520,82 @@ fn nothing_on_the_run_path_asks_whether_it_is_in_shadow_mode() {
             "prober::{name} names {asking:?}: shadow mode belongs to its executor"
         );
     }
+}
+
+/// The workspace's crates of ours and, per crate, `(dependencies, dev-only dependencies)` of
+/// ours, read from each `crates/*/Cargo.toml`.
+fn crate_graph() -> BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut manifests: BTreeMap<String, String> = BTreeMap::new();
+    for entry in std::fs::read_dir(&crates).expect("crates/") {
+        let dir = entry.expect("crates/ entry").path();
+        let manifest = dir.join("Cargo.toml");
+        if let Ok(text) = std::fs::read_to_string(&manifest) {
+            let name = dir
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            manifests.insert(name, text);
+        }
+    }
+    let ours: BTreeSet<String> = manifests.keys().cloned().collect();
+    let mut graph = BTreeMap::new();
+    for (name, text) in &manifests {
+        let (mut normal, mut dev) = (BTreeSet::new(), BTreeSet::new());
+        let mut section = String::new();
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('[') {
+                section = line.to_owned();
+                continue;
+            }
+            let key = line.split(['.', ' ', '=']).next().unwrap_or_default();
+            if !ours.contains(key) {
+                continue;
+            }
+            match section.as_str() {
+                "[dependencies]" => normal.insert(key.to_owned()),
+                "[dev-dependencies]" => dev.insert(key.to_owned()),
+                _ => false,
+            };
+        }
+        let dev: BTreeSet<String> = dev.difference(&normal).cloned().collect();
+        graph.insert(name.clone(), (normal, dev));
+    }
+    graph
+}
+
+#[test]
+fn docs_architecture_draws_the_crate_graph_the_manifests_have() {
+    let list = |set: &BTreeSet<String>| set.iter().cloned().collect::<Vec<_>>().join(", ");
+    let want: BTreeSet<String> = crate_graph()
+        .into_iter()
+        .map(|(name, (normal, dev))| {
+            let mut line = match normal.is_empty() {
+                true => format!("{name} → (nothing of ours)"),
+                false => format!("{name} → {}", list(&normal)),
+            };
+            if !dev.is_empty() {
+                line.push_str(&format!("; tests → {}", list(&dev)));
+            }
+            line
+        })
+        .collect();
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md");
+    let doc = std::fs::read_to_string(&doc_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", doc_path.display()));
+    let drawn: BTreeSet<String> = doc
+        .split("```text crate-graph\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap_or_else(|| panic!("{} has no ```text crate-graph block", doc_path.display()))
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        drawn,
+        want,
+        "docs/architecture.md's crate graph is not the manifests'; theirs is:\n{}",
+        want.iter().cloned().collect::<Vec<_>>().join("\n")
+    );
 }

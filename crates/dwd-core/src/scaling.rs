@@ -144,6 +144,28 @@ pub fn is_scaling_ignored(annotations: &BTreeMap<String, String>) -> bool {
         .unwrap_or(false)
 }
 
+/// The watchdog's bookkeeping on a target, as its annotations carry it: the one place the
+/// annotations are read (scaling plans here, shadow mode's view of the acting watchdog).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bookkeeping<'a> {
+    /// [`MELTDOWN_ANNOTATION`] is set: a watchdog scaled the target down and has not
+    /// restored it.
+    pub marked: bool,
+    /// [`IGNORE_SCALING_ANNOTATION`] is true ([`is_scaling_ignored`]).
+    pub ignored: bool,
+    /// [`REPLICAS_ANNOTATION`] as written, unparsed ([`recorded_replicas`] parses it).
+    pub record: Option<&'a str>,
+}
+
+/// The bookkeeping `annotations` carry.
+pub fn bookkeeping(annotations: &BTreeMap<String, String>) -> Bookkeeping<'_> {
+    Bookkeeping {
+        marked: annotations.contains_key(MELTDOWN_ANNOTATION),
+        ignored: is_scaling_ignored(annotations),
+        record: annotations.get(REPLICAS_ANNOTATION).map(String::as_str),
+    }
+}
+
 /// What a scaling step needs to know about a target.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TargetSnapshot {
@@ -217,12 +239,13 @@ pub struct TargetPlan {
 ///   shoot is healthy at that point: leaving its controller at 0 behind the marker (which
 ///   keeps gardenlet from scaling it) would be the one outcome that certainly hurts.
 pub fn plan_target(dir: Direction, snapshot: &TargetSnapshot) -> TargetPlan {
-    let has_meltdown = snapshot.annotations.contains_key(MELTDOWN_ANNOTATION);
+    let books = bookkeeping(&snapshot.annotations);
+    let has_meltdown = books.marked;
     let plan = |action| TargetPlan {
         action,
         replicas_problem: None,
     };
-    if is_scaling_ignored(&snapshot.annotations) {
+    if books.ignored {
         return plan(TargetAction::Ignored {
             clear_marker: has_meltdown,
         });

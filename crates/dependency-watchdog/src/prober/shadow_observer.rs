@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION, is_scaling_ignored};
+use dwd_core::scaling::{MELTDOWN_ANNOTATION, bookkeeping};
 pub use dwd_core::shadow::VirtualState;
 use dwd_core::shadow::{ShadowAction, Side};
 use tokio_util::sync::CancellationToken;
@@ -144,14 +144,14 @@ pub(crate) fn acting_state(caches: &SeedCaches, namespace: &str) -> ActingState 
         // The acting watchdog leaves an ignored target alone, a stale marker included (an
         // operator may add `ignore-scaling` to a target it holds down); so does our flow.
         // Read as the scaler reads it (`"false"` or an unparsable value is not ignored).
-        if is_scaling_ignored(&state.annotations) {
+        let books = bookkeeping(&state.annotations);
+        if books.ignored {
             continue;
         }
         replicas.push(format!("{name} {}", state.spec_replicas));
-        if state.annotations.contains_key(MELTDOWN_ANNOTATION) {
-            let recorded = state
-                .annotations
-                .get(REPLICAS_ANNOTATION)
+        if books.marked {
+            let recorded = books
+                .record
                 .map(|r| crate::text::truncate(r, QUOTED_VALUE_LIMIT).into_owned())
                 .unwrap_or_else(|| "none".into());
             marked.push(format!(
