@@ -6,29 +6,37 @@
 //! Deserialized as k8s-openapi `Lease`s and `Node`s, most of the work would go into
 //! `managedFields` (a JSON tree per object, built and dropped again) and fields nobody reads
 //! (a node's images, addresses, capacity, system info); these types let serde skip all of
-//! that. `Api<NodeLease>` and `Api<ProbedNode>` list the same `coordination.k8s.io/v1` leases
-//! and `v1` nodes. They exist only because `kube::Resource` wants a local type with an
-//! `ObjectMeta`: each holds the view and the object's name, nothing else. An object without a
-//! name has no view (it can't be matched to a lease, node or Machine), and reading never fails
-//! on one.
+//! that. [`NodeLease`] and [`ProbedNode`] are the items of the `coordination.k8s.io/v1` lease
+//! and `v1` node lists ([`Listed`], read page by page by `shoot_reads`): each holds its view
+//! and nothing else. An object without a name has no view (it can't be matched to a lease,
+//! node or Machine): reading never fails on one, and it is dropped as its page is decoded.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use dwd_core::ZONE_LABEL;
 use dwd_core::lease::{
-    ConditionView, NOT_MANAGED_BY_MCM_ANNOTATION, NodeLeaseView, NodeView, WORKER_POOL_LABEL,
+    ConditionView, NODE_LEASE_NAMESPACE, NOT_MANAGED_BY_MCM_ANNOTATION, NodeLeaseView, NodeView,
+    WORKER_POOL_LABEL,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// An item of a list the lease probe reads: decoded from the wire straight into its view.
+pub(crate) trait Listed: DeserializeOwned {
+    /// What the decision functions take.
+    type View;
+    /// The list's path on the shoot's apiserver.
+    fn path() -> String;
+    /// The view; `None` for an object without a name.
+    fn into_view(self) -> Option<Self::View>;
+}
 
 /// A `coordination.k8s.io/v1` Lease as the lease probe reads it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RawLease")]
 pub(crate) struct NodeLease {
-    /// Only `name`, for `kube::Resource`.
-    metadata: ObjectMeta,
     /// What decides expiry; `None` for a lease without a name.
     view: Option<NodeLeaseView>,
 }
@@ -54,14 +62,6 @@ struct RawSpec {
     renew_time: Option<MicroTime>,
 }
 
-/// Only the name, as `kube::Resource` hands it out.
-fn named(name: Option<&str>) -> ObjectMeta {
-    ObjectMeta {
-        name: name.map(str::to_owned),
-        ..ObjectMeta::default()
-    }
-}
-
 impl From<RawLease> for NodeLease {
     fn from(raw: RawLease) -> Self {
         // Microseconds are what the wire carries; a time chrono can't hold has no renewal
@@ -71,7 +71,6 @@ impl From<RawLease> for NodeLease {
             .renew_time
             .and_then(|t| DateTime::<Utc>::from_timestamp_micros(t.0.as_microsecond()));
         NodeLease {
-            metadata: named(raw.metadata.name.as_deref()),
             view: raw
                 .metadata
                 .name
@@ -80,9 +79,13 @@ impl From<RawLease> for NodeLease {
     }
 }
 
-impl NodeLease {
-    /// What the decision functions take; `None` for a lease without a name.
-    pub(crate) fn into_view(self) -> Option<NodeLeaseView> {
+impl Listed for NodeLease {
+    type View = NodeLeaseView;
+    fn path() -> String {
+        format!("/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases")
+    }
+
+    fn into_view(self) -> Option<NodeLeaseView> {
         self.view
     }
 }
@@ -92,8 +95,6 @@ impl NodeLease {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(from = "RawNode")]
 pub(crate) struct ProbedNode {
-    /// Only `name`, for `kube::Resource`.
-    metadata: ObjectMeta,
     /// What decides candidacy; `None` for a node without a name.
     view: Option<NodeView>,
 }
@@ -134,7 +135,6 @@ impl From<RawNode> for ProbedNode {
             labels,
             annotations,
         } = raw.metadata;
-        let metadata = named(name.as_deref());
         let view = name.map(|name| {
             let mut labels = labels.unwrap_or_default();
             NodeView {
@@ -156,62 +156,26 @@ impl From<RawNode> for ProbedNode {
                     .collect(),
             }
         });
-        ProbedNode { metadata, view }
+        ProbedNode { view }
     }
 }
 
-impl ProbedNode {
-    /// What the decision functions take; `None` for a node without a name.
-    pub(crate) fn into_view(self) -> Option<NodeView> {
+impl Listed for ProbedNode {
+    type View = NodeView;
+    fn path() -> String {
+        "/api/v1/nodes".into()
+    }
+
+    fn into_view(self) -> Option<NodeView> {
         self.view
     }
 }
-
-/// `kube::Resource` for a slim type: the API coordinates of the full type it is read from.
-macro_rules! slim_resource {
-    ($slim:ty, $scope:ty, kind: $kind:literal, group: $group:literal, plural: $plural:literal) => {
-        impl kube::Resource for $slim {
-            type DynamicType = ();
-            type Scope = $scope;
-
-            fn kind(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($kind)
-            }
-
-            fn group(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($group)
-            }
-
-            fn version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("v1")
-            }
-
-            fn plural(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($plural)
-            }
-
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-
-slim_resource!(NodeLease, k8s_openapi::NamespaceResourceScope,
-    kind: "Lease", group: "coordination.k8s.io", plural: "leases");
-slim_resource!(ProbedNode, k8s_openapi::ClusterResourceScope,
-    kind: "Node", group: "", plural: "nodes");
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::Node;
-    use kube::Resource;
 
     /// A node with everything a kubelet reports, and what the decision reads.
     fn full_node_json() -> serde_json::Value {
@@ -245,7 +209,6 @@ mod tests {
         let json = full_node_json();
         let full: Node = serde_json::from_value(json.clone()).unwrap_or_else(|e| panic!("{e}"));
         let slim: ProbedNode = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(slim.meta().name, full.metadata.name);
         let node = slim
             .into_view()
             .unwrap_or_else(|| panic!("a named node has a view"));
@@ -261,7 +224,10 @@ mod tests {
                 (&full.type_, &full.status, &full.reason)
             );
         }
-        assert_eq!(ProbedNode::url_path(&(), None), "/api/v1/nodes");
+        assert_eq!(
+            ProbedNode::path(),
+            <Node as kube::Resource>::url_path(&(), None)
+        );
     }
 
     #[test]
@@ -313,7 +279,6 @@ mod tests {
         let slim: NodeLease =
             serde_json::from_value(json.clone()).unwrap_or_else(|e| panic!("{e}"));
         let full: Lease = serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(slim.meta().name.as_deref(), Some("node-1"));
         let lease = slim
             .into_view()
             .unwrap_or_else(|| panic!("a named lease has a view"));
@@ -334,8 +299,8 @@ mod tests {
             Some("2026-11-22T08:00:00.123456Z".to_owned())
         );
         assert_eq!(
-            NodeLease::url_path(&(), Some("kube-node-lease")),
-            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+            NodeLease::path(),
+            <Lease as kube::Resource>::url_path(&(), Some(NODE_LEASE_NAMESPACE))
         );
     }
 
