@@ -1484,8 +1484,24 @@ async fn trickling_response_bodies_from_a_shoot_apiserver() -> Result<()> {
         "the trickling shoot was scaled while its runs failed: {seen:?}"
     );
     w.check_invariants("trickled bodies", &[&dog]).await?;
+    let recovered_at = chrono::Utc::now();
     w.recover(&[o, tr]);
     w.stop(dog).await?;
+    // Healthy again only once every kubelet has renewed after the recovery: a run before
+    // that sees the outage's last renewals (stamped a minute old) and rightly scales down.
+    // (A fresh machine's CI once failed here, its first run likely before the renewals.)
+    w.wait(
+        "every lease of the trickling shoot renewed after the recovery",
+        DEADLINE,
+        || async {
+            let renewals = w.shoot(tr).sim.kubelets().renewals();
+            Ok(
+                (!renewals.is_empty() && renewals.values().all(|t| *t >= recovered_at))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
 
     // Only lease lists trickle now, each spread over 4.5 s: longer than the 3 s in which the
     // shoot's leases expire, shorter than probeTimeout.
@@ -1511,11 +1527,20 @@ async fn trickling_response_bodies_from_a_shoot_apiserver() -> Result<()> {
         leases.items.len()
     );
     let want_runs = pick(2.0, 8.0);
+    // The shoot's health is proven from the renewals, not assumed: the oldest lease's age,
+    // sampled at every poll (tens of ms apart), stays well inside the 3 s expiry window.
+    let oldest_lease_age_ms = std::sync::atomic::AtomicI64::new(0);
     dog.wd
         .until("runs of the trickling shoot", || async {
+            let renewals = w.shoot(tr).sim.kubelets().renewals();
+            if let Some(oldest) = renewals.values().min() {
+                let age = (chrono::Utc::now() - *oldest).num_milliseconds();
+                oldest_lease_age_ms.fetch_max(age, Ordering::SeqCst);
+            }
             Ok((dog.runs(&tr_ns).await? >= want_runs).then_some(()))
         })
         .await?;
+    let oldest_lease_age = oldest_lease_age_ms.load(Ordering::SeqCst) as f64 / 1000.0;
     let (runs, api_failed, lease_failed) = (
         dog.runs(&tr_ns).await?,
         // `+ 0.0`: a sum of no series is -0.
@@ -1523,7 +1548,7 @@ async fn trickling_response_bodies_from_a_shoot_apiserver() -> Result<()> {
         dog.lease_failures(&tr_ns).await? + 0.0,
     );
     w.log(&format!(
-        "lease lists trickled over {:.1}s: {runs} runs of the trickling shoot, {api_failed} API server and {lease_failed} lease probe failures",
+        "lease lists trickled over {:.1}s: {runs} runs of the trickling shoot, {api_failed} API server and {lease_failed} lease probe failures; oldest lease seen {oldest_lease_age:.1}s old",
         list_took.as_secs_f64()
     ));
     ensure!(
@@ -1532,8 +1557,14 @@ async fn trickling_response_bodies_from_a_shoot_apiserver() -> Result<()> {
     );
     let seen = touched(since);
     ensure!(
+        oldest_lease_age < 2.5,
+        "the trickling shoot's kubelets lagged: a lease was {oldest_lease_age:.1}s old (expiry 3 s), \
+         so its health, which this phase needs, was not proven (scaled: {seen:?})"
+    );
+    ensure!(
         seen.is_empty(),
-        "the healthy trickling shoot was scaled down (its leases judged when the list ended?): {seen:?}"
+        "the healthy trickling shoot (oldest lease seen {oldest_lease_age:.1}s old, expiry 3 s) \
+         was scaled down (its leases judged when the list ended?): {seen:?}"
     );
     w.check_invariants("lease lists trickled past the expiry window", &[&dog])
         .await?;
