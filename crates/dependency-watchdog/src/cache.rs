@@ -15,6 +15,9 @@
 //! [`STALE_AFTER`] ([`FailureStreak`]), the cache is marked [`SyncState::Stale`] (not ready:
 //! no decision is taken from it and `/readyz` fails, naming it) and the watch is started anew,
 //! which lists everything again; the cache is ready again once that list completed.
+//!
+//! Every feed sends through [`feed_client`]: ahead of every write in the seed budget, and
+//! paused by a seed's `Retry-After` for at most [`FEED_MAX_RETRY_AFTER`].
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -28,6 +31,27 @@ use serde::de::DeserializeOwned;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// The longest pause a seed's `Retry-After` puts on a cache feed's request (a re-watch after
+/// a dropped connection, a re-list). client-go sleeps the server's whole wait; here every
+/// decision and every write's precondition come from these caches, so a seed answering
+/// `Retry-After: 30` to a re-watch would freeze what the scaler sees for 30 s: a write that
+/// conflicted waits for the cache to show the newer version, and a restore stalls with it (the
+/// fault suite's `retry_after_longer_than_the_calls_deadline` held a cluster-autoscaler at 0
+/// past its 25 s bound that way). The scaler waits up to its call timeout for a newer version;
+/// 5 s keeps a cache within that of the seed after a storm, and costs the seed one re-watch per
+/// feed every 5 s while it sheds load (a handful of feeds, rate limited like every request).
+pub(crate) const FEED_MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// A client sending through `seed` (same stack, same buckets) for the lists and watches that
+/// feed a cache: ranked `Priority::WATCH_CACHES` and with its `Retry-After` waits capped at
+/// [`FEED_MAX_RETRY_AFTER`] (see [`crate::request_settings`]).
+pub(crate) fn feed_client(seed: &kube::Client) -> kube::Client {
+    let mut settings = http::Extensions::new();
+    settings.insert(crate::rate_limit::Priority::WATCH_CACHES);
+    settings.insert(crate::retry_after::WaitCap(FEED_MAX_RETRY_AFTER));
+    crate::request_settings::with_settings(seed, settings)
+}
 
 /// Why [`Cache::wait_until`] returned without its condition holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,8 +305,8 @@ impl<T: Send + Sync + 'static> Cache<T> {
 /// Feeds `cache` from a watch on `api` forever (re-listing with backoff on errors), keeping
 /// `project(obj)` of each object. Objects that project to `None` are not cached.
 ///
-/// On the seed, `api` comes from a client at `Priority::WATCH_CACHES`
-/// ([`crate::rate_limit::prioritized`]): ahead of every write in the seed budget.
+/// On the seed, `api` comes from [`feed_client`]: ahead of every write in the seed budget, its
+/// `Retry-After` pauses capped.
 pub(crate) async fn run_cache<K, T, F>(
     api: Api<K>,
     config: watcher::Config,
@@ -677,5 +701,63 @@ mod tests {
             "metadata.name=kube-apiserver"
         );
         assert_eq!(name_field_selector(r"a,b=c\d"), r"metadata.name=a\,b\=c\\d");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_seeds_long_retry_after_pauses_a_feed_for_at_most_its_cap() {
+        use crate::fake_seed::{DEPLOYMENT, FakeSeed};
+        use crate::prober::seed_caches::project_target;
+        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+        let fake = FakeSeed::default();
+        fake.create(&DEPLOYMENT, "shoot--a", "kcm", 3, &[]);
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        );
+        let cache = Cache::new("scaling targets");
+        let api: Api<DynamicObject> = Api::all_with(feed_client(&fake.client()), &resource);
+        let config = watcher::Config::default().fields("metadata.name=kcm");
+        tokio::spawn(run_cache(api, config, cache.clone(), project_target));
+        cache.wait_ready().await;
+
+        // The target changes, then the watch's connection is lost before it could tell (the
+        // re-watch meets `410 Gone`: the feed must list again) while the seed sheds load:
+        // the feed's next request is answered 429 with `Retry-After: 30`.
+        let mut changed = fake.object("deployments", "shoot--a", "kcm");
+        changed["spec"]["replicas"] = serde_json::json!(0);
+        fake.insert("deployments", changed);
+        fake.lock()
+            .fail_requests
+            .push_back(("deployments", 429, Some("30")));
+        fake.expire_watches("deployments");
+        let lost = Instant::now();
+        cache
+            .wait_until("shoot--a", "kcm", Duration::from_secs(60), |s| {
+                s.is_some_and(|s| s.spec_replicas == 0)
+            })
+            .await
+            .unwrap_or_else(|e| {
+                let calls: Vec<_> = fake
+                    .calls_to("deployments")
+                    .iter()
+                    .map(|c| format!("{} {}?{} {}", c.method, c.path, c.query, c.status))
+                    .collect();
+                panic!("the cache did not see the change ({e:?}): {calls:#?}")
+            });
+        // Seen after the capped pause (5 s), not after the 30 s the seed asked for, which
+        // would hold a write that conflicted (and the restore behind it) that long.
+        let took = lost.elapsed();
+        assert!(
+            took >= FEED_MAX_RETRY_AFTER && took < FEED_MAX_RETRY_AFTER + Duration::from_secs(2),
+            "{took:?}"
+        );
+        assert_eq!(
+            fake.calls_to("deployments")
+                .iter()
+                .filter(|c| c.status == 429)
+                .count(),
+            1
+        );
     }
 }

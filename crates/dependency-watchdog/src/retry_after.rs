@@ -83,6 +83,13 @@ pub(crate) fn is_reset_or_eof(error: &(dyn std::error::Error + 'static)) -> bool
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline(pub Instant);
 
+/// The longest `Retry-After` wait a request takes, carried in its extensions: a longer one is
+/// cut to this (the request goes again sooner than the server asked, still at most
+/// [`MAX_RETRIES`] times). For requests without a call deadline whose pause costs more than
+/// the server's load: the watches feeding the seed caches ([`crate::cache::feed_client`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WaitCap(pub Duration);
+
 /// A client sending through `client` (same stack, same budget) whose every request carries
 /// `deadline`: retried only while a `Retry-After` wait ends before it.
 pub fn deadline_client(client: &kube::Client, deadline: Instant) -> kube::Client {
@@ -239,6 +246,7 @@ where
             budget,
         } = self.layer;
         let own_deadline = request.extensions().get::<Deadline>().map(|d| d.0);
+        let cap = request.extensions().get::<WaitCap>().map(|c| c.0);
         Box::pin(async move {
             let started = Instant::now();
             let deadline = [own_deadline, budget.and_then(|b| started.checked_add(b))]
@@ -265,6 +273,7 @@ where
                     ),
                     Err(_) => return result,
                 };
+                let wait = cap.map_or(wait, |cap| wait.min(cap));
                 let Some(body) = replay.as_ref().and_then(ReplayableBody::replay) else {
                     return result;
                 };
@@ -473,6 +482,27 @@ mod tests {
                 "spawned: {spawned}"
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_capped_request_waits_at_most_its_cap_then_goes_again() {
+        let start = Instant::now();
+        let (inner, seen) = server(&[(429, Some("30")), (429, Some("30")), (429, Some("2"))]);
+        let service = RetryAfterLayer::new(MAX_RETRIES, None).layer(inner);
+        let mut request = patch();
+        request
+            .extensions_mut()
+            .insert(WaitCap(Duration::from_secs(5)));
+        let response = service.oneshot(request).await.expect("response");
+        assert_eq!(response.status(), 200);
+        let at: Vec<u64> = seen
+            .lock()
+            .expect("seen")
+            .iter()
+            .map(|s| (s.4 - start).as_secs())
+            .collect();
+        // Asked for 30 s twice, waited 5 s each; a shorter wait than the cap is taken whole.
+        assert_eq!(at, [0, 5, 10, 12]);
     }
 
     #[tokio::test(start_paused = true)]

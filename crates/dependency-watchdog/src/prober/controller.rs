@@ -43,7 +43,6 @@ use tracing::{debug, info, warn};
 use super::ProberContext;
 use super::manager::{EnsureOutcome, ProbeManager};
 use crate::metrics::Metrics;
-use crate::rate_limit::{Priority, prioritized};
 
 pub(crate) use crate::gardener::cluster_gvk;
 
@@ -261,7 +260,7 @@ pub async fn run(
 ) {
     let resource = ApiResource::from_gvk(&cluster_gvk());
     // The Cluster watch feeds a cache like the others: ahead of every write in the seed budget.
-    let feed = prioritized(&ctx.seed, Priority::WATCH_CACHES);
+    let feed = crate::cache::feed_client(&ctx.seed);
     let api: Api<DynamicObject> = Api::all_with(feed, &resource);
     let writer = reflector::store::Writer::new(resource);
     let store: Store<DynamicObject> = writer.as_reader();

@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::cache::{Cache, SyncState, name_field_selector, run_cache, run_optional_cache};
-use crate::rate_limit::{Priority, prioritized};
 
 /// Pause before a target's kind is looked up again after a discovery error that says nothing
 /// about the kind (seed unreachable, 5xx, throttled, forbidden); doubled after each further
@@ -209,7 +208,7 @@ impl SeedCaches {
     ) -> crate::Result<Self> {
         // The watches feeding the caches go ahead of every write in the seed budget (see
         // `Priority::WATCH_CACHES`); discovery below goes at the default priority.
-        let feeds = prioritized(seed, Priority::WATCH_CACHES);
+        let feeds = crate::cache::feed_client(seed);
         let secrets = Cache::new("probe kubeconfig secrets");
         tasks.spawn({
             let api: Api<Secret> = Api::all(feeds.clone());
