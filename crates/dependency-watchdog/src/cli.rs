@@ -70,6 +70,23 @@ pub struct ExplainArgs {
     pub output: OutputFormat,
 }
 
+/// A byte count: digits, optionally followed by `Ki`, `Mi` or `Gi` (Kubernetes' binary
+/// suffixes).
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
+    let (digits, shift) = match s {
+        _ if s.ends_with("Ki") => (&s[..s.len() - 2], 10),
+        _ if s.ends_with("Mi") => (&s[..s.len() - 2], 20),
+        _ if s.ends_with("Gi") => (&s[..s.len() - 2], 30),
+        _ => (s, 0),
+    };
+    let bad = || format!("{s:?} is not a byte count (digits, optionally followed by Ki, Mi or Gi)");
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     dwd_core::parse_go_duration(s).map_err(|e| e.to_string())
 }
@@ -187,6 +204,11 @@ pub struct CommonArgs {
     /// watchDuration (at least 1m).
     #[arg(long, value_name = "DURATION", value_parser = parse_shadow_window)]
     pub shadow_window: Option<Duration>,
+    /// Prober (ours): bytes the probe runs in flight may hold together, their reserves and
+    /// response bodies (e.g. 128Mi). Default: a quarter of the container's memory limit
+    /// (cgroup), or 128Mi without one. See README, "Memory: one limit".
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub run_memory_budget: Option<u64>,
 }
 
 impl CommonArgs {

@@ -10,7 +10,8 @@
 //! critical tasks of the prober and the weeder;
 //! [`config`] loads the config files; [`cli`] and [`logging`] the command line and the log
 //! format; [`rate_limit`], [`retry_after`] and [`request_settings`] the seed client's
-//! per-request behaviour; [`gardener`] the kinds of Gardener's API that are read.
+//! per-request behaviour; [`memory_budget`] the one pool of bytes every probe run in flight
+//! draws on; [`gardener`] the kinds of Gardener's API that are read.
 
 #![forbid(unsafe_code)]
 
@@ -28,6 +29,7 @@ pub mod health;
 pub mod kube_client;
 pub mod leader;
 pub mod logging;
+pub mod memory_budget;
 pub mod metrics;
 pub mod prober;
 pub mod rate_limit;

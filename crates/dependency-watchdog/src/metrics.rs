@@ -255,6 +255,9 @@ pub struct Metrics {
     /// Per shoot: shoot responses cut off because they passed the response limits (a shoot
     /// whose objects are too large to read safely; each also fails its probe run).
     pub oversized_responses: Family<ShootLabels, Counter>,
+    /// The process-wide memory budget of the probe runs in flight (bytes held, capacity,
+    /// refusals): [`crate::memory_budget`].
+    pub run_memory: crate::memory_budget::BudgetMetrics,
     /// Per shoot: last expired-lease fraction.
     pub expired_lease_fraction: Family<ShootLabels, Gauge<f64, AtomicU64>>,
     /// Per shoot and zone: last expired-lease fraction of the zone's candidates (at most
@@ -392,6 +395,26 @@ impl Metrics {
             "oversized_responses",
             "Shoot responses cut off past the response size limits, per shoot",
             self.oversized_responses.clone(),
+        );
+        p.register(
+            "run_memory_held_bytes",
+            "Bytes the probe runs in flight hold of the memory budget (reserves and responses)",
+            self.run_memory.held.clone(),
+        );
+        p.register(
+            "run_memory_capacity_bytes",
+            "The probe runs' memory budget (--run-memory-budget, or a quarter of the container's memory limit)",
+            self.run_memory.capacity.clone(),
+        );
+        p.register(
+            "run_memory_admission_refusals",
+            "Probe runs that waited their probeTimeout for room in the memory budget and failed",
+            self.run_memory.admission_refusals.clone(),
+        );
+        p.register(
+            "run_memory_charge_refusals",
+            "Probe runs failed because a response needed more than the memory budget had left",
+            self.run_memory.charge_refusals.clone(),
         );
         p.register(
             "expired_lease_fraction",
@@ -1002,6 +1025,10 @@ mod tests {
         for name in [
             "dwd_prober_active_probes",
             "dwd_prober_probe_run_duration_seconds_bucket",
+            "dwd_prober_run_memory_held_bytes",
+            "dwd_prober_run_memory_capacity_bytes",
+            "dwd_prober_run_memory_admission_refusals_total",
+            "dwd_prober_run_memory_charge_refusals_total",
             "dwd_leader",
             "dwd_prober_probe_runs",
             "dwd_prober_scale_operations",

@@ -18,7 +18,7 @@ use crate::health::{self, Health};
 use crate::leader::{self, Lost};
 use crate::metrics::Metrics;
 use crate::shadow::Shadow;
-use crate::{Error, Result, events, explain, kube_client, prober, server, weeder};
+use crate::{Error, Result, events, explain, kube_client, memory_budget, prober, server, weeder};
 
 /// The open-files limit to set for the limit `current` (soft, hard; `None` is unlimited):
 /// the soft limit raised to the hard one, or `None` when there is nothing to raise.
@@ -343,10 +343,14 @@ pub async fn run(cli: Cli) -> Result<()> {
             })
             .await?;
             info!(targets = config.dependent_resource_infos.len(), interval = ?config.probe_interval, "prober starting");
+            let run_memory =
+                memory_budget::size(args.run_memory_budget, memory_budget::cgroup_limit());
+            info!(bytes = run_memory.capacity, from = %run_memory.source, "probe runs' memory budget");
             let (metrics, health) = (started.rt.metrics.clone(), started.rt.health.clone());
             run_elected(started.elector, &started.rt, |token| {
                 prober::run(
                     config,
+                    run_memory.capacity,
                     started.seed,
                     metrics,
                     health,

@@ -15,7 +15,7 @@ fn bin() -> Command {
 }
 
 /// docs/behaviour.md §4.1 plus our additive `--log-format`, `--shadow` and `--shadow-window`
-/// (§5).
+/// (§5) and `--run-memory-budget` (§4.1).
 const CONTRACT_FLAGS: &[&str] = &[
     "concurrent-reconciles",
     "config-file",
@@ -31,6 +31,7 @@ const CONTRACT_FLAGS: &[&str] = &[
     "log-format",
     "metrics-bind-addr",
     "pprof-bind-addr",
+    "run-memory-budget",
     "shadow",
     "shadow-window",
     "zap-devel",
@@ -45,6 +46,40 @@ fn flag_set_matches_the_contract() {
     let mut expected: Vec<String> = CONTRACT_FLAGS.iter().map(|s| s.to_string()).collect();
     expected.sort();
     assert_eq!(long_flag_names(), expected);
+}
+
+#[test]
+fn the_run_memory_budget_takes_bytes_with_binary_suffixes_and_a_bad_value_names_the_flag() {
+    let budget = |args: &[&str]| {
+        let mut all = vec!["dependency-watchdog", "prober", "--config-file", "x.yaml"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).map(|cli| match cli.command {
+            dependency_watchdog::cli::Command::Prober(a) => a.run_memory_budget,
+            _ => panic!("prober"),
+        })
+    };
+    assert_eq!(budget(&[]).expect("absent"), None);
+    for (text, bytes) in [
+        ("134217728", 128 << 20),
+        ("128Mi", 128 << 20),
+        ("512Ki", 512 << 10),
+        ("1Gi", 1 << 30),
+    ] {
+        assert_eq!(
+            budget(&["--run-memory-budget", text]).expect(text),
+            Some(bytes),
+            "{text}"
+        );
+    }
+    for bad in ["128MB", "-1", "Mi", "1.5Gi", "99999999999999999999Gi"] {
+        let error = budget(&[&format!("--run-memory-budget={bad}")])
+            .expect_err(bad)
+            .to_string();
+        assert!(
+            error.contains("--run-memory-budget") && error.contains("not a byte count"),
+            "{bad}: {error}"
+        );
+    }
 }
 
 #[test]

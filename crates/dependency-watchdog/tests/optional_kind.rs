@@ -90,6 +90,7 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
         Duration::from_secs(60),
         dependency_watchdog::prober::run(
             config_with_widget(false),
+            dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
             seed.clone(),
             Arc::new(Metrics::default()),
             Arc::new(Health::default()),
@@ -118,6 +119,7 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     let shutdown = CancellationToken::new();
     let prober = tokio::spawn(dependency_watchdog::prober::run(
         config_with_widget(true),
+        dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
         seed.clone(),
         metrics,
         health.clone(),

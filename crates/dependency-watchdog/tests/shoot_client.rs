@@ -79,7 +79,7 @@ async fn client_via(
     PreparedShootConfig::prepare(&yaml, timeout)
         .await
         .expect("kubeconfig")
-        .client(ResponseLimits::DEFAULT)
+        .client(ResponseLimits::DEFAULT, None)
         .expect("client")
 }
 

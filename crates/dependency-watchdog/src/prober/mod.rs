@@ -31,6 +31,7 @@ use tracing::{info, warn};
 use crate::Result;
 use crate::events::{Component, Events, PodRef};
 use crate::health::Health;
+use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::shadow::Shadow;
 use executor::Executors;
@@ -57,6 +58,9 @@ pub struct ProberContext {
     /// Shadow mode's per-shoot states: the acting watchdog's when first seen, our would-be
     /// one (empty in normal operation).
     pub(crate) shadow_states: ShadowStates,
+    /// The one pool of bytes every probe run in flight is admitted to and charged against
+    /// ([`crate::memory_budget`]).
+    pub(crate) memory: Arc<MemoryBudget>,
 }
 
 /// Runs the prober until `shutdown` is cancelled or a critical task dies; in shadow mode when
@@ -67,8 +71,12 @@ pub struct ProberContext {
 /// `--concurrent-reconciles` and ignores it): deciding what a Cluster asks of its probe is
 /// in-memory work of microseconds (no request), done by one loop in event order
 /// ([`controller`]), so there is nothing to run concurrently.
+// Eight dependencies, each named at the call (runtime and tests): a struct bundling them would
+// hide which one a caller forgot.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     config: ProberConfig,
+    run_memory_capacity: u64,
     seed: Client,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -96,6 +104,7 @@ pub async fn run(
         }
         None => Events::start(seed.clone(), Component::Prober, own_pod, metrics.clone()),
     };
+    let memory = MemoryBudget::new(run_memory_capacity, metrics.run_memory.clone());
     let ctx = Arc::new(ProberContext {
         config,
         seed,
@@ -104,6 +113,7 @@ pub async fn run(
         events,
         executors: Executors::of(shadow),
         shadow_states: ShadowStates::default(),
+        memory,
     });
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
     if let Some(shadow) = ctx.executors.shadow() {
@@ -243,6 +253,7 @@ dependentResourceInfos:
             metrics,
             executors: super::executor::Executors::Acting,
             shadow_states: Default::default(),
+            memory: crate::memory_budget::MemoryBudget::unbounded(),
         })
     }
 }

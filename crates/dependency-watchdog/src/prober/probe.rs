@@ -31,6 +31,7 @@ use super::scaler::PlannedFlow;
 use super::shoot_reads;
 use crate::Error;
 use crate::kube_client::{PreparedShootConfig, ResponseLimits, is_response_too_large};
+use crate::memory_budget::{MemoryGrant, NoRunMemory, Standing};
 use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootSeries,
 };
@@ -57,6 +58,9 @@ pub struct RunMemory {
     /// Zones disrupted at the last run that judged zones: the next run publishes an event for
     /// each zone that joins or leaves this set (docs/behaviour.md §2.19).
     pub disrupted_zones: BTreeSet<String>,
+    /// How the last run classed the shoot for the memory budget's admission: suspect after a
+    /// failed or slow run ([`crate::memory_budget`]).
+    pub standing: Standing,
 }
 
 impl RunMemory {
@@ -65,6 +69,7 @@ impl RunMemory {
         RunMemory {
             hysteresis: Hysteresis::from_config(config),
             disrupted_zones: BTreeSet::new(),
+            standing: Standing::default(),
         }
     }
 }
@@ -143,6 +148,8 @@ pub(crate) enum ProbeFailure {
     ShootList(Error),
     /// The Machine cache has not synced yet.
     MachinesNotSynced,
+    /// The memory budget had no room for the run within `probeTimeout`: nothing was sent.
+    NoRunMemory(NoRunMemory),
 }
 
 impl std::fmt::Display for ProbeFailure {
@@ -155,6 +162,7 @@ impl std::fmt::Display for ProbeFailure {
             ProbeFailure::ApiServer(e) => write!(f, "API server probe failed: {e}"),
             ProbeFailure::ShootList(e) => write!(f, "lease probe failed: {e}"),
             ProbeFailure::MachinesNotSynced => f.write_str("machine cache not synced yet"),
+            ProbeFailure::NoRunMemory(e) => write!(f, "API server probe not made: {e}"),
         }
     }
 }
@@ -164,12 +172,25 @@ impl ProbeFailure {
     /// per-shoot failure counter it counts in).
     pub(crate) fn category(&self) -> RunResult {
         match self {
-            ProbeFailure::NoShootClient(_) | ProbeFailure::ApiServer(_) => {
-                RunResult::ApiServerProbeFailed
-            }
+            // Like a kubeconfig that gives no client: the API server could not be asked.
+            ProbeFailure::NoShootClient(_)
+            | ProbeFailure::ApiServer(_)
+            | ProbeFailure::NoRunMemory(_) => RunResult::ApiServerProbeFailed,
             ProbeFailure::SeedCachesNotSynced(_)
             | ProbeFailure::ShootList(_)
             | ProbeFailure::MachinesNotSynced => RunResult::LeaseProbeFailed,
+        }
+    }
+
+    /// Whether the failure is the shoot's doing (its kubeconfig, its answers, or the memory
+    /// its runs need), which makes it suspect for the next admission; not the seed's caches.
+    fn on_the_shoot(&self) -> bool {
+        match self {
+            ProbeFailure::NoShootClient(_)
+            | ProbeFailure::ApiServer(_)
+            | ProbeFailure::ShootList(_)
+            | ProbeFailure::NoRunMemory(_) => true,
+            ProbeFailure::SeedCachesNotSynced(_) | ProbeFailure::MachinesNotSynced => false,
         }
     }
 
@@ -391,6 +412,9 @@ impl Probe {
                 let error = "machine cache not synced yet";
                 warn!(%error, "lease probe failed; no scaling this run");
             }
+            ProbeFailure::NoRunMemory(error) => {
+                warn!(%error, "API server probe not made; no scaling this run");
+            }
         }
     }
 
@@ -425,6 +449,7 @@ impl Probe {
     /// reports either, and the flow the finding calls for is handed over to `executor`.
     pub async fn run_once(&self, memory: &mut RunMemory, executor: &Executor) -> RunOutcome {
         let mut outcome = RunOutcome::default();
+        let started = Instant::now();
         // What waits to be restored, as the executor sees it: asked once, before the probe.
         // Nodes can only change the outcome when a scale-down is building up, a target waits
         // to be restored (see `leases_alone_suffice`), or a zone was disrupted (its recovery
@@ -433,7 +458,19 @@ impl Probe {
         let nodes_may_matter = memory.hysteresis.streaks().1 > 0
             || !memory.disrupted_zones.is_empty()
             || restorable.waiting;
-        match self.probe_shoot(nodes_may_matter).await {
+        // Admitted to the memory budget before anything is sent; the grant is held until the
+        // run's views are dropped (the end of `probe_shoot`).
+        let timeout = self.ctx.config.probe_timeout;
+        let probed = match self.ctx.memory.admit(memory.standing, timeout).await {
+            Err(refused) => Err(ProbeFailure::NoRunMemory(refused)),
+            Ok(grant) => self.probe_shoot(nodes_may_matter, Arc::new(grant)).await,
+        };
+        let on_the_shoot = probed
+            .as_ref()
+            .err()
+            .is_some_and(ProbeFailure::on_the_shoot);
+        memory.standing = Standing::after_run(on_the_shoot, started.elapsed(), timeout);
+        match probed {
             Err(failure) => self.report_failure(failure, &mut outcome, executor),
             Ok(finding) => self.report_finding(finding, memory, restorable, executor),
         }
@@ -642,10 +679,14 @@ impl Probe {
     /// API-server probe, then lease probe: what they found, or why they failed (nothing is
     /// reported here: the caller reports either). Unless `nodes_may_matter`, a run whose
     /// leases are all fresh ends without listing nodes.
-    async fn probe_shoot(&self, nodes_may_matter: bool) -> Result<Finding, ProbeFailure> {
+    async fn probe_shoot(
+        &self,
+        nodes_may_matter: bool,
+        grant: Arc<MemoryGrant>,
+    ) -> Result<Finding, ProbeFailure> {
         let cfg = &self.ctx.config;
         let client = self
-            .shoot_client()
+            .shoot_client(&grant)
             .await
             .map_err(ProbeFailure::NoShootClient)?;
         // 1. API server probe.
@@ -659,7 +700,10 @@ impl Probe {
         //    renewals it carries.
         let listed_at = Utc::now();
         let leases = self
-            .shoot_call("listing node leases", shoot_reads::node_leases(&client))
+            .shoot_call(
+                "listing node leases",
+                shoot_reads::node_leases(&client, Some(&grant)),
+            )
             .await
             .map_err(ProbeFailure::ShootList)?;
         if leases_alone_suffice(
@@ -674,7 +718,7 @@ impl Probe {
             });
         }
         let nodes = self
-            .shoot_call("listing nodes", shoot_reads::nodes(&client))
+            .shoot_call("listing nodes", shoot_reads::nodes(&client, Some(&grant)))
             .await;
         drop(client);
         let nodes = nodes.map_err(ProbeFailure::ShootList)?;
@@ -704,8 +748,9 @@ impl Probe {
         Ok(Finding::Report(report))
     }
 
-    /// A client for this run only, from the secret's current kubeconfig.
-    async fn shoot_client(&self) -> Result<Client, Error> {
+    /// A client for this run only, from the secret's current kubeconfig; its responses are
+    /// charged to the run's `grant`.
+    async fn shoot_client(&self, grant: &Arc<MemoryGrant>) -> Result<Client, Error> {
         #[cfg(test)]
         if let Some(connect) = &self.shoot_connector {
             return Ok(connect());
@@ -742,7 +787,7 @@ impl Probe {
             }
         };
         prepared
-            .client(ResponseLimits::DEFAULT)
+            .client(ResponseLimits::DEFAULT, Some(grant.clone()))
             .map_err(|e| err(e.to_string()))
     }
 

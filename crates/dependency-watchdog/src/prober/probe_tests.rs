@@ -23,7 +23,8 @@ use super::{Probe, ProbeSpec};
 use crate::cache::{Cache, run_cache};
 use crate::events::{Component, Events};
 use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed, Outage};
-use crate::metrics::Metrics;
+use crate::memory_budget::MemoryBudget;
+use crate::metrics::{Metrics, RunLabels, RunResult};
 use crate::prober::seed_caches::{
     SecretKubeconfig, SeedCaches, TargetCache, machine_gvk, project_machine, project_target,
 };
@@ -123,6 +124,18 @@ impl Harness {
         mode: Mode,
         budget: Option<(f32, u32)>,
     ) -> Harness {
+        Harness::launch_in(config, grace, ages, mode, budget, MemoryBudget::unbounded()).await
+    }
+
+    /// [`Harness::launch`], the probe's runs admitted to `memory`.
+    async fn launch_in(
+        config: &str,
+        grace: Duration,
+        ages: [Duration; 3],
+        mode: Mode,
+        budget: Option<(f32, u32)>,
+        memory: Arc<MemoryBudget>,
+    ) -> Harness {
         let config = dwd_core::ProberConfig::from_yaml(&format!(
             "kubeConfigSecretName: probe\n{config}{TARGETS}"
         ))
@@ -177,6 +190,7 @@ impl Harness {
             metrics: metrics.clone(),
             executors: crate::prober::executor::Executors::of(shadow.clone()),
             shadow_states: Default::default(),
+            memory,
         });
         let cancel = CancellationToken::new();
         if let Some(shadow) = &shadow {
@@ -798,3 +812,51 @@ async fn in_shadow_mode_nodes_are_listed_while_we_would_have_the_shoot_scaled_do
 
 #[path = "interleavings_tests.rs"]
 mod interleavings;
+
+#[tokio::test(start_paused = true)]
+async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothing() {
+    use crate::memory_budget::{BudgetMetrics, RUN_RESERVE, Standing};
+    // Room for one run, held by another shoot's run (a slow one) until 62 s.
+    let memory = MemoryBudget::new(RUN_RESERVE, BudgetMetrics::default());
+    let held = memory
+        .admit(Standing::Trusted, Duration::ZERO)
+        .await
+        .expect("room for one");
+    let h = Harness::launch_in(
+        STEADY,
+        GRACE,
+        [EXPIRED; 3],
+        Mode::Normal,
+        None,
+        memory.clone(),
+    )
+    .await;
+    h.until(secs(62)).await;
+    // Every lease expired, but no run got room within its 5 s probe timeout (30, 40, 50,
+    // 60 s): nothing sent to the shoot, nothing scaled; each counted as a failed run.
+    assert!(h.shoot_calls("/version").is_empty());
+    h.assert_no_writes();
+    let failures = h
+        .metrics
+        .probe_runs
+        .get_or_create(&RunLabels {
+            result: RunResult::ApiServerProbeFailed,
+        })
+        .get();
+    assert_eq!(
+        failures, 3,
+        "runs at 30, 40, 50 s refused (60 s still waiting)"
+    );
+    // The slow run ends: the waiting run (suspect now, its last ones failed) gets the room at
+    // once, probes and hands the scale-down over.
+    drop(held);
+    h.until(secs(64)).await;
+    assert_eq!(
+        h.shoot_calls("/version").first().map(|c| c.0),
+        Some(secs(62))
+    );
+    h.until(secs(90)).await;
+    assert!(!h.scaling_writes().is_empty(), "{:?}", h.scaling_writes());
+    assert_eq!(memory.held(), 0, "every run's hold returned");
+    h.stop().await;
+}

@@ -879,6 +879,7 @@ mod tests {
             metrics,
             executors: super::super::executor::Executors::Acting,
             shadow_states: Default::default(),
+            memory: crate::memory_budget::MemoryBudget::unbounded(),
         }
     }
 

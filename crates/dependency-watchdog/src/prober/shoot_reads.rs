@@ -16,6 +16,7 @@ use kube::core::Status;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::slim::{Listed, NodeLease, ProbedNode};
+use crate::memory_budget::MemoryGrant;
 
 /// Leases per page: a lease is a few hundred bytes.
 pub(crate) const LEASE_PAGE: u32 = 500;
@@ -35,16 +36,28 @@ pub(crate) const MAX_PAGES: usize = 1000;
 /// is at most `page_size` views, each no larger than its own bytes on the wire, whatever the
 /// bytes per item (a page of `{}` items costs its body, which the client's
 /// [`crate::kube_client::ResponseLimits`] bound, and nothing more).
+///
+/// The views are charged to the run's `grant` page by page (their bytes, [`Listed::view_bytes`]),
+/// on top of the page bodies the client charged as they arrived: a list whose views the
+/// memory budget can't hold fails the run.
 pub(crate) async fn list_all<L: Listed>(
     shoot: &Client,
     page_size: u32,
+    grant: Option<&MemoryGrant>,
 ) -> kube::Result<Vec<L::View>> {
     let request = kube::core::Request::new(L::path());
     let mut views = Vec::new();
     let mut params = ListParams::default().limit(page_size);
     for _ in 0..MAX_PAGES {
+        let before = views.len();
         let continue_token =
             read_page::<L>(shoot, &request, &params, page_size, &mut views).await?;
+        if let Some(grant) = grant {
+            let bytes = views[before..].iter().map(L::view_bytes).sum::<u64>();
+            grant
+                .charge(bytes)
+                .map_err(|e| kube::Error::Service(Box::new(e)))?;
+        }
         match continue_token.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(views),
@@ -212,14 +225,20 @@ impl<'de, L: Listed> Visitor<'de> for ItemsSeed<'_, L> {
 
 /// The shoot's node leases (`kube-node-lease`), read straight into the views the lease probe
 /// judges; a lease without a name has none and is left out.
-pub(crate) async fn node_leases(shoot: &Client) -> kube::Result<Vec<NodeLeaseView>> {
-    list_all::<NodeLease>(shoot, LEASE_PAGE).await
+pub(crate) async fn node_leases(
+    shoot: &Client,
+    grant: Option<&MemoryGrant>,
+) -> kube::Result<Vec<NodeLeaseView>> {
+    list_all::<NodeLease>(shoot, LEASE_PAGE, grant).await
 }
 
 /// The shoot's nodes, read straight into the views the lease probe judges; a node without a
 /// name has none and is left out (it can't be matched to a lease or a Machine).
-pub async fn nodes(shoot: &Client) -> kube::Result<Vec<NodeView>> {
-    list_all::<ProbedNode>(shoot, NODE_PAGE).await
+pub(crate) async fn nodes(
+    shoot: &Client,
+    grant: Option<&MemoryGrant>,
+) -> kube::Result<Vec<NodeView>> {
+    list_all::<ProbedNode>(shoot, NODE_PAGE, grant).await
 }
 
 #[cfg(test)]
@@ -298,7 +317,7 @@ mod tests {
             for body in &bodies {
                 let body = body.clone().into_bytes();
                 let shoot = fake_shoot(move |_| body.clone()).await;
-                let error = node_leases(&shoot)
+                let error = node_leases(&shoot, None)
                     .await
                     .expect_err("an unparsable body fails the read");
                 // As `Probe::report_failure` logs a failure, and every other way a call site
@@ -382,19 +401,57 @@ mod tests {
             }
         })
         .await;
-        let leases = node_leases(&shoot).await.expect("two pages");
+        let leases = node_leases(&shoot, None).await.expect("two pages");
         let names: Vec<&str> = leases.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         let empty =
             fake_shoot(|_| br#"{"kind":"LeaseList","metadata":{},"items":null}"#.to_vec()).await;
-        assert!(node_leases(&empty).await.expect("an empty list").is_empty());
+        assert!(
+            node_leases(&empty, None)
+                .await
+                .expect("an empty list")
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_views_of_each_page_are_charged_to_the_runs_grant() {
+        use crate::memory_budget::{
+            BudgetMetrics, MemoryBudget, NoRunMemory, RUN_FLOOR, RUN_RESERVE, Standing,
+        };
+        let shoot = fake_shoot(|request_line| {
+            if request_line.contains("continue=next") {
+                lease_page(&[named_lease("b")], None)
+            } else {
+                lease_page(&[named_lease("a")], Some("next"))
+            }
+        })
+        .await;
+        let budget = MemoryBudget::new(4 * RUN_RESERVE, BudgetMetrics::default());
+        let grant = budget
+            .admit(Standing::Trusted, std::time::Duration::from_secs(1))
+            .await
+            .expect("room");
+        // Spend the floor, so what the views are charged shows as held.
+        grant.charge(RUN_FLOOR).expect("the floor");
+        let leases = node_leases(&shoot, Some(&grant)).await.expect("two pages");
+        let view_bytes: u64 = leases.iter().map(NodeLease::view_bytes).sum();
+        assert_eq!(budget.held(), RUN_RESERVE + view_bytes);
+        // A list whose views the budget can't hold fails the read.
+        grant
+            .charge(3 * RUN_RESERVE - view_bytes)
+            .expect("the rest of the pool");
+        let error = node_leases(&shoot, Some(&grant))
+            .await
+            .expect_err("no room for the views");
+        assert!(crate::error::caused_by::<NoRunMemory>(&error), "{error}");
     }
 
     #[tokio::test]
     async fn a_page_with_more_items_than_asked_for_fails_the_read() {
         // 3 bytes an item on the wire: 500,001 of them would decode to as many objects.
         let shoot = fake_shoot(|_| lease_page(&vec![serde_json::json!({}); 501], None)).await;
-        let error = node_leases(&shoot)
+        let error = node_leases(&shoot, None)
             .await
             .expect_err("501 items in a page of 500");
         assert!(

@@ -11,8 +11,6 @@
 //! and nothing else. An object without a name has no view (it can't be matched to a lease,
 //! node or Machine): reading never fails on one, and it is dropped as its page is decoded.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
 use dwd_core::ZONE_LABEL;
 use dwd_core::lease::{
@@ -31,6 +29,14 @@ pub(crate) trait Listed: DeserializeOwned {
     fn path() -> String;
     /// The view; `None` for an object without a name.
     fn into_view(self) -> Option<Self::View>;
+    /// The bytes `view` holds, its slot in the run's list and what its strings and
+    /// conditions allocated (charged to the run's memory grant).
+    fn view_bytes(view: &Self::View) -> u64;
+}
+
+/// What a string holds on the heap: its capacity, at least one allocation's minimum.
+fn string_bytes(s: &str) -> usize {
+    s.len().max(16)
 }
 
 /// A `coordination.k8s.io/v1` Lease as the lease probe reads it.
@@ -88,6 +94,10 @@ impl Listed for NodeLease {
     fn into_view(self) -> Option<NodeLeaseView> {
         self.view
     }
+
+    fn view_bytes(view: &NodeLeaseView) -> u64 {
+        (std::mem::size_of::<NodeLeaseView>() + string_bytes(&view.name)) as u64
+    }
 }
 
 /// A `v1` Node as the lease probe reads it: name, worker pool and zone labels, the
@@ -110,14 +120,130 @@ struct RawNode {
 #[derive(Deserialize, Default)]
 struct RawNodeMeta {
     name: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    labels: Option<NodeLabels>,
+    #[serde(default)]
+    annotations: Option<NodeAnnotations>,
+}
+
+/// The two labels the probe reads, picked while the node's labels are decoded: the others
+/// (a tenant's, any number of them) are skipped, never built. A map of every label would cost
+/// about 16 times its bytes on the wire (`"a":"b",` is 8 bytes; a map entry with two strings
+/// over 100), so one 16 MiB page of labels would have held 256 MiB for a moment.
+#[derive(Default)]
+struct NodeLabels {
+    pool: Option<String>,
+    zone: Option<String>,
+}
+
+/// Whether the node carries [`NOT_MANAGED_BY_MCM_ANNOTATION`], read as [`NodeLabels`] are:
+/// no other annotation is built.
+#[derive(Default)]
+struct NodeAnnotations {
+    not_managed_by_mcm: bool,
+}
+
+/// A key of a node's labels or annotations, as far as the probe cares: which of the ones it
+/// reads, compared without copying it.
+enum NodeKey {
+    Pool,
+    Zone,
+    NotManagedByMcm,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for NodeKey {
+    fn deserialize<D: serde::Deserializer<'de>>(decoder: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl serde::de::Visitor<'_> for KeyVisitor {
+            type Value = NodeKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a label or annotation key")
+            }
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<NodeKey, E> {
+                Ok(match key {
+                    WORKER_POOL_LABEL => NodeKey::Pool,
+                    ZONE_LABEL => NodeKey::Zone,
+                    NOT_MANAGED_BY_MCM_ANNOTATION => NodeKey::NotManagedByMcm,
+                    _ => NodeKey::Other,
+                })
+            }
+        }
+        decoder.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Visits a node's labels or annotations map, handing each key the probe reads to `keep`
+/// with its value, and skipping every other value without building it.
+fn visit_node_map<'de, A: serde::de::MapAccess<'de>>(
+    mut map: A,
+    mut keep: impl FnMut(NodeKey, String),
+) -> Result<(), A::Error> {
+    while let Some(key) = map.next_key::<NodeKey>()? {
+        match key {
+            NodeKey::Other => {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+            key => keep(key, map.next_value::<String>()?),
+        }
+    }
+    Ok(())
+}
+
+impl<'de> Deserialize<'de> for NodeLabels {
+    fn deserialize<D: serde::Deserializer<'de>>(decoder: D) -> Result<Self, D::Error> {
+        struct LabelsVisitor;
+        impl<'de> serde::de::Visitor<'de> for LabelsVisitor {
+            type Value = NodeLabels;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a node's labels")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<NodeLabels, A::Error> {
+                let mut labels = NodeLabels::default();
+                visit_node_map(map, |key, value| match key {
+                    NodeKey::Pool => labels.pool = Some(value),
+                    NodeKey::Zone => labels.zone = Some(value),
+                    NodeKey::NotManagedByMcm | NodeKey::Other => {}
+                })?;
+                Ok(labels)
+            }
+        }
+        decoder.deserialize_map(LabelsVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeAnnotations {
+    fn deserialize<D: serde::Deserializer<'de>>(decoder: D) -> Result<Self, D::Error> {
+        struct AnnotationsVisitor;
+        impl<'de> serde::de::Visitor<'de> for AnnotationsVisitor {
+            type Value = NodeAnnotations;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a node's annotations")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<NodeAnnotations, A::Error> {
+                let mut annotations = NodeAnnotations::default();
+                visit_node_map(map, |key, _value| {
+                    if let NodeKey::NotManagedByMcm = key {
+                        annotations.not_managed_by_mcm = true;
+                    }
+                })?;
+                Ok(annotations)
+            }
+        }
+        decoder.deserialize_map(AnnotationsVisitor)
+    }
 }
 
 #[derive(Deserialize, Default)]
 struct RawNodeStatus {
     #[serde(default)]
-    conditions: Option<Vec<RawCondition>>,
+    conditions: Option<NodeConditions>,
 }
 
 #[derive(Deserialize)]
@@ -128,6 +254,48 @@ struct RawCondition {
     reason: Option<String>,
 }
 
+/// More conditions than a node has: a kubelet reports five, node-problem-detector and
+/// Gardener's in-place updates add a handful. A node with more fails its page: a tenant's
+/// `{"type":"a","status":"b"}` conditions (26 bytes on the wire, about 130 decoded) must not
+/// multiply a page's memory.
+pub(crate) const MAX_NODE_CONDITIONS: usize = 256;
+
+/// A node's conditions, decoded straight into views and failing past
+/// [`MAX_NODE_CONDITIONS`].
+struct NodeConditions(Vec<ConditionView>);
+
+impl<'de> Deserialize<'de> for NodeConditions {
+    fn deserialize<D: serde::Deserializer<'de>>(decoder: D) -> Result<Self, D::Error> {
+        struct ConditionsVisitor;
+        impl<'de> serde::de::Visitor<'de> for ConditionsVisitor {
+            type Value = NodeConditions;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a node's conditions")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<NodeConditions, A::Error> {
+                let mut conditions = Vec::new();
+                while let Some(c) = seq.next_element::<RawCondition>()? {
+                    if conditions.len() == MAX_NODE_CONDITIONS {
+                        return Err(serde::de::Error::custom(format!(
+                            "a node holds more than {MAX_NODE_CONDITIONS} conditions"
+                        )));
+                    }
+                    conditions.push(ConditionView {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                    });
+                }
+                Ok(NodeConditions(conditions))
+            }
+        }
+        decoder.deserialize_seq(ConditionsVisitor)
+    }
+}
+
 impl From<RawNode> for ProbedNode {
     fn from(raw: RawNode) -> Self {
         let RawNodeMeta {
@@ -136,24 +304,13 @@ impl From<RawNode> for ProbedNode {
             annotations,
         } = raw.metadata;
         let view = name.map(|name| {
-            let mut labels = labels.unwrap_or_default();
+            let labels = labels.unwrap_or_default();
             NodeView {
                 name,
-                pool: labels.remove(WORKER_POOL_LABEL),
-                zone: labels.remove(ZONE_LABEL),
-                not_managed_by_mcm: annotations
-                    .is_some_and(|a| a.contains_key(NOT_MANAGED_BY_MCM_ANNOTATION)),
-                conditions: raw
-                    .status
-                    .conditions
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|c| ConditionView {
-                        type_: c.type_,
-                        status: c.status,
-                        reason: c.reason,
-                    })
-                    .collect(),
+                pool: labels.pool,
+                zone: labels.zone,
+                not_managed_by_mcm: annotations.is_some_and(|a| a.not_managed_by_mcm),
+                conditions: raw.status.conditions.map(|c| c.0).unwrap_or_default(),
             }
         });
         ProbedNode { view }
@@ -168,6 +325,25 @@ impl Listed for ProbedNode {
 
     fn into_view(self) -> Option<NodeView> {
         self.view
+    }
+
+    fn view_bytes(view: &NodeView) -> u64 {
+        let optional = |s: &Option<String>| s.as_deref().map_or(0, string_bytes);
+        let conditions: usize = view
+            .conditions
+            .iter()
+            .map(|c| {
+                std::mem::size_of::<ConditionView>()
+                    + string_bytes(&c.type_)
+                    + string_bytes(&c.status)
+                    + optional(&c.reason)
+            })
+            .sum();
+        (std::mem::size_of::<NodeView>()
+            + string_bytes(&view.name)
+            + optional(&view.pool)
+            + optional(&view.zone)
+            + conditions) as u64
     }
 }
 
@@ -319,5 +495,46 @@ mod tests {
                 })
             );
         }
+    }
+
+    #[test]
+    fn a_nodes_other_labels_and_annotations_are_skipped_and_too_many_conditions_fail() {
+        // 10,000 labels of a tenant's (not all strings) around the two the probe reads.
+        let mut labels = serde_json::Map::new();
+        for i in 0..10_000 {
+            labels.insert(format!("tenant.example/{i}"), serde_json::json!(i));
+        }
+        labels.insert(WORKER_POOL_LABEL.into(), serde_json::json!("pool-a"));
+        labels.insert(ZONE_LABEL.into(), serde_json::json!("eu-1a"));
+        let node = serde_json::json!({
+            "metadata": {"name": "n", "labels": labels,
+                         "annotations": {"x": {"nested": [1, 2]}, NOT_MANAGED_BY_MCM_ANNOTATION: ""}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        });
+        let slim: ProbedNode = serde_json::from_value(node).unwrap_or_else(|e| panic!("{e}"));
+        let view = slim.into_view().expect("named");
+        assert_eq!(view.pool.as_deref(), Some("pool-a"));
+        assert_eq!(view.zone.as_deref(), Some("eu-1a"));
+        assert!(view.not_managed_by_mcm);
+        assert_eq!(view.conditions.len(), 1);
+
+        let conditions = |n: usize| {
+            let list: Vec<_> = (0..n)
+                .map(|i| serde_json::json!({"type": format!("C{i}"), "status": "False"}))
+                .collect();
+            serde_json::json!({"metadata": {"name": "n"}, "status": {"conditions": list}})
+        };
+        let at_most: ProbedNode = serde_json::from_value(conditions(MAX_NODE_CONDITIONS))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            at_most.into_view().expect("named").conditions.len(),
+            MAX_NODE_CONDITIONS
+        );
+        let error = serde_json::from_value::<ProbedNode>(conditions(MAX_NODE_CONDITIONS + 1))
+            .expect_err("one condition too many");
+        assert!(
+            error.to_string().contains("more than 256 conditions"),
+            "{error}"
+        );
     }
 }

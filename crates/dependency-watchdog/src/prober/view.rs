@@ -18,12 +18,12 @@ pub use super::seed_caches::KUBECONFIG_KEY;
 /// The shoot's Nodes, read by the lease probe's own read into the views it judges; an error
 /// from the shoot's apiserver has its messages cut as the prober cuts them.
 pub(crate) async fn shoot_nodes(shoot: &Client) -> kube::Result<Vec<NodeView>> {
-    shoot_reads::nodes(shoot).await.map_err(bounded)
+    shoot_reads::nodes(shoot, None).await.map_err(bounded)
 }
 
 /// The shoot's node Leases, read as the lease probe reads them (errors as [`shoot_nodes`]).
 pub(crate) async fn shoot_node_leases(shoot: &Client) -> kube::Result<Vec<NodeLeaseView>> {
-    shoot_reads::node_leases(shoot).await.map_err(bounded)
+    shoot_reads::node_leases(shoot, None).await.map_err(bounded)
 }
 
 /// The Machines of shoot `namespace` on the seed, as the prober's Machine cache keeps them

@@ -647,6 +647,7 @@ pub fn spawn_prober_with_shadow(
                 .expect("seed client");
             let result = dependency_watchdog::prober::run(
                 config,
+                dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
                 client,
                 metrics,
                 health,

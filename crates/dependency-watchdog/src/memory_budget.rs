@@ -1,0 +1,534 @@
+//! One memory budget for every probe run in flight (issue 24): a bound an operator's memory
+//! limit can rely on, whatever hundreds of tenants' shoots do.
+//!
+//! Per run, the shoot client already bounds what one run may receive (16 MiB a response,
+//! 64 MiB a run: `kube_client::ResponseLimits`); nothing bounded the sum. Two things grow it:
+//! runs that wait on slow shoots (each holds a connection, TLS state, buffers and tasks while
+//! it waits) and runs that receive large answers. Both are charged here, in bytes, against one
+//! process-wide pool:
+//!
+//! - every run is **admitted** before it opens its connection: it reserves [`RUN_RESERVE`]
+//!   bytes, what a run in flight costs before its first response byte plus a floor for a
+//!   healthy shoot's small answers;
+//! - every response byte past that floor is **charged** to the pool as it arrives, before
+//!   anything buffers it; a charge the pool can't give fails that run at once, alone;
+//! - the reserve and the charges return to the pool when the run ends (its [`MemoryGrant`] is
+//!   dropped).
+//!
+//! So the runs in flight never hold more than the pool's capacity, however many shoots are
+//! slow or send fat answers; README ("Memory: one limit") states the whole formula.
+//!
+//! **Fairness.** A shoot whose last run failed or took longer than half its `probeTimeout` is
+//! [`Standing::Suspect`]; suspect runs together may hold at most half of the pool. A slow or
+//! hostile shoot is suspect from its second run on, so however many there are they fill only
+//! their half, and the shoots that answer promptly keep the other half, where a run holds its
+//! reserve for milliseconds. The worst a healthy shoot meets is a full trusted half, held by
+//! shoots that were prompt until this run: each such run ends within its own `probeTimeout`
+//! and is suspect next time. A run waits for admission at most its `probeTimeout`; then it
+//! fails ("no memory for the run": no scaling, as for any failed run).
+//!
+//! Why hand-written on `tokio::sync::Semaphore` rather than a crate: the two nested limits
+//! (class and pool), the non-blocking charges while a body streams and the release of
+//! everything at the run's end are a few lines over tokio's fair semaphore, which queues the
+//! admissions first come, first served.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// What a run reserves at admission: 128 KiB for a run in flight before its first response
+/// byte (connection, TLS state, HTTP buffers, the client's tasks: the hostile bench measured
+/// about 0.1 MiB per run waiting on a slow shoot), plus a floor of [`RUN_FLOOR`] for the
+/// answers of a healthy shoot, which so never draws on the shared pool.
+pub const RUN_RESERVE: u64 = (128 << 10) + RUN_FLOOR;
+
+/// The part of [`RUN_RESERVE`] a run's response bytes use first: `GET /version` and the
+/// lease list of a shoot with 100 nodes (about 45 KiB) fit.
+pub const RUN_FLOOR: u64 = 64 << 10;
+
+/// The smallest pool: room for 64 runs in flight whatever the container's limit says.
+pub const MIN_CAPACITY: u64 = 64 * RUN_RESERVE;
+
+/// The pool without a memory limit to derive it from, nor a flag: 128 MiB (a quarter of the
+/// 512 MiB limit `deploy/prober/deployment.yaml` sets).
+pub const DEFAULT_CAPACITY: u64 = 128 << 20;
+
+/// The share of a container's memory limit given to runs in flight; the rest is the base
+/// (caches, per-shoot state, the runtime): see README, "Memory: one limit".
+pub const LIMIT_SHARE: f64 = 0.25;
+
+/// How a shoot's runs are classed (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Standing {
+    /// Its last run ended promptly, or it has not run yet.
+    #[default]
+    Trusted,
+    /// Its last run failed or took longer than half its `probeTimeout`.
+    Suspect,
+}
+
+impl Standing {
+    /// The standing a run earns for the next one: `failed`, or `took` more than half of
+    /// `probe_timeout`, makes the shoot suspect.
+    pub fn after_run(failed: bool, took: Duration, probe_timeout: Duration) -> Standing {
+        if failed || took > probe_timeout / 2 {
+            Standing::Suspect
+        } else {
+            Standing::Trusted
+        }
+    }
+}
+
+/// Why a run got no memory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoRunMemory {
+    /// Admission waited its whole limit.
+    #[error(
+        "no memory for the run: waited {waited:?} for {RUN_RESERVE} bytes of the runs' memory budget ({capacity} bytes, held by other runs in flight)"
+    )]
+    Admission {
+        /// How long it waited.
+        waited: Duration,
+        /// The pool's capacity.
+        capacity: u64,
+    },
+    /// A response needed more than the pool had left.
+    #[error(
+        "no memory for the run: a response needed {wanted} more bytes than the runs' memory budget ({capacity} bytes) had left"
+    )]
+    Exhausted {
+        /// Bytes the charge asked for.
+        wanted: u64,
+        /// The pool's capacity.
+        capacity: u64,
+    },
+}
+
+/// Where the pool's capacity came from, for the start-up log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sizing {
+    /// Bytes.
+    pub capacity: u64,
+    /// In words: the flag, the container's limit, or the default.
+    pub source: String,
+}
+
+/// The pool's capacity: `flag` when given, else [`LIMIT_SHARE`] of the container's memory
+/// limit (`cgroup_limit`, bytes) when one is set, else [`DEFAULT_CAPACITY`]; never below
+/// [`MIN_CAPACITY`].
+pub fn size(flag: Option<u64>, cgroup_limit: Option<u64>) -> Sizing {
+    let (capacity, source) = match (flag, cgroup_limit) {
+        (Some(bytes), _) => (bytes, "--run-memory-budget".to_owned()),
+        (None, Some(limit)) => {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let share = (limit as f64 * LIMIT_SHARE) as u64;
+            (
+                share,
+                format!("{LIMIT_SHARE} of the container's memory limit ({limit} bytes)"),
+            )
+        }
+        (None, None) => (
+            DEFAULT_CAPACITY,
+            "the default (no container memory limit found)".to_owned(),
+        ),
+    };
+    if capacity < MIN_CAPACITY {
+        return Sizing {
+            capacity: MIN_CAPACITY,
+            source: format!("the minimum (64 runs; {source} gives {capacity} bytes)"),
+        };
+    }
+    Sizing { capacity, source }
+}
+
+/// The container's memory limit in bytes, from the cgroup v2 `memory.max` or the cgroup v1
+/// `memory.limit_in_bytes` text (`None`: no limit, or the file does not hold one).
+pub fn cgroup_limit_from(
+    v2_memory_max: Option<&str>,
+    v1_limit_in_bytes: Option<&str>,
+) -> Option<u64> {
+    if let Some(text) = v2_memory_max {
+        // "max" is no limit.
+        return text.trim().parse::<u64>().ok();
+    }
+    // cgroup v1 says "no limit" with a huge number (the page-rounded i64 maximum).
+    let limit = v1_limit_in_bytes?.trim().parse::<u64>().ok()?;
+    (limit < 1 << 60).then_some(limit)
+}
+
+/// The container's memory limit, read from the process's cgroup files (see
+/// [`cgroup_limit_from`]).
+pub fn cgroup_limit() -> Option<u64> {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    cgroup_limit_from(
+        read("/sys/fs/cgroup/memory.max").as_deref(),
+        read("/sys/fs/cgroup/memory/memory.limit_in_bytes").as_deref(),
+    )
+}
+
+/// The metrics of the pool (registered by `crate::metrics`).
+#[derive(Debug, Clone, Default)]
+pub struct BudgetMetrics {
+    /// Bytes held by runs in flight (reserves and charges).
+    pub held: Gauge,
+    /// The pool's capacity.
+    pub capacity: Gauge,
+    /// Runs that got no memory: waited out their admission.
+    pub admission_refusals: Counter,
+    /// Runs that got no memory: a response's charge was refused.
+    pub charge_refusals: Counter,
+}
+
+/// The process-wide pool of bytes for runs in flight. One per process, shared through the
+/// prober's context.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    capacity: u64,
+    /// Every byte held by a run, trusted or suspect.
+    pool: Arc<Semaphore>,
+    /// The bytes suspect runs may hold: half the pool.
+    suspect: Arc<Semaphore>,
+    metrics: BudgetMetrics,
+}
+
+/// A semaphore's permit count for `bytes` (its permits are bytes; it holds at most
+/// `Semaphore::MAX_PERMITS`).
+fn permits(bytes: u64) -> usize {
+    usize::try_from(bytes)
+        .unwrap_or(usize::MAX)
+        .min(Semaphore::MAX_PERMITS)
+}
+
+/// `bytes` as one acquisition (tokio takes at most `u32::MAX` permits at once).
+fn acquisition(bytes: u64) -> Option<u32> {
+    u32::try_from(bytes).ok()
+}
+
+impl MemoryBudget {
+    /// A pool of `capacity` bytes (at least one [`RUN_RESERVE`]).
+    pub fn new(capacity: u64, metrics: BudgetMetrics) -> Arc<Self> {
+        let capacity = capacity.max(RUN_RESERVE);
+        metrics
+            .capacity
+            .set(i64::try_from(capacity).unwrap_or(i64::MAX));
+        Arc::new(MemoryBudget {
+            capacity,
+            pool: Arc::new(Semaphore::new(permits(capacity))),
+            suspect: Arc::new(Semaphore::new(
+                permits(capacity / 2).max(permits(RUN_RESERVE)),
+            )),
+            metrics,
+        })
+    }
+
+    /// A pool too large to ever refuse (tests that are not about memory).
+    #[cfg(test)]
+    pub(crate) fn unbounded() -> Arc<Self> {
+        Self::new(1 << 50, BudgetMetrics::default())
+    }
+
+    /// Bytes held by runs in flight now.
+    pub fn held(&self) -> u64 {
+        let available = self.pool.available_permits() as u64;
+        self.capacity.saturating_sub(available)
+    }
+
+    fn publish(&self) {
+        self.metrics
+            .held
+            .set(i64::try_from(self.held()).unwrap_or(i64::MAX));
+    }
+
+    /// Admits a run of a shoot of `standing`: waits (first come, first served) at most `wait`
+    /// for its [`RUN_RESERVE`].
+    pub async fn admit(
+        self: &Arc<Self>,
+        standing: Standing,
+        wait: Duration,
+    ) -> Result<MemoryGrant, NoRunMemory> {
+        let refused = || {
+            self.metrics.admission_refusals.inc();
+            NoRunMemory::Admission {
+                waited: wait,
+                capacity: self.capacity,
+            }
+        };
+        let reserve = acquisition(RUN_RESERVE).unwrap_or(u32::MAX);
+        let acquire = async {
+            let class = match standing {
+                Standing::Trusted => None,
+                Standing::Suspect => Some(
+                    self.suspect
+                        .clone()
+                        .acquire_many_owned(reserve)
+                        .await
+                        .ok()?,
+                ),
+            };
+            let pool = self.pool.clone().acquire_many_owned(reserve).await.ok()?;
+            Some((pool, class))
+        };
+        let Ok(Some((pool, class))) = tokio::time::timeout(wait, acquire).await else {
+            return Err(refused());
+        };
+        self.publish();
+        Ok(MemoryGrant {
+            budget: self.clone(),
+            permits: Mutex::new(Some((pool, class))),
+            floor_left: AtomicU64::new(RUN_FLOOR),
+        })
+    }
+}
+
+/// One run's hold on the pool: its reserve and what its responses were charged. Everything
+/// returns to the pool when it is dropped (the run's end).
+#[derive(Debug)]
+pub struct MemoryGrant {
+    budget: Arc<MemoryBudget>,
+    /// The pool's permits and, for a suspect run, its class's (taken out when dropped).
+    permits: Mutex<Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>>,
+    /// What is left of the reserve's floor for response bytes.
+    floor_left: AtomicU64,
+}
+
+impl MemoryGrant {
+    /// Charges `bytes` of a response that just arrived: from the floor while it lasts, then
+    /// from the pool (and the class's share), without waiting. A refusal fails the run.
+    pub fn charge(&self, bytes: u64) -> Result<(), NoRunMemory> {
+        let from_floor = self
+            .floor_left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                Some(left.saturating_sub(bytes))
+            })
+            .unwrap_or(0)
+            .min(bytes);
+        let rest = bytes - from_floor;
+        if rest == 0 {
+            return Ok(());
+        }
+        let budget = &self.budget;
+        let refused = || {
+            budget.metrics.charge_refusals.inc();
+            NoRunMemory::Exhausted {
+                wanted: rest,
+                capacity: budget.capacity,
+            }
+        };
+        let n = acquisition(rest).ok_or_else(refused)?;
+        let mut held = self.permits.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((pool, class)) = held.as_mut() else {
+            return Err(refused());
+        };
+        let class_permit = match class {
+            Some(_) => Some(
+                budget
+                    .suspect
+                    .clone()
+                    .try_acquire_many_owned(n)
+                    .map_err(|_| refused())?,
+            ),
+            None => None,
+        };
+        let pool_permit = budget
+            .pool
+            .clone()
+            .try_acquire_many_owned(n)
+            .map_err(|_| refused())?;
+        pool.merge(pool_permit);
+        if let (Some(class), Some(more)) = (class.as_mut(), class_permit) {
+            class.merge(more);
+        }
+        drop(held);
+        budget.publish();
+        Ok(())
+    }
+}
+
+impl Drop for MemoryGrant {
+    fn drop(&mut self) {
+        // Released here rather than by the fields' own drop after this, so the gauge sees it.
+        drop(
+            self.permits
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        self.budget.publish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// A pool of room for `runs` reserves.
+    fn pool(runs: u64) -> Arc<MemoryBudget> {
+        MemoryBudget::new(runs * RUN_RESERVE, BudgetMetrics::default())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn runs_past_the_capacity_wait_first_come_first_served_then_are_refused() {
+        let budget = pool(2);
+        let a = budget.admit(Standing::Trusted, WAIT).await.expect("a");
+        let _b = budget.admit(Standing::Trusted, WAIT).await.expect("b");
+        assert_eq!(budget.held(), 2 * RUN_RESERVE);
+        // The third waits for a run to end: admitted the moment `a` ends.
+        let third = tokio::spawn({
+            let budget = budget.clone();
+            async move { budget.admit(Standing::Trusted, WAIT).await }
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!third.is_finished());
+        drop(a);
+        let started = tokio::time::Instant::now();
+        let _c = third.await.expect("task").expect("admitted once a ended");
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        // A fourth waits its whole limit and is refused.
+        let started = tokio::time::Instant::now();
+        let refused = budget
+            .admit(Standing::Trusted, WAIT)
+            .await
+            .expect_err("full");
+        assert_eq!(started.elapsed(), WAIT);
+        assert!(
+            matches!(refused, NoRunMemory::Admission { .. }),
+            "{refused}"
+        );
+        assert_eq!(budget.metrics.admission_refusals.get(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn suspect_runs_fill_at_most_half_and_trusted_ones_keep_the_rest() {
+        let budget = pool(8);
+        let mut suspects = Vec::new();
+        for _ in 0..4 {
+            suspects.push(
+                budget
+                    .admit(Standing::Suspect, WAIT)
+                    .await
+                    .expect("suspect"),
+            );
+        }
+        // A fifth suspect run waits out its limit though the pool has room.
+        let refused = budget.admit(Standing::Suspect, WAIT).await;
+        assert!(refused.is_err());
+        // Trusted runs are admitted at once into the other half.
+        let started = tokio::time::Instant::now();
+        let mut trusted = Vec::new();
+        for _ in 0..4 {
+            trusted.push(
+                budget
+                    .admit(Standing::Trusted, WAIT)
+                    .await
+                    .expect("trusted"),
+            );
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(budget.held(), 8 * RUN_RESERVE);
+        drop((suspects, trusted));
+        assert_eq!(budget.held(), 0);
+        assert_eq!(budget.metrics.held.get(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn responses_use_the_floor_then_the_pool_and_a_refused_charge_fails_only_its_run() {
+        let budget = pool(4);
+        let big = budget.admit(Standing::Trusted, WAIT).await.expect("big");
+        let small = budget.admit(Standing::Trusted, WAIT).await.expect("small");
+        // A healthy shoot's answers fit the floor: nothing more is held.
+        small.charge(RUN_FLOOR).expect("floor");
+        assert_eq!(budget.held(), 2 * RUN_RESERVE);
+        // A large answer draws on the pool: the two reserves left, and no more.
+        big.charge(RUN_FLOOR + 2 * RUN_RESERVE)
+            .expect("the pool's rest");
+        assert_eq!(budget.held(), 4 * RUN_RESERVE);
+        let refused = big.charge(1).expect_err("exhausted");
+        assert!(
+            matches!(refused, NoRunMemory::Exhausted { wanted: 1, .. }),
+            "{refused}"
+        );
+        assert_eq!(budget.metrics.charge_refusals.get(), 1);
+        // The other run still has its reserve; the big one's end frees everything it held.
+        small.charge(0).expect("nothing");
+        drop(big);
+        assert_eq!(budget.held(), RUN_RESERVE);
+        let again = budget
+            .admit(Standing::Trusted, WAIT)
+            .await
+            .expect("room again");
+        drop((again, small));
+        assert_eq!(budget.held(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_suspect_runs_charges_count_against_its_half() {
+        let budget = pool(4);
+        let suspect = budget
+            .admit(Standing::Suspect, WAIT)
+            .await
+            .expect("suspect");
+        // Its half is 2 reserves: one held, one left to charge.
+        suspect
+            .charge(RUN_FLOOR + RUN_RESERVE)
+            .expect("its half's rest");
+        assert!(suspect.charge(1).is_err());
+        // The trusted half is untouched.
+        let _a = budget.admit(Standing::Trusted, WAIT).await.expect("a");
+        let _b = budget.admit(Standing::Trusted, WAIT).await.expect("b");
+    }
+
+    #[test]
+    fn the_capacity_comes_from_the_flag_then_the_containers_limit_then_the_default() {
+        assert_eq!(size(Some(300 << 20), Some(1 << 30)).capacity, 300 << 20);
+        let from_limit = size(None, Some(512 << 20));
+        assert_eq!(from_limit.capacity, 128 << 20);
+        assert!(
+            from_limit.source.contains("536870912"),
+            "{}",
+            from_limit.source
+        );
+        assert_eq!(size(None, None).capacity, DEFAULT_CAPACITY);
+        let tiny = size(None, Some(16 << 20));
+        assert_eq!(tiny.capacity, MIN_CAPACITY);
+        assert!(tiny.source.starts_with("the minimum"), "{}", tiny.source);
+    }
+
+    #[test]
+    fn cgroup_limits_are_read_from_v2_then_v1_and_no_limit_is_none() {
+        assert_eq!(
+            cgroup_limit_from(Some("536870912\n"), None),
+            Some(512 << 20)
+        );
+        assert_eq!(cgroup_limit_from(Some("max\n"), Some("1024")), None);
+        assert_eq!(
+            cgroup_limit_from(None, Some("268435456\n")),
+            Some(256 << 20)
+        );
+        assert_eq!(cgroup_limit_from(None, Some("9223372036854771712")), None);
+        assert_eq!(cgroup_limit_from(None, None), None);
+    }
+
+    #[test]
+    fn a_failed_or_slow_run_makes_the_shoot_suspect() {
+        let timeout = Duration::from_secs(10);
+        let prompt = Duration::from_millis(40);
+        assert_eq!(
+            Standing::after_run(false, prompt, timeout),
+            Standing::Trusted
+        );
+        assert_eq!(
+            Standing::after_run(true, prompt, timeout),
+            Standing::Suspect
+        );
+        assert_eq!(
+            Standing::after_run(false, Duration::from_secs(6), timeout),
+            Standing::Suspect
+        );
+    }
+}
