@@ -1,5 +1,5 @@
 //! One shoot's probe: a tokio task (never a thread) that runs the API-server probe and the
-//! lease probe every `probeInterval` (jittered, from each run's start), and hands a scaling flow over to the
+//! lease probe every `probeInterval` (sliding jitter), and hands a scaling flow over to the
 //! shoot's executor ([`super::executor`], polled by the same task) when the lease decision
 //! says so: the probe never waits for a flow, so it keeps its schedule while the seed's budget
 //! holds the flow back, and its newest verdict supersedes the flow it handed over before.
@@ -331,14 +331,7 @@ impl Probe {
             let delay =
                 dwd_core::schedule::next_delay(cfg.probe_interval, jitter, rand::random::<f64>())
                     .min(FAR_FUTURE);
-            // From the run's start (docs/behaviour.md §2.4): its duration does not stretch
-            // the period.
-            let next = dwd_core::schedule::earliest_next_start(
-                started,
-                Instant::now(),
-                delay,
-                throttled_at,
-            );
+            let next = dwd_core::schedule::earliest_next_start(Instant::now(), delay, throttled_at);
             if let Some(t) = throttled_at {
                 debug!(wait = ?next.saturating_duration_since(t), "throttled (429): next run no earlier than 10s after it");
             }
@@ -1024,7 +1017,7 @@ mod tests {
         for factor in [2e18, f64::MAX, MAX_JITTER_FACTOR] {
             let delay = dwd_core::schedule::next_delay(interval, effective_jitter(factor), 1.0)
                 .min(FAR_FUTURE);
-            let next = dwd_core::schedule::earliest_next_start(now, now, delay, Some(now));
+            let next = dwd_core::schedule::earliest_next_start(now, delay, Some(now));
             assert!(next > now);
         }
     }
