@@ -471,7 +471,7 @@ where
                 }))));
             }
             if let Some(grant) = &this.layer.grant
-                && let Err(refused) = grant.charge(n)
+                && let Err(refused) = grant.charge_response(n)
             {
                 return Poll::Ready(Some(Err(Box::new(refused))));
             }

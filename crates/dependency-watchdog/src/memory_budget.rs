@@ -12,8 +12,10 @@
 //!   healthy shoot's small answers;
 //! - every response byte past that floor is **charged** to the pool as it arrives, before
 //!   anything buffers it; a charge the pool can't give fails that run at once, alone;
-//! - the reserve and the charges return to the pool when the run ends (its [`MemoryGrant`] is
-//!   dropped).
+//! - a response body's bytes return to the pool once the run has decoded and dropped the body;
+//!   the decoded views are charged instead, page by page, and kept until the run ends;
+//! - the reserve and what is still charged return to the pool when the run ends (its
+//!   [`MemoryGrant`] is dropped).
 //!
 //! So the runs in flight never hold more than the pool's capacity, however many shoots are
 //! slow or send fat answers; README ("Memory: one limit") states the whole formula.
@@ -32,7 +34,6 @@
 //! everything at the run's end are a few lines over tokio's fair semaphore, which queues the
 //! admissions first come, first served.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -278,71 +279,118 @@ impl MemoryBudget {
         self.publish();
         Ok(MemoryGrant {
             budget: self.clone(),
-            permits: Mutex::new(Some((pool, class))),
-            floor_left: AtomicU64::new(RUN_FLOOR),
+            state: Mutex::new(GrantState {
+                permits: Some((pool, class)),
+                floor_left: RUN_FLOOR,
+                taken: 0,
+                responses: 0,
+            }),
         })
     }
 }
 
-/// One run's hold on the pool: its reserve and what its responses were charged. Everything
-/// returns to the pool when it is dropped (the run's end).
+/// One run's hold on the pool: its reserve and what it was charged. Everything returns to the
+/// pool when it is dropped (the run's end); a response body's bytes return earlier, once the
+/// run has decoded and dropped it ([`MemoryGrant::release_response`]).
 #[derive(Debug)]
 pub struct MemoryGrant {
     budget: Arc<MemoryBudget>,
+    state: Mutex<GrantState>,
+}
+
+#[derive(Debug)]
+struct GrantState {
     /// The pool's permits and, for a suspect run, its class's (taken out when dropped).
-    permits: Mutex<Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>>,
-    /// What is left of the reserve's floor for response bytes.
-    floor_left: AtomicU64,
+    permits: Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>,
+    /// What is left of the reserve's floor.
+    floor_left: u64,
+    /// Bytes taken from the pool past the reserve.
+    taken: u64,
+    /// Bytes of response bodies charged and not yet released (from the floor or the pool).
+    responses: u64,
 }
 
 impl MemoryGrant {
-    /// Charges `bytes` of a response that just arrived: from the floor while it lasts, then
-    /// from the pool (and the class's share), without waiting. A refusal fails the run.
+    /// Charges `bytes` the run holds until it ends (its decoded views): from the floor while
+    /// it lasts, then from the pool (and the class's share), without waiting. A refusal fails
+    /// the run.
     pub fn charge(&self, bytes: u64) -> Result<(), NoRunMemory> {
-        let from_floor = self
-            .floor_left
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
-                Some(left.saturating_sub(bytes))
-            })
-            .unwrap_or(0)
-            .min(bytes);
-        let rest = bytes - from_floor;
-        if rest == 0 {
-            return Ok(());
-        }
-        let budget = &self.budget;
-        let refused = || {
-            budget.metrics.charge_refusals.inc();
-            NoRunMemory::Exhausted {
-                wanted: rest,
-                capacity: budget.capacity,
+        self.take(bytes, false)
+    }
+
+    /// Charges `bytes` of a response body as they arrive, like [`MemoryGrant::charge`]; they
+    /// return to the pool with [`MemoryGrant::release_response`] or at the run's end.
+    pub fn charge_response(&self, bytes: u64) -> Result<(), NoRunMemory> {
+        self.take(bytes, true)
+    }
+
+    /// Returns up to `bytes` of what response bodies were charged (never views, never the
+    /// reserve): the run decoded a body and dropped it.
+    pub fn release_response(&self, bytes: u64) {
+        let mut state = self.lock();
+        let n = bytes.min(state.responses);
+        state.responses -= n;
+        let from_pool = n.min(state.taken);
+        if let Some((pool, class)) = state.permits.as_mut() {
+            drop(pool.split(permits(from_pool)));
+            if let Some(class) = class {
+                drop(class.split(permits(from_pool)));
             }
-        };
-        let n = acquisition(rest).ok_or_else(refused)?;
-        let mut held = self.permits.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some((pool, class)) = held.as_mut() else {
-            return Err(refused());
-        };
-        let class_permit = match class {
-            Some(_) => Some(
-                budget
-                    .suspect
-                    .clone()
-                    .try_acquire_many_owned(n)
-                    .map_err(|_| refused())?,
-            ),
-            None => None,
-        };
-        let pool_permit = budget
-            .pool
-            .clone()
-            .try_acquire_many_owned(n)
-            .map_err(|_| refused())?;
-        pool.merge(pool_permit);
-        if let (Some(class), Some(more)) = (class.as_mut(), class_permit) {
-            class.merge(more);
         }
-        drop(held);
+        state.taken -= from_pool;
+        state.floor_left = (state.floor_left + (n - from_pool)).min(RUN_FLOOR);
+        drop(state);
+        self.budget.publish();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GrantState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn take(&self, bytes: u64, response: bool) -> Result<(), NoRunMemory> {
+        let budget = &self.budget;
+        let mut state = self.lock();
+        let from_floor = state.floor_left.min(bytes);
+        let rest = bytes - from_floor;
+        if rest > 0 {
+            let refused = || {
+                budget.metrics.charge_refusals.inc();
+                NoRunMemory::Exhausted {
+                    wanted: rest,
+                    capacity: budget.capacity,
+                }
+            };
+            let n = acquisition(rest).ok_or_else(refused)?;
+            let GrantState { permits, .. } = &mut *state;
+            let Some((pool, class)) = permits.as_mut() else {
+                return Err(refused());
+            };
+            let class_permit = match class {
+                Some(_) => Some(
+                    budget
+                        .suspect
+                        .clone()
+                        .try_acquire_many_owned(n)
+                        .map_err(|_| refused())?,
+                ),
+                None => None,
+            };
+            let pool_permit = budget
+                .pool
+                .clone()
+                .try_acquire_many_owned(n)
+                .map_err(|_| refused())?;
+            pool.merge(pool_permit);
+            if let (Some(class), Some(more)) = (class.as_mut(), class_permit) {
+                class.merge(more);
+            }
+            state.taken += rest;
+        }
+        state.floor_left -= from_floor;
+        if response {
+            state.responses += bytes;
+        }
+        drop(state);
         budget.publish();
         Ok(())
     }
@@ -352,9 +400,10 @@ impl Drop for MemoryGrant {
     fn drop(&mut self) {
         // Released here rather than by the fields' own drop after this, so the gauge sees it.
         drop(
-            self.permits
+            self.state
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner)
+                .permits
                 .take(),
         );
         self.budget.publish();
@@ -464,6 +513,45 @@ mod tests {
             .expect("room again");
         drop((again, small));
         assert_eq!(budget.held(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_decoded_bodys_bytes_return_to_the_pool_and_views_stay_until_the_runs_end() {
+        // The suspect half: 4 reserves.
+        let budget = pool(8);
+        let grant = budget
+            .admit(Standing::Suspect, WAIT)
+            .await
+            .expect("admitted");
+        // A body of the floor and one reserve's worth, then its views of 1,000 bytes.
+        grant
+            .charge_response(RUN_FLOOR + RUN_RESERVE)
+            .expect("the body");
+        grant.charge(1000).expect("its views");
+        assert_eq!(budget.held(), 2 * RUN_RESERVE + 1000);
+        // The body decoded and dropped: its bytes go back; the views now fit in the floor, so
+        // only the reserve is held (in the suspect half too: three more suspect runs fit).
+        grant.release_response(u64::MAX);
+        assert_eq!(budget.held(), RUN_RESERVE);
+        let mut others = Vec::new();
+        for _ in 0..3 {
+            others.push(
+                budget
+                    .admit(Standing::Suspect, Duration::ZERO)
+                    .await
+                    .expect("room in the suspect half again"),
+            );
+        }
+        drop(others);
+        let _other = budget
+            .admit(Standing::Suspect, Duration::ZERO)
+            .await
+            .expect("room");
+        // Releasing again returns nothing: views and the reserve stay until the run ends.
+        grant.release_response(u64::MAX);
+        assert_eq!(budget.held(), 2 * RUN_RESERVE);
+        drop(grant);
+        assert_eq!(budget.held(), RUN_RESERVE);
     }
 
     #[tokio::test(start_paused = true)]

@@ -37,9 +37,9 @@ pub(crate) const MAX_PAGES: usize = 1000;
 /// bytes per item (a page of `{}` items costs its body, which the client's
 /// [`crate::kube_client::ResponseLimits`] bound, and nothing more).
 ///
-/// The views are charged to the run's `grant` page by page (their bytes, [`Listed::view_bytes`]),
-/// on top of the page bodies the client charged as they arrived: a list whose views the
-/// memory budget can't hold fails the run.
+/// The views are charged to the run's `grant` page by page (their bytes, [`Listed::view_bytes`])
+/// and each page body's bytes, charged by the client as they arrived, are released once it is
+/// decoded: a list whose views the memory budget can't hold fails the run.
 pub(crate) async fn list_all<L: Listed>(
     shoot: &Client,
     page_size: u32,
@@ -51,7 +51,7 @@ pub(crate) async fn list_all<L: Listed>(
     for _ in 0..MAX_PAGES {
         let before = views.len();
         let continue_token =
-            read_page::<L>(shoot, &request, &params, page_size, &mut views).await?;
+            read_page::<L>(shoot, &request, &params, page_size, &mut views, grant).await?;
         if let Some(grant) = grant {
             let bytes = views[before..].iter().map(L::view_bytes).sum::<u64>();
             grant
@@ -76,6 +76,7 @@ async fn read_page<L: Listed>(
     params: &ListParams,
     page_size: u32,
     views: &mut Vec<L::View>,
+    grant: Option<&MemoryGrant>,
 ) -> kube::Result<Option<String>> {
     let mut http_request = request.list(params).map_err(kube::Error::BuildRequest)?;
     http_request.extensions_mut().insert("list");
@@ -96,8 +97,16 @@ async fn read_page<L: Listed>(
     let continue_token = seed
         .deserialize(&mut decoder)
         .and_then(|token| decoder.end().map(|()| token))
-        .map_err(kube::Error::SerdeError)?;
-    Ok(continue_token)
+        .map_err(kube::Error::SerdeError);
+    // The body is decoded (or failed to): its bytes go back to the pool, its views are
+    // charged by the caller.
+    let length = body.len() as u64;
+    drop(decoder);
+    drop(body);
+    if let Some(grant) = grant {
+        grant.release_response(length);
+    }
+    continue_token
 }
 
 /// The error of an answer with a 4xx or 5xx status, as kube makes it: the body's `Status` if
