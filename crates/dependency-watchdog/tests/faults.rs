@@ -1955,6 +1955,12 @@ async fn weeder_under_seed_restarts_storms_and_sigkill() -> Result<()> {
     let mut rng = rng_for("weeder");
     let options = ApiServerOptions {
         audit_log: true,
+        // Each event written before its response is sent ("blocking"). In batch mode (events
+        // buffered up to 1 s) a seed restart whose graceful stop ran past the 5 s grace and was
+        // SIGKILLed can lose a DELETE already answered: the likely cause of "44 of 45
+        // deletions in the audit log" (1 of 5 runs, 2026-11-27: the round's seed restart came
+        // with 14 of 15 pods left, so one DELETE had just been answered).
+        extra_args: vec!["--audit-log-mode=blocking".into()],
         ..ApiServerOptions::seed()
     };
     let w = World::new_with("weeder", CONFIG, vec![], options).await?;
