@@ -20,7 +20,8 @@
 //! So the runs in flight never hold more than the pool's capacity, however many shoots are
 //! slow or send fat answers; README ("Memory: one limit") states the whole formula.
 //!
-//! **Fairness.** A shoot whose last run failed or took longer than half its `probeTimeout` is
+//! **Fairness.** A shoot whose last run failed or took longer than half its `probeTimeout`
+//! (counted from its admission; a run refused for room does not count) is
 //! [`Standing::Suspect`]; suspect runs together may hold at most half of the pool. A slow or
 //! hostile shoot is suspect from its second run on, so however many there are they fill only
 //! their half, and the shoots that answer promptly keep the other half, where a run holds its

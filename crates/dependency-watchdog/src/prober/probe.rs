@@ -182,15 +182,17 @@ impl ProbeFailure {
         }
     }
 
-    /// Whether the failure is the shoot's doing (its kubeconfig, its answers, or the memory
-    /// its runs need), which makes it suspect for the next admission; not the seed's caches.
+    /// Whether the failure is the shoot's doing (its kubeconfig, or its answers: a charge the
+    /// memory budget refused fails a call), which makes it suspect for the next admission; not
+    /// the seed's caches, nor a run that found no room (other shoots held it).
     fn on_the_shoot(&self) -> bool {
         match self {
             ProbeFailure::NoShootClient(_)
             | ProbeFailure::ApiServer(_)
-            | ProbeFailure::ShootList(_)
-            | ProbeFailure::NoRunMemory(_) => true,
-            ProbeFailure::SeedCachesNotSynced(_) | ProbeFailure::MachinesNotSynced => false,
+            | ProbeFailure::ShootList(_) => true,
+            ProbeFailure::SeedCachesNotSynced(_)
+            | ProbeFailure::MachinesNotSynced
+            | ProbeFailure::NoRunMemory(_) => false,
         }
     }
 
@@ -442,7 +444,6 @@ impl Probe {
     /// reports either, and the flow the finding calls for is handed over to `executor`.
     pub async fn run_once(&self, memory: &mut RunMemory, executor: &Executor) -> RunOutcome {
         let mut outcome = RunOutcome::default();
-        let started = Instant::now();
         // What waits to be restored, as the executor sees it: asked once, before the probe.
         // Nodes can only change the outcome when a scale-down is building up, a target waits
         // to be restored (see `leases_alone_suffice`), or a zone was disrupted (its recovery
@@ -453,16 +454,22 @@ impl Probe {
             || restorable.waiting;
         // Admitted to the memory budget before anything is sent; the grant is held until the
         // run's views are dropped (the end of `probe_shoot`).
+        // The standing the run earns counts from its admission: waiting for room is not the
+        // shoot's doing.
         let timeout = self.ctx.config.probe_timeout;
-        let probed = match self.ctx.memory.admit(memory.standing, timeout).await {
-            Err(refused) => Err(ProbeFailure::NoRunMemory(refused)),
-            Ok(grant) => self.probe_shoot(nodes_may_matter, Arc::new(grant)).await,
+        let (probed, took) = match self.ctx.memory.admit(memory.standing, timeout).await {
+            Err(refused) => (Err(ProbeFailure::NoRunMemory(refused)), Duration::ZERO),
+            Ok(grant) => {
+                let admitted = Instant::now();
+                let probed = self.probe_shoot(nodes_may_matter, Arc::new(grant)).await;
+                (probed, admitted.elapsed())
+            }
         };
         let on_the_shoot = probed
             .as_ref()
             .err()
             .is_some_and(ProbeFailure::on_the_shoot);
-        memory.standing = Standing::after_run(on_the_shoot, started.elapsed(), timeout);
+        memory.standing = Standing::after_run(on_the_shoot, took, timeout);
         match probed {
             Err(failure) => self.report_failure(failure, &mut outcome, executor),
             Ok(finding) => self.report_finding(finding, memory, restorable, executor),
@@ -1020,6 +1027,24 @@ mod tests {
             let next = dwd_core::schedule::earliest_next_start(now, delay, Some(now));
             assert!(next > now);
         }
+    }
+
+    #[test]
+    fn only_the_shoots_own_failures_make_it_suspect_for_the_memory_budget() {
+        let timeout = || Error::Timeout {
+            action: "shoot ns: GET /version".into(),
+            timeout: Duration::from_secs(10),
+        };
+        assert!(ProbeFailure::ApiServer(timeout()).on_the_shoot());
+        assert!(ProbeFailure::ShootList(timeout()).on_the_shoot());
+        // Other shoots held the room; the seed's caches are ours.
+        let refused = crate::memory_budget::NoRunMemory::Admission {
+            waited: Duration::from_secs(10),
+            capacity: 1 << 20,
+        };
+        assert!(!ProbeFailure::NoRunMemory(refused).on_the_shoot());
+        assert!(!ProbeFailure::MachinesNotSynced.on_the_shoot());
+        assert!(!ProbeFailure::SeedCachesNotSynced("secrets".into()).on_the_shoot());
     }
 
     #[test]

@@ -827,8 +827,8 @@ async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothin
         failures, 2,
         "runs at 30 and 45 s refused (60 s still waiting)"
     );
-    // The slow run ends: the waiting run (suspect now, its last ones failed) gets the room at
-    // once, probes and hands the scale-down over.
+    // The slow run ends: the waiting run gets the room at once (trusted still: a run refused
+    // for room is not the shoot's doing), probes and hands the scale-down over.
     drop(held);
     h.until(secs(64)).await;
     assert_eq!(
