@@ -121,25 +121,21 @@ struct RawNode {
 struct RawNodeMeta {
     name: Option<String>,
     #[serde(default)]
-    labels: Option<NodeLabels>,
+    labels: Option<PickedKeys>,
     #[serde(default)]
-    annotations: Option<NodeAnnotations>,
+    annotations: Option<PickedKeys>,
 }
 
-/// The two labels the probe reads, picked while the node's labels are decoded: the others
-/// (a tenant's, any number of them) are skipped, never built. A map of every label would cost
-/// about 16 times its bytes on the wire (`"a":"b",` is 8 bytes; a map entry with two strings
-/// over 100), so one 16 MiB page of labels would have held 256 MiB for a moment.
+/// The keys the probe reads from a node's labels (pool, zone) or annotations
+/// (not-managed-by-MCM), picked while the map is decoded: every other key (a tenant's, any
+/// number of them) is skipped, its value never built. A map of every label would cost about 16
+/// times its bytes on the wire (`"a":"b",` is 8 bytes; a map entry with two strings over 100),
+/// so one 16 MiB page of labels would have held 256 MiB for a moment. One type for both maps:
+/// the node takes only the labels' pool and zone and only the annotations' marker.
 #[derive(Default)]
-struct NodeLabels {
+struct PickedKeys {
     pool: Option<String>,
     zone: Option<String>,
-}
-
-/// Whether the node carries [`NOT_MANAGED_BY_MCM_ANNOTATION`], read as [`NodeLabels`] are:
-/// no other annotation is built.
-#[derive(Default)]
-struct NodeAnnotations {
     not_managed_by_mcm: bool,
 }
 
@@ -173,70 +169,36 @@ impl<'de> Deserialize<'de> for NodeKey {
     }
 }
 
-/// Visits a node's labels or annotations map, handing each key the probe reads to `keep`
-/// with its value, and skipping every other value without building it.
-fn visit_node_map<'de, A: serde::de::MapAccess<'de>>(
-    mut map: A,
-    mut keep: impl FnMut(NodeKey, String),
-) -> Result<(), A::Error> {
-    while let Some(key) = map.next_key::<NodeKey>()? {
-        match key {
-            NodeKey::Other => {
-                map.next_value::<serde::de::IgnoredAny>()?;
-            }
-            key => keep(key, map.next_value::<String>()?),
-        }
-    }
-    Ok(())
-}
-
-impl<'de> Deserialize<'de> for NodeLabels {
+impl<'de> Deserialize<'de> for PickedKeys {
     fn deserialize<D: serde::Deserializer<'de>>(decoder: D) -> Result<Self, D::Error> {
-        struct LabelsVisitor;
-        impl<'de> serde::de::Visitor<'de> for LabelsVisitor {
-            type Value = NodeLabels;
+        struct MapVisitor;
+        impl<'de> serde::de::Visitor<'de> for MapVisitor {
+            type Value = PickedKeys;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a node's labels")
+                f.write_str("a node's labels or annotations")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
-                map: A,
-            ) -> Result<NodeLabels, A::Error> {
-                let mut labels = NodeLabels::default();
-                visit_node_map(map, |key, value| match key {
-                    NodeKey::Pool => labels.pool = Some(value),
-                    NodeKey::Zone => labels.zone = Some(value),
-                    NodeKey::NotManagedByMcm | NodeKey::Other => {}
-                })?;
-                Ok(labels)
-            }
-        }
-        decoder.deserialize_map(LabelsVisitor)
-    }
-}
-
-impl<'de> Deserialize<'de> for NodeAnnotations {
-    fn deserialize<D: serde::Deserializer<'de>>(decoder: D) -> Result<Self, D::Error> {
-        struct AnnotationsVisitor;
-        impl<'de> serde::de::Visitor<'de> for AnnotationsVisitor {
-            type Value = NodeAnnotations;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a node's annotations")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<NodeAnnotations, A::Error> {
-                let mut annotations = NodeAnnotations::default();
-                visit_node_map(map, |key, _value| {
-                    if let NodeKey::NotManagedByMcm = key {
-                        annotations.not_managed_by_mcm = true;
+                mut map: A,
+            ) -> Result<PickedKeys, A::Error> {
+                let mut picked = PickedKeys::default();
+                while let Some(key) = map.next_key::<NodeKey>()? {
+                    match key {
+                        NodeKey::Other => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                        NodeKey::Pool => picked.pool = Some(map.next_value()?),
+                        NodeKey::Zone => picked.zone = Some(map.next_value()?),
+                        NodeKey::NotManagedByMcm => {
+                            map.next_value::<String>()?;
+                            picked.not_managed_by_mcm = true;
+                        }
                     }
-                })?;
-                Ok(annotations)
+                }
+                Ok(picked)
             }
         }
-        decoder.deserialize_map(AnnotationsVisitor)
+        decoder.deserialize_map(MapVisitor)
     }
 }
 
