@@ -92,11 +92,15 @@ pub(crate) struct FailureStreak {
     first: Option<Instant>,
     last: Option<Instant>,
     errors: u32,
+    /// Whether an error of this run was the seed's silence
+    /// ([`crate::seed_transport::is_silence`]).
+    silent: bool,
 }
 
 impl FailureStreak {
-    /// Records an error at `now`; returns how long the watch has been failing.
-    pub fn failed(&mut self, now: Instant) -> Duration {
+    /// Records an error at `now` (`silent`: it says the seed said nothing for 30 s or more);
+    /// returns how long the watch has been failing.
+    pub fn failed(&mut self, now: Instant, silent: bool) -> Duration {
         if self
             .last
             .is_some_and(|last| now.saturating_duration_since(last) >= FAILURE_GAP)
@@ -106,6 +110,7 @@ impl FailureStreak {
         let first = *self.first.get_or_insert(now);
         self.last = Some(now);
         self.errors = self.errors.saturating_add(1);
+        self.silent |= silent;
         now.saturating_duration_since(first)
     }
 
@@ -114,8 +119,14 @@ impl FailureStreak {
         *self = FailureStreak::default();
     }
 
-    /// Whether the watch has failed for long enough, often enough, to distrust its cache.
+    /// Whether the watch has failed for long enough, often enough, to distrust its cache: at
+    /// once after a silence (the seed already said nothing for 30 s or more, and a cache fed
+    /// by a silent connection may be that far behind), else after [`STALE_MIN_ERRORS`] errors
+    /// over [`STALE_AFTER`].
     pub fn is_stale(&self) -> bool {
+        if self.silent {
+            return true;
+        }
         match (self.first, self.last) {
             (Some(first), Some(last)) => {
                 self.errors >= STALE_MIN_ERRORS
@@ -387,7 +398,7 @@ async fn feed<K, T, F, S>(
             Ok(Some(event)) => event,
             Ok(None) => break,
             Err(e) if absent_on_refusal && is_refusal(&e) => {
-                let failing_for = streak.failed(Instant::now());
+                let failing_for = streak.failed(Instant::now(), false);
                 // Refused before the first list, or for as long as makes another cache stale.
                 if !absent && (!cache.is_ready() || streak.is_stale()) {
                     tracing::warn!(cache = what, error = %e, failing_for = ?failing_for,
@@ -404,11 +415,12 @@ async fn feed<K, T, F, S>(
                 continue;
             }
             Err(e) => {
-                let failing_for = streak.failed(Instant::now());
+                let silent = crate::seed_transport::is_silence(&e);
+                let failing_for = streak.failed(Instant::now(), silent);
                 if streak.is_stale() && cache.is_ready() {
-                    tracing::warn!(cache = what, error = %e, failing_for = ?failing_for,
-                        "watch keeps failing: cache out of sync (not ready, no decision taken from it) until it has listed everything again");
-                    cache.mark_stale(format!("watch failing for {}s: {e}", failing_for.as_secs()));
+                    tracing::warn!(cache = what, error = %e, failing_for = ?failing_for, silent,
+                        "watch keeps failing or the seed went silent: cache out of sync (not ready, no decision taken from it) until it has listed everything again");
+                    cache.mark_stale(stale_reason(silent, failing_for, &e));
                     // The watcher would resume from its last resourceVersion without a word
                     // when the seed is back; a new one lists, and its `InitDone` says "in
                     // sync" again.
@@ -463,6 +475,19 @@ async fn feed<K, T, F, S>(
                 }
             }
         }
+    }
+}
+
+/// Why a cache turned stale, for `/readyz` and the log.
+pub(crate) fn stale_reason(
+    silent: bool,
+    failing_for: Duration,
+    error: &dyn std::fmt::Display,
+) -> String {
+    if silent {
+        format!("the seed went silent: {error}")
+    } else {
+        format!("watch failing for {}s: {error}", failing_for.as_secs())
     }
 }
 
@@ -585,6 +610,36 @@ mod tests {
         assert!(cache.is_ready());
         assert!(cache.get("ns", "a").is_none());
         assert!(cache.get("ns", "b").is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_silence_of_the_seed_makes_the_cache_stale_at_once() {
+        let (cache, feeds, starts) = fed_cache();
+        settle().await;
+        list(&feeds, &["a"]);
+        settle().await;
+        assert!(cache.is_ready());
+        // One error that says the seed was silent for 30 s or more (an HTTP/2 PING
+        // unanswered, no headers, a list's body past its deadline; here a socket timeout).
+        let silence = || {
+            watcher::Error::WatchFailed(kube::Error::ReadEvents(std::io::Error::from(
+                std::io::ErrorKind::TimedOut,
+            )))
+        };
+        send(&feeds, Err(silence()));
+        settle().await;
+        let SyncState::Stale(why) = cache.sync_state() else {
+            panic!("still {:?} after a silence", cache.sync_state());
+        };
+        assert!(why.starts_with("the seed went silent"), "{why}");
+        assert_eq!(starts.load(std::sync::atomic::Ordering::SeqCst), 2);
+        list(&feeds, &["a"]);
+        settle().await;
+        assert!(cache.is_ready());
+        // Other errors still have to repeat over `STALE_AFTER` first.
+        send(&feeds, Err(watcher::Error::NoResourceVersion));
+        settle().await;
+        assert!(cache.is_ready());
     }
 
     fn refused(code: u16) -> watcher::Error {

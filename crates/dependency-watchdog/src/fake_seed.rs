@@ -377,6 +377,12 @@ impl FakeSeed {
         let service = tower::ServiceBuilder::new()
             .layer(RetryAfterLayer::new(MAX_RETRIES, None))
             .layer(crate::rate_limit::RateLimitLayer::new(qps, burst))
+            .layer(tower::timeout::TimeoutLayer::new(
+                crate::kube_client::SEED_RESPONSE_HEADERS_TIMEOUT,
+            ))
+            .layer(crate::seed_transport::BodyDeadlineLayer {
+                deadline: crate::seed_transport::SEED_BODY_DEADLINE,
+            })
             .service(service);
         kube::Client::new(service, "default")
     }

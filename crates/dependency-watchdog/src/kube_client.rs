@@ -75,8 +75,10 @@ pub(crate) const SEED_RESPONSE_HEADERS_TIMEOUT: Duration = Duration::from_secs(3
 /// (the leader-election client has its own, so busy probes can't delay lease renewals).
 pub fn rate_limited_client(config: Config, qps: f32, burst: u32) -> Result<Client> {
     let count = CountRequestsLayer::new(CountRequestsLayer::host_of(&config.cluster_url));
-    let builder = ClientBuilder::try_from(config)
-        .map_err(|e| Error::SeedClient(format!("building the client: {e}")))?;
+    // kube's own stack, plus what notices a seed gone silent (`crate::seed_transport`).
+    let service = crate::seed_transport::seed_service(&config)
+        .map_err(|e| Error::SeedClient(e.to_string()))?;
+    let builder = ClientBuilder::new(service, config.default_namespace.clone());
     // Counted inside the limiter: only requests that were sent count (client-go's metric).
     // Retries of a `Retry-After` answer go outermost: each attempt takes a token again and is
     // counted, as client-go's do. No budget of its own: the seed is ours, and the callers

@@ -10,7 +10,7 @@
 //! critical tasks of the prober and the weeder;
 //! [`config`] loads the config files; [`cli`] and [`logging`] the command line and the log
 //! format; [`rate_limit`], [`retry_after`] and [`request_settings`] the seed client's
-//! per-request behaviour; [`memory_budget`] the one pool of bytes every probe run in flight
+//! per-request behaviour and `seed_transport` its connections; [`memory_budget`] the one pool of bytes every probe run in flight
 //! draws on; [`gardener`] the kinds of Gardener's API that are read.
 
 #![forbid(unsafe_code)]
@@ -36,6 +36,7 @@ pub mod rate_limit;
 pub mod request_settings;
 pub mod retry_after;
 pub mod runtime;
+mod seed_transport;
 pub mod server;
 pub mod shadow;
 pub mod supervision;

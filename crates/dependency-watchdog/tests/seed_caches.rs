@@ -243,3 +243,110 @@ async fn an_optional_target_whose_watch_is_refused_does_not_hold_back_the_others
     );
     tasks.shutdown().await;
 }
+
+/// The ports of this machine's established IPv4 TCP connections to `port` whose keepalive
+/// timer runs (`/proc/net/tcp`: state 01, timer 2), each with its local port.
+fn keepalive_connections_to(port: u16) -> Vec<u16> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let port_of = |addr: &str| u16::from_str_radix(addr.split(':').nth(1)?, 16).ok();
+            let (local, remote, state, timer) = (fields[1], fields[2], fields[3], fields[5]);
+            (port_of(remote)? == port && state == "01" && timer.starts_with("02:"))
+                .then(|| port_of(local))
+                .flatten()
+        })
+        .collect()
+}
+
+/// A seed that goes silent (a network partition: nothing refused or reset, every byte held,
+/// on the open connections and on new ones) turns every cache stale within the bound
+/// docs/faults.md states. The seed client speaks HTTP/2 with the seed and checks the
+/// connection with a PING after 30 s without a frame, closing it when no answer comes within
+/// 15 s: every watch on it fails at 45 s. Each watcher retries after its first back-off (at most
+/// 1.6 s) on a new connection, which gets no answer either: no headers within 30 s is the
+/// seed's silence, and makes the cache stale at once. Kube's own stack (HTTP/1.1, a 295 s read
+/// timeout) held the caches "in sync" for 295 s and more. The connections also carry TCP
+/// keepalive, and the caches are in sync again once the partition is lifted.
+#[tokio::test]
+async fn a_silent_seed_turns_the_caches_stale_within_the_stated_bound() {
+    use std::time::{Duration, Instant};
+    let env = dwd_testenv::TestEnv::shared()
+        .await
+        .expect("test environment");
+    let seed = env
+        .start_apiserver_with("seed-goes-silent", dwd_testenv::ApiServerOptions::seed())
+        .await
+        .expect("seed apiserver");
+    let config = dependency_watchdog::kube_client::seed_config(Some(&seed.kubeconfig_path()))
+        .await
+        .expect("seed config");
+    let client = dependency_watchdog::kube_client::rate_limited_client(config, 100.0, 200)
+        .expect("seed client");
+    let mut tasks = tokio::task::JoinSet::new();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let before = seed.connections();
+    let caches = SeedCaches::start(
+        &client,
+        "probe-secret",
+        &targets_with(""),
+        &mut tasks,
+        &shutdown,
+    )
+    .await
+    .expect("caches start");
+    wait_synced(&caches).await;
+    // Five watches and the discovery before them share one HTTP/2 connection (HTTP/1.1 would
+    // hold one connection per watch).
+    let watches = 2 + caches.targets.len();
+    let connections = seed.connections() - before;
+    assert!(
+        connections < watches as u64,
+        "{connections} connections for {watches} watches: not multiplexed over HTTP/2"
+    );
+    let door = seed.addr().port();
+    eventually(DEADLINE, "TCP keepalive on the seed connection", || {
+        let with_keepalive = keepalive_connections_to(door);
+        async move { Ok((!with_keepalive.is_empty()).then_some(())) }
+    })
+    .await
+    .expect("the seed connection has TCP keepalive");
+
+    seed.set_partitioned(true);
+    let silent_from = Instant::now();
+    // The bound of docs/faults.md: the PING after 30 s without a frame, 15 s for its answer,
+    // the watcher's first back-off, 30 s for the new watch's headers.
+    let bound = Duration::from_secs(30 + 15 + 2 + 30);
+    eventually(bound + Duration::from_secs(15), "every cache stale", || {
+        let pending = caches.pending();
+        async move {
+            let stale = pending
+                .iter()
+                .filter(|p| p.contains("the seed went silent"))
+                .count();
+            if stale == watches {
+                Ok(Some(pending))
+            } else {
+                Err(format!("pending: {pending:?}"))
+            }
+        }
+    })
+    .await
+    .expect("the caches turn stale");
+    let after = silent_from.elapsed();
+    eprintln!("every cache stale {after:?} after the seed went silent");
+    assert!(
+        after <= bound + Duration::from_secs(3),
+        "stale only {after:?} after the seed went silent (bound {bound:?})"
+    );
+    seed.set_partitioned(false);
+    wait_synced(&caches).await;
+    eprintln!(
+        "in sync again {:?} after the partition was lifted",
+        silent_from.elapsed() - after
+    );
+    tasks.shutdown().await;
+}

@@ -15,9 +15,11 @@
 //! carries them out. Since nothing else changes the probe set while the loop looks at the
 //! store, a probe can't be removed for a Cluster that arrived after the look.
 //!
-//! Cluster objects embed the whole Shoot, Seed and CloudProfile; a thousand of them would
-//! cost hundreds of megabytes. The watch stream strips each object down to the few Shoot
-//! fields the lifecycle rules read before it reaches the cache.
+//! Cluster objects embed the whole Shoot, Seed and CloudProfile (about 120 KiB each with a
+//! public cloud's profile); decoded whole, listing 5,000 of them peaked at 866 MiB. The watch
+//! decodes each Cluster slim ([`SlimCluster`]): the Seed, the CloudProfile and the status are
+//! skipped while decoding and the Shoot is cut to the few fields the lifecycle rules read, in
+//! pages of [`CLUSTER_PAGE_SIZE`].
 //!
 //! A changed Cluster (grace period, pool conditions) updates the running probe, which applies
 //! the new settings from its next run: unlike the reference, which restarts the probe when
@@ -42,6 +44,7 @@ use tracing::{debug, info, warn};
 
 use super::ProberContext;
 use super::manager::{EnsureOutcome, ProbeManager};
+use crate::cache::{FailureStreak, SyncState};
 use crate::metrics::Metrics;
 
 pub(crate) use crate::gardener::cluster_gvk;
@@ -177,12 +180,12 @@ pub fn decide(cluster: &DynamicObject, config: &ProberConfig) -> ProbeAction {
 /// What brings the probe set in step with a complete list of Clusters: every Cluster of
 /// `clusters` decided ([`decide`]), by name, then every shoot of `running` (those with a
 /// probe) whose Cluster is not in the list, [`ProbeAction::Gone`], by name.
-pub fn plan(
-    clusters: &[Arc<DynamicObject>],
+pub fn plan<'a>(
+    clusters: impl IntoIterator<Item = &'a DynamicObject>,
     running: &[String],
     config: &ProberConfig,
 ) -> Vec<ProbeAction> {
-    let mut listed: Vec<&DynamicObject> = clusters.iter().map(Arc::as_ref).collect();
+    let mut listed: Vec<&DynamicObject> = clusters.into_iter().collect();
     listed.sort_by_key(|c| c.name_any());
     let names: HashSet<String> = listed.iter().map(|c| c.name_any()).collect();
     let mut gone: Vec<&String> = running.iter().filter(|ns| !names.contains(*ns)).collect();
@@ -252,26 +255,18 @@ fn remove(manager: &ProbeManager, shoot: &str, reason: &RemoveReason) {
 /// deciding again would fail (or succeed) the same way. A changed Cluster comes as an event,
 /// and every re-list decides every Cluster again. Nothing here sends a request either: the
 /// watch is the controller's only traffic.
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<ProberContext>,
     manager: Arc<ProbeManager>,
     shutdown: CancellationToken,
-    synced: tokio::sync::watch::Sender<bool>,
+    synced: tokio::sync::watch::Sender<SyncState>,
 ) {
     let resource = ApiResource::from_gvk(&cluster_gvk());
     // The Cluster watch feeds a cache like the others: ahead of every write in the seed budget.
     let feed = crate::cache::feed_client(&ctx.seed);
-    let api: Api<DynamicObject> = Api::all_with(feed, &resource);
-    let writer = reflector::store::Writer::new(resource);
-    let store: Store<DynamicObject> = writer.as_reader();
-    // `reflect` applies each event to the store before this loop sees it: at `InitDone` the
-    // store holds exactly the new list.
-    let mut events = std::pin::pin!(
-        watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(strip_cluster)
-            .reflect(writer)
-    );
+    let api: Api<SlimCluster> = Api::all_with(feed, &resource);
+    let (mut store, mut events) = cluster_watch(&api, &resource);
+    let mut streak = FailureStreak::default();
     loop {
         let event = tokio::select! {
             biased;
@@ -282,22 +277,46 @@ pub async fn run(
             // A watcher retries for ever; its stream ends only with the process.
             None => return,
             Some(Err(error)) => {
-                // The stream's back-off already delays the retry; just report it.
-                warn!(cache = "clusters", %error, "watch failed, retrying");
+                let silent = crate::seed_transport::is_silence(&error);
+                let failing_for = streak.failed(tokio::time::Instant::now(), silent);
+                if streak.is_stale() && *synced.borrow() == SyncState::Synced {
+                    warn!(cache = "clusters", %error, ?failing_for, silent,
+                        "watch keeps failing or the seed went silent: not ready until the Clusters are listed again (the probes keep running as they are)");
+                    synced.send_replace(SyncState::Stale(crate::cache::stale_reason(
+                        silent,
+                        failing_for,
+                        &error,
+                    )));
+                    // The watcher would resume from its last resourceVersion without a word;
+                    // a new one lists, and its `InitDone` brings the probe set in step.
+                    (store, events) = cluster_watch(&api, &resource);
+                } else {
+                    // The stream's back-off already delays the retry; just report it.
+                    warn!(cache = "clusters", %error, "watch failed, retrying");
+                }
                 continue;
             }
-            Some(Ok(watcher::Event::Apply(cluster))) => {
-                (vec![decide(&cluster, &ctx.config)], false)
-            }
-            Some(Ok(watcher::Event::Delete(cluster))) => {
-                let shoot = cluster.name_any();
-                (vec![ProbeAction::Gone { shoot }], false)
-            }
-            // A list in progress: the store takes it whole at `InitDone`, and so do we.
-            Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) => continue,
-            Some(Ok(watcher::Event::InitDone)) => {
-                let running = manager.namespaces();
-                (plan(&store.state(), &running, &ctx.config), true)
+            Some(Ok(event)) => {
+                streak.succeeded();
+                match event {
+                    watcher::Event::Apply(cluster) => {
+                        (vec![decide(&cluster.0, &ctx.config)], false)
+                    }
+                    watcher::Event::Delete(cluster) => {
+                        let shoot = cluster.0.name_any();
+                        (vec![ProbeAction::Gone { shoot }], false)
+                    }
+                    // A list in progress: the store takes it whole at `InitDone`, and so do we.
+                    watcher::Event::Init | watcher::Event::InitApply(_) => continue,
+                    watcher::Event::InitDone => {
+                        let running = manager.namespaces();
+                        let listed = store.state();
+                        (
+                            plan(listed.iter().map(|c| &c.0), &running, &ctx.config),
+                            true,
+                        )
+                    }
+                }
             }
         };
         for action in actions {
@@ -306,8 +325,114 @@ pub async fn run(
         if list_done {
             // Readiness comes from the watch's own `InitDone`, not `Store::wait_until_ready`:
             // in kube-runtime 5 that future wakes only the last task that polled it.
-            synced.send_replace(true);
+            if *synced.borrow() != SyncState::Synced {
+                info!(cache = "clusters", "Clusters listed: in sync");
+            }
+            synced.send_replace(SyncState::Synced);
         }
+    }
+}
+
+/// A watch of every Cluster from a new list, decoded slim ([`SlimCluster`]) and reflected into
+/// the store returned with it. `reflect` applies each event to the store before the stream
+/// yields it: at `InitDone` the store holds exactly the new list.
+fn cluster_watch(
+    api: &Api<SlimCluster>,
+    resource: &ApiResource,
+) -> (
+    Store<SlimCluster>,
+    futures::stream::BoxStream<'static, Result<watcher::Event<SlimCluster>, watcher::Error>>,
+) {
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let events = watcher(
+        api.clone(),
+        watcher::Config::default().page_size(CLUSTER_PAGE_SIZE),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .boxed();
+    (store, events)
+}
+
+/// Clusters per list page. Each Cluster embeds a Shoot, a Seed and a CloudProfile (about
+/// 120 KiB of JSON with a public cloud's profile); a page is read whole before it is decoded,
+/// so 500 (the watcher's default) held 62 MB of body at once, and the prober peaked at 866 MiB
+/// listing 5,000 Clusters when each was decoded whole (crates/dwd-bench/results/cluster-pages/).
+/// 100 keeps a page near 12 MB; 5,000 Clusters are 50 requests.
+pub(crate) const CLUSTER_PAGE_SIZE: u32 = 100;
+
+/// A Cluster as the Cluster watch decodes it: its name, UID and resourceVersion, and
+/// `spec.shoot` reduced by [`strip_cluster`]. The embedded Seed and CloudProfile (most of a
+/// Cluster's bytes), the status and every other metadata field are skipped while decoding,
+/// never built.
+#[derive(Debug, Clone)]
+pub(crate) struct SlimCluster(pub(crate) DynamicObject);
+
+impl<'de> serde::Deserialize<'de> for SlimCluster {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Wire {
+            #[serde(default)]
+            metadata: WireMeta,
+            #[serde(default)]
+            spec: WireSpec,
+        }
+        #[derive(serde::Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct WireMeta {
+            name: Option<String>,
+            uid: Option<String>,
+            resource_version: Option<String>,
+        }
+        #[derive(serde::Deserialize, Default)]
+        struct WireSpec {
+            shoot: Option<Value>,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        let spec = match wire.spec.shoot {
+            Some(shoot) => serde_json::json!({ "shoot": shoot }),
+            None => Value::Object(Map::new()),
+        };
+        let mut cluster = DynamicObject {
+            types: None,
+            metadata: kube::api::ObjectMeta {
+                name: wire.metadata.name,
+                uid: wire.metadata.uid,
+                resource_version: wire.metadata.resource_version,
+                ..Default::default()
+            },
+            data: serde_json::json!({ "spec": spec }),
+        };
+        strip_cluster(&mut cluster);
+        Ok(SlimCluster(cluster))
+    }
+}
+
+impl kube::Resource for SlimCluster {
+    type DynamicType = ApiResource;
+    type Scope = kube::core::DynamicResourceScope;
+
+    fn kind(resource: &ApiResource) -> std::borrow::Cow<'_, str> {
+        DynamicObject::kind(resource)
+    }
+    fn group(resource: &ApiResource) -> std::borrow::Cow<'_, str> {
+        DynamicObject::group(resource)
+    }
+    fn version(resource: &ApiResource) -> std::borrow::Cow<'_, str> {
+        DynamicObject::version(resource)
+    }
+    fn api_version(resource: &ApiResource) -> std::borrow::Cow<'_, str> {
+        DynamicObject::api_version(resource)
+    }
+    fn plural(resource: &ApiResource) -> std::borrow::Cow<'_, str> {
+        DynamicObject::plural(resource)
+    }
+    fn meta(&self) -> &kube::api::ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
+        &mut self.0.metadata
     }
 }
 

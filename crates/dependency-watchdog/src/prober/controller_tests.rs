@@ -18,8 +18,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{ProbeAction, decide, plan, run, strip_cluster};
-use crate::fake_seed::FakeSeed;
+use super::{ProbeAction, SlimCluster, decide, plan, run, strip_cluster};
+use crate::cache::SyncState;
+use crate::fake_seed::{FakeSeed, Outage};
+use crate::kube_client::SEED_RESPONSE_HEADERS_TIMEOUT;
 use crate::metrics::{RestartCause, RestartLabels, ShootLabels};
 use crate::prober::ProberContext;
 use crate::prober::manager::{EnsureOutcome, ProbeManager};
@@ -30,6 +32,8 @@ const CLUSTERS: &str = "/apis/extensions.gardener.cloud/v1alpha1/clusters";
 
 /// The controller running against a fake seed.
 struct Harness {
+    /// The Cluster watch's sync state, as readiness sees it.
+    synced: tokio::sync::watch::Receiver<SyncState>,
     fake: FakeSeed,
     ctx: Arc<ProberContext>,
     manager: Arc<ProbeManager>,
@@ -93,7 +97,7 @@ impl Harness {
         let ctx = context(fake.client());
         let shutdown = CancellationToken::new();
         let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
-        let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
+        let (synced_tx, synced) = tokio::sync::watch::channel(SyncState::Listing);
         let controller = tokio::spawn(run(
             ctx.clone(),
             manager.clone(),
@@ -103,11 +107,12 @@ impl Harness {
         within(
             Duration::from_secs(5),
             "the first list of Clusters",
-            synced.wait_for(|s| *s),
+            synced.clone().wait_for(|s| *s == SyncState::Synced),
         )
         .await
         .expect("synced");
         Harness {
+            synced,
             fake,
             ctx,
             manager,
@@ -393,6 +398,50 @@ async fn a_cluster_deleted_while_the_watch_was_away_loses_its_probe_when_the_re_
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_silent_seed_makes_the_cluster_watch_stale_until_it_has_listed_again() {
+    let ns = "shoot--p--kept";
+    let h = Harness::probing(&[ns]).await;
+    // The seed stops answering, and the open watch is lost: the watcher's next watch gets no
+    // headers within the client's bound.
+    h.fake.outage(Outage::Hang, Duration::from_secs(120));
+    h.fake.expire_watches("clusters");
+    let silent_from = Instant::now();
+    let mut synced = h.synced.clone();
+    let stale = within(
+        Duration::from_secs(60),
+        "the Cluster watch stale",
+        synced.wait_for(|s| matches!(s, SyncState::Stale(_))),
+    )
+    .await
+    .expect("sync state")
+    .clone();
+    let SyncState::Stale(why) = stale else {
+        unreachable!()
+    };
+    assert!(why.starts_with("the seed went silent"), "{why}");
+    let after = silent_from.elapsed();
+    assert!(
+        after >= SEED_RESPONSE_HEADERS_TIMEOUT
+            && after <= SEED_RESPONSE_HEADERS_TIMEOUT + Duration::from_secs(2),
+        "stale {after:?} after the seed went silent"
+    );
+    // The probes keep running as they are; the Clusters are listed again once the seed
+    // answers, and the watch is in sync again.
+    assert!(h.manager.has_probe(ns));
+    within(
+        Duration::from_secs(300),
+        "the Cluster watch in sync again",
+        synced.wait_for(|s| *s == SyncState::Synced),
+    )
+    .await
+    .expect("sync state");
+    assert!(silent_from.elapsed() >= Duration::from_secs(120));
+    assert!(h.manager.has_probe(ns));
+    assert_eq!(h.restarts(), 0);
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_unreadable_cluster_is_counted_and_leaves_its_probe_and_the_others_alone() {
     let ns = "shoot--p--broken";
     let h = Harness::probing(&[ns, "shoot--p--fine"]).await;
@@ -470,6 +519,63 @@ fn decide_reads_the_lifecycle_from_the_cluster_stripped_or_not() {
 }
 
 #[test]
+fn a_cluster_is_decoded_slim_and_decided_as_the_whole_one() {
+    let config = config();
+    type Edit = fn(&mut Value);
+    let edits: [(&str, Edit); 3] = [
+        ("shoot--p--a", |_| {}),
+        ("shoot--p--h", |s| {
+            s["spec"]["hibernation"] = json!({"enabled": true})
+        }),
+        ("shoot--p--g", |s| {
+            s["spec"]["kubernetes"] =
+                json!({"kubeControllerManager": {"nodeMonitorGracePeriod": "2m"}});
+            s["spec"]["provider"]["workers"][0]["machineControllerManager"] =
+                json!({"nodeConditions": ["KernelDeadlock"]});
+        }),
+    ];
+    for (name, edit) in edits {
+        let mut whole = cluster(name, edit);
+        // What a seed adds that the rules never read: the Cluster's status and managed
+        // fields, a big CloudProfile.
+        whole["metadata"]["resourceVersion"] = json!("42");
+        whole["metadata"]["managedFields"] = json!([{"manager": "gardenlet", "fieldsV1": {}}]);
+        whole["metadata"]["annotations"] = json!({"a": "b"});
+        whole["spec"]["cloudProfile"]["spec"] =
+            json!({"machineTypes": vec![json!({"name": "m5"}); 1000]});
+        whole["status"] = json!({"x": 1});
+        let slim: SlimCluster = serde_json::from_value(whole.clone()).expect("slim");
+        let full: DynamicObject = serde_json::from_value(whole).expect("whole");
+        assert_eq!(decide(&slim.0, &config), decide(&full, &config), "{name}");
+        assert_eq!(slim.0.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(slim.0.metadata.uid, full.metadata.uid);
+        assert!(slim.0.metadata.managed_fields.is_none() && slim.0.metadata.annotations.is_none());
+        let mut stripped = full.clone();
+        strip_cluster(&mut stripped);
+        assert_eq!(
+            slim.0.data, stripped.data,
+            "{name}: only spec.shoot, stripped"
+        );
+    }
+    // A list page decodes item by item the same way; a Cluster without a shoot is
+    // unreadable, by name, as before.
+    let page = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "7"},
+        "items": [cluster("shoot--p--a", |_| {}), {"metadata": {"name": "shoot--p--x"}, "spec": {"seed": {}}}]});
+    let list: kube::core::ObjectList<SlimCluster> = serde_json::from_value(page).expect("page");
+    assert!(matches!(
+        decide(&list.items[0].0, &config),
+        ProbeAction::Run { .. }
+    ));
+    assert_eq!(
+        decide(&list.items[1].0, &config),
+        ProbeAction::Unreadable {
+            shoot: "shoot--p--x".into(),
+            error: ShootError::MissingShoot,
+        }
+    );
+}
+
+#[test]
 fn plan_decides_every_listed_cluster_and_removes_the_probes_of_the_others() {
     let config = config();
     let listed: Vec<Arc<DynamicObject>> = [
@@ -494,7 +600,7 @@ fn plan_decides_every_listed_cluster_and_removes_the_probes_of_the_others() {
         shoot: shoot.into(),
     };
     assert_eq!(
-        plan(&listed, &running, &config),
+        plan(listed.iter().map(Arc::as_ref), &running, &config),
         vec![
             ProbeAction::Remove {
                 shoot: "shoot--p--a".into(),
@@ -511,11 +617,11 @@ fn plan_decides_every_listed_cluster_and_removes_the_probes_of_the_others() {
     ));
     // The first list, no probe yet: only decisions. An empty list: every probe goes.
     assert_eq!(
-        plan(&listed, &[], &config),
+        plan(listed.iter().map(Arc::as_ref), &[], &config),
         vec![decide(&listed[1], &config), decide(&listed[0], &config)]
     );
     assert_eq!(
-        plan(&[], &running, &config),
+        plan(std::iter::empty(), &running, &config),
         vec![
             gone("shoot--p--a"),
             gone("shoot--p--b"),

@@ -128,7 +128,7 @@ pub async fn run(
         });
     }
 
-    let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
+    let (synced_tx, synced_rx) = tokio::sync::watch::channel(crate::cache::SyncState::Listing);
     tasks.spawn({
         let (ctx, manager, shutdown) = (ctx.clone(), manager.clone(), shutdown.clone());
         async move {
@@ -157,7 +157,7 @@ pub async fn run(
 /// `/readyz` should find the reason in the log too.
 async fn track_readiness(
     caches: &SeedCaches,
-    mut clusters_synced: tokio::sync::watch::Receiver<bool>,
+    mut clusters_synced: tokio::sync::watch::Receiver<crate::cache::SyncState>,
     health: &Health,
 ) {
     let mut report = tokio::time::interval(std::time::Duration::from_secs(10));
@@ -167,10 +167,12 @@ async fn track_readiness(
     loop {
         // Subscribed before looking, so that no change in between is missed.
         let mut receivers = caches.sync_receivers();
-        let synced = *clusters_synced.borrow_and_update();
+        let clusters = clusters_synced.borrow_and_update().clone();
         let mut pending = caches.pending();
-        if !synced {
-            pending.insert(0, "clusters (listing)".into());
+        match clusters {
+            crate::cache::SyncState::Synced => {}
+            crate::cache::SyncState::Listing => pending.insert(0, "clusters (listing)".into()),
+            crate::cache::SyncState::Stale(why) => pending.insert(0, format!("clusters ({why})")),
         }
         let ready = pending.is_empty();
         if ready {
