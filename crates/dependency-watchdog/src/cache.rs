@@ -114,6 +114,19 @@ impl FailureStreak {
         now.saturating_duration_since(first)
     }
 
+    /// Records `error` at `now`, telling the seed's silence from other errors; returns why
+    /// the cache behind the watch is stale when it is ([`Self::is_stale`]).
+    pub fn record(
+        &mut self,
+        error: &(dyn std::error::Error + 'static),
+        now: Instant,
+    ) -> Option<String> {
+        let silent = crate::seed_transport::is_silence(error);
+        let failing_for = self.failed(now, silent);
+        self.is_stale()
+            .then(|| stale_reason(silent, failing_for, error))
+    }
+
     /// Records an event: the watch works.
     pub fn succeeded(&mut self) {
         *self = FailureStreak::default();
@@ -415,12 +428,11 @@ async fn feed<K, T, F, S>(
                 continue;
             }
             Err(e) => {
-                let silent = crate::seed_transport::is_silence(&e);
-                let failing_for = streak.failed(Instant::now(), silent);
-                if streak.is_stale() && cache.is_ready() {
-                    tracing::warn!(cache = what, error = %e, failing_for = ?failing_for, silent,
+                let stale = streak.record(&e, Instant::now());
+                if let Some(why) = stale.filter(|_| cache.is_ready()) {
+                    tracing::warn!(cache = what, error = %e, %why,
                         "watch keeps failing or the seed went silent: cache out of sync (not ready, no decision taken from it) until it has listed everything again");
-                    cache.mark_stale(stale_reason(silent, failing_for, &e));
+                    cache.mark_stale(why);
                     // The watcher would resume from its last resourceVersion without a word
                     // when the seed is back; a new one lists, and its `InitDone` says "in
                     // sync" again.
@@ -479,11 +491,7 @@ async fn feed<K, T, F, S>(
 }
 
 /// Why a cache turned stale, for `/readyz` and the log.
-pub(crate) fn stale_reason(
-    silent: bool,
-    failing_for: Duration,
-    error: &dyn std::fmt::Display,
-) -> String {
+fn stale_reason(silent: bool, failing_for: Duration, error: &dyn std::fmt::Display) -> String {
     if silent {
         format!("the seed went silent: {error}")
     } else {

@@ -277,16 +277,11 @@ pub(crate) async fn run(
             // A watcher retries for ever; its stream ends only with the process.
             None => return,
             Some(Err(error)) => {
-                let silent = crate::seed_transport::is_silence(&error);
-                let failing_for = streak.failed(tokio::time::Instant::now(), silent);
-                if streak.is_stale() && *synced.borrow() == SyncState::Synced {
-                    warn!(cache = "clusters", %error, ?failing_for, silent,
+                let stale = streak.record(&error, tokio::time::Instant::now());
+                if let Some(why) = stale.filter(|_| *synced.borrow() == SyncState::Synced) {
+                    warn!(cache = "clusters", %error, %why,
                         "watch keeps failing or the seed went silent: not ready until the Clusters are listed again (the probes keep running as they are)");
-                    synced.send_replace(SyncState::Stale(crate::cache::stale_reason(
-                        silent,
-                        failing_for,
-                        &error,
-                    )));
+                    synced.send_replace(SyncState::Stale(why));
                     // The watcher would resume from its last resourceVersion without a word;
                     // a new one lists, and its `InitDone` brings the probe set in step.
                     (store, events) = cluster_watch(&api, &resource);
