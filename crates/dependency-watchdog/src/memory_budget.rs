@@ -20,15 +20,24 @@
 //! So the runs in flight never hold more than the pool's capacity, however many shoots are
 //! slow or send fat answers; README ("Memory: one limit") states the whole formula.
 //!
-//! **Fairness.** A shoot whose last run failed or took longer than half its `probeTimeout`
-//! (counted from its admission; a run refused for room does not count) is
-//! [`Standing::Suspect`]; suspect runs together may hold at most half of the pool. A slow or
-//! hostile shoot is suspect from its second run on, so however many there are they fill only
-//! their half, and the shoots that answer promptly keep the other half, where a run holds its
-//! reserve for milliseconds. The worst a healthy shoot meets is a full trusted half, held by
-//! shoots that were prompt until this run: each such run ends within its own `probeTimeout`
-//! and is suspect next time. A run waits for admission at most its `probeTimeout`; then it
-//! fails ("no memory for the run": no scaling, as for any failed run).
+//! **Fairness.** A shoot whose last run failed or did not end within its *prompt limit*
+//! ([`prompt_limit`]: half its `probeTimeout`, at most [`PROMPT_WITHIN`], counted from its
+//! admission) is [`Standing::Suspect`]; suspect runs together may hold at most half of the
+//! pool. Two rules keep slow shoots out of the other half:
+//!
+//! - a run refused for room leaves the shoot's standing as it was (waiting is not the shoot's
+//!   doing, and a suspect shoot must not turn trusted by not being run);
+//! - a trusted run (a shoot that was prompt, or has not run yet) that has not ended at its
+//!   prompt limit is slow: it moves into the suspect half ([`MemoryGrant::demote`]), or ends
+//!   at once when that half is full ([`NoRunMemory::Slow`]).
+//!
+//! So however many slow or hostile shoots there are, they hold the other half for at most
+//! [`PROMPT_WITHIN`] a run, and only until their first run has shown them slow (at start,
+//! when no shoot has run yet, that takes a few prompt limits); the shoots that answer promptly
+//! find it free, where a run holds its reserve for milliseconds. A run waits for admission at
+//! most its `probeTimeout`; then it fails ("no memory for the run": no scaling, as for any
+//! failed run). What this costs: among more slow shoots than the suspect half holds, a shoot
+//! once slow competes with them for its runs until one of them is admitted and prompt again.
 //!
 //! Why hand-written on `tokio::sync::Semaphore` rather than a crate: the two nested limits
 //! (class and pool), the non-blocking charges while a body streams and the release of
@@ -63,21 +72,34 @@ pub const DEFAULT_CAPACITY: u64 = 128 << 20;
 /// (caches, per-shoot state, the runtime): see README, "Memory: one limit".
 pub const LIMIT_SHARE: f64 = 0.25;
 
+/// The longest a prompt run takes from its admission: a shoot apiserver answers `/version`
+/// and a lease page in milliseconds, a busy one in a second or two. A trusted run not ended
+/// by then is slow (see the module documentation); so a slow shoot holds the trusted half
+/// at most this long.
+pub const PROMPT_WITHIN: Duration = Duration::from_secs(5);
+
+/// A run of a shoot with this `probe_timeout` is prompt if it ends within this long after
+/// its admission: half its timeout, at most [`PROMPT_WITHIN`].
+pub fn prompt_limit(probe_timeout: Duration) -> Duration {
+    (probe_timeout / 2).min(PROMPT_WITHIN)
+}
+
 /// How a shoot's runs are classed (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Standing {
     /// Its last run ended promptly, or it has not run yet.
     #[default]
     Trusted,
-    /// Its last run failed or took longer than half its `probeTimeout`.
+    /// Its last run failed or did not end within its prompt limit.
     Suspect,
 }
 
 impl Standing {
-    /// The standing a run earns for the next one: `failed`, or `took` more than half of
-    /// `probe_timeout`, makes the shoot suspect.
+    /// The standing a run earns for the next one: `failed`, or `took` its
+    /// [`prompt_limit`] or longer, makes the shoot suspect. (A run refused for room earns
+    /// nothing: the caller keeps the standing it had.)
     pub fn after_run(failed: bool, took: Duration, probe_timeout: Duration) -> Standing {
-        if failed || took > probe_timeout / 2 {
+        if failed || took >= prompt_limit(probe_timeout) {
             Standing::Suspect
         } else {
             Standing::Trusted
@@ -97,6 +119,17 @@ pub enum NoRunMemory {
         waited: Duration,
         /// The pool's capacity.
         capacity: u64,
+    },
+    /// A trusted run did not end within its prompt limit and the suspect runs' half had no
+    /// room for it.
+    #[error(
+        "no memory for the run: it did not end within {after:?} of its admission and the slow runs' share of the budget ({share} bytes) is full"
+    )]
+    Slow {
+        /// Its prompt limit.
+        after: Duration,
+        /// Bytes of the suspect runs' share.
+        share: u64,
     },
     /// A response needed more than the pool had left.
     #[error(
@@ -183,6 +216,8 @@ pub struct BudgetMetrics {
     pub admission_refusals: Counter,
     /// Runs that got no memory: a response's charge was refused.
     pub charge_refusals: Counter,
+    /// Runs ended at their prompt limit: slow, and the suspect runs' share was full.
+    pub slow_refusals: Counter,
 }
 
 /// The process-wide pool of bytes for runs in flight. One per process, shared through the
@@ -190,6 +225,8 @@ pub struct BudgetMetrics {
 #[derive(Debug)]
 pub struct MemoryBudget {
     capacity: u64,
+    /// The suspect runs' share of `capacity`.
+    suspect_share: u64,
     /// Every byte held by a run, trusted or suspect.
     pool: Arc<Semaphore>,
     /// The bytes suspect runs may hold: half the pool.
@@ -217,12 +254,12 @@ impl MemoryBudget {
         metrics
             .capacity
             .set(i64::try_from(capacity).unwrap_or(i64::MAX));
+        let suspect_share = (capacity / 2).max(RUN_RESERVE);
         Arc::new(MemoryBudget {
             capacity,
+            suspect_share,
             pool: Arc::new(Semaphore::new(permits(capacity))),
-            suspect: Arc::new(Semaphore::new(
-                permits(capacity / 2).max(permits(RUN_RESERVE)),
-            )),
+            suspect: Arc::new(Semaphore::new(permits(suspect_share))),
             metrics,
         })
     }
@@ -342,6 +379,47 @@ impl MemoryGrant {
         state.floor_left = (state.floor_left + (n - from_pool)).min(RUN_FLOOR);
         drop(state);
         self.budget.publish();
+    }
+
+    /// Whether the run holds a place in the suspect runs' share (admitted as suspect, or
+    /// demoted).
+    pub fn is_suspect(&self) -> bool {
+        self.lock()
+            .permits
+            .as_ref()
+            .is_some_and(|(_, class)| class.is_some())
+    }
+
+    /// Moves a trusted run that did not end within its prompt limit (`after`) into the
+    /// suspect runs' share: everything it holds is taken from that share too, without
+    /// waiting. When the share has no room the run must end ([`NoRunMemory::Slow`]): a slow
+    /// run may not stay among the prompt ones. Nothing to do for a suspect run.
+    pub fn demote(&self, after: Duration) -> Result<(), NoRunMemory> {
+        let budget = &self.budget;
+        let mut state = self.lock();
+        let held = RUN_RESERVE + state.taken;
+        let GrantState { permits, .. } = &mut *state;
+        let Some((_, class)) = permits.as_mut() else {
+            return Ok(());
+        };
+        if class.is_some() {
+            return Ok(());
+        }
+        let refused = || {
+            budget.metrics.slow_refusals.inc();
+            NoRunMemory::Slow {
+                after,
+                share: budget.suspect_share,
+            }
+        };
+        let n = acquisition(held).ok_or_else(refused)?;
+        let share = budget
+            .suspect
+            .clone()
+            .try_acquire_many_owned(n)
+            .map_err(|_| refused())?;
+        *class = Some(share);
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, GrantState> {
@@ -572,6 +650,52 @@ mod tests {
         let _b = budget.admit(Standing::Trusted, WAIT).await.expect("b");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_trusted_run_moves_into_the_suspect_half_or_is_refused_when_it_is_full() {
+        // The suspect half: 2 reserves.
+        let budget = pool(4);
+        let after = Duration::from_secs(5);
+        let slow = budget.admit(Standing::Trusted, WAIT).await.expect("slow");
+        slow.charge(RUN_FLOOR + 1000).expect("past the floor");
+        assert!(!slow.is_suspect());
+        slow.demote(after).expect("room in the suspect half");
+        assert!(slow.is_suspect());
+        // All it holds now counts in the suspect half: a suspect reserve no longer fits there.
+        assert_eq!(budget.held(), RUN_RESERVE + 1000);
+        assert!(
+            budget
+                .admit(Standing::Suspect, Duration::ZERO)
+                .await
+                .is_err()
+        );
+        // A second slow run finds the half full: refused, and the pool is unchanged by it.
+        let other = budget.admit(Standing::Trusted, WAIT).await.expect("other");
+        let refused = other.demote(after).expect_err("the suspect half is full");
+        assert!(
+            matches!(refused, NoRunMemory::Slow { share, .. } if share == 2 * RUN_RESERVE),
+            "{refused}"
+        );
+        assert_eq!(budget.metrics.slow_refusals.get(), 1);
+        assert!(!other.is_suspect());
+        assert_eq!(budget.held(), 2 * RUN_RESERVE + 1000);
+        // Demoting again costs nothing; once the first slow run ends, the half has room.
+        slow.demote(after).expect("already suspect");
+        drop(slow);
+        other.demote(after).expect("room again");
+        drop(other);
+        assert_eq!(budget.held(), 0);
+        let _full_half = [
+            budget
+                .admit(Standing::Suspect, Duration::ZERO)
+                .await
+                .expect("1"),
+            budget
+                .admit(Standing::Suspect, Duration::ZERO)
+                .await
+                .expect("2"),
+        ];
+    }
+
     #[test]
     fn the_capacity_comes_from_the_flag_then_the_containers_limit_then_the_default() {
         assert_eq!(size(Some(300 << 20), Some(1 << 30)).capacity, 300 << 20);
@@ -615,8 +739,15 @@ mod tests {
             Standing::after_run(true, prompt, timeout),
             Standing::Suspect
         );
+        // The prompt limit: half the timeout (5 s here), never more than PROMPT_WITHIN.
         assert_eq!(
-            Standing::after_run(false, Duration::from_secs(6), timeout),
+            Standing::after_run(false, Duration::from_secs(5), timeout),
+            Standing::Suspect
+        );
+        assert_eq!(prompt_limit(timeout), Duration::from_secs(5));
+        assert_eq!(prompt_limit(Duration::from_secs(30)), PROMPT_WITHIN);
+        assert_eq!(
+            Standing::after_run(false, Duration::from_secs(6), Duration::from_secs(30)),
             Standing::Suspect
         );
     }

@@ -417,6 +417,11 @@ impl Metrics {
             self.run_memory.charge_refusals.clone(),
         );
         p.register(
+            "run_memory_slow_refusals",
+            "Probe runs ended at their prompt limit: slow, and the slow runs' half of the memory budget was full",
+            self.run_memory.slow_refusals.clone(),
+        );
+        p.register(
             "expired_lease_fraction",
             "Last expired node-lease fraction per shoot",
             self.expired_lease_fraction.clone(),
@@ -1029,6 +1034,7 @@ mod tests {
             "dwd_prober_run_memory_capacity_bytes",
             "dwd_prober_run_memory_admission_refusals_total",
             "dwd_prober_run_memory_charge_refusals_total",
+            "dwd_prober_run_memory_slow_refusals_total",
             "dwd_leader",
             "dwd_prober_probe_runs",
             "dwd_prober_scale_operations",

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use dwd_sim::shoot::DEFAULT_POOL;
-use dwd_sim::{SimShoot, SimShootOptions, node_specs_with_prefix};
+use dwd_sim::{SeedControlPlane, ShootState, SimShoot, SimShootOptions, node_specs_with_prefix};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -51,6 +51,12 @@ const FAT_CREATE_CONCURRENCY: usize = 8;
 /// Attempts per filler lease (a busy apiserver may answer 429 or 5xx, or time out).
 const CREATE_ATTEMPTS: usize = 6;
 
+/// How much later than the config's `probeTimeout` the slow shoots answer.
+pub const SLOW_MARGIN: Duration = Duration::from_secs(5);
+
+/// Slow shoots' seed objects created at once during setup (namespace, secret, Cluster each).
+const SLOW_CREATE_CONCURRENCY: usize = 24;
+
 /// What the hostile shoots hold.
 #[derive(Debug, Clone, Copy)]
 pub struct HostileShape {
@@ -60,6 +66,142 @@ pub struct HostileShape {
     pub fat_leases: usize,
     /// Annotation bytes per fat lease.
     pub fat_bytes: usize,
+    /// Slow shoots: each answers every request only after `slow_delay`
+    /// ([`crate::fake_shoots::Tarpit`]).
+    pub slow_shoots: usize,
+    /// How long the slow shoots take to answer (longer than the config's `probeTimeout`).
+    pub slow_delay: Duration,
+    /// Empty items per list page of the amplification shoot; 0: no such shoot
+    /// ([`crate::fake_shoots::Amplifier`]).
+    pub amplify_items: usize,
+}
+
+/// Namespace of slow shoot `i`: project `tarpit`, apart from the normal shoots' `bench`.
+pub fn slow_namespace(i: usize) -> String {
+    format!("shoot--tarpit--n{i:04}")
+}
+
+/// Prefix of every slow shoot's namespace (and its per-shoot series' `shoot` label).
+const SLOW_PREFIX: &str = "shoot--tarpit--";
+
+/// The shoots behind fake apiservers: the slow ones and the amplification shoot.
+pub struct Fakes {
+    /// The slow shoots' server, if there are slow shoots.
+    pub tarpit: Option<crate::fake_shoots::Tarpit>,
+    /// How many slow shoots point at it.
+    pub slow_shoots: usize,
+    /// The amplification shoots (namespace, server): one oversized page, endless pages.
+    pub amplifiers: Vec<(String, crate::fake_shoots::Amplifier)>,
+    /// How long creating their seed objects took.
+    pub setup_seconds: f64,
+}
+
+/// Replicas of the amplification shoot's targets: anything scaled to 0 is a wrong scaling.
+const AMPLIFIER_TARGETS: [(&str, i32); 3] = [
+    ("kube-controller-manager", 1),
+    ("machine-controller-manager", 1),
+    ("cluster-autoscaler", 1),
+];
+
+/// Starts the fake apiservers and creates their shoots in the seed: `shape.slow_shoots` slow
+/// shoots (namespace, probe secret and Cluster each; no targets: their runs can only fail)
+/// and, unless `shape.amplify_items` is 0, two amplification shoots, one of each
+/// [`crate::fake_shoots::Pages`] (with Gardener's three targets, so a wrong scaling would
+/// show). `kubeconfig` is any kubeconfig of the
+/// environment served at `server` (its CA and a client certificate); each fake shoot's is
+/// that one pointed at its server.
+pub async fn build_fakes(
+    env: &TestEnv,
+    seed_client: &kube::Client,
+    shape: HostileShape,
+    kubeconfig: &str,
+    server: SocketAddr,
+) -> Result<Fakes> {
+    let started = Instant::now();
+    let tls = crate::shoot_proxy::server_tls(env.dir())?;
+    let pointed_at = |addr: SocketAddr| {
+        kubeconfig.replace(&format!("https://{server}"), &format!("https://{addr}"))
+    };
+    let tarpit = if shape.slow_shoots > 0 {
+        Some(crate::fake_shoots::Tarpit::start(tls.clone(), shape.slow_delay).await?)
+    } else {
+        None
+    };
+    if let Some(tarpit) = &tarpit {
+        let slow_kubeconfig = pointed_at(tarpit.addr);
+        let mut done = 0usize;
+        let mut last_report = Instant::now();
+        let mut stream = futures::stream::iter(0..shape.slow_shoots)
+            .map(|i| {
+                let plane = SeedControlPlane::new(seed_client.clone(), slow_namespace(i));
+                let kubeconfig = slow_kubeconfig.clone();
+                async move {
+                    plane.create_namespace().await?;
+                    plane
+                        .create_probe_secret(dwd_sim::seed::DEFAULT_PROBE_SECRET, &kubeconfig)
+                        .await?;
+                    plane
+                        .create_cluster(&ShootState::with_pools(&[DEFAULT_POOL]))
+                        .await?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(SLOW_CREATE_CONCURRENCY);
+        while let Some(r) = stream.next().await {
+            r.context("create a slow shoot in the seed")?;
+            done += 1;
+            if last_report.elapsed() >= Duration::from_secs(2) || done == shape.slow_shoots {
+                last_report = Instant::now();
+                eprint!(
+                    "\rsetup: {done}/{} slow shoots after {:.1}s   ",
+                    shape.slow_shoots,
+                    started.elapsed().as_secs_f64()
+                );
+                let _ = std::io::stderr().flush();
+            }
+        }
+        eprintln!();
+    }
+    let mut amplifiers = Vec::new();
+    if shape.amplify_items > 0 {
+        for (kind, pages) in [
+            (
+                "amplify",
+                crate::fake_shoots::Pages::Oversized(shape.amplify_items),
+            ),
+            ("amplify-paged", crate::fake_shoots::Pages::Endless),
+        ] {
+            let amplifier = crate::fake_shoots::Amplifier::start(tls.clone(), pages).await?;
+            let ns = namespace(kind);
+            let plane = SeedControlPlane::new(seed_client.clone(), ns.clone());
+            plane.create_namespace().await?;
+            plane
+                .create_probe_secret(
+                    dwd_sim::seed::DEFAULT_PROBE_SECRET,
+                    &pointed_at(amplifier.addr),
+                )
+                .await?;
+            plane
+                .create_cluster(&ShootState::with_pools(&[DEFAULT_POOL]))
+                .await?;
+            plane
+                .create_deployments(
+                    &AMPLIFIER_TARGETS
+                        .iter()
+                        .map(|(n, r)| (n.to_string(), *r))
+                        .collect::<Vec<_>>(),
+                )
+                .await?;
+            eprintln!("setup: amplification shoot {ns}: {pages:?}");
+            amplifiers.push((ns, amplifier));
+        }
+    }
+    Ok(Fakes {
+        tarpit,
+        slow_shoots: shape.slow_shoots,
+        amplifiers,
+        setup_seconds: started.elapsed().as_secs_f64(),
+    })
 }
 
 /// One hostile shoot: its own apiserver, a simulated shoot with a few healthy nodes, and a
@@ -576,6 +718,54 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
         );
     }
 
+    // The fake shoots: what their servers saw and what the watchdog says of them.
+    let fakes = world.fakes.as_ref().map(|f| {
+        let slow_metric = |name: &str| metrics.map(|m| sum_shoots(m, name, SLOW_PREFIX));
+        let budget = |name: &str| {
+            metrics.map(|m| {
+                dwd_testenv::metrics::parse(m)
+                    .into_iter()
+                    .filter(|s| s.name == name)
+                    .map(|s| s.value)
+                    .sum::<f64>()
+                    + 0.0
+            })
+        };
+        let amplification: serde_json::Map<String, Value> = f
+            .amplifiers
+            .iter()
+            .map(|(ns, a)| {
+                (
+                    ns.clone(),
+                    json!({
+                        "server": a.to_json(),
+                        "scaled_down": scaled_down(world, o.started, std::slice::from_ref(ns)),
+                        "watchdog_metrics": metrics.map(|m| series_for(m, ns)),
+                    }),
+                )
+            })
+            .collect();
+        json!({
+            "setup_seconds": f.setup_seconds,
+            "slow": {
+                "shoots": f.slow_shoots,
+                "server": f.tarpit.as_ref().map(|t| t.to_json()),
+                "targets": "none: their runs can only fail",
+                "watchdog_metrics": {
+                    "probe_runs": slow_metric("dwd_prober_shoot_probe_runs_total"),
+                    "api_server_probe_failures": slow_metric("dwd_prober_api_server_probe_failures_total"),
+                },
+            },
+            "amplification": amplification,
+            "run_memory_budget": {
+                "capacity_bytes": budget("dwd_prober_run_memory_capacity_bytes"),
+                "held_bytes_at_end": budget("dwd_prober_run_memory_held_bytes"),
+                "admission_refusals": budget("dwd_prober_run_memory_admission_refusals_total"),
+                "charge_refusals": budget("dwd_prober_run_memory_charge_refusals_total"),
+            },
+        })
+    });
+
     // RSS over time: every 5 s from the start, `[s, VmRSS MiB, VmHWM MiB]` (the peak so far
     // tells when it was reached, between two samples too).
     let mut rss = Vec::new();
@@ -606,7 +796,51 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
         "normal": normal,
         "hostile": hostile,
         "hostile_namespaces": hostile_namespaces,
+        "fakes": fakes,
     }))
+}
+
+/// Peak RSS the hostile run must stay under (issue 24): half of the 512 MiB limit Gardener
+/// sets on the prober, whatever the tenants do.
+pub const PEAK_RSS_BOUND_MIB: f64 = 256.0;
+
+/// Issue 24's verdict on a hostile run's result `r` (the common analysis with its `hostile`
+/// object): peak RSS within [`PEAK_RSS_BOUND_MIB`], the normal shoots' probe lateness p99
+/// within `probeInterval × jitter + 2 s`, and no target of any shoot scaled to 0 (nothing in
+/// this world should scale), with the process running to the end.
+pub fn done_when(cli: &Cli, r: &Value, ended: &Ended) -> Value {
+    let peak_mib = r["process"]["peak_rss_bytes"]
+        .as_f64()
+        .unwrap_or(f64::INFINITY)
+        / 1048576.0;
+    let lateness_bound = cli.probe_interval.as_secs_f64() * cli.jitter + 2.0;
+    let lateness = r["probe_lateness_s"]["all_gaps"]["p99"]
+        .as_f64()
+        .unwrap_or(f64::INFINITY);
+    let h = &r["hostile"];
+    let count = |v: &Value| v.as_array().map_or(0, Vec::len);
+    let mut wrongly = count(&h["normal"]["scaled_down"]);
+    if let Some(hs) = h["hostile"].as_object() {
+        wrongly += hs.values().map(|v| count(&v["scaled_down"])).sum::<usize>();
+    }
+    if let Some(amplifiers) = h["fakes"]["amplification"].as_object() {
+        wrongly += amplifiers
+            .values()
+            .map(|v| count(&v["scaled_down"]))
+            .sum::<usize>();
+    }
+    json!({
+        "peak_rss_mib": peak_mib,
+        "peak_rss_bound_mib": PEAK_RSS_BOUND_MIB,
+        "normal_probe_lateness_p99_s": lateness,
+        "probe_lateness_bound_s": lateness_bound,
+        "wrongly_scaled": wrongly,
+        "ran_to_the_end": ended.running(),
+        "met": ended.running()
+            && peak_mib <= PEAK_RSS_BOUND_MIB
+            && lateness <= lateness_bound
+            && wrongly == 0,
+    })
 }
 
 /// Rows of the summary table.
@@ -653,6 +887,57 @@ pub fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
         "normal shoots: scaled down".into(),
         scaled(&n["scaled_down"]).to_string(),
     ));
+    let f = &h["fakes"];
+    if f.is_object() {
+        let s = &f["slow"];
+        rows.push((
+            "slow shoots: shoots / requests answered / open connections max".into(),
+            format!(
+                "{} / {} / {}",
+                s["shoots"], s["server"]["requests_answered"], s["server"]["connections_open_max"]
+            ),
+        ));
+        report::counts(rows, "  ", &s["watchdog_metrics"]);
+        if let Some(amplifiers) = f["amplification"].as_object() {
+            for (ns, a) in amplifiers {
+                rows.push((
+                    format!("{ns}: lease / node lists served, scaled"),
+                    format!(
+                        "{} / {} / {}",
+                        a["server"]["requests_by_path"]["leases list"],
+                        a["server"]["requests_by_path"]["nodes list"],
+                        scaled(&a["scaled_down"])
+                    ),
+                ));
+                report::counts(rows, "  ", &a["watchdog_metrics"]);
+            }
+        }
+        report::counts(rows, "run memory budget: ", &f["run_memory_budget"]);
+    }
+    let d = &h["done_when"];
+    if d.is_object() {
+        rows.push((
+            "done when: peak RSS MiB (bound)".into(),
+            format!(
+                "{:.1} ({})",
+                d["peak_rss_mib"].as_f64().unwrap_or(0.0),
+                d["peak_rss_bound_mib"]
+            ),
+        ));
+        rows.push((
+            "done when: normal lateness p99 s (bound)".into(),
+            format!(
+                "{:.2} ({})",
+                d["normal_probe_lateness_p99_s"].as_f64().unwrap_or(0.0),
+                d["probe_lateness_bound_s"]
+            ),
+        ));
+        rows.push((
+            "done when: wrongly scaled".into(),
+            d["wrongly_scaled"].to_string(),
+        ));
+        rows.push(("done when: met".into(), d["met"].to_string()));
+    }
     if let Some(hs) = h["hostile"].as_object() {
         for (kind, v) in hs {
             rows.push((

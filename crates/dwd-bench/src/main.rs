@@ -8,6 +8,7 @@
 mod audit;
 mod chart;
 mod compare;
+mod fake_shoots;
 // Gardener's configs (deploy/gardener/) and how a run's config derives from them: the
 // sandbox's module, compiled into both so the bench and the sandbox run exactly what Gardener
 // runs, changed in the same checked way. The bench does not read everything the sandbox does
@@ -159,6 +160,16 @@ pub struct Cli {
     /// annotations per object, keys included).
     #[arg(long, default_value_t = 250)]
     pub fat_lease_kib: usize,
+    /// Hostile scenario: shoots whose apiserver answers every request only after the
+    /// config's `probeTimeout` (one TLS listener behind all of them): each probe run waits
+    /// its whole timeout and fails.
+    #[arg(long, default_value_t = 5_000)]
+    pub slow_shoots: usize,
+    /// Hostile scenario: empty items (`{}`) in each list page of the amplification shoot,
+    /// whose fake apiserver answers every Lease and Node list with them whatever `limit` was
+    /// asked (0: no such shoot). The default page is 15 MB, under the 16 MiB response limit.
+    #[arg(long, default_value_t = 5_000_000)]
+    pub amplify_items: usize,
     /// Hostile scenario: the bench stops the watchdog once its RSS passes this many MiB (and
     /// reports it): a binary that balloons must not take the shared machine down.
     #[arg(long, default_value_t = 3072)]

@@ -43,6 +43,11 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
             many_leases: cli.hostile_leases,
             fat_leases: cli.fat_leases,
             fat_bytes: cli.fat_lease_kib * 1024,
+            slow_shoots: cli.slow_shoots,
+            // Past the probe timeout by a margin: each run waits its whole timeout.
+            slow_delay: crate::scenario::prober_config(cli)?.config.probe_timeout
+                + crate::hostile::SLOW_MARGIN,
+            amplify_items: cli.amplify_items,
         }),
     };
     let mut world = setup::build(shape).await?;

@@ -338,7 +338,14 @@ pub async fn run_once(
     let sampler = procstat::Sampler::start(watchdog.pid()?);
 
     // Warm-up: start-up, cache sync and the first two probe rounds are not steady state.
-    let warmup = cli.initial_delay + cli.probe_interval * 2;
+    let mut warmup = cli.initial_delay + cli.probe_interval * 2;
+    if cli.scenario == Scenario::Hostile && cli.slow_shoots > 0 {
+        // Every shoot's first run starts at once, before any is known to be slow: until the
+        // slow shoots' first runs have failed (their probe timeout) they are not yet told
+        // apart from prompt ones (README "Memory: one limit"). The window starts after that;
+        // what the start cost the normal shoots is in their failure counters.
+        warmup += prober.config.probe_timeout + hostile::SLOW_MARGIN;
+    }
     eprintln!("run {run}: warm-up {warmup:?}");
     if cli.scenario == Scenario::Hostile {
         return run_hostile(
@@ -443,6 +450,7 @@ async fn run_hostile(
             metrics,
         },
     )?;
+    out.json["hostile"]["done_when"] = hostile::done_when(cli, &out.json, &ended);
     Ok(out)
 }
 

@@ -106,6 +106,9 @@ pub struct World {
     /// The hostile shoots (hostile scenario only), apart from the normal ones: their
     /// apiservers are their own, not among `shoot_apis`.
     pub hostile: Vec<crate::hostile::HostileShoot>,
+    /// The shoots behind fake apiservers (hostile scenario only): slow shoots and the
+    /// amplification shoot.
+    pub fakes: Option<crate::hostile::Fakes>,
     /// The seed apiserver.
     pub seed: ApiServer,
     /// The shoot apiservers.
@@ -257,15 +260,31 @@ pub async fn build(shape: Shape) -> Result<World> {
         eprintln!();
     }
     shoots.sort_by_key(|s| s.index);
-    let hostile = match shape.hostile {
+    let (hostile, fakes) = match shape.hostile {
         Some(h) => {
-            crate::hostile::build(&env, &seed_client, h, shape.renew_interval, limiter.clone())
-                .await?
+            let hostile =
+                crate::hostile::build(&env, &seed_client, h, shape.renew_interval, limiter.clone())
+                    .await?;
+            // The fake shoots' kubeconfigs: a hostile shoot apiserver's (its CA, a client
+            // certificate of the environment), pointed at the fake servers.
+            let (kubeconfig, server) = match hostile.first() {
+                Some(s) => (
+                    s.api
+                        .kubeconfig_for("fake-shoot", &[])
+                        .context("kubeconfig of the fake shoots")?,
+                    s.api.addr(),
+                ),
+                None => anyhow::bail!("the hostile scenario has no hostile shoot apiserver"),
+            };
+            let fakes =
+                crate::hostile::build_fakes(&env, &seed_client, h, &kubeconfig, server).await?;
+            (hostile, Some(fakes))
         }
-        None => Vec::new(),
+        None => (Vec::new(), None),
     };
     Ok(World {
         hostile,
+        fakes,
         seed_client,
         shoot_clients,
         setup_seconds: started.elapsed().as_secs_f64(),

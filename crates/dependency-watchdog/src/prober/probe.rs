@@ -31,7 +31,7 @@ use super::scaler::PlannedFlow;
 use super::shoot_reads;
 use crate::Error;
 use crate::kube_client::{PreparedShootConfig, ResponseLimits, is_response_too_large};
-use crate::memory_budget::{MemoryGrant, NoRunMemory, Standing};
+use crate::memory_budget::{self, MemoryGrant, NoRunMemory, Standing};
 use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootSeries,
 };
@@ -148,7 +148,8 @@ pub(crate) enum ProbeFailure {
     ShootList(Error),
     /// The Machine cache has not synced yet.
     MachinesNotSynced,
-    /// The memory budget had no room for the run within `probeTimeout`: nothing was sent.
+    /// The memory budget had no room for the run within `probeTimeout` (nothing was sent),
+    /// or none for it once it turned out slow (it was ended at its prompt limit).
     NoRunMemory(NoRunMemory),
 }
 
@@ -162,6 +163,9 @@ impl std::fmt::Display for ProbeFailure {
             ProbeFailure::ApiServer(e) => write!(f, "API server probe failed: {e}"),
             ProbeFailure::ShootList(e) => write!(f, "lease probe failed: {e}"),
             ProbeFailure::MachinesNotSynced => f.write_str("machine cache not synced yet"),
+            ProbeFailure::NoRunMemory(e @ NoRunMemory::Slow { .. }) => {
+                write!(f, "probe ended: {e}")
+            }
             ProbeFailure::NoRunMemory(e) => write!(f, "API server probe not made: {e}"),
         }
     }
@@ -407,6 +411,9 @@ impl Probe {
                 let error = "machine cache not synced yet";
                 warn!(%error, "lease probe failed; no scaling this run");
             }
+            ProbeFailure::NoRunMemory(error @ NoRunMemory::Slow { .. }) => {
+                warn!(%error, "probe ended before its answers; no scaling this run");
+            }
             ProbeFailure::NoRunMemory(error) => {
                 warn!(%error, "API server probe not made; no scaling this run");
             }
@@ -454,27 +461,55 @@ impl Probe {
             || restorable.waiting;
         // Admitted to the memory budget before anything is sent; the grant is held until the
         // run's views are dropped (the end of `probe_shoot`).
-        // The standing the run earns counts from its admission: waiting for room is not the
-        // shoot's doing.
+        // The standing the run earns counts from its admission; a run refused for room earns
+        // none (waiting is not the shoot's doing): the shoot keeps the standing it had.
         let timeout = self.ctx.config.probe_timeout;
-        let (probed, took) = match self.ctx.memory.admit(memory.standing, timeout).await {
-            Err(refused) => (Err(ProbeFailure::NoRunMemory(refused)), Duration::ZERO),
+        let probed = match self.ctx.memory.admit(memory.standing, timeout).await {
+            Err(refused) => Err(ProbeFailure::NoRunMemory(refused)),
             Ok(grant) => {
                 let admitted = Instant::now();
-                let probed = self.probe_shoot(nodes_may_matter, Arc::new(grant)).await;
-                (probed, admitted.elapsed())
+                let probed = self
+                    .probe_within_budget(nodes_may_matter, Arc::new(grant), timeout)
+                    .await;
+                let on_the_shoot = probed
+                    .as_ref()
+                    .err()
+                    .is_some_and(ProbeFailure::on_the_shoot);
+                memory.standing = Standing::after_run(on_the_shoot, admitted.elapsed(), timeout);
+                probed
             }
         };
-        let on_the_shoot = probed
-            .as_ref()
-            .err()
-            .is_some_and(ProbeFailure::on_the_shoot);
-        memory.standing = Standing::after_run(on_the_shoot, took, timeout);
         match probed {
             Err(failure) => self.report_failure(failure, &mut outcome, executor),
             Ok(finding) => self.report_finding(finding, memory, restorable, executor),
         }
         outcome
+    }
+
+    /// The probe of an admitted run. A trusted run that has not ended at its prompt limit is
+    /// slow: it moves into the suspect runs' share of the budget, or, when that share is
+    /// full, ends at once without a finding (`memory_budget`: slow shoots may not hold the
+    /// prompt ones' half). The probe only reads the shoot, so ending it leaves nothing
+    /// half-done.
+    async fn probe_within_budget(
+        &self,
+        nodes_may_matter: bool,
+        grant: Arc<MemoryGrant>,
+        probe_timeout: Duration,
+    ) -> Result<Finding, ProbeFailure> {
+        let probe = self.probe_shoot(nodes_may_matter, grant.clone());
+        tokio::pin!(probe);
+        if grant.is_suspect() {
+            return probe.await;
+        }
+        let prompt = memory_budget::prompt_limit(probe_timeout);
+        tokio::select! {
+            probed = &mut probe => probed,
+            () = tokio::time::sleep(prompt) => match grant.demote(prompt) {
+                Ok(()) => probe.await,
+                Err(no_room) => Err(ProbeFailure::NoRunMemory(no_room)),
+            },
+        }
     }
 
     /// Reports what a run found, the one place that does (expired fractions, zone series and

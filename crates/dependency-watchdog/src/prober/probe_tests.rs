@@ -793,6 +793,58 @@ async fn in_shadow_mode_nodes_are_listed_while_we_would_have_the_shoot_scaled_do
 mod interleavings;
 
 #[tokio::test(start_paused = true)]
+async fn a_slow_run_ends_at_its_prompt_limit_when_the_slow_half_is_full_and_its_shoot_stays_suspect()
+ {
+    use crate::memory_budget::{BudgetMetrics, RUN_RESERVE, Standing};
+    // Room for two runs; the slow runs' half (one run) held by another shoot's slow run.
+    let metrics = BudgetMetrics::default();
+    let memory = MemoryBudget::new(2 * RUN_RESERVE, metrics.clone());
+    let held = memory
+        .admit(Standing::Suspect, Duration::ZERO)
+        .await
+        .expect("the slow half");
+    let h = Harness::launch_in(
+        STEADY,
+        GRACE,
+        [EXPIRED; 3],
+        Mode::Normal,
+        None,
+        memory.clone(),
+    )
+    .await;
+    // The shoot answers in 4 s: within its 5 s probeTimeout, past its 2.5 s prompt limit.
+    h.shoot.lock().delays.push(("/version", secs(4)));
+    h.until(secs(33)).await;
+    // The first run (30 s, trusted) was ended at 32.5 s, before its answer: nothing scaled.
+    assert_eq!(metrics.slow_refusals.get(), 1);
+    assert!(h.shoot_calls("/version").is_empty());
+    // Suspect now: its runs (42.5 and 57.5 s) wait for the slow half and are refused; a
+    // refusal keeps the shoot suspect, so no run of it takes the prompt runs' half, which
+    // has room all along.
+    h.until(secs(70)).await;
+    assert_eq!(
+        (
+            metrics.slow_refusals.get(),
+            metrics.admission_refusals.get()
+        ),
+        (1, 2),
+        "(ended slow, refused for room)"
+    );
+    h.assert_no_writes();
+    // The other slow run ends: the next run (72.5 s) gets the slow half, asks, is answered
+    // 4 s later, and the scale-down is handed over.
+    drop(held);
+    h.until(secs(110)).await;
+    assert_eq!(
+        h.shoot_calls("/version").first().map(|c| c.0),
+        Some(Duration::from_millis(72_500))
+    );
+    assert!(!h.scaling_writes().is_empty(), "{:?}", h.scaling_writes());
+    assert_eq!(memory.held(), 0, "every run's hold returned");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothing() {
     use crate::memory_budget::{BudgetMetrics, RUN_RESERVE, Standing};
     // Room for one run, held by another shoot's run (a slow one) until 62 s.
