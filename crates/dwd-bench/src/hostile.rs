@@ -762,6 +762,7 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
                 "held_bytes_at_end": budget("dwd_prober_run_memory_held_bytes"),
                 "admission_refusals": budget("dwd_prober_run_memory_admission_refusals_total"),
                 "charge_refusals": budget("dwd_prober_run_memory_charge_refusals_total"),
+                "slow_refusals": budget("dwd_prober_run_memory_slow_refusals_total"),
             },
         })
     });
