@@ -121,14 +121,23 @@ pub fn failures_by_code<'a>(
 
 /// Per user, the receive times of `GET /version` (the API server probe), sorted.
 pub fn version_probes(requests: &[Request]) -> HashMap<String, Vec<DateTime<Utc>>> {
-    let mut probes: HashMap<String, Vec<DateTime<Utc>>> = HashMap::new();
+    received_by_user(
+        requests
+            .iter()
+            .filter(|r| r.verb == "get" && r.what == "/version"),
+    )
+}
+
+/// Per user, the receive times of all of `requests`, sorted.
+pub fn received_by_user<'a>(
+    requests: impl Iterator<Item = &'a Request>,
+) -> HashMap<String, Vec<DateTime<Utc>>> {
+    let mut by_user: HashMap<String, Vec<DateTime<Utc>>> = HashMap::new();
     for r in requests {
-        if r.verb == "get" && r.what == "/version" {
-            probes.entry(r.user.clone()).or_default().push(r.received);
-        }
+        by_user.entry(r.user.clone()).or_default().push(r.received);
     }
-    for times in probes.values_mut() {
+    for times in by_user.values_mut() {
         times.sort();
     }
-    probes
+    by_user
 }

@@ -16,7 +16,7 @@ enum Unit {
 }
 
 /// The compared metrics: key in `ratios`, row title, JSON pointer into a run's result.
-const METRICS: [(&str, &str, &str, Unit); 27] = [
+const METRICS: [(&str, &str, &str, Unit); 29] = [
     (
         "steady_rss",
         "steady RSS (median)",
@@ -114,6 +114,12 @@ const METRICS: [(&str, &str, &str, Unit); 27] = [
         Unit::Seconds,
     ),
     (
+        "storm_probe_lateness_after_run_p99",
+        "storm: probe lateness after the run p99, s",
+        "/storm/probe_lateness_after_the_run_s/p99",
+        Unit::Seconds,
+    ),
+    (
         "storm_restored_after_recovery_max",
         "storm: recovery → shoot restored max, s",
         "/storm/restored_after_recovery_s/max",
@@ -135,6 +141,12 @@ const METRICS: [(&str, &str, &str, Unit); 27] = [
         "storm_wasted_writes_before_knowing",
         "storm: scale-down writes after recovery (before knowing)",
         "/storm/wasted_scale_down_writes/before_the_watchdog_could_know",
+        Unit::Count,
+    ),
+    (
+        "storm_relapse_writes",
+        "storm: scale-down writes after recovery to relapsed shoots",
+        "/storm/relapse_scale_down_writes/count",
         Unit::Count,
     ),
     (

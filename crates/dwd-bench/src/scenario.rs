@@ -19,6 +19,12 @@ use crate::setup::{self, WATCHDOG_USER, World, lock};
 use crate::stats::Summary;
 use crate::{Cli, Scenario, Subject, audit, hostile, metrics, procstat, storm};
 
+/// Node → its renew times, in order.
+type RenewTimes = HashMap<String, Vec<DateTime<Utc>>>;
+
+/// User → the receive times of some of its requests, sorted.
+type TimesByUser = HashMap<String, Vec<DateTime<Utc>>>;
+
 /// Writes per scaled target (annotate, then scale): used for the mass-outage bound.
 const WRITES_PER_TARGET: f64 = 2.0;
 
@@ -303,8 +309,9 @@ struct OutageRecord {
     restored_by: DateTime<Utc>,
     /// Shoot index → renew times at the moment of resumption (the silenced nodes' last).
     before: Vec<(usize, HashMap<String, DateTime<Utc>>)>,
-    /// Shoot index → each node's first renew time after resumption.
-    after: Vec<(usize, HashMap<String, DateTime<Utc>>)>,
+    /// Shoot index → each node's renew times after resumption, in order (a relapse shows
+    /// as a gap longer than the leases' validity).
+    after: Vec<(usize, RenewTimes)>,
     all_down: bool,
     all_up: bool,
 }
@@ -735,14 +742,24 @@ async fn run_outage(
     }
     eprintln!("run: kubelets of {} shoot(s) renew again", affected.len());
     // The kubelets keep only each node's latest renewal; recovery is decided by the first
-    // one after resumption, so catch it while polling (well within the renew interval).
-    let mut after: Vec<(usize, HashMap<String, DateTime<Utc>>)> =
+    // one after resumption, and a relapse by a later gap, so catch every one while polling:
+    // once a second is well within the renew interval (the times are the renewTimes written,
+    // not the poll's), and the copies of N × M renewals cost the shared machine little.
+    let mut after: Vec<(usize, RenewTimes)> =
         affected.iter().map(|&i| (i, HashMap::new())).collect();
-    let mut record_first_renewals = || {
-        for (i, first) in after.iter_mut() {
+    let mut last_recorded: Option<tokio::time::Instant> = None;
+    let mut record_renewals = |force: bool| {
+        if !force && last_recorded.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        last_recorded = Some(tokio::time::Instant::now());
+        for (i, seen) in after.iter_mut() {
             for (node, t) in world.shoots[*i].sim.kubelets().renewals() {
                 if t > resumed_at {
-                    first.entry(node).or_insert(t);
+                    let times = seen.entry(node).or_default();
+                    if times.last() != Some(&t) {
+                        times.push(t);
+                    }
                 }
             }
         }
@@ -760,14 +777,9 @@ async fn run_outage(
             // The flows of the storm may still be under way (a binary that waits for them
             // restores only after them).
             let timeout = down_timeout + up_timeout;
-            wait_settled(
-                world,
-                watchdog,
-                &every_target,
-                quiet,
-                timeout,
-                &mut record_first_renewals,
-            )
+            wait_settled(world, watchdog, &every_target, quiet, timeout, || {
+                record_renewals(false)
+            })
             .await?
         }
         None => {
@@ -791,12 +803,12 @@ async fn run_outage(
                 |r| r > 0,
                 up_timeout,
                 "restored",
-                &mut record_first_renewals,
+                || record_renewals(false),
             )
             .await?
         }
     };
-    record_first_renewals();
+    record_renewals(true);
     let restored_by = Utc::now();
 
     // Keep measuring steady state for whatever is left of --duration.
@@ -952,7 +964,9 @@ async fn analyse(
     let mut dists = Dists::default();
     dists.insert(chart::PROBE_LATENESS.into(), gaps.clone());
     let outage_json = outage.map(|o| {
-        let (json, down, up) = outage_results(cli, &prober.config, world, o, m.started, &probes);
+        let requests = audit::received_by_user(shoot_requests.iter());
+        let (json, down, up) =
+            outage_results(cli, &prober.config, world, o, m.started, &probes, &requests);
         dists.insert(chart::SCALE_DOWN.into(), down);
         dists.insert(chart::RESTORE.into(), up);
         json
@@ -1015,7 +1029,8 @@ fn outage_results(
     world: &World,
     o: &OutageRecord,
     started: DateTime<Utc>,
-    probes: &HashMap<String, Vec<DateTime<Utc>>>,
+    probes: &TimesByUser,
+    requests: &TimesByUser,
 ) -> (Result<Value>, Vec<f64>, Vec<f64>) {
     let seed_requests = match seed_requests(world, started) {
         Ok(r) => r,
@@ -1043,19 +1058,28 @@ fn outage_results(
         // Up: once more than m − k leases renewed after resumption, fewer than k are expired.
         let mut renewed: Vec<DateTime<Utc>> = after
             .values()
-            .copied()
+            .filter_map(|times| times.first().copied())
             .filter(|t| *t > o.resumed_at)
             .collect();
         renewed.sort();
         let recovered = renewed.get(cli.nodes - k).copied();
+        // Every node's renew times: its last before the resumption, then each one after.
+        let renewals = before
+            .iter()
+            .map(|(node, last)| {
+                let mut times = vec![*last];
+                times.extend(after.get(node).into_iter().flatten().copied());
+                times
+            })
+            .collect();
         storm_shoots.push(storm_record(
             world,
             &seed_requests,
-            *i,
-            &ns,
+            (*i, &ns),
             recovered,
+            renewals,
             &targets,
-            probes,
+            (probes, requests),
         ));
         if let Some(c) = crossed {
             first_crossing = Some(first_crossing.map_or(c, |f: DateTime<Utc>| f.min(c)));
@@ -1118,6 +1142,8 @@ fn outage_results(
         jitter: cli.jitter,
         qps: cli.kube_api_qps,
         scale_up_delays_s: scale_up_delays(config).as_secs_f64(),
+        lease_validity_s: grace.num_milliseconds() as f64 / 1000.0,
+        expired_needed: k,
     };
     let json = json!({
         "storm": storm::analyse(&frame, &storm_shoots),
@@ -1148,11 +1174,11 @@ fn outage_results(
 fn storm_record(
     world: &World,
     seed_requests: &[audit::Request],
-    i: usize,
-    ns: &str,
+    (i, ns): (usize, &str),
     recovered: Option<DateTime<Utc>>,
+    renewals: Vec<Vec<DateTime<Utc>>>,
     targets: &[(&str, u32, u32)],
-    probes: &HashMap<String, Vec<DateTime<Utc>>>,
+    (probes, requests): (&TimesByUser, &TimesByUser),
 ) -> storm::ShootStorm {
     let log = lock(&world.replicas);
     let replicas = targets
@@ -1186,6 +1212,11 @@ fn storm_record(
             .get(&world.shoots[i].user())
             .cloned()
             .unwrap_or_default(),
+        requests: requests
+            .get(&world.shoots[i].user())
+            .cloned()
+            .unwrap_or_default(),
+        renewals,
         writes,
     }
 }

@@ -13,7 +13,14 @@
 //! - **wasted scale-down writes**: writes that took a target of a recovered shoot down. Those
 //!   sent later than `recovered + probeInterval × (1 + jitter) + 2 s` (a run after the
 //!   recovery has seen it: the watchdog could know) are (a); those before are (b), which no
-//!   watchdog can avoid (a run that judged just before the recovery).
+//!   watchdog can avoid (a run that judged just before the recovery). A write of (a) whose
+//!   shoot had *relapsed* is neither: if at the shoot's last probe before the write enough of
+//!   its leases were expired again to reach the threshold (its simulated kubelets, renewing
+//!   on a loaded machine, let them lapse), the scale-down was the right answer to what the
+//!   leases said; such writes are counted as relapses, from each node's renew times;
+//! - **probe lateness after the run**: the same gaps, measured from the previous run's last
+//!   request (its lease or node list) instead of its `GET /version`: what is left is the
+//!   schedule's own delay (jitter and any wait), without the run's own duration.
 //!
 //! A write is a scale-down write when the target was running when it was sent and its next
 //! replica change went to 0 (the reference's annotate-then-scale counts two); a scale-up write
@@ -38,8 +45,30 @@ pub struct ShootStorm {
     pub replicas: BTreeMap<String, Vec<(DateTime<Utc>, i32)>>,
     /// Receive times of the shoot's `GET /version` (the watchdog's probes), sorted.
     pub probes: Vec<DateTime<Utc>>,
+    /// Receive times of every request of the shoot's probe user (each run's `GET /version`
+    /// and lists), sorted.
+    pub requests: Vec<DateTime<Utc>>,
+    /// Each node's renew times from its last one before the resumption on, in order.
+    pub renewals: Vec<Vec<DateTime<Utc>>>,
     /// The watchdog's writes to the shoot's targets: (receive time, target).
     pub writes: Vec<(DateTime<Utc>, String)>,
+}
+
+impl ShootStorm {
+    /// How many of the shoot's leases were expired at `t`: a node whose latest renewal by
+    /// then is `validity_s` old or older (or that has none by then).
+    fn expired_at(&self, t: DateTime<Utc>, validity_s: f64) -> usize {
+        self.renewals
+            .iter()
+            .filter(|times| {
+                times
+                    .iter()
+                    .rev()
+                    .find(|r| **r <= t)
+                    .is_none_or(|r| secs(*r, t) >= validity_s)
+            })
+            .count()
+    }
 }
 
 /// The storm's frame and the bounds' terms.
@@ -59,6 +88,10 @@ pub struct StormFrame {
     pub qps: f64,
     /// The scale-up `initialDelay`s a restore waits out, seconds (summed over levels).
     pub scale_up_delays_s: f64,
+    /// How long a renewed lease stays valid (0.75 × `kcmNodeMonitorGraceDuration`), seconds.
+    pub lease_validity_s: f64,
+    /// Fewest expired leases of a shoot that reach the threshold.
+    pub expired_needed: usize,
 }
 
 /// What a write did to its target.
@@ -100,6 +133,9 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
     let max_interval = interval * (1.0 + frame.jitter.max(0.0));
     let lateness_bound = interval * frame.jitter.max(0.0) + 2.0;
     let mut gaps = Vec::new();
+    let mut gaps_after_run = Vec::new();
+    let mut relapses = 0usize;
+    let mut relapse_examples: Vec<Value> = Vec::new();
     let mut worst_per_shoot = Vec::new();
     let mut restore_writes = 0usize;
     let mut wasted_could_know = 0usize;
@@ -120,6 +156,17 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
             .collect();
         worst_per_shoot.push(lateness.iter().copied().fold(0.0, f64::max));
         gaps.extend(lateness);
+        // From each run's last request (the requests before the next run's GET /version).
+        for w in in_storm.windows(2) {
+            let last = shoot
+                .requests
+                .iter()
+                .copied()
+                .filter(|t| *t >= w[0] && *t < w[1])
+                .max()
+                .unwrap_or(w[0]);
+            gaps_after_run.push(secs(last, w[1]) - interval);
+        }
 
         let could_know = shoot
             .recovered
@@ -131,9 +178,23 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
                 WriteKind::Up if *t >= frame.resumed_at => restore_writes += 1,
                 WriteKind::Down => match (shoot.recovered, could_know) {
                     (Some(r), Some(k)) if *t >= k => {
-                        wasted_could_know += 1;
-                        wasted_here
-                            .push(json!({"target": target, "after_recovery_s": secs(r, *t)}));
+                        // What the leases said at the shoot's last probe before the write.
+                        let judged = shoot.probes.iter().rev().find(|p| **p <= *t).copied();
+                        let expired = judged.map(|p| shoot.expired_at(p, frame.lease_validity_s));
+                        let example = json!({
+                            "shoot": shoot.namespace, "target": target,
+                            "after_recovery_s": secs(r, *t),
+                            "expired_leases_at_the_last_probe": expired,
+                        });
+                        if expired.is_some_and(|e| e >= frame.expired_needed) {
+                            relapses += 1;
+                            if relapse_examples.len() < 20 {
+                                relapse_examples.push(example);
+                            }
+                        } else {
+                            wasted_could_know += 1;
+                            wasted_here.push(example);
+                        }
                     }
                     (Some(r), _) if *t >= r => wasted_before_knowing += 1,
                     _ => {}
@@ -170,6 +231,7 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
         restore_writes as f64 / frame.qps.max(0.01) + frame.scale_up_delays_s + max_interval;
     let over_bound = restored.iter().filter(|s| **s > restore_bound).count();
     let lateness = Summary::of(&gaps);
+    let after_run = Summary::of(&gaps_after_run);
     json!({
         "window_s": secs(frame.silenced_at, frame.restored_by),
         "outage_s": secs(frame.silenced_at, frame.resumed_at),
@@ -177,6 +239,7 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
         "probe_lateness_s": lateness.to_json(),
         "probe_lateness_worst_per_shoot_s": Summary::of(&worst_per_shoot).to_json(),
         "probe_lateness_bound_s": lateness_bound,
+        "probe_lateness_after_the_run_s": after_run.to_json(),
         "restored_after_recovery_s": Summary::of(&restored).to_json(),
         "restore_writes": restore_writes,
         "restore_bound_s": restore_bound,
@@ -186,6 +249,11 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
             "after_the_watchdog_could_know": wasted_could_know,
             "before_the_watchdog_could_know": wasted_before_knowing,
             "examples": wasted_shoots,
+        },
+        "relapse_scale_down_writes": {
+            "count": relapses,
+            "means": "scale-down writes after the recovery to a shoot whose leases had lapsed again: at its last probe before the write, at least the threshold's leases were expired",
+            "examples": relapse_examples,
         },
     })
 }
@@ -207,6 +275,8 @@ mod tests {
             jitter: 0.2,
             qps: 1.0,
             scale_up_delays_s: 30.0,
+            lease_validity_s: 30.0,
+            expired_needed: 2,
         }
     }
 
@@ -224,6 +294,8 @@ mod tests {
                 ("kcm".into(), vec![(at(100), 0), (at(140), 3)]),
             ]),
             probes: vec![at(10), at(20), at(30), at(50)],
+            requests: vec![at(10), at(11), at(20), at(21), at(30), at(33), at(50)],
+            renewals: Vec::new(),
             // Each write is received before the change it makes is watched.
             writes: vec![
                 (at(39), "mcm".into()),
@@ -247,9 +319,46 @@ mod tests {
         // 3 writes ÷ 1 qps + 30 s + 12 s.
         assert_eq!(out["restore_bound_s"], 45.0, "{out}");
         assert_eq!(out["shoots_restored_over_bound"], 1, "{out}");
-        // Gaps 10, 10, 20 → lateness 0, 0, 10.
+        // Gaps 10, 10, 20 → lateness 0, 0, 10; from each run's last request: 9, 7, 17 → −1,
+        // −3, 7.
         assert_eq!(out["probe_lateness_s"]["max"], 10.0, "{out}");
+        assert_eq!(out["probe_lateness_after_the_run_s"]["max"], 7.0, "{out}");
+        assert_eq!(out["probe_lateness_after_the_run_s"]["count"], 3, "{out}");
         assert_eq!(out["probe_lateness_bound_s"], 4.0, "{out}");
+    }
+
+    #[test]
+    fn a_scale_down_after_the_recovery_is_a_relapse_when_the_leases_had_lapsed_again() {
+        // Three nodes, two expired leases reach the threshold, valid 30 s. All renewed at 65
+        // (recovered at 70 in the record); two renew again only at 140: lapsed from 95 on.
+        let renewals = vec![
+            vec![at(-10), at(65), at(140)],
+            vec![at(-10), at(65), at(140)],
+            vec![at(-10), at(65), at(90), at(115)],
+        ];
+        let shoot = |probe: i64| ShootStorm {
+            namespace: "s".into(),
+            recovered: Some(at(70)),
+            replicas: BTreeMap::from([("kcm".into(), vec![(at(101), 0), (at(160), 3)])]),
+            probes: vec![at(probe)],
+            requests: vec![at(probe)],
+            renewals: renewals.clone(),
+            writes: vec![(at(100), "kcm".into())],
+        };
+        // Judged at 96: two leases 31 s old → a relapse, not a wasted write.
+        let out = analyse(&frame(), &[shoot(96)]);
+        assert_eq!(out["relapse_scale_down_writes"]["count"], 1, "{out}");
+        assert_eq!(
+            out["wasted_scale_down_writes"]["after_the_watchdog_could_know"], 0,
+            "{out}"
+        );
+        // Judged at 90: every lease fresh → wasted.
+        let out = analyse(&frame(), &[shoot(90)]);
+        assert_eq!(out["relapse_scale_down_writes"]["count"], 0, "{out}");
+        assert_eq!(
+            out["wasted_scale_down_writes"]["after_the_watchdog_could_know"], 1,
+            "{out}"
+        );
     }
 
     #[test]
