@@ -6,7 +6,9 @@
 //!   both within the storm (from the silence until every target is back), minus the
 //!   interval; bound `probeInterval × jitter + 2 s` (a run's own duration);
 //! - **recovery → restored**: from the moment enough kubelets renewed that fewer than the
-//!   threshold's leases are expired, to the last restore of the shoot's targets; bound
+//!   threshold's leases are expired (the last such moment before the restore: a shoot that
+//!   relapsed was rightly scaled down again and recovered anew), to the last restore of the
+//!   shoot's targets; bound
 //!   `restore writes ÷ qps + the scale-up initialDelays + probeInterval × (1 + jitter)` (the
 //!   whole seed's restore writes may queue before this shoot's; the delays are the config's;
 //!   the probe must run once to see the recovery);
@@ -55,6 +57,37 @@ pub struct ShootStorm {
 }
 
 impl ShootStorm {
+    /// The moments at which the shoot's expired leases fell below `needed` again (from every
+    /// node's renew times: a lease is expired from `validity_s` after a renewal until the
+    /// next one), in order; an expiry at the same moment as a renewal counts first.
+    fn recoveries(&self, validity_s: f64, needed: usize) -> Vec<DateTime<Utc>> {
+        let validity = chrono::Duration::milliseconds((validity_s * 1000.0) as i64);
+        // (time, +1 expired / −1 renewed while expired)
+        let mut changes: Vec<(DateTime<Utc>, i32)> = Vec::new();
+        for times in &self.renewals {
+            for (i, r) in times.iter().enumerate() {
+                let expires = *r + validity;
+                match times.get(i + 1) {
+                    Some(next) if *next <= expires => {}
+                    Some(next) => changes.extend([(expires, 1), (*next, -1)]),
+                    None => changes.push((expires, 1)),
+                }
+            }
+        }
+        changes.sort_by_key(|(t, d)| (*t, -d));
+        let mut expired = 0i64;
+        let needed = i64::try_from(needed).unwrap_or(i64::MAX);
+        let mut out = Vec::new();
+        for (t, d) in changes {
+            let before = expired;
+            expired += i64::from(d);
+            if before >= needed && expired < needed {
+                out.push(t);
+            }
+        }
+        out
+    }
+
     /// How many of the shoot's leases were expired at `t`: a node whose latest renewal by
     /// then is `validity_s` old or older (or that has none by then).
     fn expired_at(&self, t: DateTime<Utc>, validity_s: f64) -> usize {
@@ -142,6 +175,7 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
     let mut wasted_before_knowing = 0usize;
     let mut wasted_shoots: Vec<Value> = Vec::new();
     let mut restored = Vec::new();
+    let mut restored_from_first = Vec::new();
     let mut unrestored = 0usize;
     for shoot in shoots {
         let in_storm: Vec<DateTime<Utc>> = shoot
@@ -221,9 +255,20 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
                 _ => still_down = true,
             }
         }
+        // From the last recovery before the restore (a relapse starts the clock anew).
+        let last_recovery = back.and_then(|b| {
+            shoot
+                .recoveries(frame.lease_validity_s, frame.expired_needed)
+                .into_iter()
+                .rfind(|t| *t <= b)
+        });
         match (shoot.recovered, back, still_down) {
             (_, _, true) => unrestored += 1,
-            (Some(r), Some(b), false) => restored.push(secs(r, b).max(0.0)),
+            (Some(r), Some(b), false) => {
+                let from = last_recovery.map_or(r, |l| l.max(r));
+                restored.push(secs(from, b).max(0.0));
+                restored_from_first.push(secs(r, b).max(0.0));
+            }
             _ => {}
         }
     }
@@ -241,6 +286,11 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
         "probe_lateness_bound_s": lateness_bound,
         "probe_lateness_after_the_run_s": after_run.to_json(),
         "restored_after_recovery_s": Summary::of(&restored).to_json(),
+        "restored_after_first_recovery_s": Summary::of(&restored_from_first).to_json(),
+        "shoots_restored_over_bound_from_first_recovery": restored_from_first
+            .iter()
+            .filter(|s| **s > restore_bound)
+            .count(),
         "restore_writes": restore_writes,
         "restore_bound_s": restore_bound,
         "shoots_restored_over_bound": over_bound,
@@ -351,6 +401,14 @@ mod tests {
         assert_eq!(
             out["wasted_scale_down_writes"]["after_the_watchdog_could_know"], 0,
             "{out}"
+        );
+        // Restored at 160: 20 s after the second recovery (140), 90 s after the first (70).
+        assert_eq!(out["restored_after_recovery_s"]["max"], 20.0, "{out}");
+        assert_eq!(out["restored_after_first_recovery_s"]["max"], 90.0, "{out}");
+        assert_eq!(
+            shoot(96).recoveries(30.0, 2),
+            [at(65), at(140)],
+            "below two expired at 65, two again at 95, below at 140"
         );
         // Judged at 90: every lease fresh → wasted.
         let out = analyse(&frame(), &[shoot(90)]);
