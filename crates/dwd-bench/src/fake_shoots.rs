@@ -346,7 +346,9 @@ impl Amplifier {
         v["pages"] = match self.pages {
             Pages::Oversized(items) => json!({
                 "oversized_items_per_page": items,
-                "page_bytes": amplified_page("LeaseList", "coordination.k8s.io/v1", 0).len() + items * 3,
+                // `{}` and a comma before every item but the first.
+                "page_bytes": amplified_page("LeaseList", "coordination.k8s.io/v1", 0).len()
+                    + (items * 3).saturating_sub(1),
             }),
             Pages::Endless => json!("endless: the limit asked, with a continue token every time"),
         };

@@ -16,13 +16,15 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
     let storm = cli.scenario == Scenario::WeederStorm;
     // Say what the binaries will run before the (long) setup: Gardener's config, and what the
     // command line changed in it.
-    if storm {
+    // The prober config's probe timeout (none for the weeder): the slow shoots answer after it.
+    let probe_timeout = if storm {
         let c = weeder::config()?;
         eprintln!(
             "weeder config: Gardener's ({}); changed (Gardener's → the bench's): {}",
             gardener::WEEDER_FIXTURE_PATH,
             gardener::changes_text(&c.changes)
         );
+        None
     } else {
         let c = scenario::prober_config(cli)?;
         eprintln!(
@@ -30,7 +32,8 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
             gardener::PROBER_FIXTURE_PATH,
             gardener::changes_text(&c.changes)
         );
-    }
+        Some(c.config.probe_timeout)
+    };
     let shape = Shape {
         shoots: cli.shoots,
         nodes: cli.nodes,
@@ -45,8 +48,7 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
             fat_bytes: cli.fat_lease_kib * 1024,
             slow_shoots: cli.slow_shoots,
             // Past the probe timeout by a margin: each run waits its whole timeout.
-            slow_delay: crate::scenario::prober_config(cli)?.config.probe_timeout
-                + crate::hostile::SLOW_MARGIN,
+            slow_delay: probe_timeout.unwrap_or_default() + crate::hostile::SLOW_MARGIN,
             amplify_items: cli.amplify_items,
         }),
     };
