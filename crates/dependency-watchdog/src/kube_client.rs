@@ -162,10 +162,18 @@ impl PreparedShootConfig {
             .map_err(|_| ShootClientError("kubeconfig is not valid kubeconfig YAML".into()))?;
         // Before kube sees it: kube would read the files and run the commands it names.
         check_inline_only(&kc)?;
+        // kube's messages quote entry names; one that is not a plain name may hold other
+        // lines YAML folded into it (a token), so its messages are withheld whole.
+        let names_plain = entry_names(&kc).all(is_plain_name);
         let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .map_err(|e| {
-                ShootClientError(format!("kubeconfig unusable: {}", redact(&e.to_string())))
+                let details = if names_plain {
+                    redact(&e.to_string())
+                } else {
+                    "details withheld (an entry name is not a plain name)".to_string()
+                };
+                ShootClientError(format!("kubeconfig unusable: {details}"))
             })?;
         config.default_retry = false;
         // Go's dialer gives up connecting after 30 s whatever the probe timeout (which may be
@@ -254,6 +262,50 @@ fn redact(message: &str) -> String {
     }
 }
 
+/// The longest entry name quoted in an error: a DNS subdomain's length, more than any
+/// kubeconfig Gardener writes (`shoot--<project>--<name>`) needs.
+const MAX_SHOWN_NAME: usize = 253;
+
+/// Whether an entry name may be quoted in an error: one line without spaces or control
+/// characters and at most [`MAX_SHOWN_NAME`] bytes. YAML folds a more-indented line into the
+/// plain scalar above it (joined by a space, or a line break after a blank line), so a moved
+/// `token:` line can become part of a `name:`; such a name always holds whitespace.
+fn is_plain_name(name: &str) -> bool {
+    name.len() <= MAX_SHOWN_NAME && !name.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// Every name a kubeconfig's entries carry or refer to (kube may quote any in its errors).
+fn entry_names(kc: &Kubeconfig) -> impl Iterator<Item = &str> {
+    let contexts = kc.contexts.iter().flat_map(|c| {
+        let refs = c.context.iter().flat_map(|x| {
+            [
+                Some(x.cluster.as_str()),
+                x.user.as_deref(),
+                x.namespace.as_deref(),
+            ]
+            .into_iter()
+            .flatten()
+        });
+        std::iter::once(c.name.as_str()).chain(refs)
+    });
+    kc.clusters
+        .iter()
+        .map(|c| c.name.as_str())
+        .chain(kc.auth_infos.iter().map(|u| u.name.as_str()))
+        .chain(contexts)
+        .chain(kc.current_context.as_deref())
+}
+
+/// How an error names the `index`th entry of a kind (`cluster`, `user`): by its name when it
+/// [`is_plain_name`], by its position otherwise.
+fn entry(what: &str, index: usize, name: &str) -> String {
+    if is_plain_name(name) {
+        format!("{what} {name:?}")
+    } else {
+        format!("{what} #{} (name not shown: not a plain name)", index + 1)
+    }
+}
+
 /// Refuses every kubeconfig field that is not inline material.
 ///
 /// The probe kubeconfig comes from a secret in the shoot namespace and is used against the
@@ -267,36 +319,35 @@ fn redact(message: &str) -> String {
 /// `http://` servers expose the token to anyone in between. Each is an error naming the
 /// entry and the field; nothing is read and nothing is run.
 pub fn check_inline_only(kc: &Kubeconfig) -> Result<(), ShootClientError> {
-    let refuse = |what: &str, name: &str, field: &str| {
+    let refuse = |name: String, field: &str| {
         Err(ShootClientError(format!(
-            "kubeconfig {what} {name:?}: field {field} is not supported (only inline material is: \
+            "kubeconfig {name}: field {field} is not supported (only inline material is: \
              server, certificate-authority-data, tls-server-name, token, \
              client-certificate-data, client-key-data)"
         )))
     };
-    for named in &kc.clusters {
+    for (index, named) in kc.clusters.iter().enumerate() {
         let Some(c) = &named.cluster else { continue };
-        let name = named.name.as_str();
+        let name = entry("cluster", index, &named.name);
         if c.certificate_authority.is_some() {
-            return refuse("cluster", name, "certificate-authority");
+            return refuse(name, "certificate-authority");
         }
         if c.proxy_url.is_some() {
-            return refuse("cluster", name, "proxy-url");
+            return refuse(name, "proxy-url");
         }
         if c.insecure_skip_tls_verify == Some(true) {
-            return refuse("cluster", name, "insecure-skip-tls-verify");
+            return refuse(name, "insecure-skip-tls-verify");
         }
         if let Some(server) = &c.server
             && !server.starts_with("https://")
         {
             return Err(ShootClientError(format!(
-                "kubeconfig cluster {name:?}: server must be an https:// URL"
+                "kubeconfig {name}: server must be an https:// URL"
             )));
         }
     }
-    for named in &kc.auth_infos {
+    for (index, named) in kc.auth_infos.iter().enumerate() {
         let Some(u) = &named.auth_info else { continue };
-        let name = named.name.as_str();
         let fields = [
             ("tokenFile", u.token_file.is_some()),
             ("client-certificate", u.client_certificate.is_some()),
@@ -311,7 +362,7 @@ pub fn check_inline_only(kc: &Kubeconfig) -> Result<(), ShootClientError> {
             ("as-user-extra", u.impersonate_user_extra.is_some()),
         ];
         if let Some((field, _)) = fields.iter().find(|(_, set)| *set) {
-            return refuse("user", name, field);
+            return refuse(entry("user", index, &named.name), field);
         }
     }
     Ok(())
