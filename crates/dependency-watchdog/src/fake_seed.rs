@@ -118,6 +118,9 @@ pub(crate) struct FakeState {
     pub(crate) fail_requests: VecDeque<(&'static str, u16, Option<&'static str>)>,
     /// Delays (path part, delay) before answering each request whose path contains the part.
     pub delays: Vec<(&'static str, Duration)>,
+    /// Answers as over an HTTP/2 connection (`Response::version`), which a shoot client may
+    /// share among requests at once; HTTP/1.1 otherwise.
+    pub(crate) http2: bool,
     /// Until when requests meet an outage, and which.
     pub outage: Option<(Outage, Instant)>,
     /// Time from a change of spec.replicas until status.readyReplicas follows; `None`:
@@ -394,7 +397,13 @@ impl FakeSeed {
         let fake = self.clone();
         let service = tower::service_fn(move |req: Request<kube::client::Body>| {
             let fake = fake.clone();
-            async move { Ok::<_, std::convert::Infallible>(fake.serve(req).await) }
+            async move {
+                let mut response = fake.serve(req).await;
+                if fake.lock().http2 {
+                    *response.version_mut() = http::Version::HTTP_2;
+                }
+                Ok::<_, std::convert::Infallible>(response)
+            }
         });
         let service = tower::ServiceBuilder::new()
             .layer(RetryAfterLayer::new(MAX_RETRIES, Some(probe_timeout)))

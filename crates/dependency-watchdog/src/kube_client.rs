@@ -112,6 +112,21 @@ pub async fn shoot_client(
 /// The longest a shoot connection may take to establish, as client-go's dialer.
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What a shoot's server may send over HTTP/2 before the run reads it (flow control): the
+/// run reads its answers as they arrive, each byte counted against its limits and charged to
+/// its memory grant as it is read, so the windows are all a tenant can make a run hold
+/// unread. 64 KiB a stream (HTTP/2's own initial window) and twice that the connection, for a
+/// run's two lists at once: less than hyper's HTTP/1.1 read buffer may grow to (408 KiB), so
+/// a run in flight costs what `memory_budget::RUN_RESERVE` was measured for. hyper's defaults
+/// (2 MiB a stream, 5 MiB the connection) are for throughput; a run's lists are at most a few
+/// MiB, read over the seed's own network.
+const SHOOT_H2_STREAM_WINDOW: u32 = 64 << 10;
+/// See [`SHOOT_H2_STREAM_WINDOW`].
+const SHOOT_H2_CONNECTION_WINDOW: u32 = 2 * SHOOT_H2_STREAM_WINDOW;
+/// The largest header block a shoot may answer with over HTTP/2 (hyper's default, stated:
+/// headers are held whole before the body).
+const SHOOT_H2_MAX_HEADER_LIST: u32 = 16 << 10;
+
 /// Resumable TLS sessions kept per shoot: a run needs one, the rest is slack.
 const TLS_SESSIONS_PER_SHOOT: usize = 4;
 
@@ -228,11 +243,17 @@ impl PreparedShootConfig {
             https =
                 https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
         }
-        let mut connector = TimeoutConnector::new(https.enable_http1().wrap_connector(http));
+        // HTTP/2 where the shoot offers it (ALPN; kube-apiserver does, as client-go asks): a
+        // run's lists can then share its one connection at once.
+        let mut connector =
+            TimeoutConnector::new(https.enable_http1().enable_http2().wrap_connector(http));
         connector.set_connect_timeout(config.connect_timeout);
         connector.set_read_timeout(config.read_timeout);
         connector.set_write_timeout(config.write_timeout);
         let http_client = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
+            .http2_initial_stream_window_size(SHOOT_H2_STREAM_WINDOW)
+            .http2_initial_connection_window_size(SHOOT_H2_CONNECTION_WINDOW)
+            .http2_max_header_list_size(SHOOT_H2_MAX_HEADER_LIST)
             .build::<_, kube::client::Body>(connector);
         let service = tower::ServiceBuilder::new()
             // Outermost, so each attempt is counted. Its budget is the probe timeout, which

@@ -148,3 +148,40 @@ async fn no_retry_is_started_that_would_pass_the_deadline() {
     );
     assert_eq!(proxy.connections(), 1, "{error}");
 }
+
+/// A run's requests share its one connection: the shoot client offers HTTP/2 and
+/// kube-apiserver takes it, so the lease and node lists a scaled-down shoot's run sends at
+/// once ride the connection of its `GET /version` (over HTTP/1.1 the second list would open a
+/// second connection, and the probe sends them one after the other).
+#[tokio::test]
+async fn requests_sent_at_once_share_one_http2_connection() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::Api;
+    use kube::api::ListParams;
+
+    let env = TestEnv::shared().await.expect("test environment");
+    let shoot = env.start_apiserver("shoot-http2").await.expect("apiserver");
+    let proxy = BreakingProxy::start(shoot.addr(), 0).await;
+    let client = client_via(
+        shoot.kubeconfig(),
+        shoot.addr(),
+        &proxy,
+        Duration::from_secs(5),
+    )
+    .await;
+    let request = http::Request::get("/version")
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let response = client.send(request).await.expect("GET /version");
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    assert!(response.status().is_success(), "{:?}", response.status());
+    drop(response);
+    let leases = Api::<Lease>::namespaced(client.clone(), "kube-node-lease");
+    let nodes = Api::<Node>::all(client.clone());
+    let limit = ListParams::default().limit(500);
+    let (leases, nodes) = tokio::join!(leases.list(&limit), nodes.list(&limit));
+    leases.expect("lease list");
+    nodes.expect("node list");
+    assert_eq!(proxy.connections(), 1, "three requests, one connection");
+}

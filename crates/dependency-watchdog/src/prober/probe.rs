@@ -28,7 +28,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::ProberContext;
 use super::executor::{Decision, Executor, Restorable, Taken};
 use super::scaler::PlannedFlow;
-use super::shoot_reads;
+use super::shoot_reads::{self, Connection};
 use crate::Error;
 use crate::kube_client::{PreparedShootConfig, ResponseLimits, is_response_too_large};
 use crate::memory_budget::{self, MemoryGrant, NoRunMemory, Standing};
@@ -725,22 +725,33 @@ impl Probe {
             .await
             .map_err(ProbeFailure::NoShootClient)?;
         // 1. API server probe.
-        self.shoot_call("GET /version", client.apiserver_version())
+        let connection = self
+            .shoot_call("GET /version", shoot_reads::apiserver_version(&client))
             .await
             .map_err(ProbeFailure::ApiServer)?;
         // 2. Lease probe: consistent, paginated, bounded lists (`shoot_reads`). Leases first:
         //    when all are fresh and nothing waits to be restored, no node can change the
-        //    outcome. Expiry is judged against the moment the lease list was asked for: a body
-        //    that takes long to arrive (a slow link, a tenant's fat leases) must not age the
-        //    renewals it carries.
-        let listed_at = Utc::now();
-        let leases = self
-            .shoot_call(
+        //    outcome. When the nodes will be needed whatever the leases say (`nodes_may_matter`:
+        //    a recovering shoot's every run) and the connection multiplexes, both lists go at
+        //    once: the run is one answer shorter, on one connection. Expiry is judged against
+        //    the moment the lease list was asked for: a body that takes long to arrive (a slow
+        //    link, a tenant's fat leases) must not age the renewals it carries.
+        let list_leases = || {
+            self.shoot_call(
                 "listing node leases",
                 shoot_reads::node_leases(&client, Some(&grant)),
             )
-            .await
-            .map_err(ProbeFailure::ShootList)?;
+        };
+        let list_nodes =
+            || self.shoot_call("listing nodes", shoot_reads::nodes(&client, Some(&grant)));
+        let listed_at = Utc::now();
+        let (leases, nodes_at_once) = if nodes_may_matter && connection == Connection::Multiplexed {
+            let (leases, nodes) = tokio::join!(list_leases(), list_nodes());
+            (leases, Some(nodes))
+        } else {
+            (list_leases().await, None)
+        };
+        let leases = leases.map_err(ProbeFailure::ShootList)?;
         if leases_alone_suffice(
             &leases,
             self.settings.node_monitor_grace,
@@ -752,9 +763,10 @@ impl Probe {
                 leases: leases.len(),
             });
         }
-        let nodes = self
-            .shoot_call("listing nodes", shoot_reads::nodes(&client, Some(&grant)))
-            .await;
+        let nodes = match nodes_at_once {
+            Some(nodes) => nodes,
+            None => list_nodes().await,
+        };
         drop(client);
         let nodes = nodes.map_err(ProbeFailure::ShootList)?;
         if !self.ctx.caches.machines.is_ready() {

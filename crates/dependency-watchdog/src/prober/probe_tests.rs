@@ -542,6 +542,41 @@ async fn an_expired_majority_scales_down_once_in_level_order_and_recovery_restor
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_scaled_down_shoots_lists_go_at_once_over_http2_and_one_after_the_other_over_http1() {
+    for http2 in [true, false] {
+        let h = Harness::steady([EXPIRED, EXPIRED, FRESH], Mode::Normal).await;
+        {
+            let mut shoot = h.shoot.lock();
+            shoot.http2 = http2;
+            shoot.delays.push(("/leases", secs(1)));
+        }
+        h.until(secs(80)).await;
+        assert_eq!((h.replicas("kcm"), h.replicas("mcm")), (json!(0), json!(0)));
+        let leases = h.shoot_calls("/leases");
+        let nodes = h.shoot_calls("/nodes");
+        assert!(leases.len() >= 3, "{leases:?}");
+        assert_eq!(leases.len(), nodes.len(), "{leases:?} {nodes:?}");
+        // Nodes after leases (1 s to answer) in the first run: nothing is down yet, and had
+        // every lease been fresh, no node could matter. Once the targets wait to be
+        // restored, every run needs its nodes: at once over HTTP/2, after the leases over
+        // HTTP/1.1 (where a second request at once would open a second connection).
+        let after_leases: Vec<Duration> =
+            leases.iter().zip(&nodes).map(|(l, n)| n.0 - l.0).collect();
+        let later_runs = if http2 { Duration::ZERO } else { secs(1) };
+        assert_eq!(after_leases[0], secs(1), "http2 {http2}: {after_leases:?}");
+        assert!(
+            after_leases[1..].iter().all(|d| *d == later_runs),
+            "http2 {http2}: {after_leases:?}"
+        );
+        // The recovery is seen and restored as ever.
+        h.renew(&["n1", "n2"]);
+        h.until(secs(120)).await;
+        assert_eq!((h.replicas("kcm"), h.replicas("mcm")), (json!(2), json!(2)));
+        h.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn runs_keep_their_schedule_while_a_flow_waits_for_the_seed_and_a_recovery_supersedes_it() {
     // A seed busy with a storm: its budget gives one write now and one every 40 s after (a
     // write's wait stays within the target's 30 s call timeout in this test).
