@@ -230,10 +230,23 @@ pub struct Probe {
     /// The probe secret's kubeconfig as last prepared (parsed, TLS configured): reused while
     /// the secret holds the same text, prepared anew when it changes.
     pub(crate) shoot_config: std::sync::Mutex<Option<Arc<PreparedShootConfig>>>,
+    /// Whether the shoot's last `GET /version` came over HTTP/2: the next run that needs its
+    /// nodes may then send all its reads at once (`probe_shoot`).
+    multiplexed: AtomicBool,
     /// Test-only (absent outside unit tests): makes each run's shoot client in place of the
     /// probe secret's kubeconfig, e.g. a client on a fake shoot apiserver.
     #[cfg(test)]
     pub(crate) shoot_connector: Option<ShootConnector>,
+}
+
+/// What a run read before judging its leases ([`Probe::read_version_and_leases`]).
+struct LeaseReads {
+    /// The shoot's node leases.
+    leases: Vec<dwd_core::lease::NodeLeaseView>,
+    /// When the leases were asked for: their expiry is judged against it.
+    listed_at: chrono::DateTime<Utc>,
+    /// The node list, when it was sent with the leases.
+    nodes_at_once: Option<Result<Vec<dwd_core::lease::NodeView>, Error>>,
 }
 
 /// Test-only: what makes a run's shoot client (see [`Probe::shoot_connector`]).
@@ -270,6 +283,7 @@ impl Probe {
             ctx,
             cancel,
             shoot_config: Default::default(),
+            multiplexed: AtomicBool::new(false),
             #[cfg(test)]
             shoot_connector: None,
         }
@@ -724,34 +738,13 @@ impl Probe {
             .shoot_client(&grant)
             .await
             .map_err(ProbeFailure::NoShootClient)?;
-        // 1. API server probe.
-        let connection = self
-            .shoot_call("GET /version", shoot_reads::apiserver_version(&client))
-            .await
-            .map_err(ProbeFailure::ApiServer)?;
-        // 2. Lease probe: consistent, paginated, bounded lists (`shoot_reads`). Leases first:
-        //    when all are fresh and nothing waits to be restored, no node can change the
-        //    outcome. When the nodes will be needed whatever the leases say (`nodes_may_matter`:
-        //    a recovering shoot's every run) and the connection multiplexes, both lists go at
-        //    once: the run is one answer shorter, on one connection. Expiry is judged against
-        //    the moment the lease list was asked for: a body that takes long to arrive (a slow
-        //    link, a tenant's fat leases) must not age the renewals it carries.
-        let list_leases = || {
-            self.shoot_call(
-                "listing node leases",
-                shoot_reads::node_leases(&client, Some(&grant)),
-            )
-        };
-        let list_nodes =
-            || self.shoot_call("listing nodes", shoot_reads::nodes(&client, Some(&grant)));
-        let listed_at = Utc::now();
-        let (leases, nodes_at_once) = if nodes_may_matter && connection == Connection::Multiplexed {
-            let (leases, nodes) = tokio::join!(list_leases(), list_nodes());
-            (leases, Some(nodes))
-        } else {
-            (list_leases().await, None)
-        };
-        let leases = leases.map_err(ProbeFailure::ShootList)?;
+        let LeaseReads {
+            leases,
+            listed_at,
+            nodes_at_once,
+        } = self
+            .read_version_and_leases(&client, &grant, nodes_may_matter)
+            .await?;
         if leases_alone_suffice(
             &leases,
             self.settings.node_monitor_grace,
@@ -765,7 +758,7 @@ impl Probe {
         }
         let nodes = match nodes_at_once {
             Some(nodes) => nodes,
-            None => list_nodes().await,
+            None => self.list_nodes(&client, &grant).await,
         };
         drop(client);
         let nodes = nodes.map_err(ProbeFailure::ShootList)?;
@@ -793,6 +786,61 @@ impl Probe {
             debug!(node = %node.node, verdict = %node.verdict, "node verdict");
         }
         Ok(Finding::Report(report))
+    }
+
+    /// The API-server probe, then the lease probe's consistent, paginated, bounded lists
+    /// (`shoot_reads`). Leases first: when all are fresh and nothing waits to be restored, no
+    /// node can change the outcome. Expiry is judged against the moment the leases were asked
+    /// for: a body that takes long to arrive (a slow link, a tenant's fat leases) must not age
+    /// the renewals it carries.
+    ///
+    /// When the nodes will be needed whatever the leases say (`nodes_may_matter`: every run of
+    /// a shoot that is scaled down or going down) and the shoot's last connection multiplexed
+    /// (HTTP/2), the three reads go at once on the run's one connection: such a run is two
+    /// answers shorter. The API-server probe still decides first: a failed one ends the run,
+    /// whatever the lists said.
+    async fn read_version_and_leases(
+        &self,
+        client: &Client,
+        grant: &MemoryGrant,
+        nodes_may_matter: bool,
+    ) -> Result<LeaseReads, ProbeFailure> {
+        let version = || self.shoot_call("GET /version", shoot_reads::apiserver_version(client));
+        let list_leases = || {
+            self.shoot_call(
+                "listing node leases",
+                shoot_reads::node_leases(client, Some(grant)),
+            )
+        };
+        let (connection, leases, nodes_at_once, listed_at) =
+            if nodes_may_matter && self.multiplexed.load(Ordering::Relaxed) {
+                let listed_at = Utc::now();
+                let (version, leases, nodes) =
+                    tokio::join!(version(), list_leases(), self.list_nodes(client, grant));
+                let connection = version.map_err(ProbeFailure::ApiServer)?;
+                (connection, leases, Some(nodes), listed_at)
+            } else {
+                let connection = version().await.map_err(ProbeFailure::ApiServer)?;
+                let listed_at = Utc::now();
+                (connection, list_leases().await, None, listed_at)
+            };
+        self.multiplexed
+            .store(connection == Connection::Multiplexed, Ordering::Relaxed);
+        Ok(LeaseReads {
+            leases: leases.map_err(ProbeFailure::ShootList)?,
+            listed_at,
+            nodes_at_once,
+        })
+    }
+
+    /// The lease probe's node list.
+    async fn list_nodes(
+        &self,
+        client: &Client,
+        grant: &MemoryGrant,
+    ) -> Result<Vec<dwd_core::lease::NodeView>, Error> {
+        self.shoot_call("listing nodes", shoot_reads::nodes(client, Some(grant)))
+            .await
     }
 
     /// A client for this run only, from the secret's current kubeconfig; its responses are

@@ -542,38 +542,80 @@ async fn an_expired_majority_scales_down_once_in_level_order_and_recovery_restor
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_scaled_down_shoots_lists_go_at_once_over_http2_and_one_after_the_other_over_http1() {
+async fn a_scaled_down_shoots_reads_go_at_once_over_http2_and_one_after_the_other_over_http1() {
     for http2 in [true, false] {
         let h = Harness::steady([EXPIRED, EXPIRED, FRESH], Mode::Normal).await;
         {
             let mut shoot = h.shoot.lock();
             shoot.http2 = http2;
+            shoot.delays.push(("/version", secs(1)));
             shoot.delays.push(("/leases", secs(1)));
         }
-        h.until(secs(80)).await;
+        h.until(secs(90)).await;
         assert_eq!((h.replicas("kcm"), h.replicas("mcm")), (json!(0), json!(0)));
+        let versions = h.shoot_calls("/version");
         let leases = h.shoot_calls("/leases");
         let nodes = h.shoot_calls("/nodes");
-        assert!(leases.len() >= 3, "{leases:?}");
+        assert!(versions.len() >= 3, "{versions:?}");
+        assert_eq!(versions.len(), leases.len(), "{versions:?} {leases:?}");
         assert_eq!(leases.len(), nodes.len(), "{leases:?} {nodes:?}");
-        // Nodes after leases (1 s to answer) in the first run: nothing is down yet, and had
-        // every lease been fresh, no node could matter. Once the targets wait to be
-        // restored, every run needs its nodes: at once over HTTP/2, after the leases over
-        // HTTP/1.1 (where a second request at once would open a second connection).
-        let after_leases: Vec<Duration> =
-            leases.iter().zip(&nodes).map(|(l, n)| n.0 - l.0).collect();
-        let later_runs = if http2 { Duration::ZERO } else { secs(1) };
-        assert_eq!(after_leases[0], secs(1), "http2 {http2}: {after_leases:?}");
+        // (lease list after /version, node list after the lease list) per run. The first
+        // run: one after the other (each answer takes 1 s), as nothing is down yet and its
+        // connection's protocol is not known. Once the targets wait to be restored, every run
+        // needs its nodes: over HTTP/2 (the last /version said so) all three reads at once;
+        // over HTTP/1.1 one after the other (a request at once would open a second
+        // connection).
+        let offsets: Vec<(Duration, Duration)> = versions
+            .iter()
+            .zip(&leases)
+            .zip(&nodes)
+            .map(|((v, l), n)| (l.0 - v.0, n.0 - l.0))
+            .collect();
+        let later_runs = if http2 {
+            (Duration::ZERO, Duration::ZERO)
+        } else {
+            (secs(1), secs(1))
+        };
+        assert_eq!(offsets[0], (secs(1), secs(1)), "http2 {http2}: {offsets:?}");
         assert!(
-            after_leases[1..].iter().all(|d| *d == later_runs),
-            "http2 {http2}: {after_leases:?}"
+            offsets[1..].iter().all(|o| *o == later_runs),
+            "http2 {http2}: {offsets:?}"
         );
         // The recovery is seen and restored as ever.
         h.renew(&["n1", "n2"]);
-        h.until(secs(120)).await;
+        h.until(secs(140)).await;
         assert_eq!((h.replicas("kcm"), h.replicas("mcm")), (json!(2), json!(2)));
         h.stop().await;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_api_server_probe_sent_with_the_lists_ends_the_run_whatever_they_said() {
+    let h = Harness::steady([EXPIRED, EXPIRED, FRESH], Mode::Normal).await;
+    h.shoot.lock().http2 = true;
+    h.until(secs(45)).await;
+    assert_eq!(h.scaling_writes(), scaled_down_at(secs(30)));
+    // The kubelets are back, but the run at 50 s (its reads at once) gets a 500 for its
+    // /version: its lease list, fresh, must not restore anything.
+    h.renew(&["n1", "n2"]);
+    h.shoot
+        .lock()
+        .fail_requests
+        .push_back(("/version", 500, None));
+    h.until(secs(55)).await;
+    assert_eq!(h.shoot_calls("/version").last(), Some(&(secs(50), 500)));
+    assert_eq!(h.shoot_calls("/leases").last(), Some(&(secs(50), 200)));
+    assert_eq!(h.scaling_writes().len(), 2, "{:?}", h.scaling_writes());
+    // The next run restores.
+    h.until(secs(75)).await;
+    assert_eq!(
+        h.scaling_writes()[2..],
+        [
+            (secs(60), "mcm".into(), json!(2)),
+            (secs(61), "kcm".into(), json!(2))
+        ]
+    );
+    h.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
