@@ -20,7 +20,7 @@ use crate::stats::Summary;
 use crate::{Cli, Scenario, Subject, audit, hostile, metrics, procstat, storm};
 
 /// Node → its renew times, in order.
-type RenewTimes = HashMap<String, Vec<DateTime<Utc>>>;
+type RenewTimes = HashMap<String, Vec<storm::Renewal>>;
 
 /// User → the receive times of some of its requests, sorted.
 type TimesByUser = HashMap<String, Vec<DateTime<Utc>>>;
@@ -754,11 +754,11 @@ async fn run_outage(
         }
         last_recorded = Some(tokio::time::Instant::now());
         for (i, seen) in after.iter_mut() {
-            for (node, t) in world.shoots[*i].sim.kubelets().renewals() {
+            for (node, (t, landed)) in world.shoots[*i].sim.kubelets().renewals_landed() {
                 if t > resumed_at {
                     let times = seen.entry(node).or_default();
-                    if times.last() != Some(&t) {
-                        times.push(t);
+                    if times.last().map(|r| r.at) != Some(t) {
+                        times.push(storm::Renewal { at: t, landed });
                     }
                 }
             }
@@ -1055,11 +1055,13 @@ fn outage_results(
         let mut expiries: Vec<DateTime<Utc>> = before.values().map(|t| *t + grace).collect();
         expiries.sort();
         let crossed = expiries.get(k - 1).copied();
-        // Up: once more than m − k leases renewed after resumption, fewer than k are expired.
+        // Up: once more than m − k leases renewed after resumption (as the apiserver holds
+        // them: when each renewal landed), fewer than k are expired.
         let mut renewed: Vec<DateTime<Utc>> = after
             .values()
-            .filter_map(|times| times.first().copied())
-            .filter(|t| *t > o.resumed_at)
+            .filter_map(|times| times.first())
+            .filter(|r| r.at > o.resumed_at)
+            .map(|r| r.landed)
             .collect();
         renewed.sort();
         let recovered = renewed.get(cli.nodes - k).copied();
@@ -1067,7 +1069,7 @@ fn outage_results(
         let renewals = before
             .iter()
             .map(|(node, last)| {
-                let mut times = vec![*last];
+                let mut times = vec![storm::Renewal::at_once(*last)];
                 times.extend(after.get(node).into_iter().flatten().copied());
                 times
             })
@@ -1176,7 +1178,7 @@ fn storm_record(
     seed_requests: &[audit::Request],
     (i, ns): (usize, &str),
     recovered: Option<DateTime<Utc>>,
-    renewals: Vec<Vec<DateTime<Utc>>>,
+    renewals: Vec<Vec<storm::Renewal>>,
     targets: &[(&str, u32, u32)],
     (probes, requests): (&TimesByUser, &TimesByUser),
 ) -> storm::ShootStorm {

@@ -16,10 +16,13 @@
 //!   sent later than `recovered + probeInterval × (1 + jitter) + 2 s` (a run after the
 //!   recovery has seen it: the watchdog could know) are (a); those before are (b), which no
 //!   watchdog can avoid (a run that judged just before the recovery). A write of (a) whose
-//!   shoot had *relapsed* is neither: if at the shoot's last probe before the write enough of
-//!   its leases were expired again to reach the threshold (its simulated kubelets, renewing
-//!   on a loaded machine, let them lapse), the scale-down was the right answer to what the
-//!   leases said; such writes are counted as relapses, from each node's renew times;
+//!   shoot had *relapsed* is neither: if, when the shoot's last run before the write asked for
+//!   its leases (its first request after its `GET /version`), enough of them were expired
+//!   again to reach the threshold (its simulated kubelets, renewing on a loaded machine, let
+//!   them lapse), the scale-down was the right answer to what the leases said; such writes
+//!   are counted as relapses. Leases are judged as the apiserver held them: a renewal counts
+//!   from when it landed (its `renewTime` is taken before the write is sent, and a loaded
+//!   apiserver acknowledges it seconds later);
 //! - **probe lateness after the run**: the same gaps, measured from the previous run's last
 //!   request (its lease or node list) instead of its `GET /version`: what is left is the
 //!   schedule's own delay (jitter and any wait), without the run's own duration.
@@ -50,26 +53,43 @@ pub struct ShootStorm {
     /// Receive times of every request of the shoot's probe user (each run's `GET /version`
     /// and lists), sorted.
     pub requests: Vec<DateTime<Utc>>,
-    /// Each node's renew times from its last one before the resumption on, in order.
-    pub renewals: Vec<Vec<DateTime<Utc>>>,
+    /// Each node's renewals from its last one before the resumption on, in order.
+    pub renewals: Vec<Vec<Renewal>>,
     /// The watchdog's writes to the shoot's targets: (receive time, target).
     pub writes: Vec<(DateTime<Utc>, String)>,
 }
 
+/// One lease renewal of a simulated kubelet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewal {
+    /// The `renewTime` written (taken before the write was sent).
+    pub at: DateTime<Utc>,
+    /// When the apiserver acknowledged it: until then it served the renewal before.
+    pub landed: DateTime<Utc>,
+}
+
+impl Renewal {
+    /// A renewal that landed at its own time.
+    pub fn at_once(at: DateTime<Utc>) -> Renewal {
+        Renewal { at, landed: at }
+    }
+}
+
 impl ShootStorm {
     /// The moments at which the shoot's expired leases fell below `needed` again (from every
-    /// node's renew times: a lease is expired from `validity_s` after a renewal until the
-    /// next one), in order; an expiry at the same moment as a renewal counts first.
+    /// node's renewals: a lease is expired from `validity_s` after a renewal's `renewTime`
+    /// until the next renewal lands), in order; an expiry at the same moment as a renewal
+    /// counts first.
     fn recoveries(&self, validity_s: f64, needed: usize) -> Vec<DateTime<Utc>> {
         let validity = chrono::Duration::milliseconds((validity_s * 1000.0) as i64);
         // (time, +1 expired / −1 renewed while expired)
         let mut changes: Vec<(DateTime<Utc>, i32)> = Vec::new();
         for times in &self.renewals {
             for (i, r) in times.iter().enumerate() {
-                let expires = *r + validity;
+                let expires = r.at + validity;
                 match times.get(i + 1) {
-                    Some(next) if *next <= expires => {}
-                    Some(next) => changes.extend([(expires, 1), (*next, -1)]),
+                    Some(next) if next.landed <= expires => {}
+                    Some(next) => changes.extend([(expires, 1), (next.landed, -1)]),
                     None => changes.push((expires, 1)),
                 }
             }
@@ -88,8 +108,8 @@ impl ShootStorm {
         out
     }
 
-    /// How many of the shoot's leases were expired at `t`: a node whose latest renewal by
-    /// then is `validity_s` old or older (or that has none by then).
+    /// How many of the shoot's leases were expired at `t`: a node whose latest renewal
+    /// landed by then has a `renewTime` `validity_s` old or older (or that has none by then).
     fn expired_at(&self, t: DateTime<Utc>, validity_s: f64) -> usize {
         self.renewals
             .iter()
@@ -97,8 +117,8 @@ impl ShootStorm {
                 times
                     .iter()
                     .rev()
-                    .find(|r| **r <= t)
-                    .is_none_or(|r| secs(*r, t) >= validity_s)
+                    .find(|r| r.landed <= t)
+                    .is_none_or(|r| secs(r.at, t) >= validity_s)
             })
             .count()
     }
@@ -212,8 +232,17 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
                 WriteKind::Up if *t >= frame.resumed_at => restore_writes += 1,
                 WriteKind::Down => match (shoot.recovered, could_know) {
                     (Some(r), Some(k)) if *t >= k => {
-                        // What the leases said at the shoot's last probe before the write.
-                        let judged = shoot.probes.iter().rev().find(|p| **p <= *t).copied();
+                        // What the leases said when the shoot's last run before the write
+                        // asked for them: its first request after its `GET /version` (the
+                        // lease list; sent with it or after it), else the `GET /version`.
+                        let judged = shoot.probes.iter().rev().find(|p| **p <= *t).map(|p| {
+                            shoot
+                                .requests
+                                .iter()
+                                .copied()
+                                .find(|r| *r > *p && *r <= *t)
+                                .unwrap_or(*p)
+                        });
                         let expired = judged.map(|p| shoot.expired_at(p, frame.lease_validity_s));
                         let example = json!({
                             "shoot": shoot.namespace, "target": target,
@@ -381,11 +410,14 @@ mod tests {
     fn a_scale_down_after_the_recovery_is_a_relapse_when_the_leases_had_lapsed_again() {
         // Three nodes, two expired leases reach the threshold, valid 30 s. All renewed at 65
         // (recovered at 70 in the record); two renew again only at 140: lapsed from 95 on.
-        let renewals = vec![
+        let renewals: Vec<Vec<Renewal>> = [
             vec![at(-10), at(65), at(140)],
             vec![at(-10), at(65), at(140)],
             vec![at(-10), at(65), at(90), at(115)],
-        ];
+        ]
+        .into_iter()
+        .map(|times| times.into_iter().map(Renewal::at_once).collect())
+        .collect();
         let shoot = |probe: i64| ShootStorm {
             namespace: "s".into(),
             recovered: Some(at(70)),
@@ -415,6 +447,41 @@ mod tests {
         assert_eq!(out["relapse_scale_down_writes"]["count"], 0, "{out}");
         assert_eq!(
             out["wasted_scale_down_writes"]["after_the_watchdog_could_know"], 1,
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_renewal_counts_from_when_it_landed_and_leases_are_judged_when_the_run_asked_for_them() {
+        // Three nodes, two expired leases reach the threshold, valid 30 s. All renewed at 65;
+        // nodes 1 and 2 renew at 94 but the loaded apiserver acknowledges it only at 97: their
+        // leases (renewTime 65) were expired from 95 to 97. The run's GET /version arrives at
+        // 94, its lease list at 96, its scale-down at 98.
+        let slow = Renewal {
+            at: at(94),
+            landed: at(97),
+        };
+        let shoot = ShootStorm {
+            namespace: "s".into(),
+            recovered: Some(at(70)),
+            replicas: BTreeMap::from([("kcm".into(), vec![(at(99), 0), (at(160), 3)])]),
+            probes: vec![at(94)],
+            requests: vec![at(94), at(96)],
+            renewals: vec![
+                vec![Renewal::at_once(at(65)), slow],
+                vec![Renewal::at_once(at(65)), slow],
+                vec![Renewal::at_once(at(65)), Renewal::at_once(at(90))],
+            ],
+            writes: vec![(at(98), "kcm".into())],
+        };
+        assert_eq!(shoot.expired_at(at(94), 30.0), 0);
+        assert_eq!(shoot.expired_at(at(96), 30.0), 2);
+        assert_eq!(shoot.expired_at(at(97), 30.0), 0);
+        assert_eq!(shoot.recoveries(30.0, 2), [at(97)]);
+        let out = analyse(&frame(), &[shoot]);
+        assert_eq!(out["relapse_scale_down_writes"]["count"], 1, "{out}");
+        assert_eq!(
+            out["wasted_scale_down_writes"]["after_the_watchdog_could_know"], 0,
             "{out}"
         );
     }

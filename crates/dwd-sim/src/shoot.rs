@@ -422,6 +422,9 @@ struct KubeletState {
     /// Starts a round at once (for last words).
     wake: tokio::sync::Notify,
     renewals: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// Node → when the apiserver acknowledged the renewal in `renewals` (its `renewTime` is
+    /// taken before the write is sent, so on a loaded apiserver it lands later).
+    landed: Mutex<HashMap<String, DateTime<Utc>>>,
     rounds: AtomicU64,
     failures: AtomicU64,
 }
@@ -459,6 +462,7 @@ impl Kubelets {
             silenced: Mutex::new(HashSet::new()),
             last_words: Mutex::new(HashMap::new()),
             wake: tokio::sync::Notify::new(),
+            landed: Mutex::new(initial_renewals.clone()),
             renewals: Mutex::new(initial_renewals),
             rounds: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -536,6 +540,18 @@ impl Kubelets {
         lock(&self.state.renewals).clone()
     }
 
+    /// Node → (`renewTime` of its last successful renewal, when the apiserver acknowledged
+    /// it): until then the apiserver held the renewal before (a seeded renewal counts as
+    /// landed at its own time).
+    pub fn renewals_landed(&self) -> HashMap<String, (DateTime<Utc>, DateTime<Utc>)> {
+        let renewals = lock(&self.state.renewals);
+        let landed = lock(&self.state.landed);
+        renewals
+            .iter()
+            .map(|(node, t)| (node.clone(), (*t, landed.get(node).copied().unwrap_or(*t))))
+            .collect()
+    }
+
     /// Completed renewal rounds.
     pub fn rounds(&self) -> u64 {
         self.state.rounds.load(Ordering::SeqCst)
@@ -584,14 +600,16 @@ async fn run_kubelets(client: kube::Client, state: Arc<KubeletState>, options: K
                         Ok(()) if last_word.is_some() => {
                             // What the apiserver now holds, even if earlier than before.
                             lock(&state.renewals).insert(node.clone(), t);
+                            lock(&state.landed).insert(node.clone(), Utc::now());
                             lock(&state.silenced).insert(node.clone());
                             lock(&state.last_words).remove(node);
                         }
                         Ok(()) => {
                             let mut renewals = lock(&state.renewals);
                             let last = renewals.entry(node.clone()).or_insert(t);
-                            if *last < t {
+                            if *last <= t {
                                 *last = t;
+                                lock(&state.landed).insert(node.clone(), Utc::now());
                             }
                         }
                         Err(e) => {
