@@ -121,6 +121,8 @@ pub(crate) struct FakeState {
     /// Answers as over an HTTP/2 connection (`Response::version`), which a shoot client may
     /// share among requests at once; HTTP/1.1 otherwise.
     pub(crate) http2: bool,
+    /// Which HTTP each shoot client made for a probe run on this fake was asked to speak.
+    pub(crate) clients: Vec<crate::kube_client::HttpVersion>,
     /// Until when requests meet an outage, and which.
     pub outage: Option<(Outage, Instant)>,
     /// Time from a change of spec.replicas until status.readyReplicas follows; `None`:

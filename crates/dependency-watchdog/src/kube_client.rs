@@ -106,7 +106,17 @@ pub async fn shoot_client(
 ) -> Result<Client, ShootClientError> {
     PreparedShootConfig::prepare(kubeconfig_yaml, timeout)
         .await?
-        .client(ResponseLimits::DEFAULT, None)
+        .client(ResponseLimits::DEFAULT, None, HttpVersion::Negotiated)
+}
+
+/// Which HTTP a shoot client speaks ([`PreparedShootConfig::client`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpVersion {
+    /// HTTP/2 where the shoot offers it (ALPN), HTTP/1.1 otherwise.
+    Negotiated,
+    /// HTTP/2 only: for a shoot known to speak it, so requests sent at once share one
+    /// connection from the start.
+    Http2Only,
 }
 
 /// The longest a shoot connection may take to establish, as client-go's dialer.
@@ -220,10 +230,18 @@ impl PreparedShootConfig {
     /// kube's own client (base URI, auth, extra headers, timeouts) without its retries. Every
     /// response byte counts against `limits` and, when given, is charged to the run's `grant`
     /// on the process-wide memory budget ([`crate::memory_budget`]).
+    ///
+    /// [`HttpVersion::Negotiated`] speaks HTTP/2 where the shoot offers it and HTTP/1.1
+    /// otherwise, but requests sent at once before the connection is up each open their own
+    /// (the protocol is known only once one is): send the first alone. With
+    /// [`HttpVersion::Http2Only`] (the shoot is known to speak HTTP/2) requests sent at once
+    /// wait for the one connection and share it; a shoot that no longer offers HTTP/2 fails
+    /// them.
     pub fn client(
         &self,
         limits: ResponseLimits,
         grant: Option<Arc<MemoryGrant>>,
+        version: HttpVersion,
     ) -> Result<Client, ShootClientError> {
         let config = &self.config;
         let building = |e: kube::Error| {
@@ -251,6 +269,7 @@ impl PreparedShootConfig {
         connector.set_read_timeout(config.read_timeout);
         connector.set_write_timeout(config.write_timeout);
         let http_client = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
+            .http2_only(version == HttpVersion::Http2Only)
             .http2_initial_stream_window_size(SHOOT_H2_STREAM_WINDOW)
             .http2_initial_connection_window_size(SHOOT_H2_CONNECTION_WINDOW)
             .http2_max_header_list_size(SHOOT_H2_MAX_HEADER_LIST)

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use dependency_watchdog::kube_client::{PreparedShootConfig, ResponseLimits};
+use dependency_watchdog::kube_client::{HttpVersion, PreparedShootConfig, ResponseLimits};
 use dwd_sim::AbortOnDrop;
 use dwd_testenv::TestEnv;
 use tokio::io::AsyncReadExt;
@@ -67,19 +67,38 @@ impl BreakingProxy {
     }
 }
 
-/// A shoot client for `kubeconfig` through `proxy`, every timeout `timeout`.
+/// A shoot client for `kubeconfig` through `proxy`, every timeout `timeout`, negotiating
+/// HTTP/2 or HTTP/1.1.
 async fn client_via(
     kubeconfig: &str,
     upstream: SocketAddr,
     proxy: &BreakingProxy,
     timeout: Duration,
 ) -> kube::Client {
+    client_speaking(
+        kubeconfig,
+        upstream,
+        proxy,
+        timeout,
+        HttpVersion::Negotiated,
+    )
+    .await
+}
+
+/// [`client_via`] speaking `version`.
+async fn client_speaking(
+    kubeconfig: &str,
+    upstream: SocketAddr,
+    proxy: &BreakingProxy,
+    timeout: Duration,
+    version: HttpVersion,
+) -> kube::Client {
     let yaml = kubeconfig.replace(&upstream.to_string(), &proxy.addr.to_string());
     assert_ne!(yaml, kubeconfig, "the kubeconfig points at the proxy");
     PreparedShootConfig::prepare(&yaml, timeout)
         .await
         .expect("kubeconfig")
-        .client(ResponseLimits::DEFAULT, None)
+        .client(ResponseLimits::DEFAULT, None, version)
         .expect("client")
 }
 
@@ -149,12 +168,13 @@ async fn no_retry_is_started_that_would_pass_the_deadline() {
     assert_eq!(proxy.connections(), 1, "{error}");
 }
 
-/// A run's requests share its one connection: the shoot client offers HTTP/2 and
-/// kube-apiserver takes it, so the lease and node lists a scaled-down shoot's run sends at
-/// once ride the connection of its `GET /version` (over HTTP/1.1 the second list would open a
-/// second connection, and the probe sends them one after the other).
+/// A run's reads share its one connection. Negotiated, kube-apiserver takes HTTP/2, but
+/// three requests sent at once before the connection is up each open their own; with a
+/// client that speaks HTTP/2 only (what a run uses once the shoot's last `GET /version` came
+/// over HTTP/2) `GET /version` and the two lists, sent at once as the run's first requests,
+/// ride one connection.
 #[tokio::test]
-async fn requests_sent_at_once_share_one_http2_connection() {
+async fn reads_sent_at_once_share_one_http2_connection() {
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::Node;
     use kube::Api;
@@ -162,26 +182,35 @@ async fn requests_sent_at_once_share_one_http2_connection() {
 
     let env = TestEnv::shared().await.expect("test environment");
     let shoot = env.start_apiserver("shoot-http2").await.expect("apiserver");
-    let proxy = BreakingProxy::start(shoot.addr(), 0).await;
-    let client = client_via(
-        shoot.kubeconfig(),
-        shoot.addr(),
-        &proxy,
-        Duration::from_secs(5),
-    )
-    .await;
-    let request = http::Request::get("/version")
-        .body(kube::client::Body::empty())
-        .unwrap();
-    let response = client.send(request).await.expect("GET /version");
-    assert_eq!(response.version(), http::Version::HTTP_2);
-    assert!(response.status().is_success(), "{:?}", response.status());
-    drop(response);
-    let leases = Api::<Lease>::namespaced(client.clone(), "kube-node-lease");
-    let nodes = Api::<Node>::all(client.clone());
-    let limit = ListParams::default().limit(500);
-    let (leases, nodes) = tokio::join!(leases.list(&limit), nodes.list(&limit));
-    leases.expect("lease list");
-    nodes.expect("node list");
-    assert_eq!(proxy.connections(), 1, "three requests, one connection");
+    let mut connections = Vec::new();
+    for version in [HttpVersion::Negotiated, HttpVersion::Http2Only] {
+        let proxy = BreakingProxy::start(shoot.addr(), 0).await;
+        let client = client_speaking(
+            shoot.kubeconfig(),
+            shoot.addr(),
+            &proxy,
+            Duration::from_secs(5),
+            version,
+        )
+        .await;
+        let request = http::Request::get("/version")
+            .body(kube::client::Body::empty())
+            .unwrap();
+        let leases = Api::<Lease>::namespaced(client.clone(), "kube-node-lease");
+        let nodes = Api::<Node>::all(client.clone());
+        let limit = ListParams::default().limit(500);
+        let (response, leases, nodes) = tokio::join!(
+            client.send(request),
+            leases.list(&limit),
+            nodes.list(&limit)
+        );
+        let response = response.expect("GET /version");
+        assert_eq!(response.version(), http::Version::HTTP_2, "{version:?}");
+        assert!(response.status().is_success(), "{:?}", response.status());
+        leases.expect("lease list");
+        nodes.expect("node list");
+        connections.push(proxy.connections());
+    }
+    assert!(connections[0] > 1, "negotiated: {connections:?}");
+    assert_eq!(connections[1], 1, "HTTP/2 only: {connections:?}");
 }

@@ -30,7 +30,7 @@ use super::executor::{Decision, Executor, Restorable, Taken};
 use super::scaler::PlannedFlow;
 use super::shoot_reads::{self, Connection};
 use crate::Error;
-use crate::kube_client::{PreparedShootConfig, ResponseLimits, is_response_too_large};
+use crate::kube_client::{HttpVersion, PreparedShootConfig, ResponseLimits, is_response_too_large};
 use crate::memory_budget::{self, MemoryGrant, NoRunMemory, Standing};
 use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootSeries,
@@ -251,7 +251,7 @@ struct LeaseReads {
 
 /// Test-only: what makes a run's shoot client (see [`Probe::shoot_connector`]).
 #[cfg(test)]
-pub(crate) type ShootConnector = Arc<dyn Fn() -> Client + Send + Sync>;
+pub(crate) type ShootConnector = Arc<dyn Fn(HttpVersion) -> Client + Send + Sync>;
 
 /// The report's summary without its trailing decision ("4/5 node leases expired (0.80 ≥
 /// 0.60)" of "…: scale down"): events append what was done to it.
@@ -734,8 +734,8 @@ impl Probe {
         grant: Arc<MemoryGrant>,
     ) -> Result<Finding, ProbeFailure> {
         let cfg = &self.ctx.config;
-        let client = self
-            .shoot_client(&grant)
+        let (client, version) = self
+            .shoot_client(&grant, nodes_may_matter)
             .await
             .map_err(ProbeFailure::NoShootClient)?;
         let LeaseReads {
@@ -743,7 +743,7 @@ impl Probe {
             listed_at,
             nodes_at_once,
         } = self
-            .read_version_and_leases(&client, &grant, nodes_may_matter)
+            .read_version_and_leases(&client, &grant, version == HttpVersion::Http2Only)
             .await?;
         if leases_alone_suffice(
             &leases,
@@ -794,16 +794,17 @@ impl Probe {
     /// for: a body that takes long to arrive (a slow link, a tenant's fat leases) must not age
     /// the renewals it carries.
     ///
-    /// When the nodes will be needed whatever the leases say (`nodes_may_matter`: every run of
-    /// a shoot that is scaled down or going down) and the shoot's last connection multiplexed
-    /// (HTTP/2), the three reads go at once on the run's one connection: such a run is two
-    /// answers shorter. The API-server probe still decides first: a failed one ends the run,
-    /// whatever the lists said.
+    /// `at_once` (the nodes will be needed whatever the leases say, as in every run of a shoot
+    /// that is scaled down or going down, and the client speaks HTTP/2 only: the shoot's last
+    /// `GET /version` came over it): the three reads go at once on the run's one connection,
+    /// so such a run is two answers shorter. The API-server probe still decides first: a
+    /// failed one ends the run, whatever the lists said, and the next run negotiates the
+    /// protocol again (a shoot that stopped offering HTTP/2 fails one run, not every one).
     async fn read_version_and_leases(
         &self,
         client: &Client,
         grant: &MemoryGrant,
-        nodes_may_matter: bool,
+        at_once: bool,
     ) -> Result<LeaseReads, ProbeFailure> {
         let version = || self.shoot_call("GET /version", shoot_reads::apiserver_version(client));
         let list_leases = || {
@@ -812,18 +813,20 @@ impl Probe {
                 shoot_reads::node_leases(client, Some(grant)),
             )
         };
-        let (connection, leases, nodes_at_once, listed_at) =
-            if nodes_may_matter && self.multiplexed.load(Ordering::Relaxed) {
-                let listed_at = Utc::now();
-                let (version, leases, nodes) =
-                    tokio::join!(version(), list_leases(), self.list_nodes(client, grant));
-                let connection = version.map_err(ProbeFailure::ApiServer)?;
-                (connection, leases, Some(nodes), listed_at)
-            } else {
-                let connection = version().await.map_err(ProbeFailure::ApiServer)?;
-                let listed_at = Utc::now();
-                (connection, list_leases().await, None, listed_at)
-            };
+        let (connection, leases, nodes_at_once, listed_at) = if at_once {
+            let listed_at = Utc::now();
+            let (version, leases, nodes) =
+                tokio::join!(version(), list_leases(), self.list_nodes(client, grant));
+            let connection = version.map_err(|e| {
+                self.multiplexed.store(false, Ordering::Relaxed);
+                ProbeFailure::ApiServer(e)
+            })?;
+            (connection, leases, Some(nodes), listed_at)
+        } else {
+            let connection = version().await.map_err(ProbeFailure::ApiServer)?;
+            let listed_at = Utc::now();
+            (connection, list_leases().await, None, listed_at)
+        };
         self.multiplexed
             .store(connection == Connection::Multiplexed, Ordering::Relaxed);
         Ok(LeaseReads {
@@ -844,11 +847,26 @@ impl Probe {
     }
 
     /// A client for this run only, from the secret's current kubeconfig; its responses are
-    /// charged to the run's `grant`.
-    async fn shoot_client(&self, grant: &Arc<MemoryGrant>) -> Result<Client, Error> {
+    /// charged to the run's `grant`. When the run wants to send its reads `at_once`, the
+    /// client speaks HTTP/2 only if the shoot's last `GET /version` with this kubeconfig came
+    /// over HTTP/2 (so the reads share one connection from the start); which it got is
+    /// returned with it.
+    async fn shoot_client(
+        &self,
+        grant: &Arc<MemoryGrant>,
+        at_once: bool,
+    ) -> Result<(Client, HttpVersion), Error> {
+        let version = || {
+            if at_once && self.multiplexed.load(Ordering::Relaxed) {
+                HttpVersion::Http2Only
+            } else {
+                HttpVersion::Negotiated
+            }
+        };
         #[cfg(test)]
         if let Some(connect) = &self.shoot_connector {
-            return Ok(connect());
+            let version = version();
+            return Ok((connect(version), version));
         }
         let secret = &self.ctx.config.kube_config_secret_name;
         let err = |reason: String| Error::ShootKubeconfig {
@@ -878,12 +896,16 @@ impl Probe {
                     .map_err(|e| err(e.to_string()))?;
                 let prepared = Arc::new(prepared);
                 *self.lock_shoot_config() = Some(prepared.clone());
+                // Another kubeconfig may name another server: learn its protocol anew.
+                self.multiplexed.store(false, Ordering::Relaxed);
                 prepared
             }
         };
-        prepared
-            .client(ResponseLimits::DEFAULT, Some(grant.clone()))
-            .map_err(|e| err(e.to_string()))
+        let version = version();
+        let client = prepared
+            .client(ResponseLimits::DEFAULT, Some(grant.clone()), version)
+            .map_err(|e| err(e.to_string()))?;
+        Ok((client, version))
     }
 
     fn lock_shoot_config(&self) -> std::sync::MutexGuard<'_, Option<Arc<PreparedShootConfig>>> {

@@ -23,6 +23,7 @@ use super::{Probe, ProbeSpec};
 use crate::cache::{Cache, run_cache};
 use crate::events::{Component, Events};
 use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed, Outage};
+use crate::kube_client::HttpVersion;
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::{Metrics, RunLabels, RunResult};
 use crate::prober::seed_caches::{
@@ -343,7 +344,10 @@ fn spawn_probe(
         cancel.clone(),
     );
     let (fake_shoot, probe_timeout) = (shoot.clone(), ctx.config.probe_timeout);
-    probe.shoot_connector = Some(Arc::new(move || fake_shoot.shoot_client(probe_timeout)));
+    probe.shoot_connector = Some(Arc::new(move |version| {
+        fake_shoot.lock().clients.push(version);
+        fake_shoot.shoot_client(probe_timeout)
+    }));
     tokio::spawn(probe.run(ctx.config.initial_delay))
 }
 
@@ -576,6 +580,21 @@ async fn a_scaled_down_shoots_reads_go_at_once_over_http2_and_one_after_the_othe
         } else {
             (secs(1), secs(1))
         };
+        // Reads at once only on a client that speaks HTTP/2 only: negotiated, requests sent at
+        // once before the connection is up would each open their own.
+        let clients = h.shoot.lock().clients.clone();
+        let later_clients = if http2 {
+            HttpVersion::Http2Only
+        } else {
+            HttpVersion::Negotiated
+        };
+        assert_eq!(clients[0], HttpVersion::Negotiated, "{clients:?}");
+        assert!(
+            clients[1..versions.len()]
+                .iter()
+                .all(|v| *v == later_clients),
+            "http2 {http2}: {clients:?}"
+        );
         assert_eq!(offsets[0], (secs(1), secs(1)), "http2 {http2}: {offsets:?}");
         assert!(
             offsets[1..].iter().all(|o| *o == later_runs),
