@@ -331,7 +331,7 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
         },
         "relapse_scale_down_writes": {
             "count": relapses,
-            "means": "scale-down writes after the recovery to a shoot whose leases had lapsed again: at its last probe before the write, at least the threshold's leases were expired",
+            "means": "scale-down writes after the recovery to a shoot whose leases had lapsed again: when its last run before the write asked for its leases, at least the threshold's leases were expired (a renewal counts from when the apiserver acknowledged it)",
             "examples": relapse_examples,
         },
     })
