@@ -28,7 +28,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use super::ProberContext;
 use super::executor::{Decision, Executor, Restorable, Taken};
 use super::scaler::PlannedFlow;
-use super::shoot_reads::{self, Connection};
+use super::shoot_reads;
 use crate::Error;
 use crate::kube_client::{HttpVersion, PreparedShootConfig, ResponseLimits, is_response_too_large};
 use crate::memory_budget::{self, MemoryGrant, NoRunMemory, Standing};
@@ -828,7 +828,7 @@ impl Probe {
             (connection, list_leases().await, None, listed_at)
         };
         self.multiplexed
-            .store(connection == Connection::Multiplexed, Ordering::Relaxed);
+            .store(connection == http::Version::HTTP_2, Ordering::Relaxed);
         Ok(LeaseReads {
             leases: leases.map_err(ProbeFailure::ShootList)?,
             listed_at,
@@ -847,17 +847,17 @@ impl Probe {
     }
 
     /// A client for this run only, from the secret's current kubeconfig; its responses are
-    /// charged to the run's `grant`. When the run wants to send its reads `at_once`, the
+    /// charged to the run's `grant`. When the run wants to send its reads at once, the
     /// client speaks HTTP/2 only if the shoot's last `GET /version` with this kubeconfig came
     /// over HTTP/2 (so the reads share one connection from the start); which it got is
     /// returned with it.
     async fn shoot_client(
         &self,
         grant: &Arc<MemoryGrant>,
-        at_once: bool,
+        wants_reads_at_once: bool,
     ) -> Result<(Client, HttpVersion), Error> {
         let version = || {
-            if at_once && self.multiplexed.load(Ordering::Relaxed) {
+            if wants_reads_at_once && self.multiplexed.load(Ordering::Relaxed) {
                 HttpVersion::Http2Only
             } else {
                 HttpVersion::Negotiated

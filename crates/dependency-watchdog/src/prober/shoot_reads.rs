@@ -232,28 +232,16 @@ impl<'de, L: Listed> Visitor<'de> for ItemsSeed<'_, L> {
     }
 }
 
-/// How the connection of a run's client carries requests, as its first answer showed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Connection {
-    /// HTTP/2: requests sent at once share it.
-    Multiplexed,
-    /// HTTP/1.1: one request at a time (a second at once would open a second connection).
-    OneAtATime,
-}
-
 /// The API-server probe: `GET /version`, its answer decoded as kube's
-/// `Client::apiserver_version` decodes it (a body that is not a version fails the probe), and
-/// how the connection carried it.
-pub(crate) async fn apiserver_version(shoot: &Client) -> kube::Result<Connection> {
+/// `Client::apiserver_version` decodes it (a body that is not a version fails the probe); its
+/// value is the HTTP version the answer came over (HTTP/2: requests sent at once can share
+/// the connection).
+pub(crate) async fn apiserver_version(shoot: &Client) -> kube::Result<http::Version> {
     let request = http::Request::get("/version")
         .body(kube::client::Body::empty())
         .map_err(kube::Error::HttpError)?;
     let response = shoot.send(request).await?;
-    let connection = if response.version() == http::Version::HTTP_2 {
-        Connection::Multiplexed
-    } else {
-        Connection::OneAtATime
-    };
+    let version = response.version();
     let status = response.status();
     let body = response.into_body().collect().await?.to_bytes();
     if status.is_client_error() || status.is_server_error() {
@@ -261,7 +249,7 @@ pub(crate) async fn apiserver_version(shoot: &Client) -> kube::Result<Connection
     }
     serde_json::from_slice::<k8s_openapi::apimachinery::pkg::version::Info>(&body)
         .map_err(kube::Error::SerdeError)?;
-    Ok(connection)
+    Ok(version)
 }
 
 /// The shoot's node leases (`kube-node-lease`), read straight into the views the lease probe
