@@ -1,9 +1,20 @@
 //! When the next probe run may start (docs/behaviour.md §2.4, §2.10).
 //!
-//! Runs are spaced with sliding jitter, like the reference's `wait.JitterUntil(…, sliding=true)`:
-//! the delay is measured from the end of the previous run. After a `429 Too Many Requests` the next
-//! run waits at least [`THROTTLE_BACKOFF`] after that response. The randomness is a parameter so
-//! schedules are reproducible in tests.
+//! The jittered delay is the reference's (`wait.JitterUntil`), which slides: it is measured from
+//! the end of the previous run, so every second a run takes stretches the shoot's period. Ours
+//! takes the run's duration out of the wait, up to [`absorbed_run_time`] (a fifth of
+//! `probeInterval`): while a shoot's runs are shorter than that, its runs start on the configured
+//! cadence, from start to start; a longer run is followed after the delay less that fifth.
+//!
+//! Why a cap and not the whole duration: a start-anchored schedule follows an overlong run at
+//! once, and on a saturated seed that was measured to feed on itself (commit c70b32f: 1,000 shoots
+//! probed back to back, runs of 10–20 s, restores stalled). With the cap a run is never followed
+//! sooner than `0.8 × probeInterval` after it ended, and a shoot never gets more than 1.2× the
+//! runs the reference's spacing gives it, whatever its runs take: for a run of duration `D`, a
+//! delay `d ≥ probeInterval = I`, the periods are `D + d` (reference) and `D + d − min(D, I/5)`
+//! (ours), whose ratio is largest at `D = I/5`: `1 + (I/5)/d ≤ 1.2`. After a
+//! `429 Too Many Requests` the next run waits at least [`THROTTLE_BACKOFF`] after that response.
+//! The randomness is a parameter so schedules are reproducible in tests.
 
 use std::ops::Add;
 use std::time::Duration;
@@ -56,14 +67,27 @@ pub fn jitter_can_overflow(interval: Duration, jitter_factor: f64) -> bool {
     d > 0.0 && d + jitter_factor * d >= GO_DURATION_END
 }
 
-/// The earliest instant the next run may start: `delay` after the previous run ended, but not
-/// before [`THROTTLE_BACKOFF`] after the last throttled response. Generic over the instant type
-/// (`std::time::Instant`, `tokio::time::Instant`, or a test clock).
-pub fn earliest_next_start<T>(ended_at: T, delay: Duration, last_throttled_at: Option<T>) -> T
+/// The most of a run's duration the wait after it takes back: a fifth of `probeInterval`.
+pub fn absorbed_run_time(probe_interval: Duration) -> Duration {
+    probe_interval / 5
+}
+
+/// The earliest instant the next run may start: `delay` after the previous run ended, less the
+/// time the run took up to [`absorbed_run_time`] (so `delay` after it started while runs are
+/// short), but not before [`THROTTLE_BACKOFF`] after the last throttled response. Generic over
+/// the instant type (`std::time::Instant`, `tokio::time::Instant`, or a test clock).
+pub fn earliest_next_start<T>(
+    ended_at: T,
+    run_took: Duration,
+    probe_interval: Duration,
+    delay: Duration,
+    last_throttled_at: Option<T>,
+) -> T
 where
     T: Add<Duration, Output = T> + Ord + Copy,
 {
-    let regular = ended_at + delay;
+    let absorbed = run_took.min(absorbed_run_time(probe_interval));
+    let regular = ended_at + delay.saturating_sub(absorbed);
     match last_throttled_at {
         Some(throttled) => regular.max(throttled + THROTTLE_BACKOFF),
         None => regular,
@@ -114,11 +138,62 @@ mod tests {
         assert!(!jitter_can_overflow(Duration::ZERO, 1e300));
     }
 
+    const INTERVAL: Duration = Duration::from_secs(10);
+
     #[test]
-    fn without_throttling_next_start_is_end_plus_delay() {
+    fn a_run_shorter_than_a_fifth_of_the_interval_is_followed_delay_after_its_start() {
+        let started = Instant::now();
+        let d = Duration::from_secs(11);
+        for took_ms in [0, 1, 700, 1999, 2000] {
+            let took = Duration::from_millis(took_ms);
+            assert_eq!(
+                earliest_next_start(started + took, took, INTERVAL, d, None),
+                started + d,
+                "run took {took:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_longer_run_is_followed_after_the_delay_less_a_fifth_of_the_interval_never_at_once() {
+        let started = Instant::now();
+        let d = Duration::from_secs(10);
+        for took_s in [3, 9, 25, 600] {
+            let took = Duration::from_secs(took_s);
+            let ended = started + took;
+            assert_eq!(
+                earliest_next_start(ended, took, INTERVAL, d, None),
+                ended + Duration::from_secs(8),
+                "run took {took:?}"
+            );
+        }
+        // A delay shorter than the fifth (Go's overflow to 0) starts at once, as before.
+        let took = Duration::from_secs(5);
+        assert_eq!(
+            earliest_next_start(started + took, took, INTERVAL, Duration::ZERO, None),
+            started + took
+        );
+    }
+
+    #[test]
+    fn no_shoot_gets_more_than_a_fifth_more_runs_than_the_sliding_spacing_gives() {
+        // The bound the module doc states, over run durations from 0 to 100 intervals and every
+        // jittered delay from 1 to 3 intervals.
         let t0 = Instant::now();
-        let d = Duration::from_secs(3);
-        assert_eq!(earliest_next_start(t0, d, None), t0 + d);
+        for took_ms in (0..1_000_000).step_by(997) {
+            for delay_ms in (10_000..30_000).step_by(1_001) {
+                let took = Duration::from_millis(took_ms);
+                let delay = Duration::from_millis(delay_ms);
+                let ended = t0 + took;
+                let ours = earliest_next_start(ended, took, INTERVAL, delay, None) - t0;
+                let sliding = took + delay;
+                assert!(
+                    sliding.as_secs_f64() <= 1.2 * ours.as_secs_f64() + 1e-9,
+                    "took {took:?}, delay {delay:?}: period {ours:?} against {sliding:?}"
+                );
+                assert!(ours >= took + INTERVAL * 4 / 5, "took {took:?}, delay {delay:?}");
+            }
+        }
     }
 
     #[test]
@@ -127,7 +202,7 @@ mod tests {
         let d = Duration::from_secs(2);
         let throttled = t0 - Duration::from_secs(1);
         assert_eq!(
-            earliest_next_start(t0, d, Some(throttled)),
+            earliest_next_start(t0, Duration::ZERO, INTERVAL, d, Some(throttled)),
             throttled + THROTTLE_BACKOFF
         );
     }
@@ -136,6 +211,9 @@ mod tests {
     fn old_throttling_does_not_delay_a_long_interval() {
         let t0 = Instant::now();
         let d = Duration::from_secs(30);
-        assert_eq!(earliest_next_start(t0, d, Some(t0)), t0 + d);
+        assert_eq!(
+            earliest_next_start(t0, Duration::ZERO, INTERVAL, d, Some(t0)),
+            t0 + d
+        );
     }
 }

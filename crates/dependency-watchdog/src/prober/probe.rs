@@ -1,5 +1,5 @@
 //! One shoot's probe: a tokio task (never a thread) that runs the API-server probe and the
-//! lease probe every `probeInterval` (sliding jitter), and hands a scaling flow over to the
+//! lease probe every `probeInterval` (jittered; from each run's start while runs are short), and hands a scaling flow over to the
 //! shoot's executor ([`super::executor`], polled by the same task) when the lease decision
 //! says so: the probe never waits for a flow, so it keeps its schedule while the seed's budget
 //! holds the flow back, and its newest verdict supersedes the flow it handed over before.
@@ -351,7 +351,14 @@ impl Probe {
             let delay =
                 dwd_core::schedule::next_delay(cfg.probe_interval, jitter, rand::random::<f64>())
                     .min(FAR_FUTURE);
-            let next = dwd_core::schedule::earliest_next_start(Instant::now(), delay, throttled_at);
+            // From the run's start while runs are short, never back to back (§2.4).
+            let next = dwd_core::schedule::earliest_next_start(
+                Instant::now(),
+                started.elapsed(),
+                cfg.probe_interval,
+                delay,
+                throttled_at,
+            );
             if let Some(t) = throttled_at {
                 debug!(wait = ?next.saturating_duration_since(t), "throttled (429): next run no earlier than 10s after it");
             }
@@ -1141,7 +1148,13 @@ mod tests {
         for factor in [2e18, f64::MAX, MAX_JITTER_FACTOR] {
             let delay = dwd_core::schedule::next_delay(interval, effective_jitter(factor), 1.0)
                 .min(FAR_FUTURE);
-            let next = dwd_core::schedule::earliest_next_start(now, delay, Some(now));
+            let next = dwd_core::schedule::earliest_next_start(
+                now,
+                Duration::ZERO,
+                interval,
+                delay,
+                Some(now),
+            );
             assert!(next > now);
         }
     }

@@ -435,30 +435,53 @@ fn gaps(at: &[Duration]) -> Vec<Duration> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn runs_start_after_initial_delay_and_follow_the_interval_with_sliding_jitter() {
+async fn runs_start_after_initial_delay_and_keep_the_jittered_interval_from_each_short_runs_start()
+{
     let h = Harness::healthy(
         "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 5s\nbackoffJitterFactor: 0.5\n",
     )
     .await;
-    // Each run takes 1 s (the shoot answers /version late): the next waits its jittered
-    // interval from the end of the run, not from its start.
+    // Each run takes 1 s (the shoot answers /version late), less than a fifth of the interval:
+    // the next starts its jittered interval after the run's start, so the run's duration does
+    // not stretch the period (the reference slides: it would wait from the end, 11-16 s apart).
     h.shoot.lock().delays.push(("/version", secs(1)));
     h.until(secs(600)).await;
     let versions: Vec<Duration> = h.shoot_calls("/version").iter().map(|c| c.0).collect();
     assert_eq!(versions.first(), Some(&secs(30)), "{versions:?}");
-    assert!(versions.len() > (600 - 30) / 16, "{versions:?}");
+    assert!(versions.len() > (600 - 30) / 15, "{versions:?}");
     let gaps = gaps(&versions);
     for gap in &gaps {
         assert!(
-            (secs(11)..=secs(16)).contains(gap),
-            "gap {gap:?} outside 1 s run + [10 s, 15 s]: {versions:?}"
+            (secs(10)..=secs(15)).contains(gap),
+            "gap {gap:?} outside [10 s, 15 s] from the previous start: {versions:?}"
         );
     }
-    // Jittered, not a fixed 11 s (with 50 runs, equal draws are out of the question).
+    // Jittered, not a fixed 10 s (with 50 runs, equal draws are out of the question).
     assert!(gaps.iter().any(|g| *g != gaps[0]), "{gaps:?}");
     // Every lease fresh, nothing to restore: no node list, no scaling.
     assert_eq!(h.shoot_calls("/leases").len(), versions.len());
     assert!(h.shoot_calls("/nodes").is_empty());
+    h.assert_no_writes();
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_run_is_followed_after_the_interval_less_a_fifth_of_it_never_back_to_back() {
+    let h = Harness::healthy(
+        "probeInterval: 2s\ninitialDelay: 5s\nprobeTimeout: 5s\nbackoffJitterFactor: 0\n",
+    )
+    .await;
+    // The lease list takes 3 s, longer than the interval: a start-anchored schedule would
+    // follow each run at once; ours waits the interval less its fifth (2 s - 0.4 s) after the
+    // run's end, so runs of one shoot never overlap and never go back to back.
+    h.shoot.lock().delays.push(("/leases", secs(3)));
+    h.until(secs(40)).await;
+    let versions: Vec<Duration> = h.shoot_calls("/version").iter().map(|c| c.0).collect();
+    assert_eq!(versions.first(), Some(&secs(5)), "{versions:?}");
+    assert!(versions.len() > 5, "{versions:?}");
+    for gap in gaps(&versions) {
+        assert_eq!(gap, Duration::from_millis(4_600), "{versions:?}");
+    }
     h.assert_no_writes();
     h.stop().await;
 }
@@ -483,10 +506,14 @@ async fn a_429_spaces_the_next_run_at_least_ten_seconds_after_it() {
     let leases = h.shoot_calls("/leases");
     // 5 s: 429 → next run 10 s after it, not 2 s. 15 s: lease list 429 → 25 s. 25 s: its
     // lease list 429, retried after 1 s and answered (a 429 that did not end the run): the
-    // next run 2 s after the run's end.
-    let expected = calls(&[(5, 429), (15, 200), (25, 200), (28, 200)]);
+    // run took 1 s, more than a fifth of the interval, so the next comes 2 s - 0.4 s after its
+    // end (§2.4); the runs after it take no time and keep 2 s from start to start.
+    let at_27_6 = Duration::from_millis(27_600);
+    let mut expected = calls(&[(5, 429), (15, 200), (25, 200)]);
+    expected.push((at_27_6, 200));
     assert_eq!(versions[..4], expected, "{versions:?}");
-    let expected = calls(&[(15, 429), (25, 429), (26, 200), (28, 200)]);
+    let mut expected = calls(&[(15, 429), (25, 429), (26, 200)]);
+    expected.push((at_27_6, 200));
     assert_eq!(leases[..4], expected, "{leases:?}");
     for gap in gaps(&versions.iter().map(|c| c.0).collect::<Vec<_>>())[3..].iter() {
         assert_eq!(*gap, secs(2), "{versions:?}");
@@ -914,9 +941,10 @@ async fn a_slow_run_ends_at_its_prompt_limit_when_the_slow_half_is_full_and_its_
     // The first run (30 s, trusted) was ended at 32.5 s, before its answer: nothing scaled.
     assert_eq!(metrics.slow_refusals.get(), 1);
     assert!(h.shoot_calls("/version").is_empty());
-    // Suspect now: its runs (42.5 and 57.5 s) wait for the slow half and are refused; a
-    // refusal keeps the shoot suspect, so no run of it takes the prompt runs' half, which
-    // has room all along.
+    // Suspect now: its runs (40.5 and 53.5 s: each run took more than a fifth of the interval,
+    // so the next comes 10 s - 2 s after its end, §2.4) wait 5 s for the slow half and are
+    // refused; a refusal keeps the shoot suspect, so no run of it takes the prompt runs' half,
+    // which has room all along.
     h.until(secs(70)).await;
     assert_eq!(
         (
@@ -927,13 +955,14 @@ async fn a_slow_run_ends_at_its_prompt_limit_when_the_slow_half_is_full_and_its_
         "(ended slow, refused for room)"
     );
     h.assert_no_writes();
-    // The other slow run ends: the next run (72.5 s) gets the slow half, asks, is answered
-    // 4 s later, and the scale-down is handed over.
+    // The other slow run ends at 70 s: the run waiting since 66.5 s gets the slow half at
+    // once, asks, is answered 4 s later, and the scale-down is handed over.
     drop(held);
-    h.until(secs(110)).await;
+    // 104 s: between runs (70-74, 82-86, 94-98, 106-110 s), so no run holds room.
+    h.until(secs(104)).await;
     assert_eq!(
         h.shoot_calls("/version").first().map(|c| c.0),
-        Some(Duration::from_millis(72_500))
+        Some(secs(70))
     );
     assert!(!h.scaling_writes().is_empty(), "{:?}", h.scaling_writes());
     assert_eq!(memory.held(), 0, "every run's hold returned");
@@ -958,10 +987,11 @@ async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothin
         memory.clone(),
     )
     .await;
-    h.until(secs(62)).await;
+    h.until(secs(58)).await;
     // Every lease expired, but no run got room within its 5 s probe timeout (the runs of
-    // 30 and 45 s, refused at 35 and 50 s; the one of 60 s still waiting): nothing sent to the
-    // shoot, nothing scaled; each counted as a failed run.
+    // 30 and 43 s, refused at 35 and 48 s: each took 5 s, so the next comes 10 s - 2 s after
+    // its end, §2.4; the one of 56 s still waiting): nothing sent to the shoot, nothing
+    // scaled; each counted as a failed run.
     assert!(h.shoot_calls("/version").is_empty());
     h.assert_no_writes();
     let failures = h
@@ -973,15 +1003,15 @@ async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothin
         .get();
     assert_eq!(
         failures, 2,
-        "runs at 30 and 45 s refused (60 s still waiting)"
+        "runs at 30 and 43 s refused (56 s still waiting)"
     );
     // The slow run ends: the waiting run gets the room at once (trusted still: a run refused
     // for room is not the shoot's doing), probes and hands the scale-down over.
     drop(held);
-    h.until(secs(64)).await;
+    h.until(secs(60)).await;
     assert_eq!(
         h.shoot_calls("/version").first().map(|c| c.0),
-        Some(secs(62))
+        Some(secs(58))
     );
     h.until(secs(90)).await;
     assert!(!h.scaling_writes().is_empty(), "{:?}", h.scaling_writes());
