@@ -24,6 +24,9 @@ pub struct Request {
     pub name: Option<String>,
     /// When the apiserver received it.
     pub received: DateTime<Utc>,
+    /// When the apiserver had sent the whole response (the event's `stageTimestamp`), if
+    /// recorded.
+    pub completed: Option<DateTime<Utc>>,
     /// HTTP status code (0 when not recorded).
     pub code: i64,
 }
@@ -91,6 +94,10 @@ pub fn read(
             namespace: object["namespace"].as_str().map(str::to_string),
             name: object["name"].as_str().map(str::to_string),
             received,
+            completed: event["stageTimestamp"]
+                .as_str()
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&Utc)),
             code: event["responseStatus"]["code"].as_i64().unwrap_or(0),
         });
     }
@@ -128,16 +135,34 @@ pub fn version_probes(requests: &[Request]) -> HashMap<String, Vec<DateTime<Utc>
     )
 }
 
+/// A request's receive and completion times at the apiserver.
+pub type Span = (DateTime<Utc>, DateTime<Utc>);
+
+/// Per user, each request's receive and completion times (completion as receive when not
+/// recorded), sorted by receive time.
+pub fn spans_by_user<'a>(
+    requests: impl Iterator<Item = &'a Request>,
+) -> HashMap<String, Vec<Span>> {
+    let mut by_user: HashMap<String, Vec<_>> = HashMap::new();
+    for r in requests {
+        let completed = r.completed.unwrap_or(r.received).max(r.received);
+        by_user
+            .entry(r.user.clone())
+            .or_default()
+            .push((r.received, completed));
+    }
+    for spans in by_user.values_mut() {
+        spans.sort();
+    }
+    by_user
+}
+
 /// Per user, the receive times of all of `requests`, sorted.
 pub fn received_by_user<'a>(
     requests: impl Iterator<Item = &'a Request>,
 ) -> HashMap<String, Vec<DateTime<Utc>>> {
-    let mut by_user: HashMap<String, Vec<DateTime<Utc>>> = HashMap::new();
-    for r in requests {
-        by_user.entry(r.user.clone()).or_default().push(r.received);
-    }
-    for times in by_user.values_mut() {
-        times.sort();
-    }
-    by_user
+    spans_by_user(requests)
+        .into_iter()
+        .map(|(user, spans)| (user, spans.into_iter().map(|(r, _)| r).collect()))
+        .collect()
 }

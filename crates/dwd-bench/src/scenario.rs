@@ -24,6 +24,8 @@ type RenewTimes = HashMap<String, Vec<storm::Renewal>>;
 
 /// User → the receive times of some of its requests, sorted.
 type TimesByUser = HashMap<String, Vec<DateTime<Utc>>>;
+/// Per user, each request's (receive, completion) times.
+type SpansByUser = HashMap<String, Vec<audit::Span>>;
 
 /// Writes per scaled target (annotate, then scale): used for the mass-outage bound.
 const WRITES_PER_TARGET: f64 = 2.0;
@@ -964,7 +966,7 @@ async fn analyse(
     let mut dists = Dists::default();
     dists.insert(chart::PROBE_LATENESS.into(), gaps.clone());
     let outage_json = outage.map(|o| {
-        let requests = audit::received_by_user(shoot_requests.iter());
+        let requests = audit::spans_by_user(shoot_requests.iter());
         let (json, down, up) =
             outage_results(cli, &prober.config, world, o, m.started, &probes, &requests);
         dists.insert(chart::SCALE_DOWN.into(), down);
@@ -1030,7 +1032,7 @@ fn outage_results(
     o: &OutageRecord,
     started: DateTime<Utc>,
     probes: &TimesByUser,
-    requests: &TimesByUser,
+    requests: &SpansByUser,
 ) -> (Result<Value>, Vec<f64>, Vec<f64>) {
     let seed_requests = match seed_requests(world, started) {
         Ok(r) => r,
@@ -1180,7 +1182,7 @@ fn storm_record(
     recovered: Option<DateTime<Utc>>,
     renewals: Vec<Vec<storm::Renewal>>,
     targets: &[(&str, u32, u32)],
-    (probes, requests): (&TimesByUser, &TimesByUser),
+    (probes, requests): (&TimesByUser, &SpansByUser),
 ) -> storm::ShootStorm {
     let log = lock(&world.replicas);
     let replicas = targets

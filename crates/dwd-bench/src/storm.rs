@@ -25,7 +25,11 @@
 //!   apiserver acknowledges it seconds later);
 //! - **probe lateness after the run**: the same gaps, measured from the previous run's last
 //!   request (its lease or node list) instead of its `GET /version`: what is left is the
-//!   schedule's own delay (jitter and any wait), without the run's own duration.
+//!   schedule's own delay (jitter and any wait), without the run's own duration;
+//! - **a run's span at the apiserver**: from its `GET /version` until its last answer was sent
+//!   whole (the audit event's `stageTimestamp`), and the lateness split by it: after runs that
+//!   took up to a fifth of the interval (what ours takes back out of its wait, so its lateness
+//!   there is the jitter and the next connection) and after longer ones.
 //!
 //! A write is a scale-down write when the target was running when it was sent and its next
 //! replica change went to 0 (the reference's annotate-then-scale counts two); a scale-up write
@@ -50,9 +54,9 @@ pub struct ShootStorm {
     pub replicas: BTreeMap<String, Vec<(DateTime<Utc>, i32)>>,
     /// Receive times of the shoot's `GET /version` (the watchdog's probes), sorted.
     pub probes: Vec<DateTime<Utc>>,
-    /// Receive times of every request of the shoot's probe user (each run's `GET /version`
-    /// and lists), sorted.
-    pub requests: Vec<DateTime<Utc>>,
+    /// Every request of the shoot's probe user (each run's `GET /version` and lists): when the
+    /// apiserver received it and when it had answered it whole, sorted by receive time.
+    pub requests: Vec<crate::audit::Span>,
     /// Each node's renewals from its last one before the resumption on, in order.
     pub renewals: Vec<Vec<Renewal>>,
     /// The watchdog's writes to the shoot's targets: (receive time, target).
@@ -187,6 +191,9 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
     let lateness_bound = interval * frame.jitter.max(0.0) + 2.0;
     let mut gaps = Vec::new();
     let mut gaps_after_run = Vec::new();
+    let mut run_spans = Vec::new();
+    let mut gaps_after_short_runs = Vec::new();
+    let mut gaps_after_long_runs = Vec::new();
     let mut relapses = 0usize;
     let mut relapse_examples: Vec<Value> = Vec::new();
     let mut worst_per_shoot = Vec::new();
@@ -212,14 +219,23 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
         gaps.extend(lateness);
         // From each run's last request (the requests before the next run's GET /version).
         for w in in_storm.windows(2) {
-            let last = shoot
+            let run = shoot
                 .requests
                 .iter()
-                .copied()
-                .filter(|t| *t >= w[0] && *t < w[1])
-                .max()
-                .unwrap_or(w[0]);
+                .filter(|(received, _)| *received >= w[0] && *received < w[1]);
+            let last = run.clone().map(|r| r.0).max().unwrap_or(w[0]);
             gaps_after_run.push(secs(last, w[1]) - interval);
+            // The run's span at the apiserver: from its `GET /version` until its last answer
+            // was sent (the run can't have ended sooner). Ours takes up to a fifth of the
+            // interval of it out of the wait before the next run (docs/behaviour.md §2.4).
+            let span = secs(w[0], run.map(|r| r.1).max().unwrap_or(w[0]));
+            run_spans.push(span);
+            let lateness = secs(w[0], w[1]) - interval;
+            if span <= interval / 5.0 {
+                gaps_after_short_runs.push(lateness);
+            } else {
+                gaps_after_long_runs.push(lateness);
+            }
         }
 
         let could_know = shoot
@@ -239,7 +255,7 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
                             shoot
                                 .requests
                                 .iter()
-                                .copied()
+                                .map(|r| r.0)
                                 .find(|r| *r > *p && *r <= *t)
                                 .unwrap_or(*p)
                         });
@@ -314,6 +330,9 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
         "probe_lateness_worst_per_shoot_s": Summary::of(&worst_per_shoot).to_json(),
         "probe_lateness_bound_s": lateness_bound,
         "probe_lateness_after_the_run_s": after_run.to_json(),
+        "run_span_at_the_apiserver_s": Summary::of(&run_spans).to_json(),
+        "probe_lateness_after_runs_up_to_a_fifth_of_the_interval_s": Summary::of(&gaps_after_short_runs).to_json(),
+        "probe_lateness_after_longer_runs_s": Summary::of(&gaps_after_long_runs).to_json(),
         "restored_after_recovery_s": Summary::of(&restored).to_json(),
         "restored_after_first_recovery_s": Summary::of(&restored_from_first).to_json(),
         "shoots_restored_over_bound_from_first_recovery": restored_from_first
@@ -345,6 +364,11 @@ mod tests {
         DateTime::from_timestamp(1_000_000 + s, 0).unwrap_or_default()
     }
 
+    /// Requests answered as they were received.
+    fn answered_at_once(received: &[DateTime<Utc>]) -> Vec<crate::audit::Span> {
+        received.iter().map(|t| (*t, *t)).collect()
+    }
+
     fn frame() -> StormFrame {
         StormFrame {
             silenced_at: at(0),
@@ -373,7 +397,13 @@ mod tests {
                 ("kcm".into(), vec![(at(100), 0), (at(140), 3)]),
             ]),
             probes: vec![at(10), at(20), at(30), at(50)],
-            requests: vec![at(10), at(11), at(20), at(21), at(30), at(33), at(50)],
+            requests: {
+                let mut requests =
+                    answered_at_once(&[at(10), at(11), at(20), at(21), at(30), at(33), at(50)]);
+                // The first run's list answered whole 1.5 s after it arrived.
+                requests[1].1 = at(11) + chrono::Duration::milliseconds(1_500);
+                requests
+            },
             renewals: Vec::new(),
             // Each write is received before the change it makes is watched.
             writes: vec![
@@ -404,6 +434,22 @@ mod tests {
         assert_eq!(out["probe_lateness_after_the_run_s"]["max"], 7.0, "{out}");
         assert_eq!(out["probe_lateness_after_the_run_s"]["count"], 3, "{out}");
         assert_eq!(out["probe_lateness_bound_s"], 4.0, "{out}");
+        // Runs' spans at the apiserver, to their last answer: 2.5 s (the list answered at
+        // 12.5), 1 s, 3 s. Up to 2 s (a fifth of the interval): the run of 20 (lateness 0);
+        // longer: the runs of 10 and 30 (lateness 0 and 10).
+        assert_eq!(out["run_span_at_the_apiserver_s"]["max"], 3.0, "{out}");
+        let short = &out["probe_lateness_after_runs_up_to_a_fifth_of_the_interval_s"];
+        assert_eq!(
+            (&short["count"], &short["max"]),
+            (&json!(1), &json!(0.0)),
+            "{out}"
+        );
+        let long = &out["probe_lateness_after_longer_runs_s"];
+        assert_eq!(
+            (&long["count"], &long["max"]),
+            (&json!(2), &json!(10.0)),
+            "{out}"
+        );
     }
 
     #[test]
@@ -423,7 +469,7 @@ mod tests {
             recovered: Some(at(70)),
             replicas: BTreeMap::from([("kcm".into(), vec![(at(101), 0), (at(160), 3)])]),
             probes: vec![at(probe)],
-            requests: vec![at(probe)],
+            requests: answered_at_once(&[at(probe)]),
             renewals: renewals.clone(),
             writes: vec![(at(100), "kcm".into())],
         };
@@ -466,7 +512,7 @@ mod tests {
             recovered: Some(at(70)),
             replicas: BTreeMap::from([("kcm".into(), vec![(at(99), 0), (at(160), 3)])]),
             probes: vec![at(94)],
-            requests: vec![at(94), at(96)],
+            requests: answered_at_once(&[at(94), at(96)]),
             renewals: vec![
                 vec![Renewal::at_once(at(65)), slow],
                 vec![Renewal::at_once(at(65)), slow],

@@ -191,7 +191,10 @@ mod tests {
                     sliding.as_secs_f64() <= 1.2 * ours.as_secs_f64() + 1e-9,
                     "took {took:?}, delay {delay:?}: period {ours:?} against {sliding:?}"
                 );
-                assert!(ours >= took + INTERVAL * 4 / 5, "took {took:?}, delay {delay:?}");
+                assert!(
+                    ours >= took + INTERVAL * 4 / 5,
+                    "took {took:?}, delay {delay:?}"
+                );
             }
         }
     }
