@@ -189,6 +189,10 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
     let interval = frame.interval_s;
     let max_interval = interval * (1.0 + frame.jitter.max(0.0));
     let lateness_bound = interval * frame.jitter.max(0.0) + 2.0;
+    // What ours takes back out of its wait after a run (one definition, dwd-core's).
+    let absorbed_s =
+        dwd_core::schedule::absorbed_run_time(std::time::Duration::from_secs_f64(interval))
+            .as_secs_f64();
     let mut gaps = Vec::new();
     let mut gaps_after_run = Vec::new();
     let mut run_spans = Vec::new();
@@ -216,9 +220,8 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
             .map(|w| secs(w[0], w[1]) - interval)
             .collect();
         worst_per_shoot.push(lateness.iter().copied().fold(0.0, f64::max));
-        gaps.extend(lateness);
         // From each run's last request (the requests before the next run's GET /version).
-        for w in in_storm.windows(2) {
+        for (w, lateness) in in_storm.windows(2).zip(&lateness) {
             let run = shoot
                 .requests
                 .iter()
@@ -230,13 +233,13 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
             // interval of it out of the wait before the next run (docs/behaviour.md §2.4).
             let span = secs(w[0], run.map(|r| r.1).max().unwrap_or(w[0]));
             run_spans.push(span);
-            let lateness = secs(w[0], w[1]) - interval;
-            if span <= interval / 5.0 {
-                gaps_after_short_runs.push(lateness);
+            if span <= absorbed_s {
+                gaps_after_short_runs.push(*lateness);
             } else {
-                gaps_after_long_runs.push(lateness);
+                gaps_after_long_runs.push(*lateness);
             }
         }
+        gaps.extend(lateness);
 
         let could_know = shoot
             .recovered
