@@ -133,6 +133,9 @@ pub(crate) struct FakeState {
     /// For the next successful patches: how long after applying each the answer is held back
     /// (a caller that gives up first sees a timeout for a write that was made).
     pub(crate) slow_writes: VecDeque<Duration>,
+    /// How long after a change its watch event goes out (`None`: at once): a watch that
+    /// trails the writes, so a cache fed by it is stale for that long.
+    pub(crate) watch_delay: Option<Duration>,
 }
 
 /// Lease `namespace/name` held by `holder`, renewed now (by the wall clock) for 15 s, after
@@ -425,6 +428,21 @@ impl FakeSeed {
             .unwrap_or_default()
             .to_owned();
         let line = format!("{}\n", json!({"type": event, "object": object}));
+        if let Some(delay) = s.watch_delay {
+            let watches: Vec<EventSender> = s
+                .watchers
+                .iter()
+                .filter(|(p, n, _)| p == plural && (n.is_empty() || n == &name))
+                .map(|(_, _, tx)| tx.clone())
+                .collect();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                for tx in watches {
+                    let _ = tx.unbounded_send(Ok(Frame::data(Bytes::from(line.clone()))));
+                }
+            });
+            return;
+        }
         s.watchers.retain(|(p, n, tx)| {
             p != plural
                 || (!n.is_empty() && n != &name)

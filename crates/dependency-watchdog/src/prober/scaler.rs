@@ -699,7 +699,16 @@ impl Change<'_> {
         let target_ref = target_ref(self.namespace, self.target, uid);
         let events = &self.ctx.events;
         events.target_scaled(target_ref, self.dir, self.from, to, self.reason);
-        wait_for_goal(self.target, self.namespace, self.timeout, self.stop, goal).await?;
+        let written = |s: &super::seed_caches::TargetState| s.spec_replicas == to;
+        wait_for_goal(
+            self.target,
+            self.namespace,
+            self.timeout,
+            self.stop,
+            written,
+            goal,
+        )
+        .await?;
         Ok(TargetOutcome::Scaled {
             from: self.from,
             to,
@@ -782,18 +791,29 @@ async fn scale_up(
 /// reference's fixed wait. A target that is not there by then does not fail its level (the
 /// reference's level goes on too: its retry finds the target scaled and succeeds); its
 /// replicas are set, and readiness is the target's own business. A stopped flow stops
-/// waiting (its write is done; the flow ends before its next level).
+/// waiting for the goal (its write is done; the flow ends before its next level), but not
+/// for the cache to show its write (`written`, within the same limit): the flow that stopped
+/// it plans from the cache next, and a cache that trails the write would make it find the
+/// target "already there" and leave it as the stopped flow left it (seen in a storm: a KCM
+/// scaled down by a superseded flow stayed down until the next run).
 async fn wait_for_goal(
     target: &TargetCache,
     namespace: &str,
     timeout: Duration,
     stop: &CancellationToken,
+    written: impl Fn(&super::seed_caches::TargetState) -> bool,
     goal: impl Fn(&super::seed_caches::TargetState) -> bool,
 ) -> Result<()> {
     let name = &target.info.target.name;
     let limit = readiness_wait(timeout);
     let reached = tokio::select! {
-        _ = stop.cancelled() => return Ok(()),
+        _ = stop.cancelled() => {
+            let seen = target.cache.wait_until(namespace, name, limit, |s| s.is_some_and(&written)).await;
+            if seen.is_err() {
+                debug!(?limit, "stopped flow: the cache does not show its last write yet");
+            }
+            return Ok(());
+        }
         reached = target.cache.wait_until(namespace, name, limit, |s| s.is_some_and(&goal)) => reached,
     };
     match reached {
@@ -996,6 +1016,35 @@ mod tests {
         let report = run_flow(&ctx, "stop", &planned, &stop).await.expect("flow");
         assert!(report.superseded && report.targets.is_empty());
         assert_eq!(fake.writes().len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_flow_ends_only_once_the_cache_shows_its_last_write_so_the_next_flow_undoes_it()
+     {
+        let fake = FakeSeed::default();
+        fake.create(&DEPLOYMENT, "race", "kcm", 2, &[]);
+        let ctx = context(&fake, &deployment("kcm", "level: 0", "level: 0"), &[]).await;
+        // The watch trails the writes by 2 s: for that long the cache still says 2.
+        fake.lock().watch_delay = Some(Duration::from_secs(2));
+        let stop = CancellationToken::new();
+        let down = PlannedFlow {
+            dir: Direction::Down,
+            scope: FlowScope::All,
+            reason: "test".into(),
+        };
+        // Superseded right after its write was answered, while it waits for the goal.
+        let (report, ()) = tokio::join!(run_flow(&ctx, "race", &down, &stop), async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            stop.cancel();
+        });
+        assert_eq!(report.expect("flow").changed(), ["kcm"]);
+        let kcm = fake.object("deployments", "race", "kcm");
+        assert_eq!(kcm["spec"]["replicas"], 0, "{kcm}");
+        // The superseding scale-up plans from the cache at once, as the executor starts it.
+        let report = flow(&ctx, "race", Direction::Up).await.expect("flow");
+        assert_eq!(report.changed(), ["kcm"], "{report:?}");
+        let kcm = fake.object("deployments", "race", "kcm");
+        assert_eq!(kcm["spec"]["replicas"], 2, "{kcm}");
     }
 
     #[tokio::test(start_paused = true)]
