@@ -428,11 +428,12 @@ impl FakeSeed {
             .unwrap_or_default()
             .to_owned();
         let line = format!("{}\n", json!({"type": event, "object": object}));
+        let watches_it = |p: &str, n: &str| p == plural && (n.is_empty() || n == name);
         if let Some(delay) = s.watch_delay {
             let watches: Vec<EventSender> = s
                 .watchers
                 .iter()
-                .filter(|(p, n, _)| p == plural && (n.is_empty() || n == &name))
+                .filter(|(p, n, _)| watches_it(p, n))
                 .map(|(_, _, tx)| tx.clone())
                 .collect();
             tokio::spawn(async move {
@@ -444,8 +445,7 @@ impl FakeSeed {
             return;
         }
         s.watchers.retain(|(p, n, tx)| {
-            p != plural
-                || (!n.is_empty() && n != &name)
+            !watches_it(p, n)
                 || tx
                     .unbounded_send(Ok(Frame::data(Bytes::from(line.clone()))))
                     .is_ok()

@@ -200,8 +200,9 @@ pub async fn build(shape: Shape) -> Result<World> {
     let replicas: ReplicaLog = Arc::default();
     let replica_watch = AbortOnDrop::spawn(watch_replicas(seed_client.clone(), replicas.clone()));
 
+    let shoot_count = if shape.with_shoots { shape.shoots } else { 0 };
     let limiter = Arc::new(tokio::sync::Semaphore::new(renew_permits(
-        if shape.with_shoots { shape.shoots } else { 0 },
+        shoot_count,
         shape.nodes,
         shape.renew_interval,
     )));
@@ -210,7 +211,6 @@ pub async fn build(shape: Shape) -> Result<World> {
     } else {
         None
     };
-    let shoot_count = if shape.with_shoots { shape.shoots } else { 0 };
     let mut created = 0usize;
     let mut last_report = Instant::now();
     let mut stream = futures::stream::iter(0..shoot_count)
