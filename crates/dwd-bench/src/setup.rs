@@ -21,7 +21,7 @@ use dwd_sim::{
 };
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv};
 
-use crate::shoot_proxy::{self, FrontRuntime, ShootProxy};
+use crate::shoot_proxy::{self, ShootProxy};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
@@ -121,9 +121,6 @@ pub struct World {
     pub storm: Option<crate::weeder::Storm>,
     /// The shoots, by index.
     pub shoots: Vec<BenchShoot>,
-    /// The shoot fronts' runtime (`None` without fronts); after `shoots`, so their fronts
-    /// are dropped before it.
-    _front_runtime: Option<FrontRuntime>,
     /// The hostile shoots (hostile scenario only), apart from the normal ones: their
     /// apiservers are their own, not among `shoot_apis`.
     pub hostile: Vec<crate::hostile::HostileShoot>,
@@ -209,18 +206,11 @@ pub async fn build(shape: Shape) -> Result<World> {
         shape.nodes,
         shape.renew_interval,
     )));
-    let (front_tls, front_runtime) = if shape.shoot_fronts && shape.with_shoots {
-        (
-            Some(shoot_proxy::server_tls(env.dir())?),
-            Some(FrontRuntime::start()?),
-        )
+    let front_tls = if shape.shoot_fronts && shape.with_shoots {
+        Some(shoot_proxy::server_tls(env.dir())?)
     } else {
-        (None, None)
+        None
     };
-    let front_handle = front_runtime
-        .as_ref()
-        .and_then(FrontRuntime::handle)
-        .cloned();
     let mut created = 0usize;
     let mut last_report = Instant::now();
     let mut stream = futures::stream::iter(0..shoot_count)
@@ -231,16 +221,14 @@ pub async fn build(shape: Shape) -> Result<World> {
             let api = shoot_apis[j].clone();
             let limiter = limiter.clone();
             let front_tls = front_tls.clone();
-            let front_handle = front_handle.clone();
             async move {
                 // Its own certificate: the shoot apiserver's audit log names the shoot.
                 let direct = api
                     .kubeconfig_for(&shoot_user(i), &["system:masters"])
                     .with_context(|| format!("kubeconfig of shoot {i}"))?;
-                let (kubeconfig, front) = match front_tls.zip(front_handle) {
-                    Some((tls, runtime)) => {
-                        let front =
-                            ShootProxy::start(i, api.addr(), &direct, tls, &runtime).await?;
+                let (kubeconfig, front) = match front_tls {
+                    Some(tls) => {
+                        let front = ShootProxy::start(i, api.addr(), &direct, tls).await?;
                         let via_front = direct.replace(
                             &format!("https://{}", api.addr()),
                             &format!("https://{}", front.addr),
@@ -327,7 +315,6 @@ pub async fn build(shape: Shape) -> Result<World> {
         _deployment_status: deployment_status,
         storm: None,
         shoots,
-        _front_runtime: front_runtime,
         seed,
         shoot_apis,
         watchdog_kubeconfig,

@@ -16,12 +16,6 @@
 //! A connection is forwarded over its own upstream HTTP/2 connection, opened before the
 //! client's TLS handshake completes: when the apiserver is stopped the client's connection
 //! simply closes, and when the upstream connection ends the client's does too.
-//!
-//! The fronts run on threads of their own ([`FrontRuntime`]): they stand for the network
-//! between a watchdog and its shoots' apiservers, and must not queue behind the bench's own
-//! work on its runtime (in the mass outage, tens of thousands of simulated kubelets renewing
-//! their leases, hundreds a second, and the replica and audit bookkeeping), which no real
-//! seed puts on that path.
 
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -89,37 +83,6 @@ pub fn server_tls(env_dir: &Path) -> Result<Arc<rustls::ServerConfig>> {
     Ok(Arc::new(config))
 }
 
-/// The runtime every front runs on, apart from the bench's own (see the module doc): as many
-/// worker threads as the machine has cores, so the kernel shares the cores between the fronts
-/// and the rest as it would between processes. Shut down without waiting when dropped (its
-/// fronts' tasks end with it), which is allowed from within another runtime.
-pub struct FrontRuntime(Option<tokio::runtime::Runtime>);
-
-impl FrontRuntime {
-    /// Starts the fronts' threads.
-    pub fn start() -> Result<FrontRuntime> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .thread_name("shoot-front")
-            .enable_all()
-            .build()
-            .context("the shoot fronts' runtime")?;
-        Ok(FrontRuntime(Some(runtime)))
-    }
-
-    /// Where fronts are spawned.
-    pub fn handle(&self) -> Option<&tokio::runtime::Handle> {
-        self.0.as_ref().map(tokio::runtime::Runtime::handle)
-    }
-}
-
-impl Drop for FrontRuntime {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.0.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
 /// A running front for one shoot; stops accepting when dropped.
 pub struct ShootProxy {
     /// Where the shoot's probe kubeconfig points.
@@ -128,15 +91,13 @@ pub struct ShootProxy {
 }
 
 impl ShootProxy {
-    /// Starts a front for shoot `index` on `runtime` (its listener and connections are that
-    /// runtime's), forwarding to `upstream` (its apiserver's front door) as the user of
-    /// `kubeconfig` (the shoot's own, pointing at `upstream`).
+    /// Starts a front for shoot `index`, forwarding to `upstream` (its apiserver's front door)
+    /// as the user of `kubeconfig` (the shoot's own, pointing at `upstream`).
     pub async fn start(
         index: usize,
         upstream: SocketAddr,
         kubeconfig: &str,
         server_tls: Arc<rustls::ServerConfig>,
-        runtime: &tokio::runtime::Handle,
     ) -> Result<ShootProxy> {
         let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)
             .with_context(|| format!("parse kubeconfig of shoot {index}"))?;
@@ -153,17 +114,11 @@ impl ShootProxy {
             acceptor: TlsAcceptor::from(server_tls),
             selector: format!("{SHOOT_LABEL}={index}"),
         });
-        // Bound here, registered with `runtime`'s reactor inside its task.
-        let listener =
-            std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind shoot front")?;
-        listener
-            .set_nonblocking(true)
-            .context("shoot front listener")?;
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .context("bind shoot front")?;
         let addr = listener.local_addr().context("shoot front address")?;
-        let accept = AbortOnDrop::spawn_on(runtime, async move {
-            let Ok(listener) = TcpListener::from_std(listener) else {
-                return;
-            };
+        let accept = AbortOnDrop::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;

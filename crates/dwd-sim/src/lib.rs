@@ -129,14 +129,6 @@ impl AbortOnDrop {
         AbortOnDrop(tokio::spawn(future))
     }
 
-    /// Spawns `future` on the runtime of `handle`.
-    pub fn spawn_on(
-        handle: &tokio::runtime::Handle,
-        future: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> Self {
-        AbortOnDrop(handle.spawn(future))
-    }
-
     /// Whether the task has ended (it only ends on its own after a panic).
     pub fn is_finished(&self) -> bool {
         self.0.is_finished()
