@@ -628,6 +628,7 @@ async fn healthy_runs_skip_the_node_list_until_leases_expire() {
                 install_crds: false,
                 audit_log: true,
                 extra_args: Vec::new(),
+                own_etcd: false,
             },
         )
         .await

@@ -251,6 +251,7 @@ pub async fn build(
                     install_crds: false,
                     audit_log: true,
                     extra_args: Vec::new(),
+                    own_etcd: false,
                 },
             )
             .await

@@ -131,6 +131,12 @@ pub struct Cli {
     /// its apiserver, not just its own M.
     #[arg(long)]
     pub shared_shoot_lists: bool,
+    /// Give each shoot apiserver an etcd of its own, as every real shoot has, instead of one
+    /// etcd for the seed and all of them (`dwd_testenv::ApiServerOptions::own_etcd`: on a
+    /// shared etcd each consistent list waits for a revision that every apiserver's writes
+    /// move).
+    #[arg(long)]
+    pub etcd_per_shoot_apiserver: bool,
     /// Binary to run (any that takes the reference's flags and config); default: the
     /// `dependency-watchdog` next to this executable.
     #[arg(long)]

@@ -42,6 +42,7 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
         renew_interval: cli.renew_interval,
         with_shoots: !storm,
         shoot_fronts: !cli.shared_shoot_lists,
+        etcd_per_shoot_apiserver: cli.etcd_per_shoot_apiserver,
         hostile: (cli.scenario == Scenario::Hostile).then_some(crate::hostile::HostileShape {
             many_leases: cli.hostile_leases,
             fat_leases: cli.fat_leases,

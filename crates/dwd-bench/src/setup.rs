@@ -71,6 +71,8 @@ pub struct Shape {
     /// Whether each shoot's probe kubeconfig goes through its own front
     /// ([`crate::shoot_proxy`]), so that it sees only its own nodes and leases.
     pub shoot_fronts: bool,
+    /// Whether each shoot apiserver has an etcd of its own (else all share the seed's).
+    pub etcd_per_shoot_apiserver: bool,
     /// The hostile shoots to add (hostile scenario), each on an apiserver of its own.
     pub hostile: Option<crate::hostile::HostileShape>,
 }
@@ -153,19 +155,23 @@ pub async fn build(shape: Shape) -> Result<World> {
         shape.apiservers
     );
     let env = TestEnv::start().await.context("start test environment")?;
-    let audit = |install_crds| ApiServerOptions {
+    let audit = |install_crds, own_etcd| ApiServerOptions {
         install_crds,
         audit_log: true,
         extra_args: Vec::new(),
+        own_etcd,
     };
     let seed = env
-        .start_apiserver_with("seed", audit(true))
+        .start_apiserver_with("seed", audit(true, false))
         .await
         .context("start seed apiserver")?;
     let mut shoot_apis = Vec::with_capacity(shape.apiservers);
     for j in 0..shape.apiservers {
         let api = env
-            .start_apiserver_with(&format!("shoot-api-{j}"), audit(false))
+            .start_apiserver_with(
+                &format!("shoot-api-{j}"),
+                audit(false, shape.etcd_per_shoot_apiserver),
+            )
             .await
             .with_context(|| format!("start shoot apiserver {j}"))?;
         shoot_apis.push(api);
