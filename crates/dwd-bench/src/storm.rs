@@ -16,8 +16,10 @@
 //!   sent later than `recovered + probeInterval × (1 + jitter) + 2 s` (a run after the
 //!   recovery has seen it: the watchdog could know) are (a); those before are (b), which no
 //!   watchdog can avoid (a run that judged just before the recovery). A write of (a) whose
-//!   shoot had *relapsed* is neither: if, when the shoot's last run before the write asked for
-//!   its leases (its first request after its `GET /version`), enough of them were expired
+//!   shoot had *relapsed* is neither: if, when the shoot's last run answered before the write
+//!   (every request of the run answered whole before the write arrived: a run still waiting
+//!   for an answer has no verdict the write could follow) asked for its leases (its first
+//!   request after its `GET /version`), enough of them were expired
 //!   again to reach the threshold (its simulated kubelets, renewing on a loaded machine, let
 //!   them lapse), the scale-down was the right answer to what the leases said; such writes
 //!   are counted as relapses. Leases are judged as the apiserver held them: a renewal counts
@@ -70,6 +72,48 @@ pub struct Renewal {
     pub at: DateTime<Utc>,
     /// When the apiserver acknowledged it: until then it served the renewal before.
     pub landed: DateTime<Utc>,
+}
+
+impl ShootStorm {
+    /// The `GET /version` of the shoot's last run whose every request (those received from it
+    /// until the next run's `GET /version`) was answered whole by `t`: the newest run whose
+    /// verdict a write received at `t` can follow.
+    fn last_run_answered_by(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.runs()
+            .rev()
+            .find(|(probe, requests)| {
+                *probe <= t && requests.iter().all(|(_, answered)| *answered <= t)
+            })
+            .map(|(probe, _)| probe)
+    }
+
+    /// When [`Self::last_run_answered_by`] `t` asked for the leases: its first request after its
+    /// `GET /version` (the lease list; sent with it or after it), else the `GET /version`.
+    fn leases_asked_by_last_run_answered_by(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let probe = self.last_run_answered_by(t)?;
+        let (_, requests) = self.runs().find(|(p, _)| *p == probe)?;
+        Some(
+            requests
+                .iter()
+                .map(|r| r.0)
+                .find(|r| *r > probe)
+                .unwrap_or(probe),
+        )
+    }
+
+    /// Each run: its `GET /version` and its requests (received from it until the next run's).
+    fn runs(&self) -> impl DoubleEndedIterator<Item = (DateTime<Utc>, &[crate::audit::Span])> + '_ {
+        self.probes.iter().enumerate().map(|(i, &probe)| {
+            let next = self.probes.get(i + 1).copied();
+            let from = self
+                .requests
+                .partition_point(|(received, _)| *received < probe);
+            let to = next.map_or(self.requests.len(), |n| {
+                self.requests.partition_point(|(received, _)| *received < n)
+            });
+            (probe, &self.requests[from..to.max(from)])
+        })
+    }
 }
 
 impl Renewal {
@@ -251,17 +295,10 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
                 WriteKind::Up if *t >= frame.resumed_at => restore_writes += 1,
                 WriteKind::Down => match (shoot.recovered, could_know) {
                     (Some(r), Some(k)) if *t >= k => {
-                        // What the leases said when the shoot's last run before the write
-                        // asked for them: its first request after its `GET /version` (the
-                        // lease list; sent with it or after it), else the `GET /version`.
-                        let judged = shoot.probes.iter().rev().find(|p| **p <= *t).map(|p| {
-                            shoot
-                                .requests
-                                .iter()
-                                .map(|r| r.0)
-                                .find(|r| *r > *p && *r <= *t)
-                                .unwrap_or(*p)
-                        });
+                        // What the leases said when the shoot's last run answered before the
+                        // write asked for them: its first request after its `GET /version`
+                        // (the lease list; sent with it or after it), else the `GET /version`.
+                        let judged = shoot.leases_asked_by_last_run_answered_by(*t);
                         let expired = judged.map(|p| shoot.expired_at(p, frame.lease_validity_s));
                         let example = json!({
                             "shoot": shoot.namespace, "target": target,
@@ -353,7 +390,7 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
         },
         "relapse_scale_down_writes": {
             "count": relapses,
-            "means": "scale-down writes after the recovery to a shoot whose leases had lapsed again: when its last run before the write asked for its leases, at least the threshold's leases were expired (a renewal counts from when the apiserver acknowledged it)",
+            "means": "scale-down writes after the recovery to a shoot whose leases had lapsed again: when its last run answered before the write (every request answered whole) asked for its leases, at least the threshold's leases were expired (a renewal counts from when the apiserver acknowledged it)",
             "examples": relapse_examples,
         },
     })
@@ -493,6 +530,52 @@ mod tests {
         );
         // Judged at 90: every lease fresh → wasted.
         let out = analyse(&frame(), &[shoot(90)]);
+        assert_eq!(out["relapse_scale_down_writes"]["count"], 0, "{out}");
+        assert_eq!(
+            out["wasted_scale_down_writes"]["after_the_watchdog_could_know"], 1,
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_write_follows_the_last_run_answered_before_it_not_one_still_waiting_for_its_lists() {
+        // Three nodes, two expired leases reach the threshold, valid 30 s. All renewed at 55;
+        // nodes 1 and 2 again only at 93: their leases lapsed from 85 to 93. The run of 90
+        // (answered at once) found two expired and scaled down; the write arrives at 100. The
+        // run of 96 asked for its leases at 97 (all fresh by then) but was answered only at
+        // 105: the write could not follow its verdict, so it followed the run of 90, a relapse.
+        let renewals: Vec<Vec<Renewal>> = [
+            vec![at(55), at(93)],
+            vec![at(55), at(93)],
+            vec![at(55), at(80)],
+        ]
+        .into_iter()
+        .map(|times| times.into_iter().map(Renewal::at_once).collect())
+        .collect();
+        let shoot = |lease_list_answered: i64| ShootStorm {
+            namespace: "s".into(),
+            recovered: Some(at(60)),
+            replicas: BTreeMap::from([("kcm".into(), vec![(at(101), 0), (at(160), 3)])]),
+            probes: vec![at(90), at(96)],
+            requests: vec![
+                (at(90), at(90)),
+                (at(96), at(96)),
+                (at(97), at(lease_list_answered)),
+            ],
+            renewals: renewals.clone(),
+            writes: vec![(at(100), "kcm".into())],
+        };
+        assert_eq!(shoot(105).last_run_answered_by(at(100)), Some(at(90)));
+        let out = analyse(&frame(), &[shoot(105)]);
+        assert_eq!(out["relapse_scale_down_writes"]["count"], 1, "{out}");
+        assert_eq!(
+            out["wasted_scale_down_writes"]["after_the_watchdog_could_know"], 0,
+            "{out}"
+        );
+        // Answered at 99, before the write: the write went against the run of 96's fresh
+        // leases, and is wasted.
+        assert_eq!(shoot(99).last_run_answered_by(at(100)), Some(at(96)));
+        let out = analyse(&frame(), &[shoot(99)]);
         assert_eq!(out["relapse_scale_down_writes"]["count"], 0, "{out}");
         assert_eq!(
             out["wasted_scale_down_writes"]["after_the_watchdog_could_know"], 1,

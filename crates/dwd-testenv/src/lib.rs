@@ -2,8 +2,9 @@
 //!
 //! One [`TestEnv`] owns a temporary directory, a certificate authority, one etcd and any
 //! number of kube-apiservers ([`ApiServer`]) that share that etcd through distinct
-//! `--etcd-prefix`es: one seed plus N shoots, each with its own API. The binaries are the
-//! real ones, built once per machine from pinned Go modules (see `testenv/build.sh`).
+//! `--etcd-prefix`es: one seed plus N shoots, each with its own API; an apiserver may instead
+//! have an etcd of its own ([`ApiServerOptions::own_etcd`], as a real shoot does). The binaries
+//! are the real ones, built once per machine from pinned Go modules (see `testenv/build.sh`).
 //!
 //! Every apiserver sits behind a [`front_door`] so tests can stop it (connections refused),
 //! start it again on the same address, make it answer `429 Too Many Requests`, or make it
