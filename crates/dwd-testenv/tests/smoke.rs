@@ -145,6 +145,27 @@ async fn apiservers_sharing_etcd_do_not_see_each_others_objects() -> Result<()> 
     Ok(())
 }
 
+/// `ApiServerOptions::own_etcd`: the apiserver stores its objects in an etcd of its own (its
+/// data directory under the apiserver's), which keeps them while the apiserver is stopped.
+#[tokio::test]
+async fn an_apiserver_with_its_own_etcd_keeps_its_objects_there_across_a_restart() -> Result<()> {
+    let env = TestEnv::shared().await?;
+    let options = dwd_testenv::ApiServerOptions {
+        own_etcd: true,
+        ..Default::default()
+    };
+    let api = env.start_apiserver_with("smoke-own-etcd", options).await?;
+    let data = env.dir().join("smoke-own-etcd").join("etcd");
+    assert!(data.is_dir(), "no etcd data in {}", data.display());
+    ensure_namespace(&api.client().await?, "kept-in-own-etcd").await?;
+    api.stop().await?;
+    api.start().await?;
+    let namespaces: Api<Namespace> = Api::all(api.client().await?);
+    assert!(namespaces.get_opt("kept-in-own-etcd").await?.is_some());
+    api.stop().await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn stopped_apiserver_refuses_connections_and_serves_after_restart() -> Result<()> {
     let env = TestEnv::shared().await?;
