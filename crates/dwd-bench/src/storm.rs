@@ -79,19 +79,23 @@ impl ShootStorm {
     /// until the next run's `GET /version`) was answered whole by `t`: the newest run whose
     /// verdict a write received at `t` can follow.
     fn last_run_answered_by(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.runs()
-            .rev()
-            .find(|(probe, requests)| {
-                *probe <= t && requests.iter().all(|(_, answered)| *answered <= t)
-            })
-            .map(|(probe, _)| probe)
+        self.last_answered_run(t).map(|(probe, _)| probe)
+    }
+
+    /// [`Self::last_run_answered_by`] with the run's requests.
+    fn last_answered_run(
+        &self,
+        t: DateTime<Utc>,
+    ) -> Option<(DateTime<Utc>, &[crate::audit::Span])> {
+        self.runs().rev().find(|(probe, requests)| {
+            *probe <= t && requests.iter().all(|(_, answered)| *answered <= t)
+        })
     }
 
     /// When [`Self::last_run_answered_by`] `t` asked for the leases: its first request after its
     /// `GET /version` (the lease list; sent with it or after it), else the `GET /version`.
     fn leases_asked_by_last_run_answered_by(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let probe = self.last_run_answered_by(t)?;
-        let (_, requests) = self.runs().find(|(p, _)| *p == probe)?;
+        let (probe, requests) = self.last_answered_run(t)?;
         Some(
             requests
                 .iter()
