@@ -81,6 +81,23 @@ impl Sampler {
 }
 
 /// Locks a mutex, recovering the data after a panic elsewhere (samples are always valid).
+/// The machine's CPU pressure so far: microseconds in which at least one runnable task
+/// waited for a CPU (`/proc/pressure/cpu`, the `some` line's `total`); `None` where the kernel
+/// has no pressure stall information. Over a window, its growth ÷ the window's length is the
+/// share of the time the machine, not only the binary under test, was short of CPU.
+pub fn cpu_waiting_us() -> Option<u64> {
+    parse_cpu_waiting_us(&std::fs::read_to_string("/proc/pressure/cpu").ok()?)
+}
+
+fn parse_cpu_waiting_us(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("some "))?
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("total="))?
+        .parse()
+        .ok()
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -135,5 +152,19 @@ pub fn usage(samples: &[Sample], from: DateTime<Utc>, to: DateTime<Utc>) -> Usag
         cpu_per_minute,
         cpu_total,
         samples: window.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_waiting_is_the_some_lines_total() {
+        let text = "some avg10=99.99 avg60=99.68 avg300=93.92 total=7173466887\n\
+                    full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        assert_eq!(parse_cpu_waiting_us(text), Some(7_173_466_887));
+        assert_eq!(parse_cpu_waiting_us("full total=3\n"), None);
+        assert_eq!(parse_cpu_waiting_us("some avg10=1.00 total=x\n"), None);
     }
 }

@@ -318,6 +318,9 @@ struct OutageRecord {
     restored_by: DateTime<Utc>,
     /// Shoot index → renew times at the moment of resumption (the silenced nodes' last).
     before: Vec<(usize, HashMap<String, DateTime<Utc>>)>,
+    /// The machine's CPU waiting (`procstat::cpu_waiting_us`) at the silence and at
+    /// `restored_by`.
+    cpu_waiting_us: (Option<u64>, Option<u64>),
     /// Shoot index → each node's renew times after resumption, in order (a relapse shows
     /// as a gap longer than the leases' validity).
     after: Vec<(usize, RenewTimes)>,
@@ -663,6 +666,7 @@ async fn run_outage(
     // the background): all leases of all affected shoots expire at the same instant, the
     // hardest case, and the crossing is exact instead of spread over a renew interval.
     let silenced_at = dwd_sim::now_micros();
+    let cpu_waiting_at_silence = procstat::cpu_waiting_us();
     for &i in affected {
         world.shoots[i]
             .sim
@@ -819,6 +823,7 @@ async fn run_outage(
     };
     record_renewals(true);
     let restored_by = Utc::now();
+    let cpu_waiting_us = (cpu_waiting_at_silence, procstat::cpu_waiting_us());
 
     // Keep measuring steady state for whatever is left of --duration.
     let spent = (Utc::now() - window_from).to_std().unwrap_or_default();
@@ -832,6 +837,7 @@ async fn run_outage(
         resumed_at,
         restored_by,
         before,
+        cpu_waiting_us,
         after,
         all_down,
         all_up,
@@ -1166,6 +1172,15 @@ fn outage_results(
         "restore_s": {"all": Summary::of(&all_up).to_json(), "by_target": summarise(&up)},
         "targets_missing_down": missing_down,
         "targets_missing_up": missing_up,
+        // Near 1: the machine was short of CPU throughout, and every latency above is as much
+        // the machine's as the binary's.
+        "storm_cpu_pressure_some": match o.cpu_waiting_us {
+            (Some(a), Some(b)) => json!({
+                "share": (b.saturating_sub(a) as f64 / 1e6) / secs(o.silenced_at, o.restored_by).max(1e-3),
+                "means": "share of the storm (silence to every target back) in which at least one runnable task waited for a CPU (/proc/pressure/cpu, some)",
+            }),
+            _ => Value::Null,
+        },
         "last_renewals_written_after_silence_s": o.last_words_written.map(|t| secs(o.silenced_at, t)),
         "crossing_spread_s": match (first_crossing, last_crossing) { (Some(f), Some(l)) => json!(secs(f, l)), _ => Value::Null },
         // Only defined when every level-0 target got there.

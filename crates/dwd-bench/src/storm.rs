@@ -19,7 +19,7 @@
 //!   shoot had *relapsed* is neither: if, when the shoot's last run answered before the write
 //!   (every request of the run answered whole before the write arrived: a run still waiting
 //!   for an answer has no verdict the write could follow) asked for its leases (its first
-//!   request after its `GET /version`), enough of them were expired
+//!   request besides its `GET /version`), enough of them were expired
 //!   again to reach the threshold (its simulated kubelets, renewing on a loaded machine, let
 //!   them lapse), the scale-down was the right answer to what the leases said; such writes
 //!   are counted as relapses. Leases are judged as the apiserver held them: a renewal counts
@@ -28,10 +28,14 @@
 //! - **probe lateness after the run**: the same gaps, measured from the previous run's last
 //!   request (its lease or node list) instead of its `GET /version`: what is left is the
 //!   schedule's own delay (jitter and any wait), without the run's own duration;
-//! - **a run's span at the apiserver**: from its `GET /version` until its last answer was sent
+//! - **a run's span at the apiserver**: from its first request until its last answer was sent
 //!   whole (the audit event's `stageTimestamp`), and the lateness split by it: after runs that
 //!   took up to a fifth of the interval (what ours takes back out of its wait, so its lateness
 //!   there is the jitter and the next connection) and after longer ones.
+//!
+//! A run's requests are those of its probe user received from half an interval before its
+//! `GET /version` until half an interval before the next run's ([`sent_together`]: a run that
+//! sends its lists together with its `GET /version` may have them received first).
 //!
 //! A write is a scale-down write when the target was running when it was sent and its next
 //! replica change went to 0 (the reference's annotate-then-scale counts two); a scale-up write
@@ -75,50 +79,81 @@ pub struct Renewal {
 }
 
 impl ShootStorm {
-    /// The `GET /version` of the shoot's last run whose every request (those received from it
-    /// until the next run's `GET /version`) was answered whole by `t` (the newest run whose
-    /// verdict a write received at `t` can follow), with those requests.
+    /// The `GET /version` of the shoot's last run whose every request (see [`Self::runs`])
+    /// was answered whole by `t` (the newest run whose verdict a write received at `t` can
+    /// follow), with those requests.
     fn last_answered_run(
         &self,
         t: DateTime<Utc>,
+        sent_together: chrono::Duration,
     ) -> Option<(DateTime<Utc>, &[crate::audit::Span])> {
-        self.runs().rev().find(|(probe, requests)| {
+        self.runs(sent_together).rev().find(|(probe, requests)| {
             *probe <= t && requests.iter().all(|(_, answered)| *answered <= t)
         })
     }
 
-    /// When [`Self::last_answered_run`] by `t` asked for the leases: its first request after its
-    /// `GET /version` (the lease list; sent with it or after it), else the `GET /version`.
-    fn leases_asked_by_last_run_answered_by(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let (probe, requests) = self.last_answered_run(t)?;
+    /// When [`Self::last_answered_run`] by `t` asked for the leases: its first request other
+    /// than its `GET /version` (the lease list, sent after it or, with the node list, together
+    /// with it), else the `GET /version`.
+    fn leases_asked_by_last_run_answered_by(
+        &self,
+        t: DateTime<Utc>,
+        sent_together: chrono::Duration,
+    ) -> Option<DateTime<Utc>> {
+        let (probe, requests) = self.last_answered_run(t, sent_together)?;
         Some(
             requests
                 .iter()
                 .map(|r| r.0)
-                .find(|r| *r > probe)
+                .filter(|r| *r != probe)
+                .min()
                 .unwrap_or(probe),
         )
     }
 
     /// [`Self::last_answered_run`]'s `GET /version` alone (what the tests check).
     #[cfg(test)]
-    fn last_run_answered_by(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.last_answered_run(t).map(|(probe, _)| probe)
+    fn last_run_answered_by(
+        &self,
+        t: DateTime<Utc>,
+        sent_together: chrono::Duration,
+    ) -> Option<DateTime<Utc>> {
+        self.last_answered_run(t, sent_together)
+            .map(|(probe, _)| probe)
     }
 
-    /// Each run: its `GET /version` and its requests (received from it until the next run's).
-    fn runs(&self) -> impl DoubleEndedIterator<Item = (DateTime<Utc>, &[crate::audit::Span])> + '_ {
-        self.probes.iter().enumerate().map(|(i, &probe)| {
-            let next = self.probes.get(i + 1).copied();
-            let from = self
-                .requests
-                .partition_point(|(received, _)| *received < probe);
-            let to = next.map_or(self.requests.len(), |n| {
-                self.requests.partition_point(|(received, _)| *received < n)
-            });
+    /// Each run: its `GET /version` and its requests, those received from `sent_together`
+    /// before it until `sent_together` before the next run's (see [`sent_together`]).
+    fn runs(
+        &self,
+        sent_together: chrono::Duration,
+    ) -> impl DoubleEndedIterator<Item = (DateTime<Utc>, &[crate::audit::Span])> + '_ {
+        let index_from = move |t: DateTime<Utc>| {
+            self.requests
+                .partition_point(|(received, _)| *received < t - sent_together)
+        };
+        self.probes.iter().enumerate().map(move |(i, &probe)| {
+            let from = index_from(probe);
+            let to = self
+                .probes
+                .get(i + 1)
+                .map_or(self.requests.len(), |next| index_from(*next));
             (probe, &self.requests[from..to.max(from)])
         })
     }
+}
+
+/// How long before its `GET /version` a request of the same run may reach the apiserver: half
+/// the interval. Ours sends the lists of a shoot that is scaled down together with its
+/// `GET /version` over one connection, and a loaded apiserver may receive them first (a
+/// second apart was seen at 1,000 shoots); a run's requests counted only from its
+/// `GET /version` on gave its lists to the run before, whose span then reached into the next
+/// run and whose leases were judged a run too late. No request of the run before arrives this
+/// late: each is received before that run ends, and the next run starts at least
+/// 0.8 × the interval after that (ours, docs/behaviour.md §2.4; the reference waits the whole
+/// interval).
+pub fn sent_together(interval_s: f64) -> chrono::Duration {
+    chrono::Duration::milliseconds((interval_s * 500.0) as i64)
 }
 
 impl Renewal {
@@ -242,6 +277,7 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
     let absorbed_s =
         dwd_core::schedule::absorbed_run_time(std::time::Duration::from_secs_f64(interval))
             .as_secs_f64();
+    let sent_together = sent_together(interval);
     let mut gaps = Vec::new();
     let mut gaps_after_run = Vec::new();
     let mut run_spans = Vec::new();
@@ -258,29 +294,30 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
     let mut restored_from_first = Vec::new();
     let mut unrestored = 0usize;
     for shoot in shoots {
-        let in_storm: Vec<DateTime<Utc>> = shoot
-            .probes
-            .iter()
-            .copied()
-            .filter(|t| *t >= frame.silenced_at && *t <= frame.restored_by)
+        let in_storm: Vec<(DateTime<Utc>, &[crate::audit::Span])> = shoot
+            .runs(sent_together)
+            .filter(|(t, _)| *t >= frame.silenced_at && *t <= frame.restored_by)
             .collect();
         let lateness: Vec<f64> = in_storm
             .windows(2)
-            .map(|w| secs(w[0], w[1]) - interval)
+            .map(|w| secs(w[0].0, w[1].0) - interval)
             .collect();
         worst_per_shoot.push(lateness.iter().copied().fold(0.0, f64::max));
-        // From each run's last request (the requests before the next run's GET /version).
         for (w, lateness) in in_storm.windows(2).zip(&lateness) {
-            let run = shoot
-                .requests
-                .iter()
-                .filter(|(received, _)| *received >= w[0] && *received < w[1]);
-            let last = run.clone().map(|r| r.0).max().unwrap_or(w[0]);
-            gaps_after_run.push(secs(last, w[1]) - interval);
-            // The run's span at the apiserver: from its `GET /version` until its last answer
+            let ((probe, requests), (next, _)) = (w[0], w[1]);
+            // From the run's last request to the next run's `GET /version`.
+            let last = requests.iter().map(|r| r.0).max().unwrap_or(probe);
+            gaps_after_run.push(secs(last, next) - interval);
+            // The run's span at the apiserver: from its first request until its last answer
             // was sent (the run can't have ended sooner). Ours takes up to a fifth of the
             // interval of it out of the wait before the next run (docs/behaviour.md §2.4).
-            let span = secs(w[0], run.map(|r| r.1).max().unwrap_or(w[0]));
+            let first = requests
+                .iter()
+                .map(|r| r.0)
+                .min()
+                .unwrap_or(probe)
+                .min(probe);
+            let span = secs(first, requests.iter().map(|r| r.1).max().unwrap_or(probe));
             run_spans.push(span);
             if span <= absorbed_s {
                 gaps_after_short_runs.push(*lateness);
@@ -301,9 +338,8 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
                 WriteKind::Down => match (shoot.recovered, could_know) {
                     (Some(r), Some(k)) if *t >= k => {
                         // What the leases said when the shoot's last run answered before the
-                        // write asked for them: its first request after its `GET /version`
-                        // (the lease list; sent with it or after it), else the `GET /version`.
-                        let judged = shoot.leases_asked_by_last_run_answered_by(*t);
+                        // write asked for them.
+                        let judged = shoot.leases_asked_by_last_run_answered_by(*t, sent_together);
                         let expired = judged.map(|p| shoot.expired_at(p, frame.lease_validity_s));
                         let example = json!({
                             "shoot": shoot.namespace, "target": target,
@@ -570,7 +606,10 @@ mod tests {
             renewals: renewals.clone(),
             writes: vec![(at(100), "kcm".into())],
         };
-        assert_eq!(shoot(105).last_run_answered_by(at(100)), Some(at(90)));
+        assert_eq!(
+            shoot(105).last_run_answered_by(at(100), sent_together(10.0)),
+            Some(at(90))
+        );
         let out = analyse(&frame(), &[shoot(105)]);
         assert_eq!(out["relapse_scale_down_writes"]["count"], 1, "{out}");
         assert_eq!(
@@ -579,13 +618,69 @@ mod tests {
         );
         // Answered at 99, before the write: the write went against the run of 96's fresh
         // leases, and is wasted.
-        assert_eq!(shoot(99).last_run_answered_by(at(100)), Some(at(96)));
+        assert_eq!(
+            shoot(99).last_run_answered_by(at(100), sent_together(10.0)),
+            Some(at(96))
+        );
         let out = analyse(&frame(), &[shoot(99)]);
         assert_eq!(out["relapse_scale_down_writes"]["count"], 0, "{out}");
         assert_eq!(
             out["wasted_scale_down_writes"]["after_the_watchdog_could_know"], 1,
             "{out}"
         );
+    }
+
+    #[test]
+    fn lists_received_before_their_runs_get_version_belong_to_that_run_not_the_one_before() {
+        // Three nodes, two expired leases reach the threshold, valid 30 s. Nodes 0 and 1
+        // renewed at 55 and again only at 96: expired from 85 to 96. Each run sends its lists
+        // together with its GET /version, and the apiserver receives the lists first: run A's
+        // at 89.5 (GET /version at 90), run B's at 97 (answered 97.5; GET /version at 98,
+        // answered 98.1). The write arrives at 97.8, when run B had no verdict yet: it
+        // followed run A, which saw two expired leases (a relapse). Counted from its
+        // GET /version on, run A took run B's lists as its own: answered by 97.8, leases all
+        // fresh at 97, and the write wasted.
+        let ms = |s: f64| at(0) + chrono::Duration::milliseconds((s * 1000.0) as i64);
+        let renewals: Vec<Vec<Renewal>> = [
+            vec![at(55), at(96)],
+            vec![at(55), at(96)],
+            vec![at(55), at(80)],
+        ]
+        .into_iter()
+        .map(|times| times.into_iter().map(Renewal::at_once).collect())
+        .collect();
+        let shoot = ShootStorm {
+            namespace: "s".into(),
+            recovered: Some(at(60)),
+            replicas: BTreeMap::from([("kcm".into(), vec![(at(98), 0), (at(160), 3)])]),
+            probes: vec![at(90), at(98)],
+            requests: vec![
+                (ms(89.5), ms(89.6)),
+                (ms(89.5), ms(89.7)),
+                (at(90), at(90)),
+                (at(97), ms(97.5)),
+                (at(97), ms(97.4)),
+                (at(98), ms(98.1)),
+            ],
+            renewals,
+            writes: vec![(ms(97.8), "kcm".into())],
+        };
+        let together = sent_together(10.0);
+        let runs: Vec<usize> = shoot.runs(together).map(|(_, r)| r.len()).collect();
+        assert_eq!(runs, [3, 3], "each run has its own two lists");
+        assert_eq!(shoot.last_run_answered_by(ms(97.8), together), Some(at(90)));
+        assert_eq!(
+            shoot.leases_asked_by_last_run_answered_by(ms(97.8), together),
+            Some(ms(89.5))
+        );
+        let out = analyse(&frame(), &[shoot]);
+        assert_eq!(out["relapse_scale_down_writes"]["count"], 1, "{out}");
+        assert_eq!(
+            out["wasted_scale_down_writes"]["after_the_watchdog_could_know"], 0,
+            "{out}"
+        );
+        // Run A's span: from its first list (89.5) to its last answer (90), not into run B.
+        assert_eq!(out["run_span_at_the_apiserver_s"]["max"], 0.5, "{out}");
     }
 
     #[test]
