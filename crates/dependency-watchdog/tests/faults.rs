@@ -2194,6 +2194,15 @@ fn series_keys(metrics: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The series lines of `/metrics` that contain any of `needles`.
+fn series_with(metrics: &str, needles: &[&str]) -> Vec<String> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && needles.iter().any(|n| l.contains(n)))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Lines of `/metrics` (series) and those of bulk shoots.
 fn series(metrics: &str) -> (usize, usize) {
     let lines = metrics
@@ -2333,33 +2342,22 @@ async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     let t_out = Instant::now();
     w.outage(&[0]);
     if let Err(e) = w.wait_scaled_down(&[0], DEADLINE).await {
-        // What the watchdog said about o, and about its budgets, is what tells why.
-        let log =
-            std::fs::read_to_string(w.dir.join(format!("{}.log", dog.label))).unwrap_or_default();
+        // What the watchdog said about o, and about its budget, is what tells why.
+        let log = dog.wd.log();
         let about_o: Vec<&str> = log
             .lines()
-            .filter(|l| l.contains("shoot--bulk--o") || l.contains("memory") || l.contains("WARN"))
+            .filter(|l| l.contains("shoot--bulk--o\"") || l.contains("\"level\":\"warn\""))
             .collect();
         let tail = about_o[about_o.len().saturating_sub(40)..].join("\n");
         let m = dog.metrics().await.unwrap_or_default();
-        let budget: Vec<&str> = m
-            .lines()
-            .filter(|l| {
-                !l.starts_with('#') && (l.contains("run_memory_") || l.contains("bulk--o\""))
-            })
-            .collect();
         return Err(e.context(format!(
-            "last 40 log lines about o, memory or at warn level:\n{tail}\nmetrics about budgets or o:\n{}",
-            budget.join("\n")
+            "last 40 log lines about o or at warn level:\n{tail}\nmetrics about the budget or o:\n{}",
+            series_with(&m, &["run_memory_", "bulk--o\""]).join("\n")
         )));
     }
-    let m = dog.metrics().await?;
-    let budget: Vec<&str> = m
-        .lines()
-        .filter(|l| !l.starts_with('#') && l.contains("run_memory_"))
-        .collect();
+    let budget = series_with(&dog.metrics().await?, &["run_memory_"]).join(", ");
     w.log(&format!(
-        "o scaled down in {:.1}s among {n} shoots; the runs' memory budget: {budget:?}",
+        "o scaled down in {:.1}s among {n} shoots; the runs' memory budget: {budget}",
         t_out.elapsed().as_secs_f64()
     ));
     w.check_invariants("adding the shoots", &[&dog]).await?;
