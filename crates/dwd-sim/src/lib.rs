@@ -6,6 +6,9 @@
 //! - [`shoot`]: the shoot's data plane, against the shoot apiserver: Nodes, their Leases in
 //!   `kube-node-lease`, and [`Kubelets`] — one background task per shoot renewing the leases,
 //!   with nodes that can be silenced (a zone outage) and resumed.
+//! - [`kubelet_node`]: Nodes the size a real kubelet makes them ([`NodeShape::KubeletSized`]):
+//!   images, node info, realistic conditions, Gardener labels and annotations, and the
+//!   `managedFields` of the writers of a real node, 10–30 KiB each as served.
 //! - [`seed`]: the shoot's control-plane objects in the seed: shoot namespace, probe Secret,
 //!   `Cluster` (with the `Shoot` inside), Machines, the scalable Deployments, crash-looping
 //!   Pods and EndpointSlices.
@@ -19,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod deployment_status;
+pub mod kubelet_node;
 pub mod seed;
 pub mod shoot;
 mod sim_shoot;
@@ -26,10 +30,11 @@ mod sim_shoot;
 use std::time::Duration;
 
 pub use deployment_status::{DeploymentStatusOptions, DeploymentStatusSim};
+pub use kubelet_node::NodeShape;
 pub use seed::{EndpointsState, SeedControlPlane, ShootState, WorkerPool};
 pub use shoot::{
-    KubeletOptions, Kubelets, NodeSpec, ShootDataPlane, ZONE_LABEL, node_specs,
-    node_specs_with_prefix, zoned_node_specs,
+    KubeletOptions, Kubelets, NodeSpec, ShootDataPlane, ZONE_LABEL,
+    kubelet_sized_node_specs_with_prefix, node_specs, node_specs_with_prefix, zoned_node_specs,
 };
 pub use sim_shoot::{SimShoot, SimShootOptions};
 

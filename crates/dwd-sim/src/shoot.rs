@@ -18,6 +18,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
+use crate::kubelet_node::{self, NodeShape};
 use crate::{
     AbortOnDrop, CREATE_CONCURRENCY, DEFAULT_RENEW_INTERVAL, Result, SimError, create_json,
     is_conflict, json_err, k8s_time, kube_err, micro_time, now_micros,
@@ -38,7 +39,8 @@ pub const DEFAULT_POOL: &str = "worker-a";
 /// `spec.leaseDurationSeconds` of the simulated leases (the kubelet's default).
 pub const LEASE_DURATION_SECONDS: i32 = 40;
 
-/// One node to create: its name, pool, extra labels, annotations and conditions.
+/// One node to create: its name, pool, extra labels, annotations and conditions, and its
+/// shape (small by default, or [`NodeShape::KubeletSized`]: [`NodeSpec::kubelet_sized`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSpec {
     /// Node name (also its lease's name and the `node` label of its Machine).
@@ -51,6 +53,9 @@ pub struct NodeSpec {
     pub annotations: BTreeMap<String, String>,
     /// Status conditions as `(type, status, reason)`.
     pub conditions: Vec<(String, String, String)>,
+    /// How much else the Node carries ([`NodeShape::Small`] by default). Either way, the
+    /// labels, annotations and conditions above are exactly as given.
+    pub shape: NodeShape,
 }
 
 impl NodeSpec {
@@ -62,7 +67,19 @@ impl NodeSpec {
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
             conditions: vec![("Ready".into(), "True".into(), "KubeletReady".into())],
+            shape: NodeShape::Small,
         }
+    }
+
+    /// Makes the Node the size a real kubelet makes it ([`NodeShape::KubeletSized`]): 10–30
+    /// KiB as served, with images, node info, capacity, realistic healthy conditions, Gardener
+    /// labels and annotations, and the `managedFields` of the six field managers that
+    /// write a real node. Its content is a function of the name (and pool), the same in every
+    /// run; what the watchdog reads (pool, zone, this spec's labels, annotations and
+    /// conditions) stays as this spec says. See [`crate::kubelet_node`].
+    pub fn kubelet_sized(mut self) -> Self {
+        self.shape = NodeShape::KubeletSized;
+        self
     }
 
     /// Adds (or replaces) a condition of this type.
@@ -90,12 +107,23 @@ impl NodeSpec {
         self.with_label(ZONE_LABEL, zone)
     }
 
-    /// The Node object.
-    fn to_json(&self) -> Value {
+    /// The Node as [`ShootDataPlane::create_nodes`] leaves it when it writes at `now`, before
+    /// the apiserver adds its own metadata (`uid`, `resourceVersion`, `creationTimestamp`,
+    /// `managedFields`): for the small shape the one object created; for the kubelet-sized
+    /// one all its writes merged. The same spec and `now` always give the same JSON.
+    pub fn node_json(&self, now: DateTime<Utc>) -> Value {
+        match self.shape {
+            NodeShape::Small => self.small_json(now),
+            NodeShape::KubeletSized => kubelet_node::node_json(self, now),
+        }
+    }
+
+    /// The small Node object, its condition times `now`.
+    fn small_json(&self, now: DateTime<Utc>) -> Value {
         let mut labels = self.labels.clone();
         labels.insert(POOL_LABEL.into(), self.pool.clone());
         labels.insert(HOSTNAME_LABEL.into(), self.name.clone());
-        let now = k8s_time(Utc::now());
+        let now = k8s_time(now);
         let conditions: Vec<Value> = self
             .conditions
             .iter()
@@ -115,6 +143,19 @@ fn condition_json(type_: &str, status: &str, reason: &str, now: &str) -> Value {
         "message": format!("simulated by dwd-sim: {type_}={status}"),
         "lastHeartbeatTime": now, "lastTransitionTime": now
     })
+}
+
+/// Like [`node_specs_with_prefix`], every node [`NodeSpec::kubelet_sized`]: `n` nodes
+/// `<prefix>0 …` spread round-robin over `pools`, each `Ready=True` and 10–30 KiB as served.
+pub fn kubelet_sized_node_specs_with_prefix(
+    prefix: &str,
+    n: usize,
+    pools: &[&str],
+) -> Vec<NodeSpec> {
+    node_specs_with_prefix(prefix, n, pools)
+        .into_iter()
+        .map(NodeSpec::kubelet_sized)
+        .collect()
 }
 
 /// `n` nodes `node-0 … node-<n-1>`, spread round-robin over `pools` ([`DEFAULT_POOL`] when
@@ -190,15 +231,23 @@ impl ShootDataPlane {
     }
 
     /// Creates the Nodes (with their conditions; Node status is kept on create, unlike Pod
-    /// or Deployment status), a few at a time.
+    /// or Deployment status), [`CREATE_CONCURRENCY`] nodes at a time. A small node is one
+    /// create; a kubelet-sized one a create by the `kubelet` and then one patch per other
+    /// writer, in turn, so that the apiserver records each writer in `managedFields`. A
+    /// node's spec conditions, labels and annotations are all in its create.
     pub async fn create_nodes(&self, nodes: &[NodeSpec]) -> Result<()> {
         let api = self.nodes();
         futures::stream::iter(nodes.iter().map(Ok))
             .try_for_each_concurrent(CREATE_CONCURRENCY, |spec| {
                 let api = api.clone();
                 async move {
-                    let action = format!("create Node {}", spec.name);
-                    create_json(&api, spec.to_json(), action).await
+                    match spec.shape {
+                        NodeShape::Small => {
+                            let action = format!("create Node {}", spec.name);
+                            create_json(&api, spec.small_json(Utc::now()), action).await
+                        }
+                        NodeShape::KubeletSized => kubelet_node::create(&api, spec).await,
+                    }
                 }
             })
             .await
@@ -645,7 +694,7 @@ mod tests {
         let spec = NodeSpec::new("n", "p")
             .with_condition("KernelDeadlock", "True", "Test")
             .with_annotation(NOT_MANAGED_BY_MCM_ANNOTATION, "1");
-        let node = spec.to_json();
+        let node = spec.node_json(Utc::now());
         assert_eq!(node["metadata"]["labels"][POOL_LABEL], "p");
         assert_eq!(node["metadata"]["labels"][HOSTNAME_LABEL], "n");
         assert_eq!(

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use crate::deployment_status::{DeploymentStatusOptions, DeploymentStatusSim};
+use crate::kubelet_node::NodeShape;
 use crate::seed::{
     DEFAULT_DEPLOYMENTS, DEFAULT_PROBE_SECRET, MACHINE_RUNNING, SeedControlPlane, ShootState,
 };
@@ -27,6 +28,9 @@ pub struct SimShootOptions {
     pub pools: Vec<String>,
     /// Explicit nodes, overriding `nodes`, `node_prefix` and `pools`.
     pub node_specs: Option<Vec<NodeSpec>>,
+    /// [`NodeShape::KubeletSized`]: every node is made kubelet-sized, those of `node_specs`
+    /// too. [`NodeShape::Small`] (the default) leaves each spec's own shape.
+    pub node_shape: NodeShape,
     /// Kubelet lease renew interval (default 10 s).
     pub renew_interval: Duration,
     /// Lease renewals in flight at once for this shoot (default 16).
@@ -57,6 +61,7 @@ impl SimShootOptions {
             node_prefix: "node-".into(),
             pools: vec![DEFAULT_POOL.into()],
             node_specs: None,
+            node_shape: NodeShape::Small,
             renew_interval: DEFAULT_RENEW_INTERVAL,
             kubelet_concurrency: CREATE_CONCURRENCY,
             renew_limiter: None,
@@ -78,6 +83,13 @@ impl SimShootOptions {
         self
     }
 
+    /// Makes every node the size a real kubelet makes it (see [`NodeSpec::kubelet_sized`]):
+    /// `SimShootOptions::new(ns).with_nodes(500).with_kubelet_sized_nodes()`.
+    pub fn with_kubelet_sized_nodes(mut self) -> Self {
+        self.node_shape = NodeShape::KubeletSized;
+        self
+    }
+
     /// Sets the renew interval.
     pub fn with_renew_interval(mut self, interval: Duration) -> Self {
         self.renew_interval = interval;
@@ -86,12 +98,16 @@ impl SimShootOptions {
 
     /// The nodes these options describe.
     pub fn resolved_nodes(&self) -> Vec<NodeSpec> {
-        match &self.node_specs {
+        let specs = match &self.node_specs {
             Some(specs) => specs.clone(),
             None => {
                 let pools: Vec<&str> = self.pools.iter().map(String::as_str).collect();
                 node_specs_with_prefix(&self.node_prefix, self.nodes, &pools)
             }
+        };
+        match self.node_shape {
+            NodeShape::Small => specs,
+            NodeShape::KubeletSized => specs.into_iter().map(NodeSpec::kubelet_sized).collect(),
         }
     }
 
