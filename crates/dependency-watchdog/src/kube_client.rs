@@ -23,7 +23,6 @@ use tower::timeout::TimeoutLayer;
 
 use crate::{Error, Result};
 
-use crate::memory_budget::MemoryGrant;
 use crate::metrics::CountRequestsLayer;
 use crate::rate_limit::RateLimitLayer;
 use crate::retry_after::{self, RetryAfterLayer};
@@ -106,7 +105,7 @@ pub async fn shoot_client(
 ) -> Result<Client, ShootClientError> {
     PreparedShootConfig::prepare(kubeconfig_yaml, timeout)
         .await?
-        .client(ResponseLimits::DEFAULT, None, HttpVersion::Negotiated)
+        .client(ResponseLimits::DEFAULT, HttpVersion::Negotiated)
 }
 
 /// Which HTTP a shoot client speaks ([`PreparedShootConfig::client`]).
@@ -228,8 +227,9 @@ impl PreparedShootConfig {
 
     /// A client for one probe run: its own connection, dropped with it. The same layers as
     /// kube's own client (base URI, auth, extra headers, timeouts) without its retries. Every
-    /// response byte counts against `limits` and, when given, is charged to the run's `grant`
-    /// on the process-wide memory budget ([`crate::memory_budget`]).
+    /// response byte counts against `limits`; the reads charge what they hold to the run's
+    /// grant on the process-wide memory budget as they read it (`prober::shoot_reads`,
+    /// [`crate::memory_budget`]).
     ///
     /// [`HttpVersion::Negotiated`] speaks HTTP/2 where the shoot offers it and HTTP/1.1
     /// otherwise, but requests sent at once before the connection is up each open their own
@@ -240,7 +240,6 @@ impl PreparedShootConfig {
     pub fn client(
         &self,
         limits: ResponseLimits,
-        grant: Option<Arc<MemoryGrant>>,
         version: HttpVersion,
     ) -> Result<Client, ShootClientError> {
         let config = &self.config;
@@ -283,7 +282,7 @@ impl PreparedShootConfig {
                 config.read_timeout,
             ))
             .layer(count)
-            .layer(ResponseBudgetLayer::new(limits, grant))
+            .layer(ResponseBudgetLayer::new(limits))
             .layer(config.base_uri_layer())
             .option_layer(config.auth_layer().map_err(building)?)
             .layer(config.extra_headers_layer().map_err(building)?)
@@ -445,24 +444,20 @@ pub(crate) fn is_response_too_large(error: &(dyn std::error::Error + 'static)) -
     crate::error::caused_by::<ResponseTooLarge>(error)
 }
 
-/// Wraps every response body so that it fails once it passes [`ResponseLimits`] or the run's
-/// [`MemoryGrant`] refuses a charge: the bytes are counted as they arrive, before anything
-/// buffers them.
+/// Wraps every response body so that it fails once it passes [`ResponseLimits`]: the bytes
+/// are counted as they arrive, before anything buffers them.
 #[derive(Clone)]
 struct ResponseBudgetLayer {
     limits: ResponseLimits,
     /// Bytes received by this client so far (every response of one probe run).
     received: Arc<std::sync::atomic::AtomicU64>,
-    /// The run's hold on the process-wide memory budget (`None`: not charged, e.g. `explain`).
-    grant: Option<Arc<MemoryGrant>>,
 }
 
 impl ResponseBudgetLayer {
-    fn new(limits: ResponseLimits, grant: Option<Arc<MemoryGrant>>) -> Self {
+    fn new(limits: ResponseLimits) -> Self {
         ResponseBudgetLayer {
             limits,
             received: Arc::default(),
-            grant,
         }
     }
 }
@@ -562,11 +557,6 @@ where
                     limit: limits.per_run,
                     what: "in this probe run",
                 }))));
-            }
-            if let Some(grant) = &this.layer.grant
-                && let Err(refused) = grant.charge_response(n)
-            {
-                return Poll::Ready(Some(Err(Box::new(refused))));
             }
         }
         Poll::Ready(Some(Ok(frame)))
@@ -721,7 +711,7 @@ users:
             per_run: 25_000,
         };
         // One client (one run): three responses of 8 KB fit, the fourth passes the budget.
-        let run = ResponseBudgetLayer::new(limits, None);
+        let run = ResponseBudgetLayer::new(limits);
         for _ in 0..3 {
             assert_eq!(read(&run, 8000).await.expect("within limits"), 8000);
         }
@@ -730,45 +720,11 @@ users:
         assert!(error.to_string().contains("in this probe run"), "{error}");
 
         // The next run starts a new budget; one response of 12 KB is too large on its own.
-        let next = ResponseBudgetLayer::new(limits, None);
+        let next = ResponseBudgetLayer::new(limits);
         let error = read(&next, 12_000)
             .await
             .expect_err("past the response limit");
         assert!(error.to_string().contains("in one response"), "{error}");
         assert_eq!(read(&next, 9_000).await.expect("within limits"), 9_000);
-    }
-
-    #[tokio::test]
-    async fn every_response_byte_is_charged_to_the_runs_grant_and_a_refusal_fails_the_response() {
-        use crate::memory_budget::{
-            BudgetMetrics, MemoryBudget, NoRunMemory, RUN_FLOOR, RUN_RESERVE, Standing,
-        };
-        let wait = Duration::from_secs(1);
-        // Room for two runs' reserves.
-        let budget = MemoryBudget::new(2 * RUN_RESERVE, BudgetMetrics::default());
-        let grant = Arc::new(
-            budget
-                .admit(Standing::Trusted, wait)
-                .await
-                .expect("admitted"),
-        );
-        let run = ResponseBudgetLayer::new(ResponseLimits::DEFAULT, Some(grant.clone()));
-        // The floor, then the other reserve's worth from the pool: both fit, exactly.
-        let fits = usize::try_from(RUN_FLOOR + RUN_RESERVE).expect("small");
-        assert_eq!(read(&run, fits).await.expect("fits"), fits);
-        assert_eq!(budget.held(), 2 * RUN_RESERVE);
-        let error = read(&run, 1).await.expect_err("the pool is spent");
-        assert!(
-            crate::error::caused_by::<NoRunMemory>(error.as_ref()),
-            "{error}"
-        );
-        assert!(
-            error.to_string().starts_with("no memory for the run"),
-            "{error}"
-        );
-        // The run's end gives everything back.
-        drop(run);
-        drop(grant);
-        assert_eq!(budget.held(), 0);
     }
 }

@@ -1,55 +1,74 @@
-//! One memory budget for every probe run in flight (issue 24): a bound an operator's memory
-//! limit can rely on, whatever hundreds of tenants' shoots do.
+//! One memory budget for every probe run in flight (issue 24), and the order in which runs
+//! get room from it (issue 34: protection first).
 //!
 //! Per run, the shoot client already bounds what one run may receive (16 MiB a response,
 //! 64 MiB a run: `kube_client::ResponseLimits`); nothing bounded the sum. Two things grow it:
 //! runs that wait on slow shoots (each holds a connection, TLS state, buffers and tasks while
 //! it waits) and runs that receive large answers. Both are charged here, in bytes, against one
-//! process-wide pool:
+//! process-wide pool of `P` bytes:
 //!
 //! - every run is **admitted** before it opens its connection: it reserves [`RUN_RESERVE`]
 //!   bytes, what a run in flight costs before its first response byte plus a floor for a
 //!   healthy shoot's small answers;
-//! - every response byte past that floor is **charged** to the pool as it arrives, before
-//!   anything buffers it; a charge the pool can't give fails that run at once, alone;
-//! - a response body's bytes return to the pool once the run has decoded and dropped the body;
-//!   the decoded views are charged instead, page by page, and kept until the run ends;
-//! - the reserve and what is still charged return to the pool when the run ends (its
-//!   [`MemoryGrant`] is dropped).
+//! - what a run holds past that floor while it reads (the page being decoded, the decoded
+//!   views) is **charged** to the pool; the views stay charged until the run ends;
+//! - everything returns to the pool when the run ends (its [`MemoryGrant`] is dropped).
 //!
-//! So the runs in flight never hold more than the pool's capacity, however many shoots are
-//! slow or send fat answers; README ("Memory: one limit") states the whole formula.
+//! So the runs in flight never hold more than `P`, however many shoots are slow or send fat
+//! answers; README ("Memory: one limit") states the whole formula.
 //!
-//! **Fairness.** A shoot whose last run failed or did not end within its *prompt limit*
-//! ([`prompt_limit`]: half its `probeTimeout`, at most [`PROMPT_WITHIN`], counted from its
-//! admission) is [`Standing::Suspect`]; suspect runs together may hold at most half of the
-//! pool. Two rules keep slow shoots out of the other half:
+//! **Who gets room first** (docs/behaviour.md §2.6, the protection bound; docs/architecture.md
+//! "Admission" for the alternatives rejected). The budget must never cost a shoot in outage
+//! its scale-down or its restore. Like Kubernetes' API Priority and Fairness, runs ask for
+//! room at a [`Level`], and a level's waiters are served before the next level's:
 //!
-//! - a run refused for room leaves the shoot's standing as it was (waiting is not the shoot's
-//!   doing, and a suspect shoot must not turn trusted by not being run);
-//! - a trusted run (a shoot that was prompt, or has not run yet) that has not ended at its
-//!   prompt limit is slow: it moves into the suspect half ([`MemoryGrant::demote`]), or ends
-//!   at once when that half is full ([`NoRunMemory::Slow`]).
+//! 1. [`Level::Pending`]: a decision is pending for the shoot (leases were expired at its last
+//!    finding, a scale-down streak is building, a zone is disrupted, a target waits to be
+//!    restored, a flow is queued or under way). First in line; its charges wait for room
+//!    instead of failing, so its run is never refused for bytes its apiserver sends in time.
+//! 2. [`Level::Prompt`]: the shoot's runs have ended within the prompt limit lately.
+//! 3. [`Level::Slow`]: its last run did not end within the prompt limit. Slow runs hold at
+//!    most half the pool of their own; beyond it they only borrow room nobody else waits for.
 //!
-//! So however many slow or hostile shoots there are, they hold the other half for at most
-//! [`PROMPT_WITHIN`] a run, and only until their first run has shown them slow (at start,
-//! when no shoot has run yet, that takes a few prompt limits); the shoots that answer promptly
-//! find it free, where a run holds its reserve for milliseconds. A run waits for admission at
-//! most its `probeTimeout`; then it fails ("no memory for the run": no scaling, as for any
-//! failed run). What this costs: among more slow shoots than the suspect half holds, a shoot
-//! once slow competes with them for its runs until one of them is admitted and prompt again.
+//! Within a level, shoots that have been slow fewer runs in a row go first, then first come,
+//! first served. What the levels order is who gets room that is free; what makes room free in
+//! a bounded time is the **prompt limit** `F` ([`prompt_limit`]: half the `probeTimeout`, at
+//! most 5 s): while a run waits, room is taken back ("ended for room") from
 //!
-//! Why hand-written on `tokio::sync::Semaphore` rather than a crate: the two nested limits
-//! (class and pool), the non-blocking charges while a body streams and the release of
-//! everything at the run's end are a few lines over tokio's fair semaphore, which queues the
-//! admissions first come, first served.
+//! - a slow run that borrows (past the slow runs' half), at once, for a waiter of a higher
+//!   level;
+//! - else any run of the waiter's level or a lower one that has been in flight longer than
+//!   `F`: lowest level first, then the longest slow streak, then the oldest.
+//!
+//! A run younger than `F` is never ended for room, so a waiter finds room within `F` of
+//! arriving when fewer runs wait ahead of it than the pool holds (`P / RUN_RESERVE` runs),
+//! whatever the other shoots do: a shoot that hangs holds room at most `F` while anyone waits.
+//!
+//! **Shoot time.** "In flight longer than `F`" is measured on the [`LagClock`]: wall time less
+//! the time this process could not run its tasks (a CPU-starved prober, a throttled cgroup).
+//! A prober short of CPU makes every run take longer in wall time; that is not the shoot's
+//! doing, and it must not turn prompt shoots slow nor end their runs.
+//!
+//! Why hand-written rather than on `tokio::sync::Semaphore` (as before): a semaphore hands
+//! released permits to queued waiters first, so while any admission waited every charge of a
+//! run already in flight failed (a shoot in outage could not read its nodes), and it can
+//! neither order waiters by level nor take room back. The state below is one lock around a
+//! few maps, touched once per admission, charge and release.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// What a run reserves at admission: 128 KiB for a run in flight before its first response
 /// byte (connection, TLS state, HTTP buffers, the client's tasks: the hostile bench measured
@@ -57,8 +76,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// answers of a healthy shoot, which so never draws on the shared pool.
 pub const RUN_RESERVE: u64 = (128 << 10) + RUN_FLOOR;
 
-/// The part of [`RUN_RESERVE`] a run's response bytes use first: `GET /version` and the
-/// lease list of a shoot with 100 nodes (about 45 KiB) fit.
+/// The part of [`RUN_RESERVE`] a run's charges use first: `GET /version`, a lease page being
+/// decoded and the views of a shoot's leases and nodes (a few hundred bytes each) fit.
 pub const RUN_FLOOR: u64 = 64 << 10;
 
 /// The smallest pool: room for 64 runs in flight whatever the container's limit says.
@@ -72,42 +91,89 @@ pub const DEFAULT_CAPACITY: u64 = 128 << 20;
 /// (caches, per-shoot state, the runtime): see README, "Memory: one limit".
 pub const LIMIT_SHARE: f64 = 0.25;
 
-/// The longest a prompt run takes from its admission: a shoot apiserver answers `/version`
-/// and a lease page in milliseconds, a busy one in a second or two. A trusted run not ended
-/// by then is slow (see the module documentation); so a slow shoot holds the trusted half
-/// at most this long.
+/// The longest a prompt run takes from its admission, in shoot time: a shoot apiserver
+/// answers `/version` and a lease page in milliseconds, a busy one in a second or two, and a
+/// 500-node shoot's nodes (about 10 MB) arrive in well under a second over the seed's network.
 pub const PROMPT_WITHIN: Duration = Duration::from_secs(5);
 
 /// A run of a shoot with this `probe_timeout` is prompt if it ends within this long after
-/// its admission: half its timeout, at most [`PROMPT_WITHIN`].
+/// its admission, in shoot time: half its timeout, at most [`PROMPT_WITHIN`].
 pub fn prompt_limit(probe_timeout: Duration) -> Duration {
     (probe_timeout / 2).min(PROMPT_WITHIN)
 }
 
-/// How a shoot's runs are classed (see the module documentation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Standing {
-    /// Its last run ended promptly, or it has not run yet.
-    #[default]
-    Trusted,
-    /// Its last run failed or did not end within its prompt limit.
-    Suspect,
+/// How long a run may wait for admission: its `probeTimeout` when it has one, else its
+/// `probeInterval` (its next run would be due), at least [`PROMPT_WITHIN`].
+pub fn admission_limit(probe_timeout: Duration, probe_interval: Duration) -> Duration {
+    if probe_timeout >= dwd_core::config::prober::NO_TIMEOUT {
+        return probe_interval.max(PROMPT_WITHIN);
+    }
+    probe_timeout
 }
 
-impl Standing {
-    /// The standing a run earns for the next one: `failed`, or `took` its
-    /// [`prompt_limit`] or longer, makes the shoot suspect. (A run refused for room earns
-    /// nothing: the caller keeps the standing it had.)
-    pub fn after_run(failed: bool, took: Duration, probe_timeout: Duration) -> Standing {
-        if failed || took >= prompt_limit(probe_timeout) {
-            Standing::Suspect
-        } else {
-            Standing::Trusted
+/// Longest slow streak the waiting order tells apart: a shoot slow 8 runs in a row is as slow
+/// as one slow 800 in a row.
+const STREAK_ORDER_CAP: u32 = 8;
+
+/// Where a run waits for room (see the module documentation): lower levels first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Level {
+    /// A decision is pending for the shoot.
+    Pending,
+    /// The shoot's last run ended within the prompt limit (or it has not run yet).
+    Prompt,
+    /// The shoot's last run did not end within the prompt limit.
+    Slow,
+}
+
+impl Level {
+    /// The level's name, as in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Pending => "pending",
+            Level::Prompt => "prompt",
+            Level::Slow => "slow",
         }
     }
 }
 
-/// Why a run got no memory.
+/// What the budget is told about a run's shoot when the run asks for room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Claim {
+    /// A decision is pending for the shoot ([`Level::Pending`]).
+    pub pending: bool,
+    /// The shoot's runs in a row that did not end within the prompt limit ([`slow_streak_after`]).
+    pub slow_streak: u32,
+}
+
+impl Claim {
+    /// The level the run waits at.
+    pub fn level(&self) -> Level {
+        if self.pending {
+            Level::Pending
+        } else if self.slow_streak == 0 {
+            Level::Prompt
+        } else {
+            Level::Slow
+        }
+    }
+}
+
+/// A shoot's slow streak after a run that took `shoot_time` (from admission to its end, on
+/// the [`LagClock`]): one more when the run did not end within `prompt_limit`, whatever its
+/// result; 0 when it did, a quick failure included (a refused connection holds no room). A
+/// run that was not admitted leaves the streak as it was (waiting is not the shoot's doing).
+pub fn slow_streak_after(streak: u32, shoot_time: Duration, prompt_limit: Duration) -> u32 {
+    if shoot_time >= prompt_limit {
+        streak.saturating_add(1)
+    } else {
+        0
+    }
+}
+
+/// Why a run got no memory, or lost it. Never the shoot's failure: the run was not made (or
+/// not finished) for want of room, and the prober counts it as its own
+/// (`dwd_prober_runs_not_made_total{cause}`, [`NoRunMemory::cause`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NoRunMemory {
     /// Admission waited its whole limit.
@@ -120,18 +186,28 @@ pub enum NoRunMemory {
         /// The pool's capacity.
         capacity: u64,
     },
-    /// A trusted run did not end within its prompt limit and the suspect runs' half had no
-    /// room for it.
+    /// The run was in flight longer than its prompt limit (shoot time) while other runs
+    /// waited for room, and was ended to make room for them.
     #[error(
-        "no memory for the run: it did not end within {after:?} of its admission and the slow runs' share of the budget ({share} bytes) is full"
+        "run ended for room: in flight {in_flight:?} (shoot time), past its prompt limit of {limit:?}, while runs waited for the runs' memory budget"
     )]
-    Slow {
+    EndedForRoom {
+        /// How long it had been in flight, in shoot time.
+        in_flight: Duration,
         /// Its prompt limit.
-        after: Duration,
-        /// Bytes of the suspect runs' share.
+        limit: Duration,
+    },
+    /// A slow run borrowed room past the slow runs' half and was ended at once for a waiter
+    /// of a higher level.
+    #[error(
+        "run ended for room: it borrowed room past the slow runs' share of the budget ({share} bytes) and a run of a higher level waited"
+    )]
+    Reclaimed {
+        /// Bytes of the slow runs' share.
         share: u64,
     },
-    /// A response needed more than the pool had left.
+    /// A response needed more than the pool had left (a run with no decision pending: it does
+    /// not wait for room while it reads).
     #[error(
         "no memory for the run: a response needed {wanted} more bytes than the runs' memory budget ({capacity} bytes) had left"
     )]
@@ -141,6 +217,67 @@ pub enum NoRunMemory {
         /// The pool's capacity.
         capacity: u64,
     },
+}
+
+impl NoRunMemory {
+    /// The stable category: the `cause` label of `dwd_prober_runs_not_made_total`.
+    pub fn cause(&self) -> NotMadeCause {
+        match self {
+            NoRunMemory::Admission { .. } => NotMadeCause::NoRoomInTime,
+            NoRunMemory::EndedForRoom { .. } | NoRunMemory::Reclaimed { .. } => {
+                NotMadeCause::EndedForRoom
+            }
+            NoRunMemory::Exhausted { .. } => NotMadeCause::ResponseRefused,
+        }
+    }
+}
+
+/// Why a run was not made (or not finished) for room: the `cause` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NotMadeCause {
+    /// It waited its admission limit and found no room.
+    NoRoomInTime,
+    /// It was ended to make room for waiting runs.
+    EndedForRoom,
+    /// A response's charge found no room (runs with no decision pending only).
+    ResponseRefused,
+}
+
+impl NotMadeCause {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotMadeCause::NoRoomInTime => "no_room_in_time",
+            NotMadeCause::EndedForRoom => "ended_for_room",
+            NotMadeCause::ResponseRefused => "response_refused",
+        }
+    }
+}
+
+impl EncodeLabelValue for NotMadeCause {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+impl EncodeLabelValue for Level {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// Labels of the runs not made.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct CauseLabels {
+    /// Why.
+    pub cause: NotMadeCause,
+}
+
+/// Labels of the waiting runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct LevelLabels {
+    /// At which level.
+    pub level: Level,
 }
 
 /// Where the pool's capacity came from, for the start-up log line.
@@ -212,12 +349,56 @@ pub struct BudgetMetrics {
     pub held: Gauge,
     /// The pool's capacity.
     pub capacity: Gauge,
-    /// Runs that got no memory: waited out their admission.
-    pub admission_refusals: Counter,
-    /// Runs that got no memory: a response's charge was refused.
-    pub charge_refusals: Counter,
-    /// Runs ended at their prompt limit: slow, and the suspect runs' share was full.
-    pub slow_refusals: Counter,
+    /// Runs waiting for admission, by level.
+    pub waiting: Family<LevelLabels, Gauge>,
+    /// Runs not made, or ended, for want of room, by cause.
+    pub not_made: Family<CauseLabels, Counter>,
+}
+
+/// How late this process runs its tasks: the sum, since start, of how late a ticker woke
+/// past its tolerance. A run's *shoot time* is its wall time less the lag accrued meanwhile
+/// (see the module documentation).
+#[derive(Debug, Default)]
+pub struct LagClock {
+    lag_micros: AtomicU64,
+}
+
+/// How often the [`LagClock`]'s ticker wakes.
+pub const LAG_TICK: Duration = Duration::from_millis(100);
+
+/// Lateness of a tick that is not counted: timer resolution and ordinary scheduling.
+const LAG_TOLERANCE: Duration = Duration::from_millis(20);
+
+impl LagClock {
+    /// The lag accrued since start.
+    pub fn lag(&self) -> Duration {
+        Duration::from_micros(self.lag_micros.load(Ordering::Relaxed))
+    }
+
+    /// Adds `late` to the lag.
+    pub fn add(&self, late: Duration) {
+        let micros = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        self.lag_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// The ticker: wakes every [`LAG_TICK`] and adds how late it woke (past
+    /// [`LAG_TOLERANCE`]) to the lag, until `stop` is cancelled. One task per process: a
+    /// starved process wakes it late, and so does a runtime whose threads are all busy.
+    pub async fn run(&self, stop: tokio_util::sync::CancellationToken) {
+        let mut expected = Instant::now() + LAG_TICK;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep_until(expected) => {}
+            }
+            let now = Instant::now();
+            let late = now.saturating_duration_since(expected);
+            if late > LAG_TOLERANCE {
+                self.add(late - LAG_TOLERANCE);
+            }
+            expected = now + LAG_TICK;
+        }
+    }
 }
 
 /// The process-wide pool of bytes for runs in flight. One per process, shared through the
@@ -225,41 +406,85 @@ pub struct BudgetMetrics {
 #[derive(Debug)]
 pub struct MemoryBudget {
     capacity: u64,
-    /// The suspect runs' share of `capacity`.
-    suspect_share: u64,
-    /// Every byte held by a run, trusted or suspect.
-    pool: Arc<Semaphore>,
-    /// The bytes suspect runs may hold: half the pool.
-    suspect: Arc<Semaphore>,
+    /// What slow runs hold of their own; beyond it they borrow.
+    slow_share: u64,
+    /// The prompt limit `F` of every run (from the config's `probeTimeout`).
+    prompt_limit: Duration,
+    /// Shoot time.
+    lag: Arc<LagClock>,
+    state: Mutex<State>,
     metrics: BudgetMetrics,
 }
 
-/// A semaphore's permit count for `bytes` (its permits are bytes; it holds at most
-/// `Semaphore::MAX_PERMITS`).
-fn permits(bytes: u64) -> usize {
-    usize::try_from(bytes)
-        .unwrap_or(usize::MAX)
-        .min(Semaphore::MAX_PERMITS)
+/// A run in flight.
+#[derive(Debug)]
+struct InFlight {
+    level: Level,
+    slow_streak: u32,
+    admitted: Instant,
+    lag_at_admission: Duration,
+    /// Bytes it holds: its reserve and what it was charged past it.
+    held: u64,
+    /// Told to end for room (its bytes are on their way back).
+    ending: bool,
+    /// Cancelled to end it for room; why, once ended.
+    end: CancellationToken,
+    ended_because: Option<NoRunMemory>,
 }
 
-/// `bytes` as one acquisition (tokio takes at most `u32::MAX` permits at once).
-fn acquisition(bytes: u64) -> Option<u32> {
-    u32::try_from(bytes).ok()
+/// A waiter's place in line: level, capped slow streak, arrival.
+type WaitKey = (Level, u32, u64);
+
+/// Everything the pool knows, under one lock.
+#[derive(Debug, Default)]
+struct State {
+    /// Bytes held by runs in flight.
+    held: u64,
+    /// Of which by slow runs.
+    slow_held: u64,
+    /// Of which by runs told to end for room.
+    reclaiming: u64,
+    /// Of which by slow runs told to end.
+    slow_reclaiming: u64,
+    runs: HashMap<u64, InFlight>,
+    /// Admissions waiting, in the order they are served.
+    admissions: BTreeMap<WaitKey, oneshot::Sender<u64>>,
+    /// Charges of pending runs waiting for room (served before any admission), by arrival:
+    /// (run, bytes, wake).
+    charges: BTreeMap<u64, (u64, u64, oneshot::Sender<()>)>,
+    next: u64,
+}
+
+impl State {
+    fn free(&self, capacity: u64) -> u64 {
+        capacity.saturating_sub(self.held)
+    }
+
+    fn take_next(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
 }
 
 impl MemoryBudget {
-    /// A pool of `capacity` bytes (at least one [`RUN_RESERVE`]).
-    pub fn new(capacity: u64, metrics: BudgetMetrics) -> Arc<Self> {
+    /// A pool of `capacity` bytes (at least one [`RUN_RESERVE`]) for runs whose prompt limit
+    /// is `prompt_limit`, measured on `lag`.
+    pub fn new(
+        capacity: u64,
+        prompt_limit: Duration,
+        lag: Arc<LagClock>,
+        metrics: BudgetMetrics,
+    ) -> Arc<Self> {
         let capacity = capacity.max(RUN_RESERVE);
         metrics
             .capacity
             .set(i64::try_from(capacity).unwrap_or(i64::MAX));
-        let suspect_share = (capacity / 2).max(RUN_RESERVE);
         Arc::new(MemoryBudget {
             capacity,
-            suspect_share,
-            pool: Arc::new(Semaphore::new(permits(capacity))),
-            suspect: Arc::new(Semaphore::new(permits(suspect_share))),
+            slow_share: (capacity / 2).max(RUN_RESERVE),
+            prompt_limit,
+            lag,
+            state: Mutex::new(State::default()),
             metrics,
         })
     }
@@ -267,488 +492,627 @@ impl MemoryBudget {
     /// A pool too large to ever refuse (tests that are not about memory).
     #[cfg(test)]
     pub(crate) fn unbounded() -> Arc<Self> {
-        Self::new(1 << 50, BudgetMetrics::default())
+        Self::new(
+            1 << 50,
+            PROMPT_WITHIN,
+            Arc::default(),
+            BudgetMetrics::default(),
+        )
+    }
+
+    /// The pool's capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The prompt limit of every run.
+    pub fn prompt_limit(&self) -> Duration {
+        self.prompt_limit
+    }
+
+    /// The clock of shoot time.
+    pub fn lag_clock(&self) -> &Arc<LagClock> {
+        &self.lag
     }
 
     /// Bytes held by runs in flight now.
     pub fn held(&self) -> u64 {
-        let available = self.pool.available_permits() as u64;
-        self.capacity.saturating_sub(available)
+        self.lock().held
     }
 
-    fn publish(&self) {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while the lock is held; if something did, the state is whole.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn publish(&self, state: &State) {
         self.metrics
             .held
-            .set(i64::try_from(self.held()).unwrap_or(i64::MAX));
+            .set(i64::try_from(state.held).unwrap_or(i64::MAX));
     }
 
-    /// Admits a run of a shoot of `standing`: waits (first come, first served) at most `wait`
-    /// for its [`RUN_RESERVE`].
+    /// How long `run` has been in flight, in shoot time, at `now`.
+    fn shoot_time(&self, run: &InFlight, now: Instant) -> Duration {
+        let wall = now.saturating_duration_since(run.admitted);
+        let lag = self.lag.lag().saturating_sub(run.lag_at_admission);
+        wall.saturating_sub(lag)
+    }
+
+    /// Admits a run of a shoot as `claim` says: waits at most `wait` for its
+    /// [`RUN_RESERVE`], in line by level (see the module documentation). While it waits, room
+    /// is taken back from runs in flight past their prompt limit.
     pub async fn admit(
         self: &Arc<Self>,
-        standing: Standing,
+        claim: Claim,
         wait: Duration,
     ) -> Result<MemoryGrant, NoRunMemory> {
-        let refused = || {
-            self.metrics.admission_refusals.inc();
-            NoRunMemory::Admission {
-                waited: wait,
-                capacity: self.capacity,
+        let level = claim.level();
+        let deadline = Instant::now() + wait;
+        let (key, granted) = {
+            let mut state = self.lock();
+            let ahead = !state.charges.is_empty()
+                || state.admissions.keys().next().is_some_and(|k| k.0 <= level);
+            if !ahead && self.room_for(&state, level) {
+                let id = self.start_run(&mut state, claim);
+                drop(state);
+                return Ok(self.grant(id, level));
             }
+            let (tx, rx) = oneshot::channel();
+            let key = (
+                level,
+                claim.slow_streak.min(STREAK_ORDER_CAP),
+                state.take_next(),
+            );
+            state.admissions.insert(key, tx);
+            self.metrics
+                .waiting
+                .get_or_create(&LevelLabels { level })
+                .inc();
+            (key, rx)
         };
-        let reserve = acquisition(RUN_RESERVE).unwrap_or(u32::MAX);
-        let acquire = async {
-            let class = match standing {
-                Standing::Trusted => None,
-                Standing::Suspect => Some(
-                    self.suspect
-                        .clone()
-                        .acquire_many_owned(reserve)
-                        .await
-                        .ok()?,
-                ),
-            };
-            let pool = self.pool.clone().acquire_many_owned(reserve).await.ok()?;
-            Some((pool, class))
+        // Leaves the line however the wait ends (granted, refused, or this future dropped).
+        let mut place = Place {
+            budget: self,
+            key,
+            level,
+            granted,
+            left: false,
         };
-        let Ok(Some((pool, class))) = tokio::time::timeout(wait, acquire).await else {
-            return Err(refused());
+        loop {
+            let recheck = self.make_room(key);
+            let until = recheck.map_or(deadline, |at| at.min(deadline));
+            tokio::select! {
+                id = &mut place.granted => {
+                    place.leave();
+                    return match id {
+                        Ok(id) => Ok(self.grant(id, level)),
+                        // The sender is only dropped with the line's entry: refused.
+                        Err(_) => Err(self.refused(wait)),
+                    };
+                }
+                () = tokio::time::sleep_until(until) => {}
+            }
+            if Instant::now() >= deadline {
+                // Granted at the last moment? Then the run goes ahead.
+                if let Ok(id) = place.granted.try_recv() {
+                    place.leave();
+                    return Ok(self.grant(id, level));
+                }
+                place.leave();
+                return Err(self.refused(wait));
+            }
+        }
+    }
+
+    fn refused(&self, waited: Duration) -> NoRunMemory {
+        let refused = NoRunMemory::Admission {
+            waited,
+            capacity: self.capacity,
         };
-        self.publish();
-        Ok(MemoryGrant {
+        self.count_not_made(&refused);
+        refused
+    }
+
+    /// Counts a run not made (or ended) for room.
+    fn count_not_made(&self, why: &NoRunMemory) {
+        self.metrics
+            .not_made
+            .get_or_create(&CauseLabels { cause: why.cause() })
+            .inc();
+    }
+
+    fn grant(self: &Arc<Self>, id: u64, level: Level) -> MemoryGrant {
+        let end = self
+            .lock()
+            .runs
+            .get(&id)
+            .map(|run| run.end.clone())
+            .unwrap_or_default();
+        MemoryGrant {
             budget: self.clone(),
+            id,
+            level,
+            end,
             state: Mutex::new(GrantState {
-                permits: Some((pool, class)),
                 floor_left: RUN_FLOOR,
-                taken: 0,
                 responses: 0,
             }),
-        })
+        }
+    }
+
+    /// Whether a run of `level` can be admitted now: a reserve is free and, for a slow run,
+    /// it fits the slow runs' share or nobody of a higher level waits (it borrows).
+    fn room_for(&self, state: &State, level: Level) -> bool {
+        if state.free(self.capacity) < RUN_RESERVE {
+            return false;
+        }
+        level != Level::Slow
+            || state.slow_held + RUN_RESERVE <= self.slow_share
+            || !state.admissions.keys().any(|k| k.0 < Level::Slow)
+    }
+
+    fn start_run(&self, state: &mut State, claim: Claim) -> u64 {
+        let id = state.take_next();
+        let level = claim.level();
+        state.held += RUN_RESERVE;
+        if level == Level::Slow {
+            state.slow_held += RUN_RESERVE;
+        }
+        state.runs.insert(
+            id,
+            InFlight {
+                level,
+                slow_streak: claim.slow_streak,
+                admitted: Instant::now(),
+                lag_at_admission: self.lag.lag(),
+                held: RUN_RESERVE,
+                ending: false,
+                end: CancellationToken::new(),
+                ended_because: None,
+            },
+        );
+        self.publish(state);
+        id
+    }
+
+    /// Gives free room to those waiting, in order: pending runs' charges, then admissions
+    /// by level (a line that cannot be served stops there: nobody overtakes).
+    fn serve(&self, state: &mut State) {
+        while let Some((&seq, &(run, bytes, _))) = state.charges.first_key_value() {
+            if !state.runs.contains_key(&run) {
+                state.charges.remove(&seq);
+                continue;
+            }
+            if state.free(self.capacity) < bytes {
+                break;
+            }
+            let Some((_, _, wake)) = state.charges.remove(&seq) else {
+                break;
+            };
+            self.add_held(state, run, bytes);
+            // A charge given up meanwhile (its read dropped) is returned at the run's end.
+            let _ = wake.send(());
+        }
+        if !state.charges.is_empty() {
+            // A run in flight waits for room: no new run goes ahead of it.
+            self.publish(state);
+            return;
+        }
+        while let Some(&key) = state.admissions.keys().next() {
+            // The line's head is this entry, so `room_for`'s "nobody higher waits" is its own.
+            if !self.room_for(state, key.0) {
+                break;
+            }
+            let Some(tx) = state.admissions.remove(&key) else {
+                break;
+            };
+            let level = key.0;
+            let id = self.start_run(
+                state,
+                Claim {
+                    pending: level == Level::Pending,
+                    slow_streak: key.1,
+                },
+            );
+            if let Err(id) = tx.send(id) {
+                // Its admission was given up meanwhile: the room goes back.
+                self.end_run(state, id);
+            }
+        }
+        self.publish(state);
+    }
+
+    fn add_held(&self, state: &mut State, run: u64, bytes: u64) {
+        let Some(flight) = state.runs.get_mut(&run) else {
+            return;
+        };
+        flight.held += bytes;
+        state.held += bytes;
+        if flight.level == Level::Slow {
+            state.slow_held += bytes;
+        }
+        if flight.ending {
+            state.reclaiming += bytes;
+            if flight.level == Level::Slow {
+                state.slow_reclaiming += bytes;
+            }
+        }
+    }
+
+    fn sub_held(&self, state: &mut State, run: u64, bytes: u64) {
+        let Some(flight) = state.runs.get_mut(&run) else {
+            return;
+        };
+        let bytes = bytes.min(flight.held.saturating_sub(RUN_RESERVE));
+        flight.held -= bytes;
+        state.held -= bytes;
+        if flight.level == Level::Slow {
+            state.slow_held -= bytes;
+        }
+        if flight.ending {
+            state.reclaiming -= bytes;
+            if flight.level == Level::Slow {
+                state.slow_reclaiming -= bytes;
+            }
+        }
+    }
+
+    /// Removes a run, returning everything it held.
+    fn end_run(&self, state: &mut State, id: u64) {
+        let Some(run) = state.runs.remove(&id) else {
+            return;
+        };
+        state.held -= run.held;
+        if run.level == Level::Slow {
+            state.slow_held -= run.held;
+        }
+        if run.ending {
+            state.reclaiming -= run.held;
+            if run.level == Level::Slow {
+                state.slow_reclaiming -= run.held;
+            }
+        }
+    }
+
+    /// Takes room back for whoever waits at or ahead of `key` (every pending charge, the
+    /// admissions up to `key`): ends runs as the module documentation says, until what is free
+    /// or on its way back covers their need. `None` when it is covered or nothing can be taken
+    /// back now; else the moment a run may become eligible (past its prompt limit), when the
+    /// waiter should look again.
+    fn make_room(&self, key: WaitKey) -> Option<Instant> {
+        let mut state = self.lock();
+        let need: u64 = state.charges.values().map(|c| c.1).sum::<u64>()
+            + RUN_RESERVE * state.admissions.range(..=key).count() as u64;
+        self.reclaim(&mut state, key.0, need, None)
+    }
+
+    /// See [`MemoryBudget::make_room`]: `need` bytes for a waiter of `level`; `except` is a
+    /// run never chosen (the one whose charge waits).
+    fn reclaim(
+        &self,
+        state: &mut State,
+        level: Level,
+        need: u64,
+        except: Option<u64>,
+    ) -> Option<Instant> {
+        let now = Instant::now();
+        loop {
+            let covered = state.free(self.capacity) + state.reclaiming;
+            if covered >= need {
+                return None;
+            }
+            match self.victim(state, level, except, now) {
+                Ok((id, why)) => {
+                    let run = state.runs.get_mut(&id)?;
+                    run.ending = true;
+                    run.ended_because = Some(why.clone());
+                    run.end.cancel();
+                    let (held, slow) = (run.held, run.level == Level::Slow);
+                    state.reclaiming += held;
+                    if slow {
+                        state.slow_reclaiming += held;
+                    }
+                    self.count_not_made(&why);
+                }
+                Err(recheck) => return recheck,
+            }
+        }
+    }
+
+    /// The run to end for a waiter of `level`, and why; else when to look again.
+    fn victim(
+        &self,
+        state: &State,
+        level: Level,
+        except: Option<u64>,
+        now: Instant,
+    ) -> Result<(u64, NoRunMemory), Option<Instant>> {
+        let candidates = || {
+            state
+                .runs
+                .iter()
+                .filter(move |(id, run)| !run.ending && Some(**id) != except)
+        };
+        // A slow run borrowing past the slow runs' share, for a waiter of a higher level: the
+        // youngest (the last to borrow).
+        if level < Level::Slow && state.slow_held - state.slow_reclaiming > self.slow_share {
+            let youngest = candidates()
+                .filter(|(_, run)| run.level == Level::Slow)
+                // Ids grow with admissions: they order runs admitted at the same instant.
+                .max_by_key(|(id, run)| (run.admitted, **id));
+            if let Some((id, _)) = youngest {
+                return Ok((
+                    *id,
+                    NoRunMemory::Reclaimed {
+                        share: self.slow_share,
+                    },
+                ));
+            }
+        }
+        // Past the prompt limit, of the waiter's level or lower: the lowest level, the longest
+        // streak, the oldest.
+        let rank = |id: u64, run: &InFlight| {
+            (
+                run.level,
+                run.slow_streak,
+                std::cmp::Reverse((run.admitted, id)),
+            )
+        };
+        let mut eligible: Option<(u64, &InFlight, Duration)> = None;
+        let mut soonest: Option<Duration> = None;
+        for (id, run) in candidates().filter(|(_, run)| run.level >= level) {
+            let t = self.shoot_time(run, now);
+            if t < self.prompt_limit {
+                let left = self.prompt_limit - t;
+                soonest = Some(soonest.map_or(left, |s| s.min(left)));
+                continue;
+            }
+            let better = eligible
+                .as_ref()
+                .is_none_or(|(best_id, best, _)| rank(*id, run) > rank(*best_id, best));
+            if better {
+                eligible = Some((*id, run, t));
+            }
+        }
+        match eligible {
+            Some((id, _, t)) => Ok((
+                id,
+                NoRunMemory::EndedForRoom {
+                    in_flight: t,
+                    limit: self.prompt_limit,
+                },
+            )),
+            // Lag can only push the moment later: looking again then is never too late.
+            None => Err(soonest.map(|left| now + left)),
+        }
+    }
+
+    /// Returns a released run's room and serves those waiting.
+    fn release(&self, id: u64) {
+        let mut state = self.lock();
+        self.end_run(&mut state, id);
+        self.serve(&mut state);
+    }
+}
+
+/// A waiter's place in line. Leaving it removes the entry; when the waiting future is dropped
+/// instead, a grant that arrived but was not taken goes back too.
+struct Place<'a> {
+    budget: &'a Arc<MemoryBudget>,
+    key: WaitKey,
+    level: Level,
+    /// The id of the run once admitted.
+    granted: oneshot::Receiver<u64>,
+    left: bool,
+}
+
+impl Place<'_> {
+    fn leave(&mut self) {
+        if self.left {
+            return;
+        }
+        self.left = true;
+        let budget = self.budget;
+        let mut state = budget.lock();
+        if state.admissions.remove(&self.key).is_some() {
+            // Still in line: nothing was granted. Those behind may be served now (a slow
+            // waiter no longer blocked by a higher one).
+            budget.serve(&mut state);
+        }
+        drop(state);
+        budget
+            .metrics
+            .waiting
+            .get_or_create(&LevelLabels { level: self.level })
+            .dec();
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if self.left {
+            return;
+        }
+        self.leave();
+        // Admitted while the future was being dropped: nobody will run it.
+        if let Ok(id) = self.granted.try_recv() {
+            self.budget.release(id);
+        }
     }
 }
 
 /// One run's hold on the pool: its reserve and what it was charged. Everything returns to the
 /// pool when it is dropped (the run's end); a response body's bytes return earlier, once the
-/// run has decoded and dropped it ([`MemoryGrant::release_response`]).
+/// run has decoded them ([`MemoryGrant::release_response`]).
 #[derive(Debug)]
 pub struct MemoryGrant {
     budget: Arc<MemoryBudget>,
+    id: u64,
+    level: Level,
+    end: CancellationToken,
     state: Mutex<GrantState>,
 }
 
 #[derive(Debug)]
 struct GrantState {
-    /// The pool's permits and, for a suspect run, its class's (taken out when dropped).
-    permits: Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>,
     /// What is left of the reserve's floor.
     floor_left: u64,
-    /// Bytes taken from the pool past the reserve.
-    taken: u64,
     /// Bytes of response bodies charged and not yet released (from the floor or the pool).
     responses: u64,
 }
 
 impl MemoryGrant {
-    /// Charges `bytes` the run holds until it ends (its decoded views): from the floor while
-    /// it lasts, then from the pool (and the class's share), without waiting. A refusal fails
-    /// the run.
-    pub fn charge(&self, bytes: u64) -> Result<(), NoRunMemory> {
-        self.take(bytes, false)
+    /// The level the run was admitted at.
+    pub fn level(&self) -> Level {
+        self.level
     }
 
-    /// Charges `bytes` of a response body as they arrive, like [`MemoryGrant::charge`]; they
-    /// return to the pool with [`MemoryGrant::release_response`] or at the run's end.
-    pub fn charge_response(&self, bytes: u64) -> Result<(), NoRunMemory> {
-        self.take(bytes, true)
+    /// How long the run has been in flight, in shoot time.
+    pub fn shoot_time(&self) -> Duration {
+        let state = self.budget.lock();
+        state.runs.get(&self.id).map_or(Duration::ZERO, |run| {
+            self.budget.shoot_time(run, Instant::now())
+        })
     }
 
-    /// Returns up to `bytes` of what response bodies were charged (never views, never the
-    /// reserve): the run decoded a body and dropped it.
-    pub fn release_response(&self, bytes: u64) {
-        let mut state = self.lock();
-        let n = bytes.min(state.responses);
-        state.responses -= n;
-        let from_pool = n.min(state.taken);
-        if let Some((pool, class)) = state.permits.as_mut() {
-            drop(pool.split(permits(from_pool)));
-            if let Some(class) = class {
-                drop(class.split(permits(from_pool)));
-            }
-        }
-        state.taken -= from_pool;
-        state.floor_left = (state.floor_left + (n - from_pool)).min(RUN_FLOOR);
-        drop(state);
-        self.budget.publish();
+    /// Resolves when the run is ended for room; why.
+    pub async fn ended_for_room(&self) -> NoRunMemory {
+        self.end.cancelled().await;
+        self.budget
+            .lock()
+            .runs
+            .get(&self.id)
+            .and_then(|run| run.ended_because.clone())
+            .unwrap_or(NoRunMemory::Reclaimed {
+                share: self.budget.slow_share,
+            })
     }
 
-    /// Whether the run holds a place in the suspect runs' share (admitted as suspect, or
-    /// demoted).
-    pub fn is_suspect(&self) -> bool {
-        self.lock()
-            .permits
-            .as_ref()
-            .is_some_and(|(_, class)| class.is_some())
-    }
-
-    /// Moves a trusted run that did not end within its prompt limit (`after`) into the
-    /// suspect runs' share: everything it holds is taken from that share too, without
-    /// waiting. When the share has no room the run must end ([`NoRunMemory::Slow`]): a slow
-    /// run may not stay among the prompt ones. Nothing to do for a suspect run.
-    pub fn demote(&self, after: Duration) -> Result<(), NoRunMemory> {
-        let budget = &self.budget;
-        let mut state = self.lock();
-        let held = RUN_RESERVE + state.taken;
-        let GrantState { permits, .. } = &mut *state;
-        let Some((_, class)) = permits.as_mut() else {
-            return Ok(());
-        };
-        if class.is_some() {
-            return Ok(());
-        }
-        let refused = || {
-            budget.metrics.slow_refusals.inc();
-            NoRunMemory::Slow {
-                after,
-                share: budget.suspect_share,
-            }
-        };
-        let n = acquisition(held).ok_or_else(refused)?;
-        let share = budget
-            .suspect
-            .clone()
-            .try_acquire_many_owned(n)
-            .map_err(|_| refused())?;
-        *class = Some(share);
-        Ok(())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, GrantState> {
+    fn lock(&self) -> MutexGuard<'_, GrantState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn take(&self, bytes: u64, response: bool) -> Result<(), NoRunMemory> {
+    /// Charges `bytes` the run holds until it ends (its decoded views), like
+    /// [`MemoryGrant::charge_response`] but never returned early.
+    pub async fn charge(&self, bytes: u64) -> Result<(), NoRunMemory> {
+        self.take(bytes, false).await
+    }
+
+    /// Charges `bytes` of a response body as the run reads them: from the floor while it
+    /// lasts, then from the pool. Charges come before admissions (a run in flight finishing
+    /// frees its room sooner). A run with a decision pending waits for room that is not free
+    /// (taking it back from runs past their prompt limit); any other run fails at once. They
+    /// return with [`MemoryGrant::release_response`] or at the run's end.
+    pub async fn charge_response(&self, bytes: u64) -> Result<(), NoRunMemory> {
+        self.take(bytes, true).await
+    }
+
+    /// Returns up to `bytes` of what response bodies were charged (never views, never the
+    /// reserve): the run decoded them.
+    pub fn release_response(&self, bytes: u64) {
+        let mut grant = self.lock();
+        let n = bytes.min(grant.responses);
+        grant.responses -= n;
         let budget = &self.budget;
-        let mut state = self.lock();
-        let from_floor = state.floor_left.min(bytes);
-        let rest = bytes - from_floor;
-        if rest > 0 {
-            let refused = || {
-                budget.metrics.charge_refusals.inc();
-                NoRunMemory::Exhausted {
+        let mut state = budget.lock();
+        let taken = state
+            .runs
+            .get(&self.id)
+            .map_or(0, |run| run.held.saturating_sub(RUN_RESERVE));
+        let from_pool = n.min(taken);
+        budget.sub_held(&mut state, self.id, from_pool);
+        grant.floor_left = (grant.floor_left + (n - from_pool)).min(RUN_FLOOR);
+        budget.serve(&mut state);
+    }
+
+    async fn take(&self, bytes: u64, response: bool) -> Result<(), NoRunMemory> {
+        let rest = {
+            let mut grant = self.lock();
+            let from_floor = grant.floor_left.min(bytes);
+            grant.floor_left -= from_floor;
+            if response {
+                grant.responses += from_floor;
+            }
+            bytes - from_floor
+        };
+        if rest == 0 {
+            return Ok(());
+        }
+        let budget = &self.budget;
+        let waiting = {
+            let mut state = budget.lock();
+            // Pending runs' charges in line come first.
+            if state.charges.is_empty() && state.free(budget.capacity) >= rest {
+                budget.add_held(&mut state, self.id, rest);
+                budget.publish(&state);
+                None
+            } else if self.level == Level::Pending {
+                let (tx, rx) = oneshot::channel();
+                let seq = state.take_next();
+                state.charges.insert(seq, (self.id, rest, tx));
+                Some((seq, rx))
+            } else {
+                drop(state);
+                let refused = NoRunMemory::Exhausted {
                     wanted: rest,
                     capacity: budget.capacity,
-                }
-            };
-            let n = acquisition(rest).ok_or_else(refused)?;
-            let GrantState { permits, .. } = &mut *state;
-            let Some((pool, class)) = permits.as_mut() else {
-                return Err(refused());
-            };
-            let class_permit = match class {
-                Some(_) => Some(
-                    budget
-                        .suspect
-                        .clone()
-                        .try_acquire_many_owned(n)
-                        .map_err(|_| refused())?,
-                ),
-                None => None,
-            };
-            let pool_permit = budget
-                .pool
-                .clone()
-                .try_acquire_many_owned(n)
-                .map_err(|_| refused())?;
-            pool.merge(pool_permit);
-            if let (Some(class), Some(more)) = (class.as_mut(), class_permit) {
-                class.merge(more);
+                };
+                budget.count_not_made(&refused);
+                return Err(refused);
             }
-            state.taken += rest;
+        };
+        if let Some((seq, mut rx)) = waiting {
+            // Removes the charge from the line if this read is dropped while it waits.
+            let _place = ChargePlace { budget, seq };
+            loop {
+                let recheck = {
+                    let mut state = budget.lock();
+                    let need = state.charges.range(..=seq).map(|(_, c)| c.1).sum();
+                    budget.reclaim(&mut state, Level::Pending, need, Some(self.id))
+                };
+                tokio::select! {
+                    done = &mut rx => {
+                        if done.is_err() {
+                            // Dropped only with the run's end.
+                            return Ok(());
+                        }
+                        break;
+                    }
+                    () = async {
+                        match recheck {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
+                }
+            }
         }
-        state.floor_left -= from_floor;
         if response {
-            state.responses += bytes;
+            self.lock().responses += rest;
         }
-        drop(state);
-        budget.publish();
         Ok(())
+    }
+}
+
+/// A pending run's charge in line; removed when the read is dropped while it waits.
+struct ChargePlace<'a> {
+    budget: &'a MemoryBudget,
+    seq: u64,
+}
+
+impl Drop for ChargePlace<'_> {
+    fn drop(&mut self) {
+        let mut state = self.budget.lock();
+        state.charges.remove(&self.seq);
     }
 }
 
 impl Drop for MemoryGrant {
     fn drop(&mut self) {
-        // Released here rather than by the fields' own drop after this, so the gauge sees it.
-        drop(
-            self.state
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .permits
-                .take(),
-        );
-        self.budget.publish();
+        self.budget.release(self.id);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const WAIT: Duration = Duration::from_secs(10);
-
-    /// A pool of room for `runs` reserves.
-    fn pool(runs: u64) -> Arc<MemoryBudget> {
-        MemoryBudget::new(runs * RUN_RESERVE, BudgetMetrics::default())
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn runs_past_the_capacity_wait_first_come_first_served_then_are_refused() {
-        let budget = pool(2);
-        let a = budget.admit(Standing::Trusted, WAIT).await.expect("a");
-        let _b = budget.admit(Standing::Trusted, WAIT).await.expect("b");
-        assert_eq!(budget.held(), 2 * RUN_RESERVE);
-        // The third waits for a run to end: admitted the moment `a` ends.
-        let third = tokio::spawn({
-            let budget = budget.clone();
-            async move { budget.admit(Standing::Trusted, WAIT).await }
-        });
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        assert!(!third.is_finished());
-        drop(a);
-        let started = tokio::time::Instant::now();
-        let _c = third.await.expect("task").expect("admitted once a ended");
-        assert_eq!(started.elapsed(), Duration::ZERO);
-        // A fourth waits its whole limit and is refused.
-        let started = tokio::time::Instant::now();
-        let refused = budget
-            .admit(Standing::Trusted, WAIT)
-            .await
-            .expect_err("full");
-        assert_eq!(started.elapsed(), WAIT);
-        assert!(
-            matches!(refused, NoRunMemory::Admission { .. }),
-            "{refused}"
-        );
-        assert_eq!(budget.metrics.admission_refusals.get(), 1);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn suspect_runs_fill_at_most_half_and_trusted_ones_keep_the_rest() {
-        let budget = pool(8);
-        let mut suspects = Vec::new();
-        for _ in 0..4 {
-            suspects.push(
-                budget
-                    .admit(Standing::Suspect, WAIT)
-                    .await
-                    .expect("suspect"),
-            );
-        }
-        // A fifth suspect run waits out its limit though the pool has room.
-        let refused = budget.admit(Standing::Suspect, WAIT).await;
-        assert!(refused.is_err());
-        // Trusted runs are admitted at once into the other half.
-        let started = tokio::time::Instant::now();
-        let mut trusted = Vec::new();
-        for _ in 0..4 {
-            trusted.push(
-                budget
-                    .admit(Standing::Trusted, WAIT)
-                    .await
-                    .expect("trusted"),
-            );
-        }
-        assert_eq!(started.elapsed(), Duration::ZERO);
-        assert_eq!(budget.held(), 8 * RUN_RESERVE);
-        drop((suspects, trusted));
-        assert_eq!(budget.held(), 0);
-        assert_eq!(budget.metrics.held.get(), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn responses_use_the_floor_then_the_pool_and_a_refused_charge_fails_only_its_run() {
-        let budget = pool(4);
-        let big = budget.admit(Standing::Trusted, WAIT).await.expect("big");
-        let small = budget.admit(Standing::Trusted, WAIT).await.expect("small");
-        // A healthy shoot's answers fit the floor: nothing more is held.
-        small.charge(RUN_FLOOR).expect("floor");
-        assert_eq!(budget.held(), 2 * RUN_RESERVE);
-        // A large answer draws on the pool: the two reserves left, and no more.
-        big.charge(RUN_FLOOR + 2 * RUN_RESERVE)
-            .expect("the pool's rest");
-        assert_eq!(budget.held(), 4 * RUN_RESERVE);
-        let refused = big.charge(1).expect_err("exhausted");
-        assert!(
-            matches!(refused, NoRunMemory::Exhausted { wanted: 1, .. }),
-            "{refused}"
-        );
-        assert_eq!(budget.metrics.charge_refusals.get(), 1);
-        // The other run still has its reserve; the big one's end frees everything it held.
-        small.charge(0).expect("nothing");
-        drop(big);
-        assert_eq!(budget.held(), RUN_RESERVE);
-        let again = budget
-            .admit(Standing::Trusted, WAIT)
-            .await
-            .expect("room again");
-        drop((again, small));
-        assert_eq!(budget.held(), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_decoded_bodys_bytes_return_to_the_pool_and_views_stay_until_the_runs_end() {
-        // The suspect half: 4 reserves.
-        let budget = pool(8);
-        let grant = budget
-            .admit(Standing::Suspect, WAIT)
-            .await
-            .expect("admitted");
-        // A body of the floor and one reserve's worth, then its views of 1,000 bytes.
-        grant
-            .charge_response(RUN_FLOOR + RUN_RESERVE)
-            .expect("the body");
-        grant.charge(1000).expect("its views");
-        assert_eq!(budget.held(), 2 * RUN_RESERVE + 1000);
-        // The body decoded and dropped: its bytes go back; the views now fit in the floor, so
-        // only the reserve is held (in the suspect half too: three more suspect runs fit).
-        grant.release_response(u64::MAX);
-        assert_eq!(budget.held(), RUN_RESERVE);
-        let mut others = Vec::new();
-        for _ in 0..3 {
-            others.push(
-                budget
-                    .admit(Standing::Suspect, Duration::ZERO)
-                    .await
-                    .expect("room in the suspect half again"),
-            );
-        }
-        drop(others);
-        let _other = budget
-            .admit(Standing::Suspect, Duration::ZERO)
-            .await
-            .expect("room");
-        // Releasing again returns nothing: views and the reserve stay until the run ends.
-        grant.release_response(u64::MAX);
-        assert_eq!(budget.held(), 2 * RUN_RESERVE);
-        drop(grant);
-        assert_eq!(budget.held(), RUN_RESERVE);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_suspect_runs_charges_count_against_its_half() {
-        let budget = pool(4);
-        let suspect = budget
-            .admit(Standing::Suspect, WAIT)
-            .await
-            .expect("suspect");
-        // Its half is 2 reserves: one held, one left to charge.
-        suspect
-            .charge(RUN_FLOOR + RUN_RESERVE)
-            .expect("its half's rest");
-        assert!(suspect.charge(1).is_err());
-        // The trusted half is untouched.
-        let _a = budget.admit(Standing::Trusted, WAIT).await.expect("a");
-        let _b = budget.admit(Standing::Trusted, WAIT).await.expect("b");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_slow_trusted_run_moves_into_the_suspect_half_or_is_refused_when_it_is_full() {
-        // The suspect half: 2 reserves.
-        let budget = pool(4);
-        let after = Duration::from_secs(5);
-        let slow = budget.admit(Standing::Trusted, WAIT).await.expect("slow");
-        slow.charge(RUN_FLOOR + 1000).expect("past the floor");
-        assert!(!slow.is_suspect());
-        slow.demote(after).expect("room in the suspect half");
-        assert!(slow.is_suspect());
-        // All it holds now counts in the suspect half: a suspect reserve no longer fits there.
-        assert_eq!(budget.held(), RUN_RESERVE + 1000);
-        assert!(
-            budget
-                .admit(Standing::Suspect, Duration::ZERO)
-                .await
-                .is_err()
-        );
-        // A second slow run finds the half full: refused, and the pool is unchanged by it.
-        let other = budget.admit(Standing::Trusted, WAIT).await.expect("other");
-        let refused = other.demote(after).expect_err("the suspect half is full");
-        assert!(
-            matches!(refused, NoRunMemory::Slow { share, .. } if share == 2 * RUN_RESERVE),
-            "{refused}"
-        );
-        assert_eq!(budget.metrics.slow_refusals.get(), 1);
-        assert!(!other.is_suspect());
-        assert_eq!(budget.held(), 2 * RUN_RESERVE + 1000);
-        // Demoting again costs nothing; once the first slow run ends, the half has room.
-        slow.demote(after).expect("already suspect");
-        drop(slow);
-        other.demote(after).expect("room again");
-        drop(other);
-        assert_eq!(budget.held(), 0);
-        let _full_half = [
-            budget
-                .admit(Standing::Suspect, Duration::ZERO)
-                .await
-                .expect("1"),
-            budget
-                .admit(Standing::Suspect, Duration::ZERO)
-                .await
-                .expect("2"),
-        ];
-    }
-
-    #[test]
-    fn the_capacity_comes_from_the_flag_then_the_containers_limit_then_the_default() {
-        assert_eq!(size(Some(300 << 20), Some(1 << 30)).capacity, 300 << 20);
-        let from_limit = size(None, Some(512 << 20));
-        assert_eq!(from_limit.capacity, 128 << 20);
-        assert!(
-            from_limit.source.contains("536870912"),
-            "{}",
-            from_limit.source
-        );
-        assert_eq!(size(None, None).capacity, DEFAULT_CAPACITY);
-        let tiny = size(None, Some(16 << 20));
-        assert_eq!(tiny.capacity, MIN_CAPACITY);
-        assert!(tiny.source.starts_with("the minimum"), "{}", tiny.source);
-    }
-
-    #[test]
-    fn cgroup_limits_are_read_from_v2_then_v1_and_no_limit_is_none() {
-        assert_eq!(
-            cgroup_limit_from(Some("536870912\n"), None),
-            Some(512 << 20)
-        );
-        assert_eq!(cgroup_limit_from(Some("max\n"), Some("1024")), None);
-        assert_eq!(
-            cgroup_limit_from(None, Some("268435456\n")),
-            Some(256 << 20)
-        );
-        assert_eq!(cgroup_limit_from(None, Some("9223372036854771712")), None);
-        assert_eq!(cgroup_limit_from(None, None), None);
-    }
-
-    #[test]
-    fn a_failed_or_slow_run_makes_the_shoot_suspect() {
-        let timeout = Duration::from_secs(10);
-        let prompt = Duration::from_millis(40);
-        assert_eq!(
-            Standing::after_run(false, prompt, timeout),
-            Standing::Trusted
-        );
-        assert_eq!(
-            Standing::after_run(true, prompt, timeout),
-            Standing::Suspect
-        );
-        // The prompt limit: half the timeout (5 s here), never more than PROMPT_WITHIN.
-        assert_eq!(
-            Standing::after_run(false, Duration::from_secs(5), timeout),
-            Standing::Suspect
-        );
-        assert_eq!(prompt_limit(timeout), Duration::from_secs(5));
-        assert_eq!(prompt_limit(Duration::from_secs(30)), PROMPT_WITHIN);
-        assert_eq!(
-            Standing::after_run(false, Duration::from_secs(6), Duration::from_secs(30)),
-            Standing::Suspect
-        );
-    }
-}
+#[path = "memory_budget_tests.rs"]
+mod tests;

@@ -133,6 +133,9 @@ pub enum RunResult {
     ApiServerProbeFailed,
     /// The lease probe failed.
     LeaseProbeFailed,
+    /// The run was not made, or was ended, for want of room in the runs' memory budget: the
+    /// prober's doing, never the shoot's (`dwd_prober_runs_not_made_total{cause}` says why).
+    NotMadeForRoom,
 }
 
 /// Label set `{result}`.
@@ -260,6 +263,15 @@ pub struct Metrics {
     pub run_memory: crate::memory_budget::BudgetMetrics,
     /// Per shoot: last expired-lease fraction.
     pub expired_lease_fraction: Family<ShootLabels, Gauge<f64, AtomicU64>>,
+    /// Per shoot: when (Unix seconds) the finding the expired-lease fraction is from was made;
+    /// a fraction older than a few intervals is stale (the shoot's runs fail or are not made).
+    pub(crate) expired_lease_fraction_timestamp: Family<ShootLabels, Gauge<f64, AtomicU64>>,
+    /// Per shoot: 1 while the shoot's last run was not made (or was ended) for want of room in
+    /// the runs' memory budget, 0 once a run is admitted and ends on its own.
+    pub(crate) shoot_waiting_for_room: Family<ShootLabels, Gauge>,
+    /// Per shoot: 1 while a decision is pending for the shoot (its runs wait for room first),
+    /// 0 otherwise.
+    pub(crate) shoot_decision_pending: Family<ShootLabels, Gauge>,
     /// Per shoot and zone: last expired-lease fraction of the zone's candidates (at most
     /// [`ZONES_PER_SHOOT_LIMIT`] zones per shoot; written by [`Metrics::set_zone_fractions`]).
     pub(crate) zone_expired_lease_fraction: Family<ShootZoneLabels, Gauge<f64, AtomicU64>>,
@@ -407,24 +419,34 @@ impl Metrics {
             self.run_memory.capacity.clone(),
         );
         p.register(
-            "run_memory_admission_refusals",
-            "Probe runs that waited their probeTimeout for room in the memory budget and failed",
-            self.run_memory.admission_refusals.clone(),
+            "run_memory_waiting_runs",
+            "Probe runs waiting for room in the memory budget, by level (pending: a decision is pending for the shoot)",
+            self.run_memory.waiting.clone(),
         );
         p.register(
-            "run_memory_charge_refusals",
-            "Probe runs failed because a response needed more than the memory budget had left",
-            self.run_memory.charge_refusals.clone(),
-        );
-        p.register(
-            "run_memory_slow_refusals",
-            "Probe runs ended at their prompt limit: slow, and the slow runs' half of the memory budget was full",
-            self.run_memory.slow_refusals.clone(),
+            "runs_not_made",
+            "Probe runs not made, or ended, for want of room in the memory budget, by cause (the prober's doing, not the shoot's)",
+            self.run_memory.not_made.clone(),
         );
         p.register(
             "expired_lease_fraction",
             "Last expired node-lease fraction per shoot",
             self.expired_lease_fraction.clone(),
+        );
+        p.register(
+            "expired_lease_fraction_timestamp_seconds",
+            "When (Unix seconds) the finding the shoot's expired-lease fraction is from was made",
+            self.expired_lease_fraction_timestamp.clone(),
+        );
+        p.register(
+            "shoot_waiting_for_room",
+            "1 while the shoot's last probe run was not made, or was ended, for want of room in the memory budget",
+            self.shoot_waiting_for_room.clone(),
+        );
+        p.register(
+            "shoot_decision_pending",
+            "1 while a decision is pending for the shoot (its probe runs get room first)",
+            self.shoot_decision_pending.clone(),
         );
         p.register(
             "zone_expired_lease_fraction",
@@ -666,6 +688,9 @@ impl Metrics {
         self.lease_probe_failures.remove(&labels);
         self.oversized_responses.remove(&labels);
         self.expired_lease_fraction.remove(&labels);
+        self.expired_lease_fraction_timestamp.remove(&labels);
+        self.shoot_waiting_for_room.remove(&labels);
+        self.shoot_decision_pending.remove(&labels);
         for direction in [DirectionLabel::Up, DirectionLabel::Down] {
             self.scaling_attempts.remove(&ShootDirectionLabels {
                 shoot: shoot.to_string(),
@@ -979,6 +1004,23 @@ mod tests {
         m.lease_probe_failures.get_or_create(&shoot).inc();
         m.oversized_responses.get_or_create(&shoot).inc();
         m.expired_lease_fraction.get_or_create(&shoot).set(0.5);
+        m.expired_lease_fraction_timestamp
+            .get_or_create(&shoot)
+            .set(1.7e9);
+        m.shoot_waiting_for_room.get_or_create(&shoot).set(1);
+        m.shoot_decision_pending.get_or_create(&shoot).set(1);
+        m.run_memory
+            .waiting
+            .get_or_create(&crate::memory_budget::LevelLabels {
+                level: crate::memory_budget::Level::Pending,
+            })
+            .set(0);
+        m.run_memory
+            .not_made
+            .get_or_create(&crate::memory_budget::CauseLabels {
+                cause: crate::memory_budget::NotMadeCause::EndedForRoom,
+            })
+            .inc();
         m.scaling_attempts
             .get_or_create(&ShootDirectionLabels {
                 shoot: shoot.shoot.clone(),
@@ -1032,9 +1074,11 @@ mod tests {
             "dwd_prober_probe_run_duration_seconds_bucket",
             "dwd_prober_run_memory_held_bytes",
             "dwd_prober_run_memory_capacity_bytes",
-            "dwd_prober_run_memory_admission_refusals_total",
-            "dwd_prober_run_memory_charge_refusals_total",
-            "dwd_prober_run_memory_slow_refusals_total",
+            "dwd_prober_run_memory_waiting_runs{level=\"pending\"} 0",
+            "dwd_prober_runs_not_made_total{cause=\"ended_for_room\"} 1",
+            "dwd_prober_expired_lease_fraction_timestamp_seconds{shoot=\"shoot--p--s\"} 1700000000",
+            "dwd_prober_shoot_waiting_for_room{shoot=\"shoot--p--s\"} 1",
+            "dwd_prober_shoot_decision_pending{shoot=\"shoot--p--s\"} 1",
             "dwd_leader",
             "dwd_prober_probe_runs",
             "dwd_prober_scale_operations",

@@ -98,7 +98,7 @@ async fn client_speaking(
     PreparedShootConfig::prepare(&yaml, timeout)
         .await
         .expect("kubeconfig")
-        .client(ResponseLimits::DEFAULT, None, version)
+        .client(ResponseLimits::DEFAULT, version)
         .expect("client")
 }
 

@@ -82,20 +82,6 @@ impl Executors {
 pub struct Decision {
     /// The flow: direction, scope, and the lease probe's summary.
     pub flow: PlannedFlow,
-    /// What waits to be restored, as the executor told the run before its probe
-    /// ([`Executor::restorable`]).
-    pub(crate) restorable: Restorable,
-}
-
-/// What waits to be restored in a shoot, as its executor sees it; asked once per run, before
-/// the probe: it decides whether nodes are listed.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Restorable {
-    /// Whether anything waits to be restored.
-    pub waiting: bool,
-    /// The targets a scale-up of every target would act on (the acting executor's; empty for
-    /// the recording one, which names every target in scope).
-    pub targets: Vec<String>,
 }
 
 /// What became of a [`Decision`], for the probe to publish.
@@ -112,6 +98,11 @@ pub enum Taken {
         /// Whether it replaced a different flow, queued or running.
         superseding: bool,
     },
+    /// The targets are where this flow would take them (as the caches show them), but a
+    /// different flow handed over before was still queued or under way: it is dropped or told
+    /// to stop, and this flow runs after it, to undo whatever it wrote that the caches did not
+    /// show yet (usually nothing). Logged, not published: nothing visible is scaled by it.
+    Superseded,
     /// Shadow mode recorded what we would have done in its book (logged only).
     Recorded,
 }
@@ -125,21 +116,21 @@ pub enum Executor {
 }
 
 impl Executor {
-    /// What waits to be restored in shoot `namespace`.
-    pub(crate) fn restorable(&self, ctx: &ProberContext, namespace: &str) -> Restorable {
+    /// Whether a decision is in the executor's hands for shoot `namespace`: a target waits to
+    /// be restored (acting: as the seed caches show the targets; recording: our would-be
+    /// state), or a flow is queued or under way. Asked by each run once it is admitted, so
+    /// the snapshot is the newest the run can have; the run then lists the nodes whatever its
+    /// leases say, and its verdict reaches [`Executor::take`] even when every lease is fresh.
+    pub(crate) fn decision_pending(&self, ctx: &ProberContext, namespace: &str) -> bool {
         match self {
-            Executor::Acting(_) => {
-                let targets =
-                    scaler::targets_to_scale(ctx, namespace, Direction::Up, FlowScope::All);
-                Restorable {
-                    waiting: !targets.is_empty(),
-                    targets,
-                }
+            Executor::Acting(acting) => {
+                acting.busy()
+                    || !scaler::targets_to_scale(ctx, namespace, Direction::Up, FlowScope::All)
+                        .is_empty()
             }
-            Executor::Recording(recording) => Restorable {
-                waiting: recording.virtual_state(ctx, namespace).is_protected(),
-                targets: Vec::new(),
-            },
+            Executor::Recording(recording) => {
+                recording.virtual_state(ctx, namespace).is_protected()
+            }
         }
     }
 
@@ -190,6 +181,11 @@ impl Executor {
 /// Whether `flow` asks for the flow in `dir` over `scope` (reasons may differ).
 fn same_flow(flow: &PlannedFlow, dir: Direction, scope: FlowScope) -> bool {
     flow.dir == dir && flow.scope == scope
+}
+
+/// Whether `running` is the flow `flow` asks for (reasons may differ).
+fn same_running(running: &Running, flow: &PlannedFlow) -> bool {
+    running.dir == flow.dir && running.scope == flow.scope
 }
 
 /// What became of a flow handed over to the executor.
@@ -263,15 +259,39 @@ impl ActingExecutor {
         outcome
     }
 
-    /// Takes `decision`: unless its targets are already there, hands its flow over.
+    /// Whether a flow is queued or under way.
+    fn busy(&self) -> bool {
+        let slot = self.slot();
+        slot.queued.is_some() || slot.running.is_some()
+    }
+
+    /// Whether a flow other than `flow` is queued, or under way and not yet told to stop.
+    fn other_in_hand(&self, flow: &PlannedFlow) -> bool {
+        let slot = self.slot();
+        let queued = slot
+            .queued
+            .as_ref()
+            .is_some_and(|q| !same_flow(q, flow.dir, flow.scope));
+        let running = slot
+            .running
+            .as_ref()
+            .is_some_and(|r| !same_running(r, flow) && !r.stop.is_cancelled());
+        queued || running
+    }
+
+    /// Takes `decision`: hands its flow over unless its targets are already there (judged
+    /// now, from the seed caches) and no other flow is in hand. A newer verdict always stops
+    /// a different flow, whether or not that one has written yet: a recovered shoot's queued
+    /// scale-down must not go out, nor a re-outaged shoot's queued restore.
     fn take(&self, ctx: &ProberContext, namespace: &str, decision: Decision) -> Taken {
         let flow = decision.flow;
-        let targets = match (flow.dir, flow.scope) {
-            (Direction::Up, FlowScope::All) => decision.restorable.targets,
-            (dir, scope) => scaler::targets_to_scale(ctx, namespace, dir, scope),
-        };
+        let targets = scaler::targets_to_scale(ctx, namespace, flow.dir, flow.scope);
         if targets.is_empty() {
-            return Taken::Nothing("targets already there".into());
+            if !self.other_in_hand(&flow) {
+                return Taken::Nothing("targets already there".into());
+            }
+            self.hand_over(flow);
+            return Taken::Superseded;
         }
         match self.hand_over(flow) {
             Handover::UnderWay => Taken::Nothing("this flow is under way already".into()),

@@ -7,12 +7,14 @@
 //! - [`executor`]: one shoot's flows, one at a time, the newest verdict winning;
 //! - [`scaler`]: executes scaling flows;
 //! - [`shadow_observer`]: in shadow mode, what the acting watchdog did to each shoot;
-//! - [`shoot_reads`]: consistent, paginated, bounded lists of a shoot's objects;
+//! - [`shoot_reads`]: consistent, paginated, bounded lists of a shoot's objects, decoded as
+//!   they stream in ([`page_stream`] splits a page into its items);
 //! - [`view`]: the prober's reads as a public API, for tools (`explain`).
 
 pub mod controller;
 pub mod executor;
 pub mod manager;
+mod page_stream;
 pub mod probe;
 pub mod scaler;
 pub mod seed_caches;
@@ -104,7 +106,28 @@ pub async fn run(
         }
         None => Events::start(seed.clone(), Component::Prober, own_pod, metrics.clone()),
     };
-    let memory = MemoryBudget::new(run_memory_capacity, metrics.run_memory.clone());
+    // Said once at start: without a probe timeout a hanging shoot would hold its probe.
+    if config.probe_timeout >= dwd_core::config::prober::NO_TIMEOUT {
+        warn!(
+            run_limit = %dwd_core::format_go_duration(probe::RUN_LIMIT_WITHOUT_TIMEOUT),
+            "probeTimeout is zero or less: shoot calls have no deadline of their own (as in the reference), but every probe run is ended {} after its admission, sooner when its room in the memory budget is needed, and waits for admission at most its probeInterval",
+            dwd_core::format_go_duration(probe::RUN_LIMIT_WITHOUT_TIMEOUT)
+        );
+    }
+    let lag = Arc::new(crate::memory_budget::LagClock::default());
+    tasks.spawn({
+        let (lag, shutdown) = (lag.clone(), shutdown.clone());
+        async move {
+            lag.run(shutdown).await;
+            "lag clock"
+        }
+    });
+    let memory = MemoryBudget::new(
+        run_memory_capacity,
+        crate::memory_budget::prompt_limit(config.probe_timeout),
+        lag,
+        metrics.run_memory.clone(),
+    );
     let ctx = Arc::new(ProberContext {
         config,
         seed,

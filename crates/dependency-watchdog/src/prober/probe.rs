@@ -26,12 +26,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
-use super::executor::{Decision, Executor, Restorable, Taken};
+use super::executor::{Decision, Executor, Taken};
 use super::scaler::PlannedFlow;
 use super::shoot_reads;
 use crate::Error;
 use crate::kube_client::{HttpVersion, PreparedShootConfig, ResponseLimits, is_response_too_large};
-use crate::memory_budget::{self, MemoryGrant, NoRunMemory, Standing};
+use crate::memory_budget::{self, Claim, MemoryGrant, NoRunMemory};
 use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootSeries,
 };
@@ -58,9 +58,88 @@ pub struct RunMemory {
     /// Zones disrupted at the last run that judged zones: the next run publishes an event for
     /// each zone that joins or leaves this set (docs/behaviour.md §2.19).
     pub disrupted_zones: BTreeSet<String>,
-    /// How the last run classed the shoot for the memory budget's admission: suspect after a
-    /// failed or slow run ([`crate::memory_budget`]).
-    pub standing: Standing,
+    /// Runs in a row that did not end within the prompt limit (shoot time): the shoot's place
+    /// in line for the memory budget ([`crate::memory_budget`]).
+    pub slow_streak: u32,
+    /// Whether the last finding saw an expired candidate lease: a decision may be due, so the
+    /// next run gets room first.
+    pub expired_seen: bool,
+    /// The way the shoot's runs keep failing, if they do: logged at warn when it starts or
+    /// changes, then summarised ([`FailingSince`]).
+    pub failing: Option<FailingSince>,
+}
+
+/// How long a run may take when the config gives no `probeTimeout` (zero or less: no call
+/// deadline, as in the reference): the run is ended this long after its admission, so a
+/// shoot apiserver that accepts and never answers does not hold the shoot's probe forever.
+pub const RUN_LIMIT_WITHOUT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How often a shoot whose runs keep failing the same way is summarised at info level.
+pub const FAILURE_SUMMARY_EVERY: Duration = Duration::from_secs(300);
+
+/// Since when, and how often, a shoot's runs have failed the same way.
+#[derive(Debug, Clone)]
+pub struct FailingSince {
+    /// The failure's kind ([`ProbeFailure::kind`]).
+    pub kind: &'static str,
+    /// When the first run of the streak failed.
+    pub since: Instant,
+    /// Failed runs in the streak.
+    pub runs: u64,
+    /// When it was last logged (at warn when it began, at info since).
+    pub logged_at: Instant,
+}
+
+impl RunMemory {
+    /// Whether a decision is pending as far as the probe knows: a scale-down streak is
+    /// building, a zone is disrupted, or the last finding saw expired leases. (The executor
+    /// knows the rest: [`Executor::decision_pending`].)
+    pub fn decision_pending(&self) -> bool {
+        self.hysteresis.streaks().1 > 0 || !self.disrupted_zones.is_empty() || self.expired_seen
+    }
+
+    /// Notes a failed run of `kind`: whether it starts a streak (or changes its kind), and
+    /// whether a summary of a streak is due.
+    fn note_failure(&mut self, kind: &'static str, now: Instant) -> FailureLog {
+        match &mut self.failing {
+            Some(f) if f.kind == kind => {
+                f.runs += 1;
+                if now.saturating_duration_since(f.logged_at) >= FAILURE_SUMMARY_EVERY {
+                    f.logged_at = now;
+                    return FailureLog::Summary {
+                        runs: f.runs,
+                        since: now.saturating_duration_since(f.since),
+                    };
+                }
+                FailureLog::Repeat
+            }
+            _ => {
+                self.failing = Some(FailingSince {
+                    kind,
+                    since: now,
+                    runs: 1,
+                    logged_at: now,
+                });
+                FailureLog::First
+            }
+        }
+    }
+}
+
+/// How a failed run is logged (see [`RunMemory::note_failure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FailureLog {
+    /// The first of its kind in a row: at warn level.
+    First,
+    /// The same again: at debug level.
+    Repeat,
+    /// The same again, and a summary is due: at info level.
+    Summary {
+        /// Failed runs in the streak.
+        runs: u64,
+        /// Since the first.
+        since: Duration,
+    },
 }
 
 impl RunMemory {
@@ -69,7 +148,9 @@ impl RunMemory {
         RunMemory {
             hysteresis: Hysteresis::from_config(config),
             disrupted_zones: BTreeSet::new(),
-            standing: Standing::default(),
+            slow_streak: 0,
+            expired_seen: false,
+            failing: None,
         }
     }
 }
@@ -163,10 +244,7 @@ impl std::fmt::Display for ProbeFailure {
             ProbeFailure::ApiServer(e) => write!(f, "API server probe failed: {e}"),
             ProbeFailure::ShootList(e) => write!(f, "lease probe failed: {e}"),
             ProbeFailure::MachinesNotSynced => f.write_str("machine cache not synced yet"),
-            ProbeFailure::NoRunMemory(e @ NoRunMemory::Slow { .. }) => {
-                write!(f, "probe ended: {e}")
-            }
-            ProbeFailure::NoRunMemory(e) => write!(f, "API server probe not made: {e}"),
+            ProbeFailure::NoRunMemory(e) => f.write_str(&e.to_string()),
         }
     }
 }
@@ -177,26 +255,53 @@ impl ProbeFailure {
     pub(crate) fn category(&self) -> RunResult {
         match self {
             // Like a kubeconfig that gives no client: the API server could not be asked.
-            ProbeFailure::NoShootClient(_)
-            | ProbeFailure::ApiServer(_)
-            | ProbeFailure::NoRunMemory(_) => RunResult::ApiServerProbeFailed,
+            ProbeFailure::NoShootClient(_) | ProbeFailure::ApiServer(_) => {
+                RunResult::ApiServerProbeFailed
+            }
+            // The prober's doing, not the shoot's.
+            ProbeFailure::NoRunMemory(_) => RunResult::NotMadeForRoom,
             ProbeFailure::SeedCachesNotSynced(_)
             | ProbeFailure::ShootList(_)
             | ProbeFailure::MachinesNotSynced => RunResult::LeaseProbeFailed,
         }
     }
 
-    /// Whether the failure is the shoot's doing (its kubeconfig, or its answers: a charge the
-    /// memory budget refused fails a call), which makes it suspect for the next admission; not
-    /// the seed's caches, nor a run that found no room (other shoots held it).
-    fn on_the_shoot(&self) -> bool {
+    /// The failure's kind in one word, for telling a repeated failure from a new one in the
+    /// logs (a shoot that keeps failing the same way is logged once, then summarised).
+    fn kind(&self) -> &'static str {
         match self {
-            ProbeFailure::NoShootClient(_)
-            | ProbeFailure::ApiServer(_)
-            | ProbeFailure::ShootList(_) => true,
-            ProbeFailure::SeedCachesNotSynced(_)
-            | ProbeFailure::MachinesNotSynced
-            | ProbeFailure::NoRunMemory(_) => false,
+            ProbeFailure::SeedCachesNotSynced(_) => "seed caches",
+            ProbeFailure::NoShootClient(_) => "kubeconfig",
+            ProbeFailure::ApiServer(_) => "API server probe",
+            ProbeFailure::ShootList(_) => "lease probe",
+            ProbeFailure::MachinesNotSynced => "machine cache",
+            ProbeFailure::NoRunMemory(e) => e.cause().as_str(),
+        }
+    }
+
+    /// What the failure means for this run, in words (the log line's message).
+    fn consequence(&self) -> &'static str {
+        match self {
+            ProbeFailure::SeedCachesNotSynced(_) => {
+                "seed caches not in sync: no probe, no scaling this run"
+            }
+            ProbeFailure::NoShootClient(_) => {
+                "API server probe failed; no usable kubeconfig; no scaling this run"
+            }
+            ProbeFailure::ApiServer(_) => {
+                "API server probe failed; no lease probe, no scaling this run"
+            }
+            ProbeFailure::ShootList(_) | ProbeFailure::MachinesNotSynced => {
+                "lease probe failed; no scaling this run"
+            }
+            ProbeFailure::NoRunMemory(
+                NoRunMemory::EndedForRoom { .. } | NoRunMemory::Reclaimed { .. },
+            ) => {
+                "probe ended for room in the runs' memory budget (the prober's, not the shoot's); no scaling this run"
+            }
+            ProbeFailure::NoRunMemory(_) => {
+                "probe not made for room in the runs' memory budget (the prober's, not the shoot's); no scaling this run"
+            }
         }
     }
 
@@ -333,7 +438,7 @@ impl Probe {
                 Some(pending) => {
                     let mut outcome = RunOutcome::default();
                     let failure = ProbeFailure::SeedCachesNotSynced(pending);
-                    self.report_failure(failure, &mut outcome, executor);
+                    self.report_failure(failure, &mut outcome, &mut memory, executor);
                     outcome
                 }
                 // Boxed: a run's state (three reads at once at its deepest) lives on the heap
@@ -398,7 +503,19 @@ impl Probe {
     /// Reports a run that ended in `failure`, the one place that does: a 429 spaces the next
     /// run out, the failure counts in its category's per-shoot counter and as a run of its
     /// category, and is logged.
-    fn report_failure(&self, failure: ProbeFailure, outcome: &mut RunOutcome, executor: &Executor) {
+    ///
+    /// A run not made, or ended, for room in the runs' memory budget is the prober's doing:
+    /// counted as such (`NotMadeForRoom`, and by cause in the budget's metrics), never as the
+    /// shoot's API-server or lease probe failure, and the shoot is marked as waiting for room.
+    /// A shoot whose runs keep failing the same way is logged at warn when that starts (or
+    /// changes), then at debug, with a summary at info every [`FAILURE_SUMMARY_EVERY`].
+    fn report_failure(
+        &self,
+        failure: ProbeFailure,
+        outcome: &mut RunOutcome,
+        memory: &mut RunMemory,
+        executor: &Executor,
+    ) {
         if failure.throttled() {
             outcome.throttled_at = Some(Instant::now());
         }
@@ -408,6 +525,9 @@ impl Probe {
             RunResult::ApiServerProbeFailed => {
                 m.api_server_probe_failures.get_or_create(l).inc();
             }
+            RunResult::NotMadeForRoom => {
+                m.shoot_waiting_for_room.get_or_create(l).set(1);
+            }
             _ => {
                 m.lease_probe_failures.get_or_create(l).inc();
             }
@@ -416,33 +536,38 @@ impl Probe {
         self.note_finding(executor, || {
             format!("probe failed: {failure}; no scaling this run")
         });
-        match &failure {
-            // A run not made: counted as a failed lease probe (as a machine cache not yet
-            // synced always was). Logged at debug: the caches and the readiness report it
-            // once, not every probe at every interval.
-            ProbeFailure::SeedCachesNotSynced(pending) => {
-                debug!(caches = %pending, "seed caches not in sync: no probe, no scaling this run");
-            }
-            ProbeFailure::NoShootClient(error) => {
-                warn!(%error, "API server probe failed; no usable kubeconfig; no scaling this run");
-            }
-            ProbeFailure::ApiServer(error) => {
-                warn!(%error, "API server probe failed; no lease probe, no scaling this run");
-            }
-            ProbeFailure::ShootList(error) => {
-                warn!(%error, "lease probe failed; no scaling this run");
-            }
-            ProbeFailure::MachinesNotSynced => {
-                let error = "machine cache not synced yet";
-                warn!(%error, "lease probe failed; no scaling this run");
-            }
-            ProbeFailure::NoRunMemory(error @ NoRunMemory::Slow { .. }) => {
-                warn!(%error, "probe ended before its answers; no scaling this run");
-            }
-            ProbeFailure::NoRunMemory(error) => {
-                warn!(%error, "API server probe not made; no scaling this run");
-            }
+        let consequence = failure.consequence();
+        if let ProbeFailure::SeedCachesNotSynced(pending) = &failure {
+            // Logged at debug: the caches and the readiness report it once, not every probe
+            // at every interval.
+            debug!(caches = %pending, "{consequence}");
+            return;
         }
+        let error = match &failure {
+            ProbeFailure::NoShootClient(e)
+            | ProbeFailure::ApiServer(e)
+            | ProbeFailure::ShootList(e) => e.to_string(),
+            ProbeFailure::NoRunMemory(e) => e.to_string(),
+            other => other.to_string(),
+        };
+        match memory.note_failure(failure.kind(), Instant::now()) {
+            FailureLog::First => warn!(%error, "{consequence}"),
+            FailureLog::Repeat => debug!(%error, "{consequence}"),
+            FailureLog::Summary { runs, since } => info!(%error, runs, since = ?since,
+                "still failing the same way: {runs} runs in a row over {since:.0?}; {consequence}"),
+        }
+    }
+
+    /// Notes a run that got a finding: a streak of failed runs ends (logged at info).
+    fn note_success(&self, memory: &mut RunMemory) {
+        if let Some(failing) = memory.failing.take() {
+            info!(failed_runs = failing.runs, since = ?failing.since.elapsed(),
+                "probe runs succeed again after {} failed run(s) ({})", failing.runs, failing.kind);
+        }
+        let m = &self.ctx.metrics;
+        m.for_shoot(&self.series, |l| {
+            m.shoot_waiting_for_room.get_or_create(l).set(0);
+        });
     }
 
     /// Sleeps until `deadline`; false when cancelled first.
@@ -456,8 +581,13 @@ impl Probe {
     /// Sets this shoot's expired-lease fraction (unless the probe was removed meanwhile).
     fn set_expired_fraction(&self, fraction: f64) {
         let m = &self.ctx.metrics;
+        // Unix seconds of the finding: the fraction of a shoot whose runs fail or are not made
+        // is that of its last finding, and this says how old it is.
+        #[allow(clippy::cast_precision_loss)]
+        let now = Utc::now().timestamp_millis() as f64 / 1000.0;
         m.for_shoot(&self.series, |l| {
             m.expired_lease_fraction.get_or_create(l).set(fraction);
+            m.expired_lease_fraction_timestamp.get_or_create(l).set(now);
         });
     }
 
@@ -472,85 +602,110 @@ impl Probe {
         m.for_shoot(&self.series, |l| m.shoot_probe_runs.get_or_create(l).inc());
     }
 
-    /// One probe run, top to bottom: the probe makes a finding or a typed failure, one place
+    /// One probe run, top to bottom: the run asks the memory budget for room (first in line
+    /// when a decision is pending), the probe makes a finding or a typed failure, one place
     /// reports either, and the flow the finding calls for is handed over to `executor`.
     pub async fn run_once(&self, memory: &mut RunMemory, executor: &Executor) -> RunOutcome {
         let mut outcome = RunOutcome::default();
-        // What waits to be restored, as the executor sees it: asked once, before the probe.
-        // Nodes can only change the outcome when a scale-down is building up, a target waits
-        // to be restored (see `leases_alone_suffice`), or a zone was disrupted (its recovery
-        // event says how many of its leases are fresh).
-        let restorable = executor.restorable(&self.ctx, &self.namespace);
-        let nodes_may_matter = memory.hysteresis.streaks().1 > 0
-            || !memory.disrupted_zones.is_empty()
-            || restorable.waiting;
-        // Admitted to the memory budget before anything is sent; the grant is held until the
-        // run's views are dropped (the end of `probe_shoot`).
-        // The standing the run earns counts from its admission; a run refused for room earns
-        // none (waiting is not the shoot's doing): the shoot keeps the standing it had.
-        let timeout = self.ctx.config.probe_timeout;
-        let probed = match self.ctx.memory.admit(memory.standing, timeout).await {
+        let cfg = &self.ctx.config;
+        let budget = &self.ctx.memory;
+        // Protection first: a shoot with a decision pending gets room before everyone.
+        let pending =
+            memory.decision_pending() || executor.decision_pending(&self.ctx, &self.namespace);
+        self.set_decision_pending(pending);
+        let claim = Claim {
+            pending,
+            slow_streak: memory.slow_streak,
+        };
+        let wait = memory_budget::admission_limit(cfg.probe_timeout, cfg.probe_interval);
+        let probed = match budget.admit(claim, wait).await {
             Err(refused) => Err(ProbeFailure::NoRunMemory(refused)),
             Ok(grant) => {
-                let admitted = Instant::now();
-                let probed = self
-                    .probe_within_budget(nodes_may_matter, Arc::new(grant), timeout)
-                    .await;
-                let on_the_shoot = probed
-                    .as_ref()
-                    .err()
-                    .is_some_and(ProbeFailure::on_the_shoot);
-                memory.standing = Standing::after_run(on_the_shoot, admitted.elapsed(), timeout);
+                // Asked once admitted, so the snapshot is as new as the run's: nodes can
+                // only change the outcome when a scale-down is building up, a zone was
+                // disrupted (its recovery event says how many of its leases are fresh), or the
+                // executor holds a decision (a target waits to be restored, see
+                // `leases_alone_suffice`, or a flow is queued or under way: the verdict must
+                // reach it even when every lease is fresh, to stop it).
+                let nodes_may_matter = memory.hysteresis.streaks().1 > 0
+                    || !memory.disrupted_zones.is_empty()
+                    || executor.decision_pending(&self.ctx, &self.namespace);
+                let grant = Arc::new(grant);
+                let probed = self.probe_within_budget(nodes_may_matter, &grant).await;
+                // The shoot's place in line: by how long it kept the run, in shoot time. A
+                // slow run that borrowed room and was reclaimed young says nothing of it.
+                if !matches!(
+                    probed,
+                    Err(ProbeFailure::NoRunMemory(NoRunMemory::Reclaimed { .. }))
+                ) {
+                    memory.slow_streak = memory_budget::slow_streak_after(
+                        memory.slow_streak,
+                        grant.shoot_time(),
+                        budget.prompt_limit(),
+                    );
+                }
                 probed
             }
         };
         match probed {
-            Err(failure) => self.report_failure(failure, &mut outcome, executor),
-            Ok(finding) => self.report_finding(finding, memory, restorable, executor),
+            Err(failure) => self.report_failure(failure, &mut outcome, memory, executor),
+            Ok(finding) => {
+                self.note_success(memory);
+                self.report_finding(finding, memory, executor);
+            }
         }
         outcome
     }
 
-    /// The probe of an admitted run. A trusted run that has not ended at its prompt limit is
-    /// slow: it moves into the suspect runs' share of the budget, or, when that share is
-    /// full, ends at once without a finding (`memory_budget`: slow shoots may not hold the
-    /// prompt ones' half). The probe only reads the shoot, so ending it leaves nothing
-    /// half-done.
+    /// The probe of an admitted run, until it ends or the budget ends it for room (a run in
+    /// flight past its prompt limit while others wait: `memory_budget`). The probe only reads
+    /// the shoot, so ending it leaves nothing half-done. Without a `probeTimeout` (zero or
+    /// less: no call deadline), the run is ended [`RUN_LIMIT_WITHOUT_TIMEOUT`] after its
+    /// admission.
     async fn probe_within_budget(
         &self,
         nodes_may_matter: bool,
-        grant: Arc<MemoryGrant>,
-        probe_timeout: Duration,
+        grant: &Arc<MemoryGrant>,
     ) -> Result<Finding, ProbeFailure> {
-        let probe = self.probe_shoot(nodes_may_matter, grant.clone());
-        tokio::pin!(probe);
-        if grant.is_suspect() {
-            return probe.await;
-        }
-        let prompt = memory_budget::prompt_limit(probe_timeout);
+        let unbounded = self.ctx.config.probe_timeout >= dwd_core::config::prober::NO_TIMEOUT;
+        let limit = if unbounded {
+            RUN_LIMIT_WITHOUT_TIMEOUT
+        } else {
+            // Each call has its own deadline; this one never comes first.
+            dwd_core::config::prober::NO_TIMEOUT
+        };
+        let probe = tokio::time::timeout(limit, self.probe_shoot(nodes_may_matter, grant));
         tokio::select! {
-            probed = &mut probe => probed,
-            () = tokio::time::sleep(prompt) => match grant.demote(prompt) {
-                Ok(()) => probe.await,
-                Err(no_room) => Err(ProbeFailure::NoRunMemory(no_room)),
-            },
+            probed = probe => probed.unwrap_or_else(|_| Err(ProbeFailure::ApiServer(Error::Timeout {
+                action: format!(
+                    "shoot {}: probe run (no probeTimeout is configured: a run is ended {} after its admission)",
+                    self.namespace,
+                    dwd_core::format_go_duration(RUN_LIMIT_WITHOUT_TIMEOUT)
+                ),
+                timeout: RUN_LIMIT_WITHOUT_TIMEOUT,
+            }))),
+            why = grant.ended_for_room() => Err(ProbeFailure::NoRunMemory(why)),
         }
+    }
+
+    /// Marks whether a decision is pending for this shoot (its runs get room first).
+    fn set_decision_pending(&self, pending: bool) {
+        let m = &self.ctx.metrics;
+        m.for_shoot(&self.series, |l| {
+            m.shoot_decision_pending
+                .get_or_create(l)
+                .set(i64::from(pending));
+        });
     }
 
     /// Reports what a run found, the one place that does (expired fractions, zone series and
     /// events, the run counter, the log line, the decision event), and hands the flow the
-    /// finding calls for, if any, over to `executor`. `restorable`: what the executor said
-    /// waits to be restored.
-    fn report_finding(
-        &self,
-        finding: Finding,
-        memory: &mut RunMemory,
-        restorable: Restorable,
-        executor: &Executor,
-    ) {
+    /// finding calls for, if any, over to `executor`.
+    fn report_finding(&self, finding: Finding, memory: &mut RunMemory, executor: &Executor) {
         let report = match finding {
             Finding::Report(report) => report,
             Finding::AllLeasesFresh { leases } => {
+                memory.expired_seen = false;
                 self.note_finding(executor, || {
                     format!("all {leases} node leases fresh: no scaling")
                 });
@@ -565,6 +720,7 @@ impl Probe {
             }
         };
         let threshold = report.threshold;
+        memory.expired_seen = report.expired > 0;
         self.set_expired_fraction(report.fraction.unwrap_or(0.0));
         self.ctx.metrics.set_zone_fractions(
             &self.series,
@@ -588,7 +744,7 @@ impl Probe {
                 decision = %report.decision, "{report}; no scaling this run");
             return;
         };
-        self.hand_over(&report, dir, scope, restorable, executor);
+        self.hand_over(&report, dir, scope, executor);
     }
 
     /// Hands the flow in `dir` over `scope` that `report`'s decision calls for over to
@@ -599,7 +755,6 @@ impl Probe {
         report: &LeaseReport,
         dir: Direction,
         scope: FlowScope,
-        restorable: Restorable,
         executor: &Executor,
     ) {
         // A removed probe's last run must not decide: its executor ends with it, and shadow
@@ -613,14 +768,17 @@ impl Probe {
             scope,
             reason: decision_reason(report),
         };
-        let decision = Decision {
-            flow: flow.clone(),
-            restorable,
-        };
+        let decision = Decision { flow: flow.clone() };
         let (targets, superseding) = match executor.take(&self.ctx, &self.namespace, decision) {
             Taken::Nothing(why) => {
                 debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
                     decision = %report.decision, action = %dir, %scope, "{report}; {why}");
+                return;
+            }
+            Taken::Superseded => {
+                info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
+                    threshold, action = %dir, %scope,
+                    "{report}; the targets are there already: the different flow handed over before is stopped before it changes anything more");
                 return;
             }
             Taken::Recorded => {
@@ -742,11 +900,11 @@ impl Probe {
     async fn probe_shoot(
         &self,
         nodes_may_matter: bool,
-        grant: Arc<MemoryGrant>,
+        grant: &MemoryGrant,
     ) -> Result<Finding, ProbeFailure> {
         let cfg = &self.ctx.config;
         let (client, version) = self
-            .shoot_client(&grant, nodes_may_matter)
+            .shoot_client(nodes_may_matter)
             .await
             .map_err(ProbeFailure::NoShootClient)?;
         let LeaseReads {
@@ -754,7 +912,7 @@ impl Probe {
             listed_at,
             nodes_at_once,
         } = self
-            .read_version_and_leases(&client, &grant, version == HttpVersion::Http2Only)
+            .read_version_and_leases(&client, grant, version == HttpVersion::Http2Only)
             .await?;
         if leases_alone_suffice(
             &leases,
@@ -769,7 +927,7 @@ impl Probe {
         }
         let nodes = match nodes_at_once {
             Some(nodes) => nodes,
-            None => self.list_nodes(&client, &grant).await,
+            None => self.list_nodes(&client, grant).await,
         };
         drop(client);
         let nodes = nodes.map_err(ProbeFailure::ShootList)?;
@@ -817,7 +975,12 @@ impl Probe {
         grant: &MemoryGrant,
         at_once: bool,
     ) -> Result<LeaseReads, ProbeFailure> {
-        let version = || self.shoot_call("GET /version", shoot_reads::apiserver_version(client));
+        let version = || {
+            self.shoot_call(
+                "GET /version",
+                shoot_reads::apiserver_version(client, Some(grant)),
+            )
+        };
         let list_leases = || {
             self.shoot_call(
                 "listing node leases",
@@ -857,14 +1020,13 @@ impl Probe {
             .await
     }
 
-    /// A client for this run only, from the secret's current kubeconfig; its responses are
-    /// charged to the run's `grant`. When the run wants to send its reads at once, the
+    /// A client for this run only, from the secret's current kubeconfig (the reads charge
+    /// what they hold to the run's grant). When the run wants to send its reads at once, the
     /// client speaks HTTP/2 only if the shoot's last `GET /version` with this kubeconfig came
     /// over HTTP/2 (so the reads share one connection from the start); which it got is
     /// returned with it.
     async fn shoot_client(
         &self,
-        grant: &Arc<MemoryGrant>,
         wants_reads_at_once: bool,
     ) -> Result<(Client, HttpVersion), Error> {
         let version = || {
@@ -914,7 +1076,7 @@ impl Probe {
         };
         let version = version();
         let client = prepared
-            .client(ResponseLimits::DEFAULT, Some(grant.clone()), version)
+            .client(ResponseLimits::DEFAULT, version)
             .map_err(|e| err(e.to_string()))?;
         Ok((client, version))
     }
@@ -1164,21 +1326,47 @@ mod tests {
     }
 
     #[test]
-    fn only_the_shoots_own_failures_make_it_suspect_for_the_memory_budget() {
-        let timeout = || Error::Timeout {
-            action: "shoot ns: GET /version".into(),
-            timeout: Duration::from_secs(10),
-        };
-        assert!(ProbeFailure::ApiServer(timeout()).on_the_shoot());
-        assert!(ProbeFailure::ShootList(timeout()).on_the_shoot());
-        // Other shoots held the room; the seed's caches are ours.
+    fn a_run_not_made_for_room_is_the_probers_and_a_repeated_failure_is_logged_once_then_summarised()
+     {
         let refused = crate::memory_budget::NoRunMemory::Admission {
             waited: Duration::from_secs(10),
             capacity: 1 << 20,
         };
-        assert!(!ProbeFailure::NoRunMemory(refused).on_the_shoot());
-        assert!(!ProbeFailure::MachinesNotSynced.on_the_shoot());
-        assert!(!ProbeFailure::SeedCachesNotSynced("secrets".into()).on_the_shoot());
+        let failure = ProbeFailure::NoRunMemory(refused);
+        assert_eq!(failure.category(), RunResult::NotMadeForRoom);
+        assert_eq!(failure.kind(), "no_room_in_time");
+        let config = dwd_core::ProberConfig::from_yaml(
+            "kubeConfigSecretName: s\ndependentResourceInfos:\n- ref: {apiVersion: apps/v1, kind: Deployment, name: kcm}\n  scaleUp: {level: 0}\n  scaleDown: {level: 0}\n",
+        )
+        .expect("config")
+        .config;
+        let mut memory = RunMemory::new(&config);
+        let t0 = Instant::now();
+        assert_eq!(
+            memory.note_failure("API server probe", t0),
+            FailureLog::First
+        );
+        let later = |s| t0 + Duration::from_secs(s);
+        assert_eq!(
+            memory.note_failure("API server probe", later(30)),
+            FailureLog::Repeat
+        );
+        assert_eq!(
+            memory.note_failure("API server probe", later(300)),
+            FailureLog::Summary {
+                runs: 3,
+                since: Duration::from_secs(300)
+            }
+        );
+        assert_eq!(
+            memory.note_failure("API server probe", later(330)),
+            FailureLog::Repeat
+        );
+        // Another way of failing is news again.
+        assert_eq!(
+            memory.note_failure("lease probe", later(360)),
+            FailureLog::First
+        );
     }
 
     #[test]

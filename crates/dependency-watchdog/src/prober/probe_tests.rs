@@ -709,6 +709,70 @@ async fn runs_keep_their_schedule_while_a_flow_waits_for_the_seed_and_a_recovery
     h.stop().await;
 }
 
+/// Takes the seed budget's one token through the probe's own (rate-limited) seed client, so
+/// the next write waits for the refill.
+async fn use_up_the_write_budget(h: &Harness) {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+        "deployments",
+    );
+    Api::<DynamicObject>::namespaced_with(h.ctx.seed.clone(), NS, &resource)
+        .get("kcm")
+        .await
+        .expect("a read that takes the token");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_scale_down_of_a_shoot_whose_leases_are_fresh_again_before_its_first_write_writes_nothing()
+ {
+    // One write every 40 s, the token taken at 25 s: the scale-down decided at 30 s waits
+    // for the seed's budget (its first write could go at 65 s).
+    let h = Harness::launch(STEADY, GRACE, [EXPIRED; 3], Mode::Normal, Some((0.025, 1))).await;
+    h.until(secs(25)).await;
+    use_up_the_write_budget(&h).await;
+    h.until(secs(35)).await;
+    h.assert_no_writes();
+    // The kubelets renew before the flow wrote anything: the run at 40 s finds every lease
+    // fresh. Nothing waits to be restored, yet its verdict stops the queued scale-down.
+    h.renew(&["n1", "n2", "n3"]);
+    h.until(secs(125)).await;
+    h.assert_no_writes();
+    assert_eq!(h.replicas("kcm"), json!(2));
+    assert_eq!(h.replicas("mcm"), json!(2));
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_restore_of_a_shoot_whose_leases_expired_again_writes_nothing() {
+    // The shoot was scaled down before (marked, at 0, 2 recorded) and its leases are fresh:
+    // the run at 30 s decides to restore, and the flow waits for the seed's budget.
+    let h = Harness::launch(STEADY, GRACE, [FRESH; 3], Mode::Normal, Some((0.025, 1))).await;
+    for name in ["kcm", "mcm"] {
+        h.act_on(
+            name,
+            0,
+            json!({MELTDOWN_ANNOTATION: "", REPLICAS_ANNOTATION: "2"}),
+        )
+        .await;
+    }
+    let before = h.seed.writes().len();
+    h.until(secs(25)).await;
+    use_up_the_write_budget(&h).await;
+    // The leases expire again before the restore wrote: the run at 40 s decides to scale
+    // down. Every target is down already, yet the verdict stops the queued restore, so kcm
+    // is not brought back while the kubelets are cut off.
+    h.until(secs(35)).await;
+    for node in ["n1", "n2", "n3"] {
+        h.shoot.insert("leases", lease(node, EXPIRED));
+    }
+    h.until(secs(125)).await;
+    let writes = h.seed.writes();
+    assert_eq!(writes.len(), before, "{:?}", &writes[before..]);
+    assert_eq!(h.replicas("kcm"), json!(0));
+    assert_eq!(h.replicas("mcm"), json!(0));
+    h.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_healthy_shoot_whose_running_targets_keep_the_references_records_needs_nothing() {
     let h = Harness::steady([FRESH; 3], Mode::Normal).await;
@@ -915,17 +979,47 @@ async fn in_shadow_mode_nodes_are_listed_while_we_would_have_the_shoot_scaled_do
 #[path = "interleavings_tests.rs"]
 mod interleavings;
 
-#[tokio::test(start_paused = true)]
-async fn a_slow_run_ends_at_its_prompt_limit_when_the_slow_half_is_full_and_its_shoot_stays_suspect()
- {
-    use crate::memory_budget::{BudgetMetrics, RUN_RESERVE, Standing};
-    // Room for two runs; the slow runs' half (one run) held by another shoot's slow run.
+/// A pool of room for `runs` runs, the prompt limit of [`STEADY`]'s 5 s probe timeout.
+fn memory_for(runs: u64) -> (Arc<MemoryBudget>, crate::memory_budget::BudgetMetrics) {
+    use crate::memory_budget::{BudgetMetrics, RUN_RESERVE, prompt_limit};
     let metrics = BudgetMetrics::default();
-    let memory = MemoryBudget::new(2 * RUN_RESERVE, metrics.clone());
-    let held = memory
-        .admit(Standing::Suspect, Duration::ZERO)
-        .await
-        .expect("the slow half");
+    let memory = MemoryBudget::new(
+        runs * RUN_RESERVE,
+        prompt_limit(secs(5)),
+        Arc::default(),
+        metrics.clone(),
+    );
+    (memory, metrics)
+}
+
+/// Another shoot's run that holds room until it is ended for room (or the test drops it).
+fn other_run(grant: crate::memory_budget::MemoryGrant) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        grant.ended_for_room().await;
+        drop(grant);
+    })
+}
+
+/// Runs of `NS` counted with `result`.
+fn runs_with(h: &Harness, result: RunResult) -> u64 {
+    h.metrics
+        .probe_runs
+        .get_or_create(&RunLabels { result })
+        .get()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_in_flight_past_its_prompt_limit_is_ended_for_a_waiting_run_which_scales_down() {
+    use crate::memory_budget::{CauseLabels, Claim, NotMadeCause};
+    // Room for one run, taken at 0 s by another shoot's run that never ends on its own (its
+    // apiserver hangs).
+    let (memory, metrics) = memory_for(1);
+    let hanging = other_run(
+        memory
+            .admit(Claim::default(), Duration::ZERO)
+            .await
+            .expect("room for one"),
+    );
     let h = Harness::launch_in(
         STEADY,
         GRACE,
@@ -935,47 +1029,37 @@ async fn a_slow_run_ends_at_its_prompt_limit_when_the_slow_half_is_full_and_its_
         memory.clone(),
     )
     .await;
-    // The shoot answers in 4 s: within its 5 s probeTimeout, past its 2.5 s prompt limit.
-    h.shoot.lock().delays.push(("/version", secs(4)));
-    h.until(secs(33)).await;
-    // The first run (30 s, trusted) was ended at 32.5 s, before its answer: nothing scaled.
-    assert_eq!(metrics.slow_refusals.get(), 1);
-    assert!(h.shoot_calls("/version").is_empty());
-    // Suspect now: its runs (40.5 and 53.5 s: each run took more than a fifth of the interval,
-    // so the next comes 10 s - 2 s after its end, §2.4) wait 5 s for the slow half and are
-    // refused; a refusal keeps the shoot suspect, so no run of it takes the prompt runs' half,
-    // which has room all along.
-    h.until(secs(70)).await;
-    assert_eq!(
-        (
-            metrics.slow_refusals.get(),
-            metrics.admission_refusals.get()
-        ),
-        (1, 2),
-        "(ended slow, refused for room)"
-    );
-    h.assert_no_writes();
-    // The other slow run ends at 70 s: the run waiting since 66.5 s gets the slow half at
-    // once, asks, is answered 4 s later, and the scale-down is handed over.
-    drop(held);
-    // 104 s: between runs (70-74, 82-86, 94-98, 106-110 s), so no run holds room.
-    h.until(secs(104)).await;
-    assert_eq!(
-        h.shoot_calls("/version").first().map(|c| c.0),
-        Some(secs(70))
-    );
-    assert!(!h.scaling_writes().is_empty(), "{:?}", h.scaling_writes());
+    // The shoot's first run (30 s) waits: the hanging run, past its 2.5 s prompt limit, is
+    // ended for it at once, and the run probes and hands the scale-down over.
+    h.until(secs(35)).await;
+    assert!(hanging.is_finished());
+    assert_eq!(h.shoot_calls("/version"), calls(&[(30, 200)]));
+    assert_eq!(h.scaling_writes(), scaled_down_at(secs(30)));
+    let ended = metrics
+        .not_made
+        .get_or_create(&CauseLabels {
+            cause: NotMadeCause::EndedForRoom,
+        })
+        .get();
+    assert_eq!(ended, 1);
     assert_eq!(memory.held(), 0, "every run's hold returned");
     h.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothing() {
-    use crate::memory_budget::{BudgetMetrics, RUN_RESERVE, Standing};
-    // Room for one run, held by another shoot's run (a slow one) until 62 s.
-    let memory = MemoryBudget::new(RUN_RESERVE, BudgetMetrics::default());
+    use crate::memory_budget::Claim;
+    // Room for one run, held until 58 s by another shoot's run with a decision pending (it
+    // is not ended for a run of a lower level).
+    let (memory, _) = memory_for(1);
     let held = memory
-        .admit(Standing::Trusted, Duration::ZERO)
+        .admit(
+            Claim {
+                pending: true,
+                slow_streak: 0,
+            },
+            Duration::ZERO,
+        )
         .await
         .expect("room for one");
     let h = Harness::launch_in(
@@ -991,22 +1075,30 @@ async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothin
     // Every lease expired, but no run got room within its 5 s probe timeout (the runs of
     // 30 and 43 s, refused at 35 and 48 s: each took 5 s, so the next comes 10 s - 2 s after
     // its end, §2.4; the one of 56 s still waiting): nothing sent to the shoot, nothing
-    // scaled; each counted as a failed run.
+    // scaled; each counted as the prober's (not made for room), not as the shoot's failure,
+    // and the shoot is shown waiting for room.
     assert!(h.shoot_calls("/version").is_empty());
     h.assert_no_writes();
-    let failures = h
-        .metrics
-        .probe_runs
-        .get_or_create(&RunLabels {
-            result: RunResult::ApiServerProbeFailed,
-        })
-        .get();
     assert_eq!(
-        failures, 2,
+        runs_with(&h, RunResult::NotMadeForRoom),
+        2,
         "runs at 30 and 43 s refused (56 s still waiting)"
     );
-    // The slow run ends: the waiting run gets the room at once (trusted still: a run refused
-    // for room is not the shoot's doing), probes and hands the scale-down over.
+    assert_eq!(runs_with(&h, RunResult::ApiServerProbeFailed), 0);
+    let shoot = crate::metrics::ShootLabels { shoot: NS.into() };
+    assert_eq!(
+        h.metrics
+            .api_server_probe_failures
+            .get_or_create(&shoot)
+            .get(),
+        0
+    );
+    assert_eq!(
+        h.metrics.shoot_waiting_for_room.get_or_create(&shoot).get(),
+        1
+    );
+    // The other run ends: the waiting run gets the room at once (a run refused for room
+    // leaves its shoot's place in line as it was), probes and hands the scale-down over.
     drop(held);
     h.until(secs(60)).await;
     assert_eq!(
@@ -1016,5 +1108,9 @@ async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothin
     h.until(secs(90)).await;
     assert!(!h.scaling_writes().is_empty(), "{:?}", h.scaling_writes());
     assert_eq!(memory.held(), 0, "every run's hold returned");
+    assert_eq!(
+        h.metrics.shoot_waiting_for_room.get_or_create(&shoot).get(),
+        0
+    );
     h.stop().await;
 }

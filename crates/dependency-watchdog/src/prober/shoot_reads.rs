@@ -5,16 +5,14 @@
 //! client ([`crate::kube_client::ResponseLimits`]). [`node_leases`] and [`nodes`] are the lease
 //! probe's two reads, for the prober and `explain` alike.
 
-use std::fmt;
-use std::marker::PhantomData;
-
 use dwd_core::lease::{NodeLeaseView, NodeView};
 use http_body_util::BodyExt;
 use kube::Client;
 use kube::api::ListParams;
 use kube::core::Status;
-use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de;
 
+use super::page_stream::{MAX_ITEM_BYTES, PageSplitter, SplitError};
 use super::slim::{Listed, NodeLease, ProbedNode};
 use crate::memory_budget::MemoryGrant;
 
@@ -56,6 +54,7 @@ pub(crate) async fn list_all<L: Listed>(
             let bytes = views[before..].iter().map(L::view_bytes).sum::<u64>();
             grant
                 .charge(bytes)
+                .await
                 .map_err(|e| kube::Error::Service(Box::new(e)))?;
         }
         match continue_token.filter(|c| !c.is_empty()) {
@@ -70,6 +69,12 @@ pub(crate) async fn list_all<L: Listed>(
 }
 
 /// Reads one page of `request`'s list with `params` into `views`; its `continue` token.
+///
+/// The page is decoded as its body streams in ([`PageSplitter`]): each item is decoded into
+/// its view as soon as its last byte has arrived, and the run holds the frame being read and
+/// the one item being received, never the page (a page of 100 real Nodes is 1-3 MiB; its
+/// views a few tens of KiB). The frame and what the splitter keeps are charged to the run's
+/// `grant` as they are read and returned once decoded.
 async fn read_page<L: Listed>(
     shoot: &Client,
     request: &kube::core::Request,
@@ -84,29 +89,110 @@ async fn read_page<L: Listed>(
         .send(http_request.map(kube::client::Body::from))
         .await?;
     let status = response.status();
-    let body = response.into_body().collect().await?.to_bytes();
+    let mut body = response.into_body();
     if status.is_client_error() || status.is_server_error() {
+        let body = read_body(body, grant).await?;
+        let _release = Released {
+            grant,
+            bytes: body.len() as u64,
+        };
         return Err(api_error(status, &body));
     }
-    let mut decoder = serde_json::Deserializer::from_slice(&body);
-    let seed = PageSeed::<L> {
-        views,
-        limit: page_size as usize,
-        item: PhantomData,
-    };
-    let continue_token = seed
-        .deserialize(&mut decoder)
-        .and_then(|token| decoder.end().map(|()| token))
-        .map_err(kube::Error::SerdeError);
-    // The body is decoded (or failed to): its bytes go back to the pool, its views are
-    // charged by the caller.
-    let length = body.len() as u64;
-    drop(decoder);
-    drop(body);
-    if let Some(grant) = grant {
-        grant.release_response(length);
+    let mut splitter = PageSplitter::new(MAX_ITEM_BYTES);
+    let mut items = 0usize;
+    // What the splitter holds, as charged to the grant (returned when the page is read).
+    let mut kept = Released { grant, bytes: 0 };
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        charge(grant, data.len()).await?;
+        let frame = Released {
+            grant,
+            bytes: data.len() as u64,
+        };
+        splitter
+            .feed(&data, |item| {
+                items += 1;
+                if items > page_size as usize {
+                    return Err(<serde_json::Error as de::Error>::custom(format!(
+                        "the page holds more than the {page_size} items asked for"
+                    )));
+                }
+                if let Some(view) = serde_json::from_slice::<L>(item)?.into_view() {
+                    views.push(view);
+                }
+                Ok(())
+            })
+            .map_err(page_error)?;
+        drop(data);
+        drop(frame);
+        let held = splitter.held_bytes() as u64;
+        if held > kept.bytes {
+            charge(grant, (held - kept.bytes) as usize).await?;
+        } else if let Some(grant) = grant {
+            grant.release_response(kept.bytes - held);
+        }
+        kept.bytes = held;
     }
-    continue_token
+    splitter.finish().map_err(|error| match error {
+        SplitError::Metadata { source, .. } => kube::Error::SerdeError(source),
+        other => kube::Error::SerdeError(<serde_json::Error as de::Error>::custom(other)),
+    })
+}
+
+/// A page that could not be split or whose item could not be decoded: serde's error for an
+/// item (as decoding the whole page reported it), else the splitter's.
+fn page_error(error: SplitError<serde_json::Error>) -> kube::Error {
+    match error {
+        SplitError::Item { source, .. } => kube::Error::SerdeError(source),
+        SplitError::Metadata { source, .. } => kube::Error::SerdeError(source),
+        other => kube::Error::SerdeError(<serde_json::Error as de::Error>::custom(other)),
+    }
+}
+
+/// A whole (small) response body, each frame charged to the run's `grant` as it is read (the
+/// client's limits bound its size); the caller releases the charge once done with it
+/// ([`Released`]).
+async fn read_body(
+    mut body: kube::client::Body,
+    grant: Option<&MemoryGrant>,
+) -> kube::Result<bytes::Bytes> {
+    let mut whole = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        charge(grant, data.len()).await?;
+        whole.extend_from_slice(&data);
+    }
+    Ok(whole.freeze())
+}
+
+/// Charges `bytes` of a response being read to the run's `grant`; a refusal fails the read.
+async fn charge(grant: Option<&MemoryGrant>, bytes: usize) -> kube::Result<()> {
+    let Some(grant) = grant else {
+        return Ok(());
+    };
+    grant
+        .charge_response(bytes as u64)
+        .await
+        .map_err(|e| kube::Error::Service(Box::new(e)))
+}
+
+/// Returns a read's charged response bytes to the run's grant when dropped.
+struct Released<'a> {
+    grant: Option<&'a MemoryGrant>,
+    bytes: u64,
+}
+
+impl Drop for Released<'_> {
+    fn drop(&mut self) {
+        if let Some(grant) = self.grant {
+            grant.release_response(self.bytes);
+        }
+    }
 }
 
 /// The error of an answer with a 4xx or 5xx status, as kube makes it: the body's `Status` if
@@ -123,127 +209,25 @@ fn api_error(status: http::StatusCode, body: &[u8]) -> kube::Error {
     kube::Error::Api(status.boxed())
 }
 
-/// Decodes a list page (`{"metadata": {"continue": …}, "items": […]}`), appending the views
-/// of its named items to `views`; its value is the `continue` token.
-struct PageSeed<'a, L: Listed> {
-    views: &'a mut Vec<L::View>,
-    /// The page size asked for: more items fail the page.
-    limit: usize,
-    item: PhantomData<L>,
-}
-
-impl<'de, L: Listed> DeserializeSeed<'de> for PageSeed<'_, L> {
-    type Value = Option<String>;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, decoder: D) -> Result<Self::Value, D::Error> {
-        decoder.deserialize_map(self)
-    }
-}
-
-impl<'de, L: Listed> Visitor<'de> for PageSeed<'_, L> {
-    type Value = Option<String>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list page")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        #[derive(serde::Deserialize)]
-        struct ListMeta {
-            #[serde(rename = "continue")]
-            continue_: Option<String>,
-        }
-        let mut continue_token = None;
-        let mut items = Some(ItemsSeed::<L> {
-            views: self.views,
-            limit: self.limit,
-            item: PhantomData,
-        });
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            match key.as_ref() {
-                "metadata" => {
-                    continue_token = map
-                        .next_value::<Option<ListMeta>>()?
-                        .and_then(|m| m.continue_);
-                }
-                "items" => match items.take() {
-                    Some(seed) => map.next_value_seed(seed)?,
-                    None => return Err(de::Error::duplicate_field("items")),
-                },
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(continue_token)
-    }
-}
-
-/// Decodes a page's `items`, appending the views of the named ones (see [`PageSeed`]).
-struct ItemsSeed<'a, L: Listed> {
-    views: &'a mut Vec<L::View>,
-    limit: usize,
-    item: PhantomData<L>,
-}
-
-impl<'de, L: Listed> DeserializeSeed<'de> for ItemsSeed<'_, L> {
-    type Value = ();
-
-    fn deserialize<D: de::Deserializer<'de>>(self, decoder: D) -> Result<(), D::Error> {
-        decoder.deserialize_option(self)
-    }
-}
-
-impl<'de, L: Listed> Visitor<'de> for ItemsSeed<'_, L> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of items")
-    }
-
-    /// `"items": null`, which an apiserver sends for an empty list.
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_some<D: de::Deserializer<'de>>(self, decoder: D) -> Result<(), D::Error> {
-        decoder.deserialize_seq(self)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let mut count = 0usize;
-        while let Some(item) = seq.next_element::<L>()? {
-            count += 1;
-            if count > self.limit {
-                return Err(de::Error::custom(format!(
-                    "the page holds more than the {} items asked for",
-                    self.limit
-                )));
-            }
-            if let Some(view) = item.into_view() {
-                self.views.push(view);
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The API-server probe: `GET /version`, its answer decoded as kube's
 /// `Client::apiserver_version` decodes it (a body that is not a version fails the probe); its
 /// value is the HTTP version the answer came over (HTTP/2: requests sent at once can share
 /// the connection).
-pub(crate) async fn apiserver_version(shoot: &Client) -> kube::Result<http::Version> {
+pub(crate) async fn apiserver_version(
+    shoot: &Client,
+    grant: Option<&MemoryGrant>,
+) -> kube::Result<http::Version> {
     let request = http::Request::get("/version")
         .body(kube::client::Body::empty())
         .map_err(kube::Error::HttpError)?;
     let response = shoot.send(request).await?;
     let version = response.version();
     let status = response.status();
-    let body = response.into_body().collect().await?.to_bytes();
+    let body = read_body(response.into_body(), grant).await?;
+    let _release = Released {
+        grant,
+        bytes: body.len() as u64,
+    };
     if status.is_client_error() || status.is_server_error() {
         return Err(api_error(status, &body));
     }
@@ -446,7 +430,7 @@ mod tests {
     #[tokio::test]
     async fn the_views_of_each_page_are_charged_to_the_runs_grant() {
         use crate::memory_budget::{
-            BudgetMetrics, MemoryBudget, NoRunMemory, RUN_FLOOR, RUN_RESERVE, Standing,
+            BudgetMetrics, Claim, MemoryBudget, NoRunMemory, PROMPT_WITHIN, RUN_FLOOR, RUN_RESERVE,
         };
         let shoot = fake_shoot(|request_line| {
             if request_line.contains("continue=next") {
@@ -456,19 +440,25 @@ mod tests {
             }
         })
         .await;
-        let budget = MemoryBudget::new(4 * RUN_RESERVE, BudgetMetrics::default());
+        let budget = MemoryBudget::new(
+            4 * RUN_RESERVE,
+            PROMPT_WITHIN,
+            std::sync::Arc::default(),
+            BudgetMetrics::default(),
+        );
         let grant = budget
-            .admit(Standing::Trusted, std::time::Duration::from_secs(1))
+            .admit(Claim::default(), std::time::Duration::from_secs(1))
             .await
             .expect("room");
         // Spend the floor, so what the views are charged shows as held.
-        grant.charge(RUN_FLOOR).expect("the floor");
+        grant.charge(RUN_FLOOR).await.expect("the floor");
         let leases = node_leases(&shoot, Some(&grant)).await.expect("two pages");
         let view_bytes: u64 = leases.iter().map(NodeLease::view_bytes).sum();
         assert_eq!(budget.held(), RUN_RESERVE + view_bytes);
         // A list whose views the budget can't hold fails the read.
         grant
             .charge(3 * RUN_RESERVE - view_bytes)
+            .await
             .expect("the rest of the pool");
         let error = node_leases(&shoot, Some(&grant))
             .await
