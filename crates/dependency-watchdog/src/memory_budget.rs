@@ -17,32 +17,39 @@
 //! So the runs in flight never hold more than `P`, however many shoots are slow or send fat
 //! answers; README ("Memory: one limit") states the whole formula.
 //!
-//! **Who gets room first** (docs/behaviour.md §2.6, the protection bound; docs/architecture.md
+//! **Who gets room first** (docs/behaviour.md §2.21, the protection bound; docs/architecture.md
 //! "Admission" for the alternatives rejected). The budget must never cost a shoot in outage
-//! its scale-down or its restore. Like Kubernetes' API Priority and Fairness, runs ask for
-//! room at a [`Level`], and a level's waiters are served before the next level's:
+//! its scale-down or its restore, and no tenant may buy room by looking urgent. A run waits in
+//! one line, ordered by what its shoot did and needs ([`Claim`]):
 //!
-//! 1. [`Level::Pending`]: a decision is pending for the shoot (leases were expired at its last
-//!    finding, a scale-down streak is building, a zone is disrupted, a target waits to be
-//!    restored, a flow is queued or under way). First in line; its charges wait for room
-//!    instead of failing, so its run is never refused for bytes its apiserver sends in time.
-//! 2. [`Level::Prompt`]: the shoot's runs have ended within the prompt limit lately.
-//! 3. [`Level::Slow`]: its last run did not end within the prompt limit. Slow runs hold at
-//!    most half the pool of their own; beyond it they only borrow room nobody else waits for.
+//! 1. fewer slow runs among its shoot's last [`REMEMBERED_RUNS`] first ([`SlowHistory`]): a
+//!    run is *slow* when it did not end within the prompt limit `F` ([`prompt_limit`]: half
+//!    the `probeTimeout`, at most 5 s, in shoot time); a shoot that hangs is behind every
+//!    shoot that answers, whatever else it claims, and one that was slow once among many
+//!    prompt runs is ahead of one that is slow every time;
+//! 2. then a shoot with a decision pending before one without (its leases were expired at its
+//!    last finding, a scale-down streak is building, a zone is disrupted, a target waits to be
+//!    restored, a flow is queued or under way): protection first;
+//! 3. then a charge of a run in flight before an admission, then first come, first served (a
+//!    shoot whose run was not made for room keeps its place: [`Claim::ticket`]).
 //!
-//! Within a level, shoots that have been slow fewer runs in a row go first, then first come,
-//! first served. What the levels order is who gets room that is free; what makes room free in
-//! a bounded time is the **prompt limit** `F` ([`prompt_limit`]: half the `probeTimeout`, at
-//! most 5 s): while a run waits, room is taken back ("ended for room") from
+//! A run with a decision pending also waits in that line for the bytes it reads (it is never
+//! refused for bytes its apiserver sends in time); any other run takes what is free or fails.
+//! Runs whose shoot was slow last time hold at most half of the pool of their own; beyond it
+//! they borrow only while no prompt run waits.
 //!
-//! - a slow run that borrows (past the slow runs' half), at once, for a waiter of a higher
-//!   level;
-//! - else any run of the waiter's level or a lower one that has been in flight longer than
-//!   `F`: lowest level first, then the longest slow streak, then the oldest.
+//! What makes room free in a bounded time is `F`: while a run waits, room is taken back
+//! ("ended for room") from
+//!
+//! - a slow run that borrows past the slow runs' half, at once, for a waiter that is not slow;
+//! - else a run that has been in flight longer than `F` (slow now: judged with one more slow
+//!   run in its shoot's streak) and not ahead of the waiter in line so judged: the last in
+//!   line first, then the oldest.
 //!
 //! A run younger than `F` is never ended for room, so a waiter finds room within `F` of
 //! arriving when fewer runs wait ahead of it than the pool holds (`P / RUN_RESERVE` runs),
-//! whatever the other shoots do: a shoot that hangs holds room at most `F` while anyone waits.
+//! whatever the shoots behind it do: a shoot that hangs holds room at most `F` while anyone
+//! waits, and falls behind every prompt shoot after its first slow run.
 //!
 //! **Shoot time.** "In flight longer than `F`" is measured on the [`LagClock`]: wall time less
 //! the time this process could not run its tasks (a CPU-starved prober, a throttled cgroup).
@@ -111,11 +118,11 @@ pub fn admission_limit(probe_timeout: Duration, probe_interval: Duration) -> Dur
     probe_timeout
 }
 
-/// Longest slow streak the waiting order tells apart: a shoot slow 8 runs in a row is as slow
-/// as one slow 800 in a row.
-const STREAK_ORDER_CAP: u32 = 8;
+/// How many of a shoot's last runs its place in line remembers ([`SlowHistory`]).
+pub const REMEMBERED_RUNS: u32 = 8;
 
-/// Where a run waits for room (see the module documentation): lower levels first.
+/// What a waiting run is, for the metrics (`dwd_prober_run_memory_waiting_runs{level}`): its
+/// place in line is its [`Claim`]'s rank (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Level {
     /// A decision is pending for the shoot.
@@ -137,37 +144,61 @@ impl Level {
     }
 }
 
-/// What the budget is told about a run's shoot when the run asks for room.
+/// Which of a shoot's last [`REMEMBERED_RUNS`] admitted runs were slow (did not end within
+/// the prompt limit, in shoot time), newest in the lowest bit. A shoot's place in line: a
+/// shoot that hangs has every bit set after a few runs, one that was slow once among many
+/// prompt runs has one, and a new shoot none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Claim {
-    /// A decision is pending for the shoot ([`Level::Pending`]).
-    pub pending: bool,
-    /// The shoot's runs in a row that did not end within the prompt limit ([`slow_streak_after`]).
-    pub slow_streak: u32,
-}
+pub struct SlowHistory(u8);
 
-impl Claim {
-    /// The level the run waits at.
-    pub fn level(&self) -> Level {
-        if self.pending {
-            Level::Pending
-        } else if self.slow_streak == 0 {
-            Level::Prompt
-        } else {
-            Level::Slow
-        }
+impl SlowHistory {
+    /// The history after a run that took `shoot_time` (from admission to its end, on the
+    /// [`LagClock`]): slow when it did not end within `prompt_limit`, whatever its result (a
+    /// quick failure holds no room). A run that was not admitted adds nothing (waiting is not
+    /// the shoot's doing).
+    pub fn after(self, shoot_time: Duration, prompt_limit: Duration) -> SlowHistory {
+        SlowHistory((self.0 << 1) | u8::from(shoot_time >= prompt_limit))
+    }
+
+    /// A history whose newest `slow` runs were slow (tests, tools).
+    pub fn of_slow_runs(slow: u32) -> SlowHistory {
+        SlowHistory(u8::try_from((1u16 << slow.min(REMEMBERED_RUNS)) - 1).unwrap_or(u8::MAX))
+    }
+
+    /// Slow runs among the last remembered.
+    pub fn slow_runs(self) -> u32 {
+        self.0.count_ones()
+    }
+
+    /// Whether the last run was slow.
+    pub fn last_slow(self) -> bool {
+        self.0 & 1 == 1
     }
 }
 
-/// A shoot's slow streak after a run that took `shoot_time` (from admission to its end, on
-/// the [`LagClock`]): one more when the run did not end within `prompt_limit`, whatever its
-/// result; 0 when it did, a quick failure included (a refused connection holds no room). A
-/// run that was not admitted leaves the streak as it was (waiting is not the shoot's doing).
-pub fn slow_streak_after(streak: u32, shoot_time: Duration, prompt_limit: Duration) -> u32 {
-    if shoot_time >= prompt_limit {
-        streak.saturating_add(1)
-    } else {
-        0
+/// What the budget is told about a run's shoot when the run asks for room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Claim {
+    /// A decision is pending for the shoot.
+    pub pending: bool,
+    /// Which of the shoot's last runs were slow.
+    pub history: SlowHistory,
+    /// The shoot's place among equals: a run not made for room keeps the ticket of the first
+    /// one ([`MemoryBudget::ticket`]), so a shoot does not fall to the back of its rank each
+    /// time it is refused; `None`: arrival order.
+    pub ticket: Option<u64>,
+}
+
+impl Claim {
+    /// What the run is, for the metrics.
+    pub fn level(&self) -> Level {
+        if self.pending {
+            Level::Pending
+        } else if self.history.last_slow() {
+            Level::Slow
+        } else {
+            Level::Prompt
+        }
     }
 }
 
@@ -414,13 +445,52 @@ pub struct MemoryBudget {
     lag: Arc<LagClock>,
     state: Mutex<State>,
     metrics: BudgetMetrics,
+    /// Runs not made for room since the last log line about it (never held with `state`'s
+    /// lock taken after it).
+    short: Mutex<Shortage>,
+}
+
+/// How often a budget that stays short is summarised in the log.
+pub const SHORTAGE_SUMMARY_EVERY: Duration = Duration::from_secs(300);
+
+/// Runs not made for room since the budget's last log line about it: the shortage is the
+/// prober's, logged once at warn when it begins and summarised every
+/// [`SHORTAGE_SUMMARY_EVERY`] while it lasts (not once per shoot and run).
+#[derive(Debug, Default)]
+struct Shortage {
+    logged_at: Option<Instant>,
+    counts: BTreeMap<&'static str, u64>,
+}
+
+/// A run's place in line, and whose runs it may end for room: fewer slow runs of its shoot's
+/// last [`REMEMBERED_RUNS`] first, then a decision pending before none (see the module
+/// documentation). Smaller goes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Rank {
+    /// Slow runs among the shoot's last remembered.
+    slow: u32,
+    /// 0 with a decision pending, 1 without.
+    not_pending: u8,
+}
+
+impl Claim {
+    fn rank(&self) -> Rank {
+        Rank {
+            slow: self.history.slow_runs(),
+            not_pending: u8::from(!self.pending),
+        }
+    }
+
+    /// Whether the run counts against the slow runs' share: its shoot's last run was slow.
+    fn slow(&self) -> bool {
+        self.history.last_slow()
+    }
 }
 
 /// A run in flight.
 #[derive(Debug)]
 struct InFlight {
-    level: Level,
-    slow_streak: u32,
+    claim: Claim,
     admitted: Instant,
     lag_at_admission: Duration,
     /// Bytes it holds: its reserve and what it was charged past it.
@@ -432,8 +502,28 @@ struct InFlight {
     ended_because: Option<NoRunMemory>,
 }
 
-/// A waiter's place in line: level, capped slow streak, arrival.
-type WaitKey = (Level, u32, u64);
+/// A waiter's place in line: its rank, a charge before an admission of the same rank (a run
+/// in flight finishing frees its room sooner), its ticket (or arrival), then arrival (unique).
+type WaitKey = (Rank, u8, u64, u64);
+
+/// Who waits for room.
+#[derive(Debug)]
+enum Waiter {
+    /// A run to admit: its claim; told its id once admitted.
+    Admission(Claim, oneshot::Sender<u64>),
+    /// A charge of a run in flight with a decision pending: the run, the bytes; told once
+    /// charged.
+    Charge(u64, u64, oneshot::Sender<()>),
+}
+
+impl Waiter {
+    fn need(&self) -> u64 {
+        match self {
+            Waiter::Admission(..) => RUN_RESERVE,
+            Waiter::Charge(_, bytes, _) => *bytes,
+        }
+    }
+}
 
 /// Everything the pool knows, under one lock.
 #[derive(Debug, Default)]
@@ -447,11 +537,8 @@ struct State {
     /// Of which by slow runs told to end.
     slow_reclaiming: u64,
     runs: HashMap<u64, InFlight>,
-    /// Admissions waiting, in the order they are served.
-    admissions: BTreeMap<WaitKey, oneshot::Sender<u64>>,
-    /// Charges of pending runs waiting for room (served before any admission), by arrival:
-    /// (run, bytes, wake).
-    charges: BTreeMap<u64, (u64, u64, oneshot::Sender<()>)>,
+    /// Who waits, in the order they are served.
+    line: BTreeMap<WaitKey, Waiter>,
     next: u64,
 }
 
@@ -463,6 +550,11 @@ impl State {
     fn take_next(&mut self) -> u64 {
         self.next += 1;
         self.next
+    }
+
+    /// Whether a waiter that is not slow waits (slow runs then borrow nothing).
+    fn prompt_waits(&self) -> bool {
+        self.line.keys().next().is_some_and(|k| k.0.slow == 0)
     }
 }
 
@@ -486,6 +578,7 @@ impl MemoryBudget {
             lag,
             state: Mutex::new(State::default()),
             metrics,
+            short: Mutex::default(),
         })
     }
 
@@ -515,6 +608,12 @@ impl MemoryBudget {
         &self.lag
     }
 
+    /// A place among equals for a shoot's runs ([`Claim::ticket`]): later than every ticket
+    /// and arrival before it.
+    pub fn ticket(&self) -> u64 {
+        self.lock().take_next()
+    }
+
     /// Bytes held by runs in flight now.
     pub fn held(&self) -> u64 {
         self.lock().held
@@ -539,7 +638,7 @@ impl MemoryBudget {
     }
 
     /// Admits a run of a shoot as `claim` says: waits at most `wait` for its
-    /// [`RUN_RESERVE`], in line by level (see the module documentation). While it waits, room
+    /// [`RUN_RESERVE`], in line by rank (see the module documentation). While it waits, room
     /// is taken back from runs in flight past their prompt limit.
     pub async fn admit(
         self: &Arc<Self>,
@@ -550,20 +649,16 @@ impl MemoryBudget {
         let deadline = Instant::now() + wait;
         let (key, granted) = {
             let mut state = self.lock();
-            let ahead = !state.charges.is_empty()
-                || state.admissions.keys().next().is_some_and(|k| k.0 <= level);
-            if !ahead && self.room_for(&state, level) {
+            let seq = state.take_next();
+            let key = (claim.rank(), 1, claim.ticket.unwrap_or(seq), seq);
+            let ahead = state.line.keys().next().is_some_and(|k| *k < key);
+            if !ahead && self.room_for(&state, claim) {
                 let id = self.start_run(&mut state, claim);
                 drop(state);
-                return Ok(self.grant(id, level));
+                return Ok(self.grant(id, claim));
             }
             let (tx, rx) = oneshot::channel();
-            let key = (
-                level,
-                claim.slow_streak.min(STREAK_ORDER_CAP),
-                state.take_next(),
-            );
-            state.admissions.insert(key, tx);
+            state.line.insert(key, Waiter::Admission(claim, tx));
             self.metrics
                 .waiting
                 .get_or_create(&LevelLabels { level })
@@ -579,13 +674,13 @@ impl MemoryBudget {
             left: false,
         };
         loop {
-            let recheck = self.make_room(key);
+            let recheck = self.make_room(key, None);
             let until = recheck.map_or(deadline, |at| at.min(deadline));
             tokio::select! {
                 id = &mut place.granted => {
                     place.leave();
                     return match id {
-                        Ok(id) => Ok(self.grant(id, level)),
+                        Ok(id) => Ok(self.grant(id, claim)),
                         // The sender is only dropped with the line's entry: refused.
                         Err(_) => Err(self.refused(wait)),
                     };
@@ -596,7 +691,7 @@ impl MemoryBudget {
                 // Granted at the last moment? Then the run goes ahead.
                 if let Ok(id) = place.granted.try_recv() {
                     place.leave();
-                    return Ok(self.grant(id, level));
+                    return Ok(self.grant(id, claim));
                 }
                 place.leave();
                 return Err(self.refused(wait));
@@ -613,15 +708,33 @@ impl MemoryBudget {
         refused
     }
 
-    /// Counts a run not made (or ended) for room.
+    /// Counts a run not made (or ended) for room, and logs the shortage (see [`Shortage`]).
     fn count_not_made(&self, why: &NoRunMemory) {
+        let cause = why.cause();
         self.metrics
             .not_made
-            .get_or_create(&CauseLabels { cause: why.cause() })
+            .get_or_create(&CauseLabels { cause })
             .inc();
+        let mut short = self.short.lock().unwrap_or_else(PoisonError::into_inner);
+        *short.counts.entry(cause.as_str()).or_default() += 1;
+        let now = Instant::now();
+        match short.logged_at {
+            None => {
+                tracing::warn!(error = %why, capacity = self.capacity,
+                    "the probe runs' memory budget is short: a run was not made, or was ended, for room (the prober's doing, not the shoot's); runs of shoots with a decision pending get room first; summarised every {} while it lasts (dwd_prober_runs_not_made_total)",
+                    dwd_core::format_go_duration(SHORTAGE_SUMMARY_EVERY));
+            }
+            Some(at) if now.saturating_duration_since(at) >= SHORTAGE_SUMMARY_EVERY => {
+                tracing::warn!(runs = ?short.counts, capacity = self.capacity,
+                    "the probe runs' memory budget stayed short: runs not made, or ended, for room since the last summary, by cause");
+            }
+            Some(_) => return,
+        }
+        short.logged_at = Some(now);
+        short.counts.clear();
     }
 
-    fn grant(self: &Arc<Self>, id: u64, level: Level) -> MemoryGrant {
+    fn grant(self: &Arc<Self>, id: u64, claim: Claim) -> MemoryGrant {
         let end = self
             .lock()
             .runs
@@ -631,7 +744,7 @@ impl MemoryBudget {
         MemoryGrant {
             budget: self.clone(),
             id,
-            level,
+            claim,
             end,
             state: Mutex::new(GrantState {
                 floor_left: RUN_FLOOR,
@@ -640,29 +753,25 @@ impl MemoryBudget {
         }
     }
 
-    /// Whether a run of `level` can be admitted now: a reserve is free and, for a slow run,
-    /// it fits the slow runs' share or nobody of a higher level waits (it borrows).
-    fn room_for(&self, state: &State, level: Level) -> bool {
-        if state.free(self.capacity) < RUN_RESERVE {
-            return false;
-        }
-        level != Level::Slow
-            || state.slow_held + RUN_RESERVE <= self.slow_share
-            || !state.admissions.keys().any(|k| k.0 < Level::Slow)
+    /// Whether a run of `claim` can be admitted now: a reserve is free and, for a slow run,
+    /// it fits the slow runs' share or no run that is not slow waits (it borrows).
+    fn room_for(&self, state: &State, claim: Claim) -> bool {
+        state.free(self.capacity) >= RUN_RESERVE
+            && (!claim.slow()
+                || state.slow_held + RUN_RESERVE <= self.slow_share
+                || !state.prompt_waits())
     }
 
     fn start_run(&self, state: &mut State, claim: Claim) -> u64 {
         let id = state.take_next();
-        let level = claim.level();
         state.held += RUN_RESERVE;
-        if level == Level::Slow {
+        if claim.slow() {
             state.slow_held += RUN_RESERVE;
         }
         state.runs.insert(
             id,
             InFlight {
-                level,
-                slow_streak: claim.slow_streak,
+                claim,
                 admitted: Instant::now(),
                 lag_at_admission: self.lag.lag(),
                 held: RUN_RESERVE,
@@ -675,48 +784,35 @@ impl MemoryBudget {
         id
     }
 
-    /// Gives free room to those waiting, in order: pending runs' charges, then admissions
-    /// by level (a line that cannot be served stops there: nobody overtakes).
+    /// Gives free room to those waiting, in line order; a waiter that cannot be served stops
+    /// the line there (nobody overtakes).
     fn serve(&self, state: &mut State) {
-        while let Some((&seq, &(run, bytes, _))) = state.charges.first_key_value() {
-            if !state.runs.contains_key(&run) {
-                state.charges.remove(&seq);
-                continue;
-            }
-            if state.free(self.capacity) < bytes {
+        while let Some((&key, waiter)) = state.line.first_key_value() {
+            let ready = match waiter {
+                Waiter::Admission(claim, _) => self.room_for(state, *claim),
+                Waiter::Charge(run, bytes, _) => {
+                    !state.runs.contains_key(run) || state.free(self.capacity) >= *bytes
+                }
+            };
+            if !ready {
                 break;
             }
-            let Some((_, _, wake)) = state.charges.remove(&seq) else {
+            let Some(waiter) = state.line.remove(&key) else {
                 break;
             };
-            self.add_held(state, run, bytes);
-            // A charge given up meanwhile (its read dropped) is returned at the run's end.
-            let _ = wake.send(());
-        }
-        if !state.charges.is_empty() {
-            // A run in flight waits for room: no new run goes ahead of it.
-            self.publish(state);
-            return;
-        }
-        while let Some(&key) = state.admissions.keys().next() {
-            // The line's head is this entry, so `room_for`'s "nobody higher waits" is its own.
-            if !self.room_for(state, key.0) {
-                break;
-            }
-            let Some(tx) = state.admissions.remove(&key) else {
-                break;
-            };
-            let level = key.0;
-            let id = self.start_run(
-                state,
-                Claim {
-                    pending: level == Level::Pending,
-                    slow_streak: key.1,
-                },
-            );
-            if let Err(id) = tx.send(id) {
-                // Its admission was given up meanwhile: the room goes back.
-                self.end_run(state, id);
+            match waiter {
+                Waiter::Admission(claim, tx) => {
+                    let id = self.start_run(state, claim);
+                    if let Err(id) = tx.send(id) {
+                        // Its admission was given up meanwhile: the room goes back.
+                        self.end_run(state, id);
+                    }
+                }
+                Waiter::Charge(run, bytes, wake) => {
+                    self.add_held(state, run, bytes);
+                    // A charge given up meanwhile (its read dropped) returns at the run's end.
+                    let _ = wake.send(());
+                }
             }
         }
         self.publish(state);
@@ -728,12 +824,12 @@ impl MemoryBudget {
         };
         flight.held += bytes;
         state.held += bytes;
-        if flight.level == Level::Slow {
+        if flight.claim.slow() {
             state.slow_held += bytes;
         }
         if flight.ending {
             state.reclaiming += bytes;
-            if flight.level == Level::Slow {
+            if flight.claim.slow() {
                 state.slow_reclaiming += bytes;
             }
         }
@@ -746,12 +842,12 @@ impl MemoryBudget {
         let bytes = bytes.min(flight.held.saturating_sub(RUN_RESERVE));
         flight.held -= bytes;
         state.held -= bytes;
-        if flight.level == Level::Slow {
+        if flight.claim.slow() {
             state.slow_held -= bytes;
         }
         if flight.ending {
             state.reclaiming -= bytes;
-            if flight.level == Level::Slow {
+            if flight.claim.slow() {
                 state.slow_reclaiming -= bytes;
             }
         }
@@ -763,51 +859,38 @@ impl MemoryBudget {
             return;
         };
         state.held -= run.held;
-        if run.level == Level::Slow {
+        if run.claim.slow() {
             state.slow_held -= run.held;
         }
         if run.ending {
             state.reclaiming -= run.held;
-            if run.level == Level::Slow {
+            if run.claim.slow() {
                 state.slow_reclaiming -= run.held;
             }
         }
     }
 
-    /// Takes room back for whoever waits at or ahead of `key` (every pending charge, the
-    /// admissions up to `key`): ends runs as the module documentation says, until what is free
-    /// or on its way back covers their need. `None` when it is covered or nothing can be taken
-    /// back now; else the moment a run may become eligible (past its prompt limit), when the
-    /// waiter should look again.
-    fn make_room(&self, key: WaitKey) -> Option<Instant> {
+    /// Takes room back for whoever waits at or ahead of `key`: ends runs as the module
+    /// documentation says, until what is free or on its way back covers their need; `except`
+    /// is never ended (the run whose charge waits). `None` when the need is covered or
+    /// nothing can be taken back now nor later; else the moment a run may become eligible
+    /// (past its prompt limit), when the waiter should look again.
+    fn make_room(&self, key: WaitKey, except: Option<u64>) -> Option<Instant> {
         let mut state = self.lock();
-        let need: u64 = state.charges.values().map(|c| c.1).sum::<u64>()
-            + RUN_RESERVE * state.admissions.range(..=key).count() as u64;
-        self.reclaim(&mut state, key.0, need, None)
-    }
-
-    /// See [`MemoryBudget::make_room`]: `need` bytes for a waiter of `level`; `except` is a
-    /// run never chosen (the one whose charge waits).
-    fn reclaim(
-        &self,
-        state: &mut State,
-        level: Level,
-        need: u64,
-        except: Option<u64>,
-    ) -> Option<Instant> {
+        let need: u64 = state.line.range(..=key).map(|(_, w)| w.need()).sum();
         let now = Instant::now();
         loop {
             let covered = state.free(self.capacity) + state.reclaiming;
             if covered >= need {
                 return None;
             }
-            match self.victim(state, level, except, now) {
+            match self.victim(&state, key.0, except, now) {
                 Ok((id, why)) => {
                     let run = state.runs.get_mut(&id)?;
                     run.ending = true;
                     run.ended_because = Some(why.clone());
                     run.end.cancel();
-                    let (held, slow) = (run.held, run.level == Level::Slow);
+                    let (held, slow) = (run.held, run.claim.slow());
                     state.reclaiming += held;
                     if slow {
                         state.slow_reclaiming += held;
@@ -819,11 +902,11 @@ impl MemoryBudget {
         }
     }
 
-    /// The run to end for a waiter of `level`, and why; else when to look again.
+    /// The run to end for a waiter of `rank`, and why; else when to look again.
     fn victim(
         &self,
         state: &State,
-        level: Level,
+        rank: Rank,
         except: Option<u64>,
         now: Instant,
     ) -> Result<(u64, NoRunMemory), Option<Instant>> {
@@ -833,11 +916,11 @@ impl MemoryBudget {
                 .iter()
                 .filter(move |(id, run)| !run.ending && Some(**id) != except)
         };
-        // A slow run borrowing past the slow runs' share, for a waiter of a higher level: the
+        // A slow run borrowing past the slow runs' share, for a waiter that is not slow: the
         // youngest (the last to borrow).
-        if level < Level::Slow && state.slow_held - state.slow_reclaiming > self.slow_share {
+        if rank.slow == 0 && state.slow_held - state.slow_reclaiming > self.slow_share {
             let youngest = candidates()
-                .filter(|(_, run)| run.level == Level::Slow)
+                .filter(|(_, run)| run.claim.slow())
                 // Ids grow with admissions: they order runs admitted at the same instant.
                 .max_by_key(|(id, run)| (run.admitted, **id));
             if let Some((id, _)) = youngest {
@@ -849,18 +932,21 @@ impl MemoryBudget {
                 ));
             }
         }
-        // Past the prompt limit, of the waiter's level or lower: the lowest level, the longest
-        // streak, the oldest.
-        let rank = |id: u64, run: &InFlight| {
-            (
-                run.level,
-                run.slow_streak,
-                std::cmp::Reverse((run.admitted, id)),
-            )
+        // Past the prompt limit, the run is slow now: judged by the rank its shoot has with one
+        // more slow run, it must not be ahead of the waiter in line. The last in line first
+        // (the longest slow streak, no decision pending), then the oldest.
+        let now_rank = |run: &InFlight| {
+            Claim {
+                history: SlowHistory((run.claim.history.0 << 1) | 1),
+                ..run.claim
+            }
+            .rank()
         };
+        let order =
+            |id: u64, run: &InFlight| (now_rank(run), std::cmp::Reverse((run.admitted, id)));
         let mut eligible: Option<(u64, &InFlight, Duration)> = None;
         let mut soonest: Option<Duration> = None;
-        for (id, run) in candidates().filter(|(_, run)| run.level >= level) {
+        for (id, run) in candidates().filter(|(_, run)| now_rank(run) >= rank) {
             let t = self.shoot_time(run, now);
             if t < self.prompt_limit {
                 let left = self.prompt_limit - t;
@@ -869,7 +955,7 @@ impl MemoryBudget {
             }
             let better = eligible
                 .as_ref()
-                .is_none_or(|(best_id, best, _)| rank(*id, run) > rank(*best_id, best));
+                .is_none_or(|(best_id, best, _)| order(*id, run) > order(*best_id, best));
             if better {
                 eligible = Some((*id, run, t));
             }
@@ -914,9 +1000,8 @@ impl Place<'_> {
         self.left = true;
         let budget = self.budget;
         let mut state = budget.lock();
-        if state.admissions.remove(&self.key).is_some() {
-            // Still in line: nothing was granted. Those behind may be served now (a slow
-            // waiter no longer blocked by a higher one).
+        if state.line.remove(&self.key).is_some() {
+            // Still in line: nothing was granted. Those behind may be served now.
             budget.serve(&mut state);
         }
         drop(state);
@@ -948,7 +1033,7 @@ impl Drop for Place<'_> {
 pub struct MemoryGrant {
     budget: Arc<MemoryBudget>,
     id: u64,
-    level: Level,
+    claim: Claim,
     end: CancellationToken,
     state: Mutex<GrantState>,
 }
@@ -964,7 +1049,7 @@ struct GrantState {
 impl MemoryGrant {
     /// The level the run was admitted at.
     pub fn level(&self) -> Level {
-        self.level
+        self.claim.level()
     }
 
     /// How long the run has been in flight, in shoot time.
@@ -999,10 +1084,10 @@ impl MemoryGrant {
     }
 
     /// Charges `bytes` of a response body as the run reads them: from the floor while it
-    /// lasts, then from the pool. Charges come before admissions (a run in flight finishing
-    /// frees its room sooner). A run with a decision pending waits for room that is not free
-    /// (taking it back from runs past their prompt limit); any other run fails at once. They
-    /// return with [`MemoryGrant::release_response`] or at the run's end.
+    /// lasts, then from the pool. A run with a decision pending waits in line for room that
+    /// is not free (ahead of admissions of its rank, taking room back from runs past their
+    /// prompt limit); any other run takes what is free, if nobody ahead of it waits, or fails
+    /// at once. They return with [`MemoryGrant::release_response`] or at the run's end.
     pub async fn charge_response(&self, bytes: u64) -> Result<(), NoRunMemory> {
         self.take(bytes, true).await
     }
@@ -1041,16 +1126,17 @@ impl MemoryGrant {
         let budget = &self.budget;
         let waiting = {
             let mut state = budget.lock();
-            // Pending runs' charges in line come first.
-            if state.charges.is_empty() && state.free(budget.capacity) >= rest {
+            let seq = state.take_next();
+            let key = (self.claim.rank(), 0, seq, seq);
+            let ahead = state.line.keys().next().is_some_and(|k| *k < key);
+            if !ahead && state.free(budget.capacity) >= rest {
                 budget.add_held(&mut state, self.id, rest);
                 budget.publish(&state);
                 None
-            } else if self.level == Level::Pending {
+            } else if self.claim.pending {
                 let (tx, rx) = oneshot::channel();
-                let seq = state.take_next();
-                state.charges.insert(seq, (self.id, rest, tx));
-                Some((seq, rx))
+                state.line.insert(key, Waiter::Charge(self.id, rest, tx));
+                Some((key, rx))
             } else {
                 drop(state);
                 let refused = NoRunMemory::Exhausted {
@@ -1061,15 +1147,11 @@ impl MemoryGrant {
                 return Err(refused);
             }
         };
-        if let Some((seq, mut rx)) = waiting {
-            // Removes the charge from the line if this read is dropped while it waits.
-            let _place = ChargePlace { budget, seq };
+        if let Some((key, mut rx)) = waiting {
+            // Leaves the line if this read is dropped while it waits.
+            let _place = ChargePlace { budget, key };
             loop {
-                let recheck = {
-                    let mut state = budget.lock();
-                    let need = state.charges.range(..=seq).map(|(_, c)| c.1).sum();
-                    budget.reclaim(&mut state, Level::Pending, need, Some(self.id))
-                };
+                let recheck = budget.make_room(key, Some(self.id));
                 tokio::select! {
                     done = &mut rx => {
                         if done.is_err() {
@@ -1097,13 +1179,15 @@ impl MemoryGrant {
 /// A pending run's charge in line; removed when the read is dropped while it waits.
 struct ChargePlace<'a> {
     budget: &'a MemoryBudget,
-    seq: u64,
+    key: WaitKey,
 }
 
 impl Drop for ChargePlace<'_> {
     fn drop(&mut self) {
         let mut state = self.budget.lock();
-        state.charges.remove(&self.seq);
+        if state.line.remove(&self.key).is_some() {
+            self.budget.serve(&mut state);
+        }
     }
 }
 

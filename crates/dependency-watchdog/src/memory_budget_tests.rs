@@ -19,17 +19,20 @@ fn pool(runs: u64) -> Arc<MemoryBudget> {
 
 const PENDING: Claim = Claim {
     pending: true,
-    slow_streak: 0,
+    history: SlowHistory(0),
+    ticket: None,
 };
 const PROMPT: Claim = Claim {
     pending: false,
-    slow_streak: 0,
+    history: SlowHistory(0),
+    ticket: None,
 };
 
-fn slow(streak: u32) -> Claim {
+/// A shoot whose last `runs` runs were slow.
+fn slow(runs: u32) -> Claim {
     Claim {
-        pending: false,
-        slow_streak: streak,
+        history: SlowHistory::of_slow_runs(runs),
+        ..PROMPT
     }
 }
 
@@ -187,6 +190,7 @@ async fn a_run_past_its_prompt_limit_is_ended_only_while_someone_waits_lowest_le
     let waiter = admit_later(&budget, PROMPT, WAIT);
     settle().await;
     assert!(slow_one.end.is_cancelled());
+    assert!(!prompt.end.is_cancelled() && !pending.end.is_cancelled());
     let why = slow_one.ended_for_room().await;
     assert!(
         matches!(why, NoRunMemory::EndedForRoom { in_flight, limit } if in_flight >= F && limit == F),
@@ -194,18 +198,66 @@ async fn a_run_past_its_prompt_limit_is_ended_only_while_someone_waits_lowest_le
     );
     drop(slow_one);
     let admitted = waiter.await.expect("task").expect("admitted");
-    // A slow waiter may end slow runs only: with none in flight it waits, ending nothing.
-    let slow_waiter = admit_later(&budget, slow(1), Duration::from_secs(10));
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert!(slow_waiter.await.expect("task").is_err());
-    assert!(!pending.end.is_cancelled() && !prompt.end.is_cancelled());
-    // A pending waiter may end any run past F: the prompt ones before the pending one.
-    let pending_waiter = admit_later(&budget, PENDING, WAIT);
+    // A slow run waits: it may end the prompt run past F (slow this run, whatever its level
+    // said), not the young one just admitted, nor the pending one.
+    let slow_waiter = admit_later(&budget, slow(1), WAIT);
     settle().await;
-    assert!(prompt.end.is_cancelled(), "the older prompt run");
+    assert!(prompt.end.is_cancelled());
     assert!(!admitted.end.is_cancelled() && !pending.end.is_cancelled());
     drop(prompt);
-    pending_waiter.await.expect("task").expect("admitted");
+    let _slow_admitted = slow_waiter.await.expect("task").expect("admitted");
+    assert_eq!(not_made(&budget, NotMadeCause::EndedForRoom), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_past_its_limit_is_judged_by_what_its_shoot_does_now_and_ended_only_for_those_ahead()
+{
+    let budget = pool(1);
+    let pending = budget.admit(PENDING, WAIT).await.expect("pending");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    // Slow now: as if its shoot had one slow run in a row, with a decision pending. Shoots
+    // slower than that are behind it and end nothing of it.
+    for claim in [slow(1), slow(2)] {
+        let refused = budget.admit(claim, Duration::from_secs(1)).await;
+        assert!(refused.is_err(), "{claim:?}");
+        assert!(!pending.end.is_cancelled(), "{claim:?}");
+    }
+    // A shoot that answers promptly is ahead of it.
+    let other = admit_later(&budget, PROMPT, WAIT);
+    settle().await;
+    assert!(pending.end.is_cancelled());
+    drop(pending);
+    other.await.expect("task").expect("admitted");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_shoot_falls_behind_every_shoot_that_answers_whatever_it_claims() {
+    let budget = pool(1);
+    let holder = budget.admit(PROMPT, WAIT).await.expect("holder");
+    // Hanging, slow many runs in a row, with a decision pending (its targets were scaled
+    // down and it never answers since).
+    let hanging_pending = admit_later(
+        &budget,
+        Claim {
+            pending: true,
+            ..slow(5)
+        },
+        WAIT,
+    );
+    settle().await;
+    let once_slow = admit_later(&budget, slow(1), WAIT);
+    settle().await;
+    drop(holder);
+    let first = once_slow
+        .await
+        .expect("task")
+        .expect("the once-slow shoot first");
+    assert!(!hanging_pending.is_finished());
+    drop(first);
+    hanging_pending
+        .await
+        .expect("task")
+        .expect("then the hanging one");
 }
 
 #[tokio::test(start_paused = true)]
@@ -379,27 +431,31 @@ async fn a_decoded_bodys_bytes_return_to_the_pool_and_views_stay_until_the_runs_
 }
 
 #[test]
-fn a_shoot_is_slow_for_each_run_in_a_row_past_its_prompt_limit_whatever_the_result() {
-    assert_eq!(slow_streak_after(0, Duration::from_millis(40), F), 0);
-    assert_eq!(slow_streak_after(3, Duration::from_millis(40), F), 0);
-    assert_eq!(slow_streak_after(0, F, F), 1);
-    assert_eq!(slow_streak_after(1, Duration::from_secs(30), F), 2);
-    assert_eq!(slow_streak_after(u32::MAX, F, F), u32::MAX);
+fn a_shoots_history_remembers_its_last_eight_runs_slow_or_not_whatever_the_result() {
+    let quick = Duration::from_millis(40);
+    let history = SlowHistory::default().after(quick, F);
+    assert_eq!((history.slow_runs(), history.last_slow()), (0, false));
+    let history = history.after(F, F);
+    assert_eq!((history.slow_runs(), history.last_slow()), (1, true));
+    // Prompt again: still one slow run remembered, the last not slow.
+    let history = history.after(quick, F);
+    assert_eq!((history.slow_runs(), history.last_slow()), (1, false));
+    // Eight slow runs push it out; at most eight are remembered.
+    let mut hanging = history;
+    for _ in 0..20 {
+        hanging = hanging.after(Duration::from_secs(30), F);
+    }
+    assert_eq!(hanging.slow_runs(), REMEMBERED_RUNS);
+    assert_eq!(SlowHistory::of_slow_runs(3).slow_runs(), 3);
+    assert_eq!(SlowHistory::of_slow_runs(30).slow_runs(), REMEMBERED_RUNS);
     // The prompt limit: half the timeout, never more than PROMPT_WITHIN.
     assert_eq!(prompt_limit(Duration::from_secs(10)), F);
     assert_eq!(prompt_limit(Duration::from_secs(4)), Duration::from_secs(2));
     assert_eq!(prompt_limit(Duration::from_secs(30)), PROMPT_WITHIN);
-    // The levels.
+    // The levels of the metrics.
     assert_eq!(PENDING.level(), Level::Pending);
     assert_eq!(slow(2).level(), Level::Slow);
-    assert_eq!(
-        Claim {
-            pending: true,
-            slow_streak: 5
-        }
-        .level(),
-        Level::Pending
-    );
+    assert_eq!(PROMPT.level(), Level::Prompt);
 }
 
 #[test]
@@ -443,4 +499,39 @@ fn cgroup_limits_are_read_from_v2_then_v1_and_no_limit_is_none() {
     );
     assert_eq!(cgroup_limit_from(None, Some("9223372036854771712")), None);
     assert_eq!(cgroup_limit_from(None, None), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shoot_whose_run_was_not_made_keeps_its_place_among_equals() {
+    let budget = pool(1);
+    let holder = budget.admit(PROMPT, WAIT).await.expect("holder");
+    // A shoot's run waits and is refused (the holder is young throughout).
+    let ticket = budget.ticket();
+    let first_try = Claim {
+        ticket: Some(ticket),
+        ..PROMPT
+    };
+    assert!(
+        budget
+            .admit(first_try, Duration::from_secs(1))
+            .await
+            .is_err()
+    );
+    // Another shoot's run arrives; then the first shoot's next run, with the same ticket.
+    let later = admit_later(
+        &budget,
+        Claim {
+            ticket: Some(budget.ticket()),
+            ..PROMPT
+        },
+        WAIT,
+    );
+    settle().await;
+    let again = admit_later(&budget, first_try, WAIT);
+    settle().await;
+    drop(holder);
+    let admitted = again.await.expect("task").expect("ahead by its ticket");
+    assert!(!later.is_finished());
+    drop(admitted);
+    later.await.expect("task").expect("then the later one");
 }

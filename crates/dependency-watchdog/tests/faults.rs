@@ -385,6 +385,8 @@ impl Observer {
 struct Shoot {
     ns: String,
     sim: SimShoot,
+    /// Its nodes (an outage silences every kubelet).
+    nodes: usize,
     /// Its kubelets have never been silenced (invariant 2 applies).
     healthy_throughout: AtomicBool,
     /// Outage windows: (silenced at, resumed at).
@@ -408,6 +410,13 @@ struct ShootSpec {
     kubeconfig: Option<String>,
     /// The Shoot's `nodeMonitorGracePeriod` (in its Cluster), when not the config's.
     grace: Option<&'static str>,
+    /// Its nodes: 5 small ones unless said otherwise.
+    nodes: usize,
+    /// Whether its Nodes are as large as a real kubelet's (10-30 KiB each: managedFields,
+    /// images, conditions; `dwd_sim::kubelet_node`).
+    kubelet_sized: bool,
+    /// How often its kubelets renew their leases.
+    renew_every: Duration,
 }
 
 fn shoot(name: &'static str) -> ShootSpec {
@@ -415,15 +424,36 @@ fn shoot(name: &'static str) -> ShootSpec {
         name,
         kubeconfig: None,
         grace: None,
+        nodes: 5,
+        kubelet_sized: false,
+        renew_every: Duration::from_millis(500),
     }
 }
 
 /// A shoot probed through `kubeconfig` (a door of its own).
 fn shoot_via(name: &'static str, kubeconfig: &str) -> ShootSpec {
     ShootSpec {
-        name,
         kubeconfig: Some(kubeconfig.to_string()),
-        grace: None,
+        ..shoot(name)
+    }
+}
+
+impl ShootSpec {
+    /// `n` Nodes as large as a real kubelet's.
+    fn with_kubelet_sized_nodes(self, n: usize) -> ShootSpec {
+        ShootSpec {
+            nodes: n,
+            kubelet_sized: true,
+            ..self
+        }
+    }
+
+    /// Its kubelets renew every `every` (a large shoot's on the shared apiserver).
+    fn renewing_every(self, every: Duration) -> ShootSpec {
+        ShootSpec {
+            renew_every: every,
+            ..self
+        }
     }
 }
 
@@ -505,8 +535,11 @@ impl World {
         for spec in specs {
             let ns = format!("shoot--{name}--{}", spec.name);
             let mut options = SimShootOptions::new(&ns)
-                .with_nodes(5)
-                .with_renew_interval(Duration::from_millis(500));
+                .with_nodes(spec.nodes)
+                .with_renew_interval(spec.renew_every);
+            if spec.kubelet_sized {
+                options = options.with_kubelet_sized_nodes();
+            }
             options.node_prefix = format!("{name}-{}-", spec.name);
             options.deployments = TARGETS.iter().map(|(n, r)| (n.to_string(), *r)).collect();
             options.deployment_status_delay = Some(Duration::from_millis(150));
@@ -528,6 +561,7 @@ impl World {
             shoots.push(Shoot {
                 ns,
                 sim,
+                nodes: spec.nodes,
                 healthy_throughout: AtomicBool::new(true),
                 outages: Mutex::new(Vec::new()),
             });
@@ -734,7 +768,10 @@ impl World {
                 .unwrap_or_else(|e| e.into_inner())
                 .push((Instant::now(), None));
             let stamp = chrono::Utc::now() - chrono::Duration::seconds(60);
-            shoot.sim.kubelets().silence_count_stamped(5, stamp);
+            shoot
+                .sim
+                .kubelets()
+                .silence_count_stamped(shoot.nodes, stamp);
         }
     }
 
@@ -2223,6 +2260,62 @@ fn series(metrics: &str) -> (usize, usize) {
 /// `probeTimeout`, so removals race with runs in flight): every one gets a probe; a shoot in
 /// outage among them is protected; once they are removed, probes, per-shoot series, file
 /// descriptors, threads and connections to the shoot apiserver return to their baseline.
+/// Adds shoots `names` to the seed (namespace, probe secret, Cluster), probed through
+/// `kubeconfigs[i % len]`, a few at a time. They have no targets and no data plane: all their
+/// probe runs can do is reach their apiserver.
+async fn add_shoots(w: &World, names: &[String], kubeconfigs: &[String]) -> Result<()> {
+    futures::stream::iter(names.iter().enumerate().map(|(i, ns)| {
+        let client = w.seed_client.clone();
+        let kubeconfig = kubeconfigs[i % kubeconfigs.len()].clone();
+        async move {
+            let plane = SeedControlPlane::new(client, ns);
+            plane.create_namespace().await?;
+            plane
+                .create_probe_secret(dwd_sim::seed::DEFAULT_PROBE_SECRET, &kubeconfig)
+                .await?;
+            plane
+                .create_cluster(&ShootState::with_pools(&["worker-a"]))
+                .await?;
+            anyhow::Ok(())
+        }
+    }))
+    .buffer_unordered(24)
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(())
+}
+
+/// Removes shoots `names` from the seed (Cluster and probe secret), a few at a time.
+async fn remove_shoots(w: &World, names: &[String]) -> Result<()> {
+    futures::stream::iter(names.iter().map(|ns| {
+        let client = w.seed_client.clone();
+        async move {
+            let plane = SeedControlPlane::new(client, ns);
+            plane.delete_cluster().await?;
+            plane
+                .delete_probe_secret(dwd_sim::seed::DEFAULT_PROBE_SECRET)
+                .await?;
+            anyhow::Ok(())
+        }
+    }))
+    .buffer_unordered(24)
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(())
+}
+
+/// How many of the shoots whose names start with `prefix` have been probed `runs` times or
+/// more (`dwd_prober_shoot_probe_runs_total`).
+fn probed_at_least(metrics: &str, prefix: &str, runs: f64) -> usize {
+    let needle = format!("shoot=\"{prefix}");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("dwd_prober_shoot_probe_runs_total{"))
+        .filter(|l| l.contains(&needle))
+        .filter(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()) >= Some(runs))
+        .count()
+}
+
 #[tokio::test]
 async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     let _serial = serial().await;
@@ -2284,23 +2377,7 @@ async fn thousands_of_shoots_added_and_removed() -> Result<()> {
         failing_door.kubeconfig().to_string(),
     ];
     let names: Vec<String> = (0..n).map(|i| format!("shoot--bulk--n{i}")).collect();
-    futures::stream::iter(names.iter().enumerate().map(|(i, ns)| {
-        let (client, kubeconfig) = (w.seed_client.clone(), kubeconfigs[i % 2].clone());
-        async move {
-            let plane = SeedControlPlane::new(client, ns);
-            plane.create_namespace().await?;
-            plane
-                .create_probe_secret(dwd_sim::seed::DEFAULT_PROBE_SECRET, &kubeconfig)
-                .await?;
-            plane
-                .create_cluster(&ShootState::with_pools(&["worker-a"]))
-                .await?;
-            anyhow::Ok(())
-        }
-    }))
-    .buffer_unordered(24)
-    .try_collect::<Vec<()>>()
-    .await?;
+    add_shoots(&w, &names, &kubeconfigs).await?;
     w.log(&format!(
         "{n} shoots added in {:.1}s",
         t.elapsed().as_secs_f64()
@@ -2318,12 +2395,7 @@ async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     .await?;
     w.wait("every bulk shoot probed", deadline, || async {
         let m = dog.metrics().await?;
-        let probed = m
-            .lines()
-            .filter(|l| l.starts_with("dwd_prober_shoot_probe_runs_total{"))
-            .filter(|l| l.contains("shoot=\"shoot--bulk--n"))
-            .filter(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()) >= Some(1.0))
-            .count();
+        let probed = probed_at_least(&m, "shoot--bulk--n", 1.0);
         if probed == n {
             Ok(Some(()))
         } else {
@@ -2363,20 +2435,7 @@ async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     w.check_invariants("adding the shoots", &[&dog]).await?;
 
     let t = Instant::now();
-    futures::stream::iter(names.iter().map(|ns| {
-        let client = w.seed_client.clone();
-        async move {
-            let plane = SeedControlPlane::new(client, ns);
-            plane.delete_cluster().await?;
-            plane
-                .delete_probe_secret(dwd_sim::seed::DEFAULT_PROBE_SECRET)
-                .await?;
-            anyhow::Ok(())
-        }
-    }))
-    .buffer_unordered(24)
-    .try_collect::<Vec<()>>()
-    .await?;
+    remove_shoots(&w, &names).await?;
     w.log(&format!(
         "{n} shoots removed in {:.1}s",
         t.elapsed().as_secs_f64()
@@ -2426,5 +2485,402 @@ async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     w.stop(dog).await?;
     drop((slow_door, failing_door));
     bulk_api.stop().await?;
+    w.finish().await
+}
+
+// --- protection first (issue 34) ------------------------------------------------------------
+
+/// The schedule of the protection scenarios: runs every 2 s, a 4 s probe timeout (so a
+/// prompt limit F of 2 s), Gardener's targets and level order, leases expiring 15 s after
+/// their renewal.
+const PROTECT_CONFIG: &str = r#"
+kubeConfigSecretName: shoot-access-dependency-watchdog-probe
+probeInterval: 2s
+initialDelay: 200ms
+probeTimeout: 4s
+kcmNodeMonitorGraceDuration: 20s
+dependentResourceInfos:
+  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 0, timeout: 10s}
+    scaleDown: {level: 1, initialDelay: 300ms, timeout: 10s}
+  - ref: {kind: Deployment, name: machine-controller-manager, apiVersion: apps/v1}
+    scaleUp: {level: 1, initialDelay: 300ms, timeout: 10s}
+    scaleDown: {level: 0, timeout: 10s}
+  - ref: {kind: Deployment, name: cluster-autoscaler, apiVersion: apps/v1}
+    optional: true
+    scaleUp: {level: 2, timeout: 10s}
+    scaleDown: {level: 0, timeout: 10s}
+"#;
+
+/// [`PROTECT_CONFIG`]'s schedule.
+const PROTECT_INTERVAL: Duration = Duration::from_secs(2);
+const PROTECT_TIMEOUT: Duration = Duration::from_secs(4);
+/// The default `backoffJitterFactor`.
+const JITTER: f64 = 0.2;
+
+/// What a flow of [`PROTECT_CONFIG`] may take at the test's seed: its levels' writes, a
+/// scale-up's 300 ms initial delay, and each level's readiness wait (the simulated pods are
+/// ready 150 ms after a change, and the watch brings that within milliseconds): about a second
+/// (the fault suite's flows); allowed five. The flow is not what these scenarios are about.
+const FLOW_ALLOWANCE: Duration = Duration::from_secs(5);
+
+/// The protection bound of docs/behaviour.md §2.21 for [`PROTECT_CONFIG`], from the moment a
+/// shoot's leases are expired (the outages here stamp the last renewals a minute back, so from
+/// the outage's start) or, for a restore, renewed, to its flow's end:
+///
+/// - the run that sees it starts within one jittered interval, `(1 + j) × probeInterval`;
+/// - it waits for room at most one prompt limit `F` (a run in flight past `F` is ended for
+///   it: every other shoot here hangs or is prompt);
+/// - it takes at most three requests, each answered within `F` by a shoot it protects;
+/// - then the flow ([`FLOW_ALLOWANCE`]).
+///
+/// `failureThreshold` and `successThreshold` are 1 (Gardener's): the first run decides.
+fn protection_bound() -> Duration {
+    let f = (PROTECT_TIMEOUT / 2).min(Duration::from_secs(5));
+    PROTECT_INTERVAL.mul_f64(1.0 + JITTER) + f + 3 * f + FLOW_ALLOWANCE
+}
+
+/// A cgroup v1 `cpu` group of its own that gives a process `millicores` of CPU (what a
+/// Kubernetes CPU limit sets: `cpu.cfs_quota_us` per 100 ms period); the process is moved back
+/// to the root group when dropped. `None` where the machine does not let the test make one.
+struct CpuLimit {
+    dir: PathBuf,
+}
+
+impl CpuLimit {
+    fn apply(pid: u32, millicores: u64, name: &str) -> Option<CpuLimit> {
+        let root = Path::new("/sys/fs/cgroup/cpu");
+        let dir = root.join(format!("dwd-faults-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let limit = CpuLimit { dir };
+        std::fs::write(limit.dir.join("cpu.cfs_period_us"), "100000").ok()?;
+        std::fs::write(
+            limit.dir.join("cpu.cfs_quota_us"),
+            (millicores * 100).to_string(),
+        )
+        .ok()?;
+        // Every thread of the process (`cgroup.procs` moves them all).
+        std::fs::write(limit.dir.join("cgroup.procs"), pid.to_string()).ok()?;
+        Some(limit)
+    }
+
+    /// Times the group's processes were held back, and for how long in all (`cpu.stat`).
+    fn throttled(&self) -> (u64, Duration) {
+        let stat = std::fs::read_to_string(self.dir.join("cpu.stat")).unwrap_or_default();
+        let field = |name: &str| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        (
+            field("nr_throttled"),
+            Duration::from_nanos(field("throttled_time")),
+        )
+    }
+}
+
+impl Drop for CpuLimit {
+    fn drop(&mut self) {
+        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines() {
+            let _ = std::fs::write("/sys/fs/cgroup/cpu/cgroup.procs", pid);
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Busy loops at normal priority beside a process reniced to 19: what starves it of CPU where
+/// no cgroup can be made. Killed when dropped.
+struct CpuHogs {
+    hogs: Vec<std::process::Child>,
+}
+
+impl CpuHogs {
+    fn start(pid: u32) -> Result<CpuHogs> {
+        std::process::Command::new("renice")
+            .args(["-n", "19", "-p", &pid.to_string()])
+            .output()?;
+        let hogs = (0..std::thread::available_parallelism().map_or(2, usize::from))
+            .map(|_| {
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(CpuHogs { hogs })
+    }
+}
+
+impl Drop for CpuHogs {
+    fn drop(&mut self) {
+        for hog in &mut self.hogs {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+    }
+}
+
+/// How the protection scenarios starve the prober of CPU.
+enum Starved {
+    /// Not at all.
+    No,
+    /// 200 millicores (gardenlet's CPU request for the prober, as a limit), or CPU hogs.
+    Cpu,
+}
+
+/// Time from `since` until shoot `i` has every target at 0 with its record.
+async fn time_to_scale_down(
+    w: &World,
+    i: usize,
+    since: Instant,
+    deadline: Duration,
+) -> Result<Duration> {
+    w.wait_scaled_down(&[i], deadline).await?;
+    Ok(since.elapsed())
+}
+
+/// Runs of every shoot not made, or ended, for room, by cause.
+fn not_made(metrics: &str) -> BTreeMap<String, f64> {
+    ["no_room_in_time", "ended_for_room", "response_refused"]
+        .iter()
+        .map(|cause| {
+            (
+                (*cause).to_string(),
+                sum(
+                    metrics,
+                    "dwd_prober_runs_not_made_total",
+                    &[("cause", cause)],
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Issue 34 (a) and (b): hundreds of shoots whose apiservers accept and never answer, the
+/// runs' memory budget at its minimum (12 MiB: 64 runs), and next to them shoot `o` with 20
+/// kubelet-sized Nodes (about 20 KiB each) whose one run hangs (so it is classed slow), which
+/// then loses its kubelets: it is scaled down within the protection bound, and restored
+/// within it once they renew. With `starved`, the prober gets 200 millicores.
+async fn a_once_slow_shoot_among_hanging_shoots_is_protected_within_the_bound(
+    name: &'static str,
+    starved: Starved,
+) -> Result<()> {
+    let _serial = serial().await;
+    let n: usize = pick(500, 1000);
+    let shoots = shoots_api().await?;
+    let o_door = shoots.side_door().await?;
+    let mut w = World::new(
+        name,
+        PROTECT_CONFIG,
+        vec![
+            shoot_via("o", o_door.kubeconfig()).with_kubelet_sized_nodes(20),
+            shoot("h"),
+        ],
+    )
+    .await?;
+    // README "Memory: one limit": base + P, P the minimum.
+    const MIN_BUDGET_MIB: f64 = 12.0;
+    w.rss_bound_mib = RSS_BOUND_MIB + (PER_SHOOT_KIB * n as f64) / 1024.0 + MIN_BUDGET_MIB;
+    let dog = w.spawn_with(None, &[format!("--run-memory-budget={MIN_BUDGET_MIB}Mi")])?;
+    w.wait_probing(&dog).await?;
+    let pid = dog.pid()?;
+    let (_limit, _hogs) = match starved {
+        Starved::No => (None, None),
+        Starved::Cpu => match CpuLimit::apply(pid, 200, name) {
+            Some(limit) => {
+                w.log("the prober gets 200 millicores (cgroup cpu.cfs_quota_us)");
+                (Some(limit), None)
+            }
+            None => {
+                w.log("no cgroup could be made: the prober is reniced beside CPU hogs");
+                (None, Some(CpuHogs::start(pid)?))
+            }
+        },
+    };
+    // The hanging shoots, on an apiserver of their own (every shoot has its own: no tenant
+    // loads another's), behind a door that completes TLS and never answers.
+    let hang_api = env()
+        .await?
+        .start_apiserver(&format!("faults-{name}-hang"))
+        .await?;
+    let hang_door = hang_api.side_door().await?;
+    hang_door.state().set_hang_after_handshake(true);
+    let t = Instant::now();
+    let prefix = format!("shoot--{name}--hang");
+    let names: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+    add_shoots(&w, &names, &[hang_door.kubeconfig().to_string()]).await?;
+    // Until the hanging shoots have been admitted and ended for room twice as many times as
+    // there are of them: they are slow now, most twice or more of their last runs.
+    w.wait(
+        "the hanging shoots ended for room twice each",
+        Duration::from_secs(240),
+        || async {
+            let m = dog.metrics().await?;
+            let ended = not_made(&m).get("ended_for_room").copied().unwrap_or(0.0);
+            if ended >= 2.0 * n as f64 && probed_at_least(&m, &prefix, 2.0) == n {
+                Ok(Some(()))
+            } else {
+                Err(anyhow!("runs not made for room: {:?}", not_made(&m)))
+            }
+        },
+    )
+    .await?;
+    w.log(&format!(
+        "{n} hanging shoots slow after {:.1}s; runs not made for room: {:?}",
+        t.elapsed().as_secs_f64(),
+        not_made(&dog.metrics().await?)
+    ));
+    // What the watchdog said about o: the last lines, for a failure's message.
+    let o = w.shoot(0).ns.clone();
+    let about_o = || {
+        let log = dog.wd.log();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(&format!("{o}\"")))
+            .collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    };
+    // o's run hangs once: classed slow.
+    o_door.state().set_hang_after_handshake(true);
+    let runs = dog.runs(&o).await?;
+    dog.wd
+        .until("o's hanging run ended", || async {
+            Ok(
+                (o_door.state().hung_connections() >= 1 && dog.runs(&o).await? > runs)
+                    .then_some(()),
+            )
+        })
+        .await
+        .map_err(|e| {
+            e.context(format!(
+                "{} hung connections; o's lines:\n{}",
+                o_door.state().hung_connections(),
+                about_o()
+            ))
+        })?;
+    o_door.state().set_hang_after_handshake(false);
+    // Then o loses its kubelets.
+    let bound = protection_bound();
+    let t_out = Instant::now();
+    w.outage(&[0]);
+    let down = time_to_scale_down(&w, 0, t_out, bound + DEADLINE).await;
+    let m = dog.metrics().await.unwrap_or_default();
+    let down = down.map_err(|e| e.context(about_o()))?;
+    w.log(&format!(
+        "o scaled down {:.1}s after its outage began (bound {:.1}s) among {n} hanging shoots; runs not made for room: {:?}",
+        down.as_secs_f64(),
+        bound.as_secs_f64(),
+        not_made(&m)
+    ));
+    ensure!(
+        down <= bound,
+        "o scaled down after {down:?}, past the protection bound {bound:?}\n{}",
+        about_o()
+    );
+    // Its kubelets renew: restored within the bound too.
+    let t_rec = Instant::now();
+    w.recover(&[0]);
+    w.wait_restored(&[0], bound + DEADLINE).await?;
+    let up = t_rec.elapsed();
+    w.log(&format!(
+        "o restored {:.1}s after its kubelets renewed (bound {:.1}s)",
+        up.as_secs_f64(),
+        bound.as_secs_f64()
+    ));
+    ensure!(
+        up <= bound,
+        "o restored after {up:?}, past the protection bound {bound:?}\n{}",
+        about_o()
+    );
+    // Not one of o's runs was counted as its own failure for want of room.
+    let m = dog.metrics().await?;
+    ensure!(
+        sum(&m, "dwd_prober_shoot_waiting_for_room", &[("shoot", &o)]) == 0.0,
+        "o is still shown waiting for room"
+    );
+    if let Some(limit) = &_limit {
+        let (times, total) = limit.throttled();
+        w.log(&format!(
+            "the prober was held back {times} times, {:.1}s in all",
+            total.as_secs_f64()
+        ));
+    }
+    w.check_invariants(name, &[&dog]).await?;
+    remove_shoots(&w, &names).await?;
+    drop((_limit, _hogs));
+    w.stop(dog).await?;
+    drop(hang_door);
+    hang_api.stop().await?;
+    w.finish().await
+}
+
+#[tokio::test]
+async fn a_once_slow_shoot_in_outage_among_hundreds_of_hanging_shoots_is_protected_within_the_bound()
+-> Result<()> {
+    a_once_slow_shoot_among_hanging_shoots_is_protected_within_the_bound("starved", Starved::No)
+        .await
+}
+
+#[tokio::test]
+async fn the_same_with_the_prober_short_of_cpu() -> Result<()> {
+    a_once_slow_shoot_among_hanging_shoots_is_protected_within_the_bound(
+        "starved-cpu",
+        Starved::Cpu,
+    )
+    .await
+}
+
+/// Issue 34 (c): a shoot of 500 kubelet-sized Nodes (about 10 MB of them) in outage, nothing
+/// else loading the prober: its runs are never ended nor refused for room (its node list is
+/// decoded as it streams in, holding one node at a time), it is scaled down within the
+/// protection bound and restored within it.
+#[tokio::test]
+async fn a_five_hundred_node_shoot_in_outage_is_protected_within_the_bound() -> Result<()> {
+    let _serial = serial().await;
+    // 500 leases renewed every 5 s (15 s before they expire) on the shared apiserver.
+    let w = World::new(
+        "big",
+        PROTECT_CONFIG,
+        vec![
+            shoot("o")
+                .with_kubelet_sized_nodes(500)
+                .renewing_every(Duration::from_secs(5)),
+        ],
+    )
+    .await?;
+    let dog = w.spawn()?;
+    w.wait_probing(&dog).await?;
+    let o = w.shoot(0).ns.clone();
+    let bound = protection_bound();
+    let t_out = Instant::now();
+    w.outage(&[0]);
+    let down = time_to_scale_down(&w, 0, t_out, bound + DEADLINE).await?;
+    let t_rec = Instant::now();
+    w.recover(&[0]);
+    w.wait_restored(&[0], bound + DEADLINE).await?;
+    let up = t_rec.elapsed();
+    let m = dog.metrics().await?;
+    w.log(&format!(
+        "500 nodes: scaled down after {:.1}s, restored after {:.1}s (bound {:.1}s); runs not made for room: {:?}",
+        down.as_secs_f64(),
+        up.as_secs_f64(),
+        bound.as_secs_f64(),
+        not_made(&m)
+    ));
+    ensure!(
+        down <= bound && up <= bound,
+        "past the bound {bound:?}: {down:?} / {up:?}"
+    );
+    ensure!(
+        not_made(&m).values().all(|&v| v == 0.0),
+        "runs not made for room: {:?}",
+        not_made(&m)
+    );
+    ensure!(
+        dog.api_failures(&o).await? == 0.0 && dog.lease_failures(&o).await? == 0.0,
+        "o's runs failed"
+    );
+    w.check_invariants("a 500-node shoot", &[&dog]).await?;
+    w.stop(dog).await?;
     w.finish().await
 }

@@ -187,6 +187,15 @@ impl Intent {
         self.names(Step::takes_up)
     }
 
+    /// Whether the flow would change a target it knows (a planned step that is not already
+    /// done): what "a target waits to be restored" means for a scale-up. A mandatory target
+    /// that is absent, or one not known now, is taken up ([`Intent::taken_up`]) but waits for
+    /// nothing.
+    pub fn changes_any(&self) -> bool {
+        self.targets()
+            .any(|t| matches!(t.step, Step::Planned(_)) && t.step.takes_up())
+    }
+
     /// Names of the targets in scope ([`Step::in_scope`]), in the flow's order.
     pub fn in_scope(&self) -> Vec<String> {
         self.names(Step::in_scope)
@@ -326,6 +335,33 @@ dependentResourceInfos:
         // Only kcm is still to be scaled; in scope: every existing target.
         assert_eq!(intent.taken_up(), ["kcm"]);
         assert_eq!(intent.in_scope(), ["kcm", "mcm"]);
+        assert!(intent.changes_any());
+    }
+
+    #[test]
+    fn a_restore_waits_only_for_targets_it_would_change_not_for_absent_mandatory_ones() {
+        let cfg = config();
+        let up = |kcm: Seen, mcm: Seen| {
+            intent(
+                &cfg.dependent_resource_infos,
+                Direction::Up,
+                FlowScope::All,
+                |info| match info.target.name.as_str() {
+                    "kcm" => kcm.clone(),
+                    "mcm" => mcm.clone(),
+                    _ => Seen::Absent,
+                },
+            )
+        };
+        // Mandatory kcm and mcm absent: the flow would fail naming them, yet nothing waits to
+        // be restored (a shoot without targets is not a decision pending).
+        let absent = up(Seen::Absent, Seen::Absent);
+        assert_eq!(absent.taken_up(), ["mcm", "kcm"]);
+        assert!(!absent.changes_any());
+        // Running: nothing. Scaled down with its record: it waits.
+        assert!(!up(running(2, &[]), running(1, &[])).changes_any());
+        let marked = running(0, &[(MELTDOWN_ANNOTATION, ""), (REPLICAS_ANNOTATION, "2")]);
+        assert!(up(marked, running(1, &[])).changes_any());
     }
 
     #[test]

@@ -125,8 +125,8 @@ impl Executor {
         match self {
             Executor::Acting(acting) => {
                 acting.busy()
-                    || !scaler::targets_to_scale(ctx, namespace, Direction::Up, FlowScope::All)
-                        .is_empty()
+                    || scaler::intent_from_caches(ctx, namespace, Direction::Up, FlowScope::All)
+                        .changes_any()
             }
             Executor::Recording(recording) => {
                 recording.virtual_state(ctx, namespace).is_protected()

@@ -31,7 +31,7 @@ use super::scaler::PlannedFlow;
 use super::shoot_reads;
 use crate::Error;
 use crate::kube_client::{HttpVersion, PreparedShootConfig, ResponseLimits, is_response_too_large};
-use crate::memory_budget::{self, Claim, MemoryGrant, NoRunMemory};
+use crate::memory_budget::{self, Claim, MemoryGrant, NoRunMemory, SlowHistory};
 use crate::metrics::{
     ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootSeries,
 };
@@ -58,12 +58,17 @@ pub struct RunMemory {
     /// Zones disrupted at the last run that judged zones: the next run publishes an event for
     /// each zone that joins or leaves this set (docs/behaviour.md §2.19).
     pub disrupted_zones: BTreeSet<String>,
-    /// Runs in a row that did not end within the prompt limit (shoot time): the shoot's place
-    /// in line for the memory budget ([`crate::memory_budget`]).
-    pub slow_streak: u32,
+    /// Which of the shoot's last runs did not end within the prompt limit (shoot time): its
+    /// place in line for the memory budget ([`crate::memory_budget`]).
+    pub slow_history: SlowHistory,
+    /// The shoot's place among equals in the budget's line, kept while its runs are not made
+    /// for room ([`Claim::ticket`]).
+    pub ticket: Option<u64>,
     /// Whether the last finding saw an expired candidate lease: a decision may be due, so the
     /// next run gets room first.
     pub expired_seen: bool,
+    /// Whether the current run asked for room with a decision pending.
+    pub pending: bool,
     /// The way the shoot's runs keep failing, if they do: logged at warn when it starts or
     /// changes, then summarised ([`FailingSince`]).
     pub failing: Option<FailingSince>,
@@ -148,8 +153,10 @@ impl RunMemory {
         RunMemory {
             hysteresis: Hysteresis::from_config(config),
             disrupted_zones: BTreeSet::new(),
-            slow_streak: 0,
+            slow_history: SlowHistory::default(),
+            ticket: None,
             expired_seen: false,
+            pending: false,
             failing: None,
         }
     }
@@ -550,7 +557,11 @@ impl Probe {
             ProbeFailure::NoRunMemory(e) => e.to_string(),
             other => other.to_string(),
         };
+        // Not made for room: the prober's shortage, logged by the budget once for all shoots;
+        // here only for a shoot with a decision pending, the one that must not wait.
+        let quiet = matches!(failure, ProbeFailure::NoRunMemory(_)) && !memory.pending;
         match memory.note_failure(failure.kind(), Instant::now()) {
+            _ if quiet => debug!(%error, "{consequence}"),
             FailureLog::First => warn!(%error, "{consequence}"),
             FailureLog::Repeat => debug!(%error, "{consequence}"),
             FailureLog::Summary { runs, since } => info!(%error, runs, since = ?since,
@@ -613,14 +624,17 @@ impl Probe {
         let pending =
             memory.decision_pending() || executor.decision_pending(&self.ctx, &self.namespace);
         self.set_decision_pending(pending);
+        memory.pending = pending;
         let claim = Claim {
             pending,
-            slow_streak: memory.slow_streak,
+            history: memory.slow_history,
+            ticket: Some(*memory.ticket.get_or_insert_with(|| budget.ticket())),
         };
         let wait = memory_budget::admission_limit(cfg.probe_timeout, cfg.probe_interval);
         let probed = match budget.admit(claim, wait).await {
             Err(refused) => Err(ProbeFailure::NoRunMemory(refused)),
             Ok(grant) => {
+                memory.ticket = None;
                 // Asked once admitted, so the snapshot is as new as the run's: nodes can
                 // only change the outcome when a scale-down is building up, a zone was
                 // disrupted (its recovery event says how many of its leases are fresh), or the
@@ -638,11 +652,9 @@ impl Probe {
                     probed,
                     Err(ProbeFailure::NoRunMemory(NoRunMemory::Reclaimed { .. }))
                 ) {
-                    memory.slow_streak = memory_budget::slow_streak_after(
-                        memory.slow_streak,
-                        grant.shoot_time(),
-                        budget.prompt_limit(),
-                    );
+                    memory.slow_history = memory
+                        .slow_history
+                        .after(grant.shoot_time(), budget.prompt_limit());
                 }
                 probed
             }

@@ -1056,7 +1056,7 @@ async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothin
         .admit(
             Claim {
                 pending: true,
-                slow_streak: 0,
+                ..Claim::default()
             },
             Duration::ZERO,
         )

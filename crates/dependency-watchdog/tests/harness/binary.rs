@@ -30,7 +30,8 @@ pub struct Watchdog {
 impl Watchdog {
     /// Starts the binary with `args` and `env` (`RUST_LOG`, `POD_NAME` and `POD_NAMESPACE`
     /// removed unless given), its stdout and stderr in `<dir>/<name>.log`; its metrics are
-    /// read from `metrics_port`.
+    /// read from `metrics_port`. The binary is this crate's, or the one `DWD_TEST_BINARY`
+    /// names: the mutation rows of docs/faults.md run a scenario against an older build.
     pub fn spawn(
         name: &str,
         args: &[String],
@@ -38,7 +39,9 @@ impl Watchdog {
         dir: &Path,
         metrics_port: u16,
     ) -> Result<Watchdog> {
-        let process = ManagedProcess::builder(name, env!("CARGO_BIN_EXE_dependency-watchdog"))
+        let binary = std::env::var("DWD_TEST_BINARY")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_dependency-watchdog").to_string());
+        let process = ManagedProcess::builder(name, binary)
             .args(args)
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
