@@ -3,6 +3,9 @@
 
 use super::*;
 
+#[path = "memory_budget_interleavings.rs"]
+mod interleavings;
+
 const WAIT: Duration = Duration::from_secs(30);
 /// The prompt limit of these tests.
 const F: Duration = Duration::from_secs(5);
@@ -52,6 +55,18 @@ fn admit_later(
 ) -> tokio::task::JoinHandle<Result<MemoryGrant, NoRunMemory>> {
     let budget = budget.clone();
     tokio::spawn(async move { budget.admit(claim, wait).await })
+}
+
+/// Waits, in steps of 100 ms of the paused clock, at most a minute, until `ended` says so.
+async fn until(mut ended: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        settle().await;
+        if ended() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("not within a minute");
 }
 
 /// Lets spawned tasks run (no time passes).
@@ -272,13 +287,11 @@ async fn a_waiter_finds_room_within_the_prompt_limit_whatever_holds_the_pool() {
     let started = Instant::now();
     let waiter = admit_later(&budget, PENDING, WAIT);
     // The waiter looks again when the oldest passes F, and ends it.
-    let ended = loop {
-        settle().await;
-        if let Some(i) = hanging.iter().position(|g| g.end.is_cancelled()) {
-            break i;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    until(|| hanging.iter().any(|g| g.end.is_cancelled())).await;
+    let ended = hanging
+        .iter()
+        .position(|g| g.end.is_cancelled())
+        .expect("one ended");
     assert_eq!(started.elapsed(), F);
     drop(hanging.remove(ended));
     waiter.await.expect("task").expect("admitted within F");
@@ -298,10 +311,7 @@ async fn shoot_time_leaves_out_the_time_the_process_could_not_run() {
     let waiter = admit_later(&budget, PROMPT, WAIT);
     settle().await;
     assert!(!run.end.is_cancelled());
-    while !run.end.is_cancelled() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        settle().await;
-    }
+    until(|| run.end.is_cancelled()).await;
     assert_eq!(started.elapsed(), Duration::from_secs(3));
     drop(run);
     waiter.await.expect("task").expect("admitted");
@@ -349,7 +359,7 @@ async fn charges_of_runs_in_flight_go_before_admissions_waiting() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_pending_runs_charge_waits_for_room_and_takes_it_from_runs_past_their_limit() {
+async fn a_runs_charge_waits_for_room_and_takes_it_from_runs_past_their_limit() {
     let budget = pool(3);
     let hanging = budget.admit(slow(4), WAIT).await.expect("hanging");
     let other = budget.admit(PROMPT, WAIT).await.expect("other");
@@ -361,19 +371,16 @@ async fn a_pending_runs_charge_waits_for_room_and_takes_it_from_runs_past_their_
         let reader = reader.clone();
         async move { reader.charge_response(RUN_FLOOR + RUN_RESERVE / 2).await }
     });
-    while !hanging.end.is_cancelled() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        settle().await;
-    }
+    until(|| hanging.end.is_cancelled()).await;
     assert_eq!(started.elapsed(), F);
     assert!(!other.end.is_cancelled(), "the slow one goes first");
     drop(hanging);
     charge.await.expect("task").expect("charged");
-    // A run with no decision pending is refused at once when the pool has no room.
+    // A charge past what the pool could ever give a run is refused at once.
     let refused = other
-        .charge_response(RUN_FLOOR + 2 * RUN_RESERVE)
+        .charge_response(RUN_FLOOR + 3 * RUN_RESERVE)
         .await
-        .expect_err("no room");
+        .expect_err("more than the pool holds");
     assert_eq!(refused.cause(), NotMadeCause::ResponseRefused);
     reader.release_response(u64::MAX);
     drop(reader);

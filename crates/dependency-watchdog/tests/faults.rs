@@ -2717,7 +2717,10 @@ async fn a_once_slow_shoot_among_hanging_shoots_is_protected_within_the_bound(
         || async {
             let m = dog.metrics().await?;
             let ended = not_made(&m).get("ended_for_room").copied().unwrap_or(0.0);
-            if ended >= 2.0 * n as f64 && probed_at_least(&m, &prefix, 2.0) == n {
+            // A build without the counter (an older one, for the mutation rows of
+            // docs/faults.md) is judged by its runs alone.
+            let counted = m.contains("dwd_prober_runs_not_made_total");
+            if (ended >= 2.0 * n as f64 || !counted) && probed_at_least(&m, &prefix, 3.0) == n {
                 Ok(Some(()))
             } else {
                 Err(anyhow!("runs not made for room: {:?}", not_made(&m)))

@@ -4,7 +4,8 @@
 //! - The manifests are consistent: the Deployments run the binary with Gardener's command line,
 //!   mount the ConfigMaps where that command line looks, the ConfigMaps are valid configs, the
 //!   RBAC names what the configs name, the Grafana dashboard queries only metrics the binary
-//!   exports (and all of them).
+//!   exports (and all of them), and the prober's PrometheusRule has complete alerts (`for`,
+//!   severity, summary, description) on metrics the binary exports.
 //! - The real binary, authenticated as the shipped ServiceAccount with a token from the
 //!   TokenRequest API and bound to exactly the shipped (Cluster)Roles, does its whole job:
 //!   the prober scales a shoot down during an outage and back up, restores a target from its
@@ -45,6 +46,7 @@ use dependency_watchdog::events::{
     REASON_POD_DELETED, REASON_SCALE_DOWN, REASON_SCALE_UP, REASON_SCALED_DOWN, REASON_SCALED_UP,
 };
 use dependency_watchdog::leader::{PROBER_LEASE, WEEDER_LEASE};
+use dependency_watchdog::memory_budget::{CauseLabels, Level, LevelLabels, NotMadeCause};
 use dependency_watchdog::metrics::{
     ApiLabel, ApiLabels, DirectionLabel, EventLabels, EventOutcome, Metrics, Outcome,
     RequestLabels, RunLabels, RunResult, ScaleOpLabels, ServiceLabels, ShootDirectionLabels,
@@ -136,6 +138,8 @@ struct Component {
     config_map: ConfigMap,
     service: Service,
     service_monitor: Value,
+    /// The alerts (`prometheusrule.yaml`), if the component ships any.
+    prometheus_rule: Option<Value>,
 }
 
 impl Component {
@@ -159,6 +163,17 @@ impl Component {
                 by_kind.entry(kind).or_default().push(doc);
             }
         }
+        let prometheus_rule = match by_kind.remove("PrometheusRule") {
+            None => None,
+            Some(mut docs) => {
+                ensure!(
+                    docs.len() == 1,
+                    "deploy/{name}: {} PrometheusRules, want at most 1",
+                    docs.len()
+                );
+                Some(docs.remove(0))
+            }
+        };
         let mut one = |kind: &str| -> Result<Value> {
             let mut docs = by_kind.remove(kind).unwrap_or_default();
             ensure!(
@@ -182,6 +197,7 @@ impl Component {
             config_map: typed(one("ConfigMap")?, "ConfigMap")?,
             service: typed(one("Service")?, "Service")?,
             service_monitor: one("ServiceMonitor")?,
+            prometheus_rule,
         };
         // A PodDisruptionBudget is the only other kind.
         by_kind.remove("PodDisruptionBudget");
@@ -703,9 +719,9 @@ fn uids(events: &[Event]) -> BTreeSet<Option<String>> {
 
 // --- 1. the manifests -----------------------------------------------------------------------
 
-/// Metric sample names the binary exports (every family given a series, as in production
-/// some time or other).
-fn exported_sample_names() -> BTreeSet<String> {
+/// The `/metrics` text of a registry whose every family this test can reach has series (as
+/// in production some time or other).
+fn exported_metrics_text() -> String {
     let m = Metrics::default();
     let mut registry = prometheus_client::registry::Registry::default();
     m.register(&mut registry);
@@ -738,6 +754,22 @@ fn exported_sample_names() -> BTreeSet<String> {
     m.lease_probe_failures.get_or_create(&shoot).inc();
     m.oversized_responses.get_or_create(&shoot).inc();
     m.expired_lease_fraction.get_or_create(&shoot).set(0.5);
+    for level in [Level::Pending, Level::Prompt, Level::Slow] {
+        m.run_memory
+            .waiting
+            .get_or_create(&LevelLabels { level })
+            .set(1);
+    }
+    for cause in [
+        NotMadeCause::NoRoomInTime,
+        NotMadeCause::EndedForRoom,
+        NotMadeCause::ResponseRefused,
+    ] {
+        m.run_memory
+            .not_made
+            .get_or_create(&CauseLabels { cause })
+            .inc();
+    }
     m.scaling_attempts
         .get_or_create(&ShootDirectionLabels {
             shoot: "s".into(),
@@ -770,11 +802,32 @@ fn exported_sample_names() -> BTreeSet<String> {
         .inc();
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode metrics");
+    text
+}
+
+/// The sample names of a `/metrics` text.
+fn sample_names(text: &str) -> BTreeSet<String> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .filter_map(|l| l.split(['{', ' ']).next())
         .map(str::to_string)
         .collect()
+}
+
+/// Per-shoot series only a running prober writes (their families are the crate's own, out of
+/// this test's reach): the binary exports them once it has probed a shoot, which
+/// [`prober_with_all_rules`] checks on the real binary's `/metrics`.
+const RUNNING_PROBER_SERIES: &[&str] = &[
+    "dwd_prober_expired_lease_fraction_timestamp_seconds",
+    "dwd_prober_shoot_waiting_for_room",
+    "dwd_prober_shoot_decision_pending",
+];
+
+/// Metric sample names the binary exports.
+fn exported_sample_names() -> BTreeSet<String> {
+    let mut names = sample_names(&exported_metrics_text());
+    names.extend(RUNNING_PROBER_SERIES.iter().map(|n| n.to_string()));
+    names
 }
 
 /// Prefixes of the metric families the binary exports: ours, and the standard ones of every
@@ -799,8 +852,255 @@ fn metric_names_in(text: &str) -> BTreeSet<String> {
     names
 }
 
+/// The equality matchers (`label="value"`) of the selectors in a PromQL expression, with the
+/// metric they select: `(metric, label, value)`. Values with a Grafana variable are left out.
+fn equality_matchers(expr: &str) -> Vec<(String, String, String)> {
+    let mut found = Vec::new();
+    for name in metric_names_in(expr) {
+        let mut from = 0;
+        while let Some(at) = expr[from..].find(&format!("{name}{{")).map(|i| from + i) {
+            let body_start = at + name.len() + 1;
+            let Some(len) = expr[body_start..].find('}') else {
+                break;
+            };
+            for matcher in expr[body_start..body_start + len].split(',') {
+                let Some((label, value)) = matcher.split_once('=') else {
+                    continue;
+                };
+                let (label, value) = (label.trim(), value.trim());
+                // `=~`, `!=` and `!~` select by pattern or exclusion: not checked.
+                if label.ends_with('!') || value.starts_with('~') || value.contains('$') {
+                    continue;
+                }
+                found.push((
+                    name.clone(),
+                    label.to_string(),
+                    value.trim_matches('"').to_string(),
+                ));
+            }
+            from = body_start + len;
+        }
+    }
+    found
+}
+
+/// Whether the brackets of a PromQL expression pair up (outside string literals).
+fn brackets_balanced(expr: &str) -> bool {
+    let mut open = Vec::new();
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in expr.chars() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '(' | '[' | '{' => open.push(c),
+            ')' | ']' | '}' => {
+                let want = match c {
+                    ')' => '(',
+                    ']' => '[',
+                    _ => '{',
+                };
+                if open.pop() != Some(want) {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    open.is_empty() && !in_string
+}
+
+/// A Prometheus duration (`90s`, `1m30s`, `2h`: units from `y` down to `ms`, each at most
+/// once, largest first) in milliseconds; `None` when it is not one.
+fn prometheus_duration_ms(text: &str) -> Option<u64> {
+    const UNITS: &[(&str, u64)] = &[
+        ("y", 365 * 86_400_000),
+        ("w", 7 * 86_400_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("ms", 1),
+        ("m", 60_000),
+        ("s", 1000),
+    ];
+    // Largest first; `ms` is the smallest although it is matched before `m`.
+    let rank = |unit: &str| match unit {
+        "ms" => UNITS.len(),
+        _ => UNITS.iter().position(|(u, _)| *u == unit).unwrap_or(0),
+    };
+    let mut rest = text;
+    let mut total = 0u64;
+    let mut last_rank = None;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+        let number: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, factor) = UNITS.iter().find(|(u, _)| rest.starts_with(u))?;
+        if last_rank.is_some_and(|r| r >= rank(unit)) {
+            return None;
+        }
+        last_rank = Some(rank(unit));
+        total = total.checked_add(number.checked_mul(*factor)?)?;
+        rest = &rest[unit.len()..];
+    }
+    last_rank.map(|_| total)
+}
+
+/// Checks the PrometheusRule `rule` of `component` (whose ServiceMonitor is `sm`): it is one,
+/// every rule is an alert with a `for`, a severity, a summary and a description, and every
+/// expression is balanced and names only metrics (and label values) the binary exports.
+/// Returns the alerts' names.
+fn check_prometheus_rule(
+    component: &str,
+    rule: &Value,
+    sm: &Value,
+    exported: &BTreeSet<String>,
+    exported_text: &str,
+) -> Result<BTreeSet<String>> {
+    ensure!(rule["apiVersion"] == "monitoring.coreos.com/v1");
+    ensure!(rule["kind"] == "PrometheusRule");
+    ensure!(
+        rule["metadata"]["namespace"] == GARDEN,
+        "{component}: PrometheusRule namespace"
+    );
+    let labels = rule["metadata"]["labels"]
+        .as_object()
+        .context("PrometheusRule labels")?;
+    let sm_labels = sm["metadata"]["labels"]
+        .as_object()
+        .context("ServiceMonitor labels")?;
+    ensure!(
+        labels == sm_labels,
+        "{component}: PrometheusRule labels {labels:?}, ServiceMonitor {sm_labels:?}"
+    );
+    let groups = rule["spec"]["groups"]
+        .as_array()
+        .context("PrometheusRule spec.groups")?;
+    ensure!(!groups.is_empty(), "{component}: no rule groups");
+    let mut alerts = BTreeSet::new();
+    for group in groups {
+        let group_name = group["name"]
+            .as_str()
+            .context("a rule group without name")?;
+        let rules = group["rules"]
+            .as_array()
+            .with_context(|| format!("group {group_name}: rules"))?;
+        ensure!(!rules.is_empty(), "group {group_name}: no rules");
+        for r in rules {
+            let alert = r["alert"]
+                .as_str()
+                .with_context(|| format!("group {group_name}: a rule that is no alert: {r}"))?;
+            ensure!(
+                alerts.insert(alert.to_string()),
+                "{component}: alert {alert} twice"
+            );
+            let expr = r["expr"]
+                .as_str()
+                .with_context(|| format!("{alert}: expr is no string"))?;
+            ensure!(!expr.trim().is_empty(), "{alert}: empty expr");
+            ensure!(
+                brackets_balanced(expr),
+                "{alert}: unbalanced brackets in {expr}"
+            );
+            let r#for = r["for"]
+                .as_str()
+                .with_context(|| format!("{alert}: no `for`"))?;
+            ensure!(
+                prometheus_duration_ms(r#for).is_some_and(|ms| ms > 0),
+                "{alert}: `for: {for}` is no positive Prometheus duration"
+            );
+            let severity = r["labels"]["severity"].as_str().unwrap_or_default();
+            ensure!(
+                ["critical", "warning", "info"].contains(&severity),
+                "{alert}: severity {severity:?}"
+            );
+            for annotation in ["summary", "description"] {
+                ensure!(
+                    r["annotations"][annotation]
+                        .as_str()
+                        .is_some_and(|s| !s.trim().is_empty()),
+                    "{alert}: no {annotation}"
+                );
+            }
+            // Metric names in the expression and in the annotations (an operator looks them
+            // up) are exported; so is every label value the expression selects by equality.
+            let mut text = expr.to_string();
+            for value in r["annotations"].as_object().into_iter().flatten() {
+                text.push('\n');
+                text.push_str(value.1.as_str().unwrap_or_default());
+            }
+            let named = metric_names_in(expr);
+            ensure!(!named.is_empty(), "{alert}: names no metric of the binary");
+            let unknown: Vec<String> = metric_names_in(&text)
+                .difference(exported)
+                .cloned()
+                .collect();
+            ensure!(
+                unknown.is_empty(),
+                "{alert} names unknown metrics {unknown:?}; exported: {exported:?}"
+            );
+            check_label_values(alert, expr, exported_text)?;
+        }
+    }
+    Ok(alerts)
+}
+
+/// Every label value `expr` selects by equality appears on a series of that metric in
+/// `exported_text` (labels the deployment adds, like `job` and `pod`, are not the binary's).
+fn check_label_values(what: &str, expr: &str, exported_text: &str) -> Result<()> {
+    for (metric, label, value) in equality_matchers(expr) {
+        if ["job", "pod", "namespace", "instance", "service"].contains(&label.as_str()) {
+            continue;
+        }
+        let wanted = format!("{label}=\"{value}\"");
+        ensure!(
+            exported_text
+                .lines()
+                .any(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&wanted)),
+            "{what}: selects {metric}{{{wanted}}}, a series the binary never exports"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn prometheus_expression_helpers() {
+    assert!(brackets_balanced(
+        r#"max by (a) (x{l="(", m=~"[a-z]+"} == 1) and on (a) sum(rate(y[5m])) > 0"#
+    ));
+    assert!(!brackets_balanced("max by (a (x)"));
+    assert!(!brackets_balanced("rate(x[5m)]"));
+    assert_eq!(prometheus_duration_ms("90s"), Some(90_000));
+    assert_eq!(prometheus_duration_ms("1m30s"), Some(90_000));
+    assert_eq!(prometheus_duration_ms("1h"), Some(3_600_000));
+    assert_eq!(prometheus_duration_ms("500ms"), Some(500));
+    assert_eq!(prometheus_duration_ms("1m500ms"), Some(60_500));
+    assert_eq!(prometheus_duration_ms("30s1m"), None);
+    assert_eq!(prometheus_duration_ms("1.5m"), None);
+    assert_eq!(prometheus_duration_ms("5"), None);
+    assert_eq!(prometheus_duration_ms(""), None);
+    assert_eq!(
+        equality_matchers(
+            r#"sum(dwd_a{job=~"$job", level="pending", cause!="x"}) + dwd_b{shoot="$shoot", c = "d"}"#
+        ),
+        vec![
+            ("dwd_a".into(), "level".into(), "pending".into()),
+            ("dwd_b".into(), "c".into(), "d".into()),
+        ]
+    );
+}
+
 #[test]
 fn shipped_manifests_are_consistent_and_run_the_binary_as_gardener_does() -> Result<()> {
+    let exported_text = exported_metrics_text();
+    let exported = exported_sample_names();
     for (name, command) in [
         ("prober", GARDENER_PROBER_COMMAND),
         ("weeder", GARDENER_WEEDER_COMMAND),
@@ -1076,26 +1376,55 @@ fn shipped_manifests_are_consistent_and_run_the_binary_as_gardener_does() -> Res
         );
         ensure!(sm["spec"]["endpoints"][0]["port"] == "metrics");
         ensure!(sm["spec"]["namespaceSelector"]["matchNames"][0] == GARDEN);
+
+        // The prober's alerts (issue 34: one fires when shoots with a decision pending wait
+        // for room), complete and on exported metrics; the weeder ships none.
+        match (name, &c.prometheus_rule) {
+            ("prober", Some(rule)) => {
+                let alerts = check_prometheus_rule(name, rule, sm, &exported, &exported_text)?;
+                ensure!(
+                    alerts.contains("DependencyWatchdogProtectionWaitsForRoom"),
+                    "prober: no alert on protection waiting for room: {alerts:?}"
+                );
+            }
+            ("prober", None) => anyhow::bail!("deploy/prober: no PrometheusRule"),
+            (_, Some(_)) => anyhow::bail!("deploy/{name}: an unexpected PrometheusRule"),
+            (_, None) => {}
+        }
     }
 
     // The dashboard queries only metrics the binary exports, and every one of them.
     let path = deploy_dir().join("grafana/dependency-watchdog.json");
     let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
         .with_context(|| format!("{} is not JSON", path.display()))?;
-    let exprs: Vec<String> = dashboard["panels"]
-        .as_array()
-        .context("panels")?
+    let panels = dashboard["panels"].as_array().context("panels")?;
+    let exprs: Vec<String> = panels
         .iter()
         .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
         .filter_map(|t| t["expr"].as_str().map(str::to_string))
         .collect();
     ensure!(!exprs.is_empty(), "no queries in the dashboard");
+    for expr in &exprs {
+        ensure!(
+            brackets_balanced(expr),
+            "dashboard: unbalanced brackets in {expr}"
+        );
+        check_label_values("dashboard", expr, &exported_text)?;
+    }
     let queried: BTreeSet<String> = exprs.iter().flat_map(|e| metric_names_in(e)).collect();
-    let exported = exported_sample_names();
-    let unknown: Vec<&String> = queried.difference(&exported).collect();
+    // The panels' descriptions name metrics too (an operator looks them up).
+    let described: BTreeSet<String> = panels
+        .iter()
+        .filter_map(|p| p["description"].as_str())
+        .flat_map(metric_names_in)
+        .collect();
+    let unknown: Vec<&String> = queried
+        .union(&described)
+        .filter(|n| !exported.contains(*n))
+        .collect();
     ensure!(
         unknown.is_empty(),
-        "dashboard queries unknown metrics {unknown:?}; exported: {exported:?}"
+        "dashboard names unknown metrics {unknown:?}; exported: {exported:?}"
     );
     let missing: Vec<&String> = exported.difference(&queried).collect();
     ensure!(missing.is_empty(), "dashboard lacks {missing:?}");
@@ -1295,6 +1624,14 @@ async fn prober_with_all_rules(w: &ProberWorld) -> Result<()> {
         fraction >= 0.6,
         "expired fraction {fraction} during the outage"
     );
+    // Its leases were expired at its last finding: a decision is pending (its runs get room
+    // first; the alerts and the dashboard watch this series).
+    wd.wait_sample(
+        "dwd_prober_shoot_decision_pending",
+        &[("shoot", OUTAGE_NS)],
+        1.0,
+    )
+    .await?;
     let outage_uid = w.cluster_uid(OUTAGE_NS).await?;
     let down = wait_events(
         admin,
@@ -1333,8 +1670,38 @@ async fn prober_with_all_rules(w: &ProberWorld) -> Result<()> {
         .await?;
     }
 
-    // Nothing was denied: every event written, no forbidden call in the log.
+    // The per-shoot series only a running prober writes are on /metrics (the dashboard and
+    // the alerts use them): the outage shoot's runs got room and findings, the last just now.
     let text = wd.metrics().await?;
+    let scraped = sample_names(&text);
+    for name in RUNNING_PROBER_SERIES {
+        ensure!(
+            scraped.contains(*name),
+            "{name} is not on the prober's /metrics"
+        );
+    }
+    let waiting = sample(
+        &text,
+        "dwd_prober_shoot_waiting_for_room",
+        &[("shoot", OUTAGE_NS)],
+    );
+    ensure!(waiting == Some(0.0), "waiting for room: {waiting:?}");
+    let found_at = sample(
+        &text,
+        "dwd_prober_expired_lease_fraction_timestamp_seconds",
+        &[("shoot", OUTAGE_NS)],
+    )
+    .context("no expired-lease fraction timestamp")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
+    ensure!(
+        (-5.0..DEADLINE.as_secs_f64()).contains(&(now - found_at)),
+        "the last finding is {}s old",
+        now - found_at
+    );
+
+    // Nothing was denied: every event written, no forbidden call in the log.
     let failed = sample(&text, "dwd_events_total", &[("outcome", "Failed")]).unwrap_or(0.0);
     let published = sample(&text, "dwd_events_total", &[("outcome", "Published")]).unwrap_or(0.0);
     ensure!(

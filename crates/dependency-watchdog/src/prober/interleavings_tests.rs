@@ -16,7 +16,12 @@
 //!    first), the state "kcm running, mcm at 0" never exists;
 //! 4. no two writes of the shoot overlap on the wire;
 //! 5. an outage after the sequence takes both targets down with their record (2),
-//!    and in the end both run their 2 replicas without annotations.
+//!    and in the end both run their 2 replicas without annotations;
+//! 6. no write goes against the newest verdict: a scale-down write is never sent after a run
+//!    found the leases fresh (the newest verdict before it), nor a restoring write after one
+//!    found them expired, whether or not the flow had written before (issue 34: a newer
+//!    verdict stops an opposite flow even when its own targets are already there). The
+//!    verdicts are the probe's snapshots: what each run's lease list was answered with.
 //!
 //! The bound: runs × (3 verdicts × 5 write answers × restart or not) = 30^runs sequences, each
 //! with a final healthy stretch; a write every 10 s (the budget) against a run every 10 s, so
@@ -99,6 +104,8 @@ const SCHEDULE: &str =
 async fn play(steps: &[Step]) -> Vec<String> {
     // One write every 10 s.
     let mut h = Harness::launch(SCHEDULE, GRACE, [FRESH; 3], Mode::Normal, Some((0.1, 1))).await;
+    // When the leases changed and whether they were expired from then on (invariant 6).
+    let mut leases_expired = vec![(h.t0, false)];
     let mut t = secs(5);
     for step in steps {
         let ages = match step.verdict {
@@ -108,6 +115,7 @@ async fn play(steps: &[Step]) -> Vec<String> {
         for (i, age) in ages.into_iter().enumerate() {
             h.shoot.insert("leases", lease(&format!("n{}", i + 1), age));
         }
+        leases_expired.push((Instant::now(), matches!(step.verdict, Verdict::Down)));
         {
             let mut s = h.shoot.lock();
             s.fail_requests.clear();
@@ -144,6 +152,7 @@ async fn play(steps: &[Step]) -> Vec<String> {
     for node in ["n1", "n2", "n3"] {
         h.shoot.insert("leases", lease(node, EXPIRED));
     }
+    leases_expired.push((Instant::now(), true));
     t += secs(150);
     h.until(t).await;
     let mut violations = Vec::new();
@@ -159,8 +168,10 @@ async fn play(steps: &[Step]) -> Vec<String> {
     }
     // Healthy from here on: long enough for every restore at one write per 10 s.
     h.renew(&["n1", "n2", "n3"]);
+    leases_expired.push((Instant::now(), false));
     h.until(t + secs(120)).await;
     violations.extend(check(&h));
+    violations.extend(check_newest_verdict(&h, &leases_expired));
     h.stop().await;
     violations
 }
@@ -234,6 +245,50 @@ fn check(h: &Harness) -> Vec<String> {
         let annotations = object["metadata"]["annotations"].as_object();
         if object["spec"]["replicas"] != 2 || annotations.is_some_and(|a| !a.is_empty()) {
             violations.push(format!("in the end {name} is not restored: {object}"));
+        }
+    }
+    violations
+}
+
+/// Invariant 6 (see the module docs): each scaling write follows the newest verdict before it.
+/// `leases_expired`: when the shoot's leases changed, and whether expired from then on.
+fn check_newest_verdict(h: &Harness, leases_expired: &[(Instant, bool)]) -> Vec<String> {
+    // Each answered lease list is a run's snapshot: its verdict, by what the leases were then.
+    let verdicts: Vec<(Instant, bool)> = h
+        .shoot
+        .calls_to("/leases")
+        .iter()
+        .filter(|c| c.status == 200)
+        .map(|c| {
+            let expired = leases_expired
+                .iter()
+                .rev()
+                .find(|(at, _)| *at <= c.at)
+                .is_some_and(|(_, expired)| *expired);
+            (c.at, expired)
+        })
+        .collect();
+    let mut violations = Vec::new();
+    for write in h.seed.writes() {
+        if write.method != Method::PATCH {
+            continue;
+        }
+        let down = write.body["spec"]["replicas"] == 0;
+        // The newest verdict taken before the write was sent (a run answered at the same
+        // instant may have come before or after it: not judged).
+        let Some(&(at, expired)) = verdicts.iter().rev().find(|(at, _)| *at < write.at) else {
+            continue;
+        };
+        let same_instant = verdicts.iter().any(|(a, e)| *a == write.at && *e == down);
+        if expired != down && !same_instant {
+            violations.push(format!(
+                "{:?}: {} write to {} after the run of {:?} found the leases {}",
+                write.at - h.t0,
+                if down { "a scale-down" } else { "a restoring" },
+                write.path,
+                at - h.t0,
+                if expired { "expired" } else { "fresh" }
+            ));
         }
     }
     violations

@@ -575,9 +575,15 @@ impl Probe {
             info!(failed_runs = failing.runs, since = ?failing.since.elapsed(),
                 "probe runs succeed again after {} failed run(s) ({})", failing.runs, failing.kind);
         }
+    }
+
+    /// Marks whether this shoot's last run was not made, or was ended, for room.
+    fn set_waiting_for_room(&self, waiting: bool) {
         let m = &self.ctx.metrics;
         m.for_shoot(&self.series, |l| {
-            m.shoot_waiting_for_room.get_or_create(l).set(0);
+            m.shoot_waiting_for_room
+                .get_or_create(l)
+                .set(i64::from(waiting));
         });
     }
 
@@ -635,6 +641,7 @@ impl Probe {
             Err(refused) => Err(ProbeFailure::NoRunMemory(refused)),
             Ok(grant) => {
                 memory.ticket = None;
+                self.set_waiting_for_room(false);
                 // Asked once admitted, so the snapshot is as new as the run's: nodes can
                 // only change the outcome when a scale-down is building up, a zone was
                 // disrupted (its recovery event says how many of its leases are fresh), or the

@@ -455,15 +455,31 @@ mod tests {
         let leases = node_leases(&shoot, Some(&grant)).await.expect("two pages");
         let view_bytes: u64 = leases.iter().map(NodeLease::view_bytes).sum();
         assert_eq!(budget.held(), RUN_RESERVE + view_bytes);
-        // A list whose views the budget can't hold fails the read.
+        // A list the budget has no room for now waits for room (its call's deadline bounds
+        // the wait) rather than failing: nothing is ended for it, everything here is young.
         grant
             .charge(3 * RUN_RESERVE - view_bytes)
             .await
             .expect("the rest of the pool");
-        let error = node_leases(&shoot, Some(&grant))
+        let waited = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            node_leases(&shoot, Some(&grant)),
+        )
+        .await;
+        assert!(waited.is_err(), "no room: the read waits");
+        // More than the pool could ever give a run fails at once.
+        let error = grant
+            .charge(4 * RUN_RESERVE)
             .await
-            .expect_err("no room for the views");
-        assert!(crate::error::caused_by::<NoRunMemory>(&error), "{error}");
+            .expect_err("past the pool");
+        assert!(
+            error.to_string().contains("can ever give one run"),
+            "{error}"
+        );
+        let _ = NoRunMemory::Exhausted {
+            wanted: 0,
+            capacity: 0,
+        };
     }
 
     #[tokio::test]
