@@ -2879,9 +2879,18 @@ async fn a_five_hundred_node_shoot_in_outage_is_protected_within_the_bound() -> 
         "runs not made for room: {:?}",
         not_made(&m)
     );
+    let (api, lease) = (dog.api_failures(&o).await?, dog.lease_failures(&o).await?);
     ensure!(
-        dog.api_failures(&o).await? == 0.0 && dog.lease_failures(&o).await? == 0.0,
-        "o's runs failed"
+        api == 0.0 && lease == 0.0,
+        "o's runs failed: {api} API-server probe and {lease} lease probe failures:\n{}",
+        {
+            let log = dog.wd.log();
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("\"level\":\"warn\""))
+                .collect();
+            lines[lines.len().saturating_sub(5)..].join("\n")
+        }
     );
     w.check_invariants("a 500-node shoot", &[&dog]).await?;
     w.stop(dog).await?;
