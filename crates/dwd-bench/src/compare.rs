@@ -16,7 +16,7 @@ enum Unit {
 }
 
 /// The compared metrics: key in `ratios`, row title, JSON pointer into a run's result.
-const METRICS: [(&str, &str, &str, Unit); 29] = [
+const METRICS: [(&str, &str, &str, Unit); 36] = [
     (
         "steady_rss",
         "steady RSS (median)",
@@ -147,6 +147,48 @@ const METRICS: [(&str, &str, &str, Unit); 29] = [
         "storm_relapse_writes",
         "storm: scale-down writes after recovery to relapsed shoots",
         "/storm/relapse_scale_down_writes/count",
+        Unit::Count,
+    ),
+    (
+        "protection_scale_down_p50",
+        "protection: crossing → shoot at 0 p50, s",
+        "/outage/protection/scale_down/worst_target_per_shoot_s/p50",
+        Unit::Seconds,
+    ),
+    (
+        "protection_scale_down_p99",
+        "protection: crossing → shoot at 0 p99, s",
+        "/outage/protection/scale_down/worst_target_per_shoot_s/p99",
+        Unit::Seconds,
+    ),
+    (
+        "protection_scale_down_max",
+        "protection: crossing → shoot at 0 max, s",
+        "/outage/protection/scale_down/worst_target_per_shoot_s/max",
+        Unit::Seconds,
+    ),
+    (
+        "protection_scale_down_over_bound",
+        "protection: shoots scaled down over the bound",
+        "/outage/protection/scale_down/shoots_over_bound",
+        Unit::Count,
+    ),
+    (
+        "protection_restore_p99",
+        "protection: recovery → shoot restored p99, s",
+        "/outage/protection/restore/recovery_to_restored_s/p99",
+        Unit::Seconds,
+    ),
+    (
+        "protection_restore_max",
+        "protection: recovery → shoot restored max, s",
+        "/outage/protection/restore/recovery_to_restored_s/max",
+        Unit::Seconds,
+    ),
+    (
+        "protection_restore_over_bound",
+        "protection: shoots restored over the bound",
+        "/outage/protection/restore/shoots_over_bound",
         Unit::Count,
     ),
     (

@@ -57,6 +57,10 @@ pub const SLOW_MARGIN: Duration = Duration::from_secs(5);
 /// Slow shoots' seed objects created at once during setup (namespace, secret, Cluster each).
 const SLOW_CREATE_CONCURRENCY: usize = 24;
 
+/// With `--outage-normal`: probe intervals of the measured window before the normal shoots'
+/// kubelets go silent (they are probed next to the hostile ones for that long first).
+pub const OUTAGE_LEAD_INTERVALS: u32 = 3;
+
 /// What the hostile shoots hold.
 #[derive(Debug, Clone, Copy)]
 pub struct HostileShape {
@@ -96,12 +100,11 @@ pub struct Fakes {
     pub setup_seconds: f64,
 }
 
-/// Replicas of the amplification shoot's targets: anything scaled to 0 is a wrong scaling.
-const AMPLIFIER_TARGETS: [(&str, i32); 3] = [
-    ("kube-controller-manager", 1),
-    ("machine-controller-manager", 1),
-    ("cluster-autoscaler", 1),
-];
+/// The amplification shoots' targets: anything scaled to 0 is a wrong scaling. The normal
+/// shoots' replicas, which the reset between two runs of a comparison restores
+/// ([`crate::reset`]: with KCM at 1 here it "repaired" both amplification shoots' KCM to 2
+/// before the second binary ran).
+const AMPLIFIER_TARGETS: [(&str, i32); 3] = dwd_sim::seed::DEFAULT_DEPLOYMENTS;
 
 /// Starts the fake apiservers and creates their shoots in the seed: `shape.slow_shoots` slow
 /// shoots (namespace, probe secret and Cluster each; no targets: their runs can only fail)
@@ -575,8 +578,13 @@ pub struct Observed<'a> {
     pub samples: &'a [procstat::Sample],
     /// How the run ended.
     pub ended: &'a Ended,
+    /// The watchdog's `/metrics` at the start of the window, if it serves them.
+    pub metrics_at_window_start: Option<String>,
     /// The watchdog's `/metrics` at the end of the window, if it serves them.
     pub metrics: Option<String>,
+    /// With `--outage-normal`: when the normal shoots' kubelets went silent (their scaling
+    /// from then on is the outage's, judged in the run's `outage.protection`).
+    pub outage_silenced_at: Option<DateTime<Utc>>,
 }
 
 /// The `hostile` object of a run's result.
@@ -670,11 +678,31 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
         "shoots_never_probed": never,
         "shoots_with_missed_runs": shoots_missing_runs,
         "failed_requests_by_code": failures,
-        "scaled_down": scaled_down(world, o.started, &normal_namespaces),
+        // With an outage, only what went down before it (the outage's own scaling is judged in
+        // the run's `outage.protection`).
+        "scaled_down": scaled_down(world, o.started, &normal_namespaces)
+            .into_iter()
+            .filter(|v| {
+                o.outage_silenced_at.is_none_or(|s| {
+                    v["at"]
+                        .as_str()
+                        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                        .is_some_and(|t| t < s)
+                })
+            })
+            .collect::<Vec<_>>(),
+        "outage": o.outage_silenced_at.map(|s| json!({
+            "silenced_after_window_start_s": secs(o.window_from, s),
+            "outage_s": cli.outage_normal.map(|d| d.as_secs_f64()),
+            "kubelet_sized_nodes": cli.kubelet_sized_nodes,
+            "judged_in": "the run's outage.protection (crossing → each target 0, recovery → restored, against the protection bound) and storm",
+        })),
         "watchdog_metrics": {
             "lease_probe_failures": normal_metric("dwd_prober_lease_probe_failures_total"),
             "api_server_probe_failures": normal_metric("dwd_prober_api_server_probe_failures_total"),
             "oversized_responses": normal_metric("dwd_prober_oversized_responses_total"),
+            "shoots_waiting_for_room_at_end": normal_metric("dwd_prober_shoot_waiting_for_room"),
+            "shoots_decision_pending_at_end": normal_metric("dwd_prober_shoot_decision_pending"),
         },
     });
 
@@ -732,6 +760,30 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
                     + 0.0
             })
         };
+        // `{label value: n}` of a family by one label (`None`: the binary serves no such
+        // metrics); `since` subtracts an earlier scrape.
+        let by_label = |m: Option<&str>, name: &str, label: &str, since: Option<&str>| {
+            let read = |text: &str| {
+                let mut out: BTreeMap<String, f64> = BTreeMap::new();
+                for s in dwd_testenv::metrics::parse(text) {
+                    if s.name == name {
+                        let key = s.labels.get(label).cloned().unwrap_or_default();
+                        *out.entry(key).or_insert(0.0) += s.value;
+                    }
+                }
+                out
+            };
+            m.map(|m| {
+                let mut now = read(m);
+                if let Some(before) = since.map(read) {
+                    for (k, v) in now.iter_mut() {
+                        *v -= before.get(k).copied().unwrap_or(0.0);
+                    }
+                }
+                now
+            })
+        };
+        let start = o.metrics_at_window_start.as_deref();
         let amplification: serde_json::Map<String, Value> = f
             .amplifiers
             .iter()
@@ -755,16 +807,19 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
                 "watchdog_metrics": {
                     "probe_runs": slow_metric("dwd_prober_shoot_probe_runs_total"),
                     "api_server_probe_failures": slow_metric("dwd_prober_api_server_probe_failures_total"),
+                    "shoots_waiting_for_room_at_end": slow_metric("dwd_prober_shoot_waiting_for_room"),
                 },
             },
             "amplification": amplification,
-            "run_memory_budget": {
+            // Null for a binary without the budget (the reference).
+            "run_memory_budget": metrics.filter(|m| m.contains("dwd_prober_run_memory_capacity_bytes")).map(|_| json!({
                 "capacity_bytes": budget("dwd_prober_run_memory_capacity_bytes"),
                 "held_bytes_at_end": budget("dwd_prober_run_memory_held_bytes"),
-                "admission_refusals": budget("dwd_prober_run_memory_admission_refusals_total"),
-                "charge_refusals": budget("dwd_prober_run_memory_charge_refusals_total"),
-                "slow_refusals": budget("dwd_prober_run_memory_slow_refusals_total"),
-            },
+                // dwd_prober_runs_not_made_total{cause}: since the start, and in the window.
+                "not_made_for_room": by_label(metrics, "dwd_prober_runs_not_made_total", "cause", None),
+                "not_made_for_room_in_window": start.and(by_label(metrics, "dwd_prober_runs_not_made_total", "cause", start)),
+                "waiting_runs_at_end": by_label(metrics, "dwd_prober_run_memory_waiting_runs", "level", None),
+            })),
         })
     });
 

@@ -19,6 +19,7 @@ mod gardener;
 mod hostile;
 mod metrics;
 mod procstat;
+mod protection;
 mod report;
 mod reset;
 mod runner;
@@ -180,6 +181,21 @@ pub struct Cli {
     /// reports it): a binary that balloons must not take the shared machine down.
     #[arg(long, default_value_t = 3072)]
     pub rss_limit_mib: u64,
+    /// Hostile scenario: an outage of the normal shoots while the slow crowd and the hostile
+    /// shoots run. Three probe intervals into the measured window every kubelet of every
+    /// normal shoot goes silent (after a last renewal stamped with that moment, as in
+    /// `mass-outage`), and renews again this long after; the run then waits until every
+    /// target is back and nothing has changed for two probe intervals. The result's
+    /// `hostile.normal_outage` holds crossing → each target 0 and recovery → restored per
+    /// normal shoot against the protection bound (README, *Hostile shoots*). Must be longer
+    /// than the leases' validity (0.75 × `--kcm-grace`). Default: no outage.
+    #[arg(long, value_parser = dwd_core::parse_go_duration)]
+    pub outage_normal: Option<Duration>,
+    /// Give the normal shoots' Nodes the size a real kubelet makes them (19-21 KiB each as
+    /// served: managedFields, ~45 images, conditions; `dwd_sim::NodeSpec::kubelet_sized`)
+    /// instead of the small default. `--nodes` gives their count.
+    #[arg(long)]
+    pub kubelet_sized_nodes: bool,
     /// Write the machine-readable result here.
     #[arg(long)]
     pub output: Option<PathBuf>,
@@ -297,6 +313,24 @@ fn validate(cli: &Cli) -> Result<()> {
         && (cli.stop_shoot_apiserver.is_some() || cli.slow_shoot_apiserver.is_some())
     {
         bail!("--scenario weeder-storm has no shoot apiservers to stop or slow down");
+    }
+    if let Some(outage) = cli.outage_normal {
+        if cli.scenario != Scenario::Hostile {
+            bail!("--outage-normal needs --scenario hostile");
+        }
+        if cli.nodes < 2 {
+            bail!("--outage-normal needs --nodes >= 2 (a single-node shoot is never scaled)");
+        }
+        let validity = cli.kcm_grace.mul_f64(0.75);
+        if outage <= validity {
+            bail!(
+                "--outage-normal {outage:?} ends before the leases expire (0.75 × --kcm-grace = \
+                 {validity:?}): nothing would cross the threshold"
+            );
+        }
+    }
+    if cli.kubelet_sized_nodes && cli.scenario == Scenario::WeederStorm {
+        bail!("--kubelet-sized-nodes: the weeder storm has no nodes");
     }
     if cli.scenario == Scenario::Hostile && cli.fat_lease_kib >= 256 {
         bail!("--fat-lease-kib must be below 256 (the apiserver refuses more annotations)");

@@ -305,6 +305,39 @@ fn outage_rows(rows: &mut Vec<(String, String)>, o: &Value) {
                 ),
             ));
         }
+        let p = &o["protection"];
+        if p.is_object() {
+            let b = &p["bound"];
+            let d = &p["scale_down"];
+            let u = &p["restore"];
+            rows.push((
+                "  protection: crossing → shoot at 0 (worst target), s".into(),
+                cell(&d["worst_target_per_shoot_s"]),
+            ));
+            rows.push((
+                "    bound / over it / not scaled down".into(),
+                format!(
+                    "{} s / {} / {}",
+                    num(&b["scale_down_s"], |v| format!("{v:.1}")),
+                    d["shoots_over_bound"],
+                    d["shoots_not_scaled_down"]
+                ),
+            ));
+            rows.push((
+                "  protection: recovery → shoot restored, s".into(),
+                cell(&u["recovery_to_restored_s"]),
+            ));
+            rows.push((
+                "    bound / over it / not restored".into(),
+                format!(
+                    "{} s / {} / {}",
+                    num(&b["restore_s"], |v| format!("{v:.1}")),
+                    u["shoots_over_bound"],
+                    u["shoots_not_restored"]
+                ),
+            ));
+            rows.push(("  protection: met".into(), p["met"].to_string()));
+        }
         rows.push((
             "  seed requests in affected ns (outage)".into(),
             o["seed_requests_in_affected_namespaces"]["total"].to_string(),

@@ -43,6 +43,7 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
         with_shoots: !storm,
         shoot_fronts: !cli.shared_shoot_lists,
         etcd_per_shoot_apiserver: cli.etcd_per_shoot_apiserver,
+        kubelet_sized_nodes: cli.kubelet_sized_nodes,
         hostile: (cli.scenario == Scenario::Hostile).then_some(crate::hostile::HostileShape {
             many_leases: cli.hostile_leases,
             fat_leases: cli.fat_leases,

@@ -17,7 +17,7 @@ use crate::chart::{self, Dists};
 use crate::gardener::{self, Derived, ProberChanges};
 use crate::setup::{self, WATCHDOG_USER, World, lock};
 use crate::stats::Summary;
-use crate::{Cli, Scenario, Subject, audit, hostile, metrics, procstat, storm};
+use crate::{Cli, Scenario, Subject, audit, hostile, metrics, procstat, protection, storm};
 
 /// Node → its renew times, in order.
 type RenewTimes = HashMap<String, Vec<storm::Renewal>>;
@@ -55,12 +55,7 @@ fn targets(config: &ProberConfig) -> Vec<(&str, u32, u32)> {
 
 /// How long a whole scale-up waits in `initialDelay`s: each level waits for its longest.
 fn scale_up_delays(config: &ProberConfig) -> Duration {
-    let mut by_level: BTreeMap<u32, Duration> = BTreeMap::new();
-    for i in &config.dependent_resource_infos {
-        let d = by_level.entry(i.scale_up.level).or_default();
-        *d = (*d).max(i.scale_up.initial_delay);
-    }
-    by_level.values().sum()
+    protection::level_delays(config, false)
 }
 
 /// The watchdog subprocess; killed when dropped (and by the kernel if the bench dies).
@@ -70,6 +65,11 @@ pub struct Watchdog {
     log: std::path::PathBuf,
     /// Where it serves its metrics (the prober; `None` when not known).
     pub metrics_addr: Option<SocketAddr>,
+    /// Stop the process once its RSS passes this many bytes ([`Self::check_alive`]; the
+    /// hostile scenario's `--rss-limit-mib`).
+    pub rss_limit: Option<u64>,
+    /// When the bench stopped it at [`Self::rss_limit`], and the RSS it saw.
+    pub killed_at_limit: Option<(DateTime<Utc>, u64)>,
 }
 
 impl Watchdog {
@@ -81,6 +81,8 @@ impl Watchdog {
             process,
             log,
             metrics_addr: None,
+            rss_limit: None,
+            killed_at_limit: None,
         })
     }
 
@@ -107,7 +109,8 @@ impl Watchdog {
             .context("watchdog process has no pid (already stopped)")
     }
 
-    /// Fails with the log's tail when the process has exited.
+    /// Fails with the log's tail when the process has exited; with an [`Self::rss_limit`],
+    /// stops it (and fails) once its RSS passes the limit.
     pub fn check_alive(&mut self) -> Result<()> {
         if self.process.has_exited() {
             bail!(
@@ -115,6 +118,19 @@ impl Watchdog {
                 self.log.display(),
                 self.process.log_tail(3000)
             );
+        }
+        if let (Some(limit), Some(pid)) = (self.rss_limit, self.process.pid())
+            && let Some(s) = procstat::read(pid)
+            && s.rss > limit
+        {
+            eprintln!(
+                "run: the watchdog's RSS {:.0} MiB passed the limit {:.0} MiB: stopping it",
+                s.rss as f64 / 1048576.0,
+                limit as f64 / 1048576.0
+            );
+            self.process.kill();
+            self.killed_at_limit = Some((Utc::now(), s.rss));
+            bail!("the watchdog's RSS passed the limit; stopped");
         }
         Ok(())
     }
@@ -176,13 +192,19 @@ pub fn log_path(world: &World, subject: &Subject, run: usize) -> std::path::Path
     world.dir.join(format!("watchdog-{run}-{safe}.log"))
 }
 
-/// Sleeps `d`, checking every few seconds that the watchdog is still alive.
+/// Sleeps `d`, checking every few seconds that the watchdog is still alive (four times a
+/// second with an RSS limit).
 pub async fn sleep_watching(watchdog: &mut Watchdog, d: Duration) -> Result<()> {
     let end = tokio::time::Instant::now() + d;
+    let tick = if watchdog.rss_limit.is_some() {
+        Duration::from_millis(250)
+    } else {
+        Duration::from_secs(2)
+    };
     while tokio::time::Instant::now() < end {
         watchdog.check_alive()?;
         let left = end - tokio::time::Instant::now();
-        tokio::time::sleep(left.min(Duration::from_secs(2))).await;
+        tokio::time::sleep(left.min(tick)).await;
     }
     watchdog.check_alive()
 }
@@ -409,6 +431,7 @@ pub async fn run_once(
                     world,
                     &mut watchdog,
                     &affected,
+                    cli.outage_for,
                     window_from,
                 )
                 .await?,
@@ -442,12 +465,63 @@ async fn run_hostile(
     let mut ended = hostile::watch(&mut watchdog, warmup, limit).await?;
     let window_from = Utc::now();
     let sizes_from = WindowSizes::scrape(world).await;
-    if ended.running() {
-        eprintln!(
-            "run: hostile shoots next to normal ones for {:?}",
-            cli.duration
-        );
-        ended = hostile::watch(&mut watchdog, cli.duration, limit).await?;
+    let metrics_from = match (ended.running(), watchdog.metrics_addr) {
+        (true, Some(addr)) => hostile::scrape_watchdog(addr).await,
+        _ => None,
+    };
+    let mut outage = None;
+    match (ended.running(), cli.outage_normal) {
+        (false, _) => {}
+        (true, None) => {
+            eprintln!(
+                "run: hostile shoots next to normal ones for {:?}",
+                cli.duration
+            );
+            ended = hostile::watch(&mut watchdog, cli.duration, limit).await?;
+        }
+        (true, Some(outage_for)) => {
+            // The normal shoots are probed for a while next to the hostile ones first.
+            let lead = cli.probe_interval * hostile::OUTAGE_LEAD_INTERVALS;
+            eprintln!(
+                "run: hostile shoots next to normal ones; every normal shoot's kubelets go silent in {lead:?} for {outage_for:?}"
+            );
+            ended = hostile::watch(&mut watchdog, lead, limit).await?;
+            if ended.running() {
+                watchdog.rss_limit = Some(limit);
+                let affected: Vec<usize> = (0..world.shoots.len()).collect();
+                let record = run_outage(
+                    cli,
+                    &prober.config,
+                    world,
+                    &mut watchdog,
+                    &affected,
+                    Some(outage_for),
+                    window_from,
+                )
+                .await;
+                watchdog.rss_limit = None;
+                match record {
+                    Ok(o) => outage = Some(o),
+                    Err(e) => {
+                        // A binary that balloons or exits ends the run, not the bench.
+                        ended = if let Some((at, rss)) = watchdog.killed_at_limit {
+                            hostile::Ended::KilledAtLimit { at, rss }
+                        } else if watchdog.process.has_exited() {
+                            hostile::Ended::Exited {
+                                at: Utc::now(),
+                                log_tail: watchdog.process.log_tail(2000),
+                            }
+                        } else {
+                            return Err(e);
+                        };
+                        eprintln!("run: the outage ended early: {e:#}");
+                        for shoot in &world.shoots {
+                            shoot.sim.kubelets().resume_all();
+                        }
+                    }
+                }
+            }
+        }
     }
     let end = WindowEnd::now(world, &sizes_from).await;
     let metrics = match (ended.running(), watchdog.metrics_addr) {
@@ -456,7 +530,7 @@ async fn run_hostile(
     };
     eprintln!("run: stopping the watchdog ({})", ended.to_json()["how"]);
     let measured = stop_watchdog(&mut watchdog, sampler, started, window_from, end).await;
-    let mut out = analyse(cli, prober, subject, world, &measured, None).await?;
+    let mut out = analyse(cli, prober, subject, world, &measured, outage.as_ref()).await?;
     out.json["hostile"] = hostile::analyse(
         cli,
         world,
@@ -466,7 +540,9 @@ async fn run_hostile(
             window_to: measured.window_to,
             samples: &measured.samples,
             ended: &ended,
+            metrics_at_window_start: metrics_from,
             metrics,
+            outage_silenced_at: outage.as_ref().map(|o| o.silenced_at),
         },
     )?;
     out.json["hostile"]["done_when"] = hostile::done_when(cli, &out.json, &ended);
@@ -654,12 +730,17 @@ pub async fn seed_json(world: &World, m: &Measured) -> Result<(Value, Value)> {
     Ok((seed_requests, bytes))
 }
 
+/// Silences every kubelet of the `affected` shoots, waits for their targets to go down (or
+/// `outage_for` after the silence, flows done or not), resumes the kubelets, waits for every
+/// target to be back, then measures steady state for what is left of `--duration` after
+/// `window_from`.
 async fn run_outage(
     cli: &Cli,
     config: &ProberConfig,
     world: &World,
     watchdog: &mut Watchdog,
     affected: &[usize],
+    outage_for: Option<Duration>,
     window_from: DateTime<Utc>,
 ) -> Result<OutageRecord> {
     // Every silenced kubelet's last renewal is stamped `silenced_at` (written at once, in
@@ -704,7 +785,7 @@ async fn run_outage(
         .iter()
         .flat_map(|&i| targets.iter().map(move |(t, _, _)| (i, *t)))
         .collect();
-    let all_down = match cli.outage_for {
+    let all_down = match outage_for {
         // The storm ends when it ends, flows done or not.
         Some(outage) => {
             let elapsed = (Utc::now() - silenced_at).to_std().unwrap_or_default();
@@ -779,7 +860,7 @@ async fn run_outage(
     };
     // The scale-up waits out its levels' initialDelays (Gardener: MCM's 30 s) on top.
     let up_timeout = cli.renew_interval + slack + scale_up_delays(config);
-    let all_up = match cli.outage_for {
+    let all_up = match outage_for {
         // Flows may still take targets down after the kubelets are back: wait until every
         // target is up and nothing has changed for two probe intervals.
         Some(_) => {
@@ -995,7 +1076,7 @@ async fn analyse(
         "label": subject.label,
         "binary": subject.bin.display().to_string(),
         "scenario": format!("{:?}", cli.scenario),
-        "shape": {"shoots": cli.shoots, "nodes_per_shoot": cli.nodes, "shoot_apiservers": cli.shoot_apiservers},
+        "shape": {"shoots": cli.shoots, "nodes_per_shoot": cli.nodes, "shoot_apiservers": cli.shoot_apiservers, "kubelet_sized_nodes": cli.kubelet_sized_nodes},
         "config": {
             "probe_interval_s": interval, "initial_delay_s": cli.initial_delay.as_secs_f64(),
             "kcm_grace_s": cli.kcm_grace.as_secs_f64(), "jitter": cli.jitter,
@@ -1064,6 +1145,9 @@ fn outage_results(
     let mut level0_missing = 0usize;
     let mut missing_up = 0usize;
     let mut storm_shoots = Vec::new();
+    // Per shoot, each target: crossing → its first 0 (for the protection bound; how it came
+    // back is filled in from its storm record below).
+    let mut protection_shoots: Vec<protection::ShootOutage> = Vec::new();
     for ((i, before), (_, after)) in o.before.iter().zip(&o.after) {
         let ns = setup::shoot_namespace(*i);
         // Down: the k-th lease to expire (k = fewest expired leases reaching the threshold).
@@ -1102,8 +1186,13 @@ fn outage_results(
             first_crossing = Some(first_crossing.map_or(c, |f: DateTime<Utc>| f.min(c)));
             last_crossing = Some(last_crossing.map_or(c, |l: DateTime<Utc>| l.max(c)));
         }
+        let mut shoot_down = Vec::new();
         for &(target, down_level, _) in &targets {
             let went_down = first_change(world, &ns, target, o.silenced_at, |r| r == 0);
+            shoot_down.push((
+                target.to_string(),
+                crossed.zip(went_down).map(|(c, t)| secs(c, t)),
+            ));
             match (crossed, went_down) {
                 (Some(c), Some(t)) => {
                     down.entry(target).or_default().push(secs(c, t));
@@ -1128,6 +1217,11 @@ fn outage_results(
                 _ => missing_up += 1,
             }
         }
+        protection_shoots.push(protection::ShootOutage {
+            namespace: ns,
+            down_s: shoot_down,
+            restore: storm::Restore::NotDown,
+        });
     }
     let affected: HashSet<String> = o
         .before
@@ -1162,8 +1256,17 @@ fn outage_results(
         lease_validity_s: grace.num_milliseconds() as f64 / 1000.0,
         expired_needed: k,
     };
+    // Each shoot judged against the protection bound (issue 34).
+    for (p, storm) in protection_shoots.iter_mut().zip(&storm_shoots) {
+        p.restore = storm.restore(&frame);
+    }
+    let protection = protection::judge(
+        &protection::Terms::new(config, o.before.len(), cli.kube_api_qps),
+        &protection_shoots,
+    );
     let json = json!({
         "storm": storm::analyse(&frame, &storm_shoots),
+        "protection": protection,
         "affected_shoots": o.before.len(),
         "expired_leases_needed": k,
         "all_scaled_down": o.all_down,

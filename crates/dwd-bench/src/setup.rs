@@ -73,6 +73,9 @@ pub struct Shape {
     pub shoot_fronts: bool,
     /// Whether each shoot apiserver has an etcd of its own (else all share the seed's).
     pub etcd_per_shoot_apiserver: bool,
+    /// Whether the shoots' Nodes are the size a real kubelet makes them
+    /// ([`dwd_sim::NodeSpec::kubelet_sized`]) rather than small.
+    pub kubelet_sized_nodes: bool,
     /// The hostile shoots to add (hostile scenario), each on an apiserver of its own.
     pub hostile: Option<crate::hostile::HostileShape>,
 }
@@ -252,6 +255,13 @@ pub async fn build(shape: Shape) -> Result<World> {
                     node_specs_with_prefix(&format!("s{i}-node-"), shape.nodes, &[DEFAULT_POOL])
                         .into_iter()
                         .map(|n| n.with_label(label.0, &label.1))
+                        .map(|n| {
+                            if shape.kubelet_sized_nodes {
+                                n.kubelet_sized()
+                            } else {
+                                n
+                            }
+                        })
                         .collect(),
                 );
                 options.lease_labels = BTreeMap::from([(label.0.to_string(), label.1.clone())]);
@@ -275,9 +285,14 @@ pub async fn build(shape: Shape) -> Result<World> {
         if last_report.elapsed() >= Duration::from_secs(2) || created == shoot_count {
             last_report = Instant::now();
             eprint!(
-                "\rsetup: {created}/{} shoots ({} nodes each) after {:.1}s   ",
+                "\rsetup: {created}/{} shoots ({} {}nodes each) after {:.1}s   ",
                 shape.shoots,
                 shape.nodes,
+                if shape.kubelet_sized_nodes {
+                    "kubelet-sized "
+                } else {
+                    ""
+                },
                 started.elapsed().as_secs_f64()
             );
             let _ = std::io::stderr().flush();

@@ -235,6 +235,71 @@ pub struct StormFrame {
     pub expired_needed: usize,
 }
 
+/// How a shoot came back after the outage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Restore {
+    /// No target of it went down after the silence.
+    NotDown,
+    /// A target that went down is still down (at the end of the storm's records).
+    NotRestored,
+    /// Every target is back, but its leases never recovered in the records (cannot be timed).
+    NeverRecovered,
+    /// Every target that went down is back: from the shoot's last recovery before the last
+    /// target came back (a relapse starts the clock anew), and from its first recovery, to
+    /// that moment, seconds.
+    Restored {
+        /// From the last recovery before the restore.
+        from_last_recovery_s: f64,
+        /// From the first recovery.
+        from_first_recovery_s: f64,
+    },
+}
+
+impl ShootStorm {
+    /// How the shoot came back: it is back when every target that went down after the
+    /// silence is up again (its last replica change above 0), timed from its last recovery
+    /// before that (a relapse was rightly scaled down again and recovered anew).
+    pub fn restore(&self, frame: &StormFrame) -> Restore {
+        let mut back: Option<DateTime<Utc>> = None;
+        let mut still_down = false;
+        let mut went_down = false;
+        for changes in self.replicas.values() {
+            if !changes
+                .iter()
+                .any(|(t, r)| *t >= frame.silenced_at && *r == 0)
+            {
+                continue;
+            }
+            went_down = true;
+            match changes.last() {
+                Some((t, r)) if *r > 0 => back = Some(back.map_or(*t, |b| b.max(*t))),
+                _ => still_down = true,
+            }
+        }
+        if !went_down {
+            return Restore::NotDown;
+        }
+        if still_down {
+            return Restore::NotRestored;
+        }
+        let last_recovery = back.and_then(|b| {
+            self.recoveries(frame.lease_validity_s, frame.expired_needed)
+                .into_iter()
+                .rfind(|t| *t <= b)
+        });
+        match (self.recovered, back) {
+            (Some(r), Some(b)) => {
+                let from = last_recovery.map_or(r, |l| l.max(r));
+                Restore::Restored {
+                    from_last_recovery_s: secs(from, b).max(0.0),
+                    from_first_recovery_s: secs(r, b).max(0.0),
+                }
+            }
+            _ => Restore::NeverRecovered,
+        }
+    }
+}
+
 /// What a write did to its target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WriteKind {
@@ -366,36 +431,16 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
             wasted_shoots.push(json!({"shoot": shoot.namespace, "writes": wasted_here}));
         }
 
-        // The shoot is back when every target that went down after the silence is up again.
-        let mut back: Option<DateTime<Utc>> = None;
-        let mut still_down = false;
-        for changes in shoot.replicas.values() {
-            if !changes
-                .iter()
-                .any(|(t, r)| *t >= frame.silenced_at && *r == 0)
-            {
-                continue;
+        match shoot.restore(frame) {
+            Restore::NotRestored => unrestored += 1,
+            Restore::Restored {
+                from_last_recovery_s,
+                from_first_recovery_s,
+            } => {
+                restored.push(from_last_recovery_s);
+                restored_from_first.push(from_first_recovery_s);
             }
-            match changes.last() {
-                Some((t, r)) if *r > 0 => back = Some(back.map_or(*t, |b| b.max(*t))),
-                _ => still_down = true,
-            }
-        }
-        // From the last recovery before the restore (a relapse starts the clock anew).
-        let last_recovery = back.and_then(|b| {
-            shoot
-                .recoveries(frame.lease_validity_s, frame.expired_needed)
-                .into_iter()
-                .rfind(|t| *t <= b)
-        });
-        match (shoot.recovered, back, still_down) {
-            (_, _, true) => unrestored += 1,
-            (Some(r), Some(b), false) => {
-                let from = last_recovery.map_or(r, |l| l.max(r));
-                restored.push(secs(from, b).max(0.0));
-                restored_from_first.push(secs(r, b).max(0.0));
-            }
-            _ => {}
+            Restore::NotDown | Restore::NeverRecovered => {}
         }
     }
     let restore_bound =
