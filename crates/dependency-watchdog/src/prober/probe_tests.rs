@@ -1114,3 +1114,28 @@ async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothin
     );
     h.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn without_a_probe_timeout_a_hanging_run_still_ends_at_its_run_limit() {
+    // `probeTimeout: 0`: no call deadline (as the reference), and an apiserver that never
+    // answers `/version`.
+    let config =
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 0s\nbackoffJitterFactor: 0\n";
+    let h = Harness::start(config, GRACE, [EXPIRED; 3]).await;
+    h.shoot.lock().delays.push(("/version", secs(1_000_000)));
+    let limit = super::RUN_LIMIT_WITHOUT_TIMEOUT;
+    // The run of 30 s hangs (the fake records a request when it answers it: never); from then
+    // on the apiserver answers.
+    h.until(secs(31)).await;
+    h.shoot.lock().delays.clear();
+    // It is ended at its run limit, and the next run follows 10 s - 2 s after its end (§2.4).
+    h.until(secs(30) + limit + secs(9)).await;
+    let at: Vec<Duration> = h.shoot_calls("/version").iter().map(|c| c.0).collect();
+    assert_eq!(at, [secs(30) + limit + secs(8)]);
+    assert_eq!(
+        runs_with(&h, RunResult::ApiServerProbeFailed),
+        1,
+        "the hanging run ended as a failed API-server probe"
+    );
+    h.stop().await;
+}
