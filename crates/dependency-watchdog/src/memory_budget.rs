@@ -47,10 +47,13 @@
 //!   run in its shoot's streak) and not ahead of the waiter in line so judged: the last in
 //!   line first, then the oldest.
 //!
-//! A run younger than `F` is never ended for room, so a waiter finds room within `F` of
-//! arriving when fewer runs wait ahead of it than the pool holds (`P / RUN_RESERVE` runs),
-//! whatever the shoots behind it do: a shoot that hangs holds room at most `F` while anyone
-//! waits, and falls behind every prompt shoot after its first slow run.
+//! Only a waiter whose shoot was slow at most once among its last runs
+//! ([`TAKES_ROOM_BACK_UP_TO`]) takes room back: shoots that hang run after run wait their turn
+//! among themselves instead of ending each other's runs. A run younger than `F` is never ended
+//! for room, so such a waiter finds room within `F` of arriving when fewer runs wait ahead of
+//! it than the pool holds (`P / RUN_RESERVE` runs), whatever the shoots behind it do: a shoot
+//! that hangs holds room at most `F` while it waits, and falls behind every prompt shoot after
+//! its first slow run.
 //!
 //! **Shoot time.** "In flight longer than `F`" is measured on the [`LagClock`]: wall time less
 //! the time this process could not run its tasks (a CPU-starved prober, a throttled cgroup).
@@ -121,6 +124,11 @@ pub fn admission_limit(probe_timeout: Duration, probe_interval: Duration) -> Dur
 
 /// How many of a shoot's last runs its place in line remembers ([`SlowHistory`]).
 pub const REMEMBERED_RUNS: u32 = 8;
+
+/// The most slow runs among its last remembered a shoot may have and still take room back for
+/// its run (see the module documentation): a shoot in outage whose last run was slow, yes; a
+/// shoot that hangs run after run, no.
+pub const TAKES_ROOM_BACK_UP_TO: u32 = 1;
 
 /// What a waiting run is, for the metrics (`dwd_prober_run_memory_waiting_runs{level}`): its
 /// place in line is its [`Claim`]'s rank (see the module documentation).
@@ -1030,6 +1038,13 @@ impl MemoryBudget {
         now: Instant,
     ) -> Option<(u64, NoRunMemory)> {
         let rank = key.0;
+        // A shoot slow more than once among its last runs waits its turn: it takes no room
+        // back. Hanging shoots would otherwise end each other's runs every F, each ended run
+        // a new connection for nothing (the hostile bench: 25 s of CPU a minute, 230 runs
+        // ended a second among 5,000 slow shoots).
+        if rank.slow > TAKES_ROOM_BACK_UP_TO {
+            return None;
+        }
         let usable =
             |id: u64| Some(id) != own && state.runs.get(&id).is_some_and(|run| !run.ending);
         // A slow run borrowing past the slow runs' share, for a waiter that is not slow.
@@ -1046,14 +1061,12 @@ impl MemoryBudget {
                 ));
             }
         }
-        // Past F and not ahead of the waiter. A shoot slow every one of its remembered runs
-        // ends nothing of its equals: hanging shoots do not take turns ending each other's
-        // runs (each would only be a new connection for nothing).
+        // Past F and not ahead of the waiter.
         while next.0 < past.len() && !usable(past[next.0].2) {
             next.0 += 1;
         }
         if let Some(&(victim_rank, _, id)) = past.get(next.0)
-            && (victim_rank > rank || (victim_rank == rank && rank.slow < REMEMBERED_RUNS))
+            && victim_rank >= rank
         {
             let in_flight = state
                 .runs

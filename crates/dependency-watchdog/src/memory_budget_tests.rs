@@ -542,3 +542,21 @@ async fn a_shoot_whose_run_was_not_made_keeps_its_place_among_equals() {
     drop(admitted);
     later.await.expect("task").expect("then the later one");
 }
+
+#[tokio::test(start_paused = true)]
+async fn shoots_that_hang_run_after_run_wait_their_turn_and_end_nobodys_run() {
+    let budget = pool(1);
+    let hanging = budget.admit(slow(5), WAIT).await.expect("hanging");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    // Another shoot slow three runs of late: it waits its turn, ending nothing.
+    let refused = budget.admit(slow(3), Duration::from_secs(1)).await;
+    assert!(refused.is_err());
+    assert!(!hanging.end.is_cancelled());
+    assert_eq!(not_made(&budget, NotMadeCause::EndedForRoom), 0);
+    // A shoot slow once (a shoot in outage whose last run was slow) takes the room back.
+    let once_slow = admit_later(&budget, slow(1), WAIT);
+    settle().await;
+    assert!(hanging.end.is_cancelled());
+    drop(hanging);
+    once_slow.await.expect("task").expect("admitted");
+}

@@ -2307,12 +2307,19 @@ async fn remove_shoots(w: &World, names: &[String]) -> Result<()> {
 /// How many of the shoots whose names start with `prefix` have been probed `runs` times or
 /// more (`dwd_prober_shoot_probe_runs_total`).
 fn probed_at_least(metrics: &str, prefix: &str, runs: f64) -> usize {
+    counted_at_least(metrics, "dwd_prober_shoot_probe_runs_total", prefix, runs)
+}
+
+/// How many of the shoots whose names start with `prefix` have `family{shoot}` at `at_least`
+/// or more.
+fn counted_at_least(metrics: &str, family: &str, prefix: &str, at_least: f64) -> usize {
     let needle = format!("shoot=\"{prefix}");
+    let start = format!("{family}{{");
     metrics
         .lines()
-        .filter(|l| l.starts_with("dwd_prober_shoot_probe_runs_total{"))
+        .filter(|l| l.starts_with(&start))
         .filter(|l| l.contains(&needle))
-        .filter(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()) >= Some(runs))
+        .filter(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()) >= Some(at_least))
         .count()
 }
 
@@ -2709,21 +2716,26 @@ async fn a_once_slow_shoot_among_hanging_shoots_is_protected_within_the_bound(
     let prefix = format!("shoot--{name}--hang");
     let names: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
     add_shoots(&w, &names, &[hang_door.kubeconfig().to_string()]).await?;
-    // Until the hanging shoots have been admitted and ended for room twice as many times as
-    // there are of them: they are slow now, most twice or more of their last runs.
+    // Until every hanging shoot has hung through two admitted runs (two probe timeouts): each
+    // has two slow runs among its last, and is behind a shoot slow once.
     w.wait(
-        "the hanging shoots ended for room twice each",
+        "every hanging shoot timed out twice",
         Duration::from_secs(240),
         || async {
             let m = dog.metrics().await?;
-            let ended = not_made(&m).get("ended_for_room").copied().unwrap_or(0.0);
-            // A build without the counter (an older one, for the mutation rows of
-            // docs/faults.md) is judged by its runs alone.
-            let counted = m.contains("dwd_prober_runs_not_made_total");
-            if (ended >= 2.0 * n as f64 || !counted) && probed_at_least(&m, &prefix, 3.0) == n {
+            let slow = counted_at_least(
+                &m,
+                "dwd_prober_api_server_probe_failures_total",
+                &prefix,
+                2.0,
+            );
+            if slow == n {
                 Ok(Some(()))
             } else {
-                Err(anyhow!("runs not made for room: {:?}", not_made(&m)))
+                Err(anyhow!(
+                    "{slow} of {n}; runs not made for room: {:?}",
+                    not_made(&m)
+                ))
             }
         },
     )
