@@ -2497,41 +2497,30 @@ async fn thousands_of_shoots_added_and_removed() -> Result<()> {
 
 // --- protection first (issue 34) ------------------------------------------------------------
 
-/// The schedule of the protection scenarios: runs every 2 s, a 4 s probe timeout (so a
-/// prompt limit F of 2 s), Gardener's targets and level order, leases expiring 15 s after
-/// their renewal.
-const PROTECT_CONFIG: &str = r#"
-kubeConfigSecretName: shoot-access-dependency-watchdog-probe
-probeInterval: 2s
-initialDelay: 200ms
-probeTimeout: 4s
-kcmNodeMonitorGraceDuration: 20s
-dependentResourceInfos:
-  - ref: {kind: Deployment, name: kube-controller-manager, apiVersion: apps/v1}
-    scaleUp: {level: 0, timeout: 10s}
-    scaleDown: {level: 1, initialDelay: 300ms, timeout: 10s}
-  - ref: {kind: Deployment, name: machine-controller-manager, apiVersion: apps/v1}
-    scaleUp: {level: 1, initialDelay: 300ms, timeout: 10s}
-    scaleDown: {level: 0, timeout: 10s}
-  - ref: {kind: Deployment, name: cluster-autoscaler, apiVersion: apps/v1}
-    optional: true
-    scaleUp: {level: 2, timeout: 10s}
-    scaleDown: {level: 0, timeout: 10s}
-"#;
+/// The config of the protection scenarios: [`CONFIG`]'s targets and level order, leases
+/// expiring 15 s after their renewal, runs every 2 s and a 4 s probe timeout (so a prompt
+/// limit F of 2 s).
+fn protect_config() -> String {
+    let config = CONFIG
+        .replace("probeInterval: 300ms", "probeInterval: 2s")
+        .replace("probeTimeout: 2s", "probeTimeout: 4s");
+    assert!(config.contains("probeInterval: 2s") && config.contains("probeTimeout: 4s"));
+    config
+}
 
-/// [`PROTECT_CONFIG`]'s schedule.
+/// [`protect_config`]'s schedule.
 const PROTECT_INTERVAL: Duration = Duration::from_secs(2);
 const PROTECT_TIMEOUT: Duration = Duration::from_secs(4);
 /// The default `backoffJitterFactor`.
 const JITTER: f64 = 0.2;
 
-/// What a flow of [`PROTECT_CONFIG`] may take at the test's seed: its levels' writes, a
+/// What a flow of [`protect_config`] may take at the test's seed: its levels' writes, a
 /// scale-up's 300 ms initial delay, and each level's readiness wait (the simulated pods are
 /// ready 150 ms after a change, and the watch brings that within milliseconds): about a second
 /// (the fault suite's flows); allowed five. The flow is not what these scenarios are about.
 const FLOW_ALLOWANCE: Duration = Duration::from_secs(5);
 
-/// The protection bound of docs/behaviour.md §2.21 for [`PROTECT_CONFIG`], from the moment a
+/// The protection bound of docs/behaviour.md §2.21 for [`protect_config`], from the moment a
 /// shoot's leases are expired (the outages here stamp the last renewals a minute back, so from
 /// the outage's start) or, for a restore, renewed, to its flow's end:
 ///
@@ -2678,7 +2667,7 @@ async fn a_once_slow_shoot_among_hanging_shoots_is_protected_within_the_bound(
     let o_door = shoots.side_door().await?;
     let mut w = World::new(
         name,
-        PROTECT_CONFIG,
+        &protect_config(),
         vec![
             shoot_via("o", o_door.kubeconfig()).with_kubelet_sized_nodes(20),
             shoot("h"),
@@ -2855,7 +2844,7 @@ async fn a_five_hundred_node_shoot_in_outage_is_protected_within_the_bound() -> 
     // 500 leases renewed every 5 s (15 s before they expire) on the shared apiserver.
     let w = World::new(
         "big",
-        PROTECT_CONFIG,
+        &protect_config(),
         vec![
             shoot("o")
                 .with_kubelet_sized_nodes(500)
