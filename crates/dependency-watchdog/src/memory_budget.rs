@@ -36,7 +36,7 @@
 //! A run in flight also waits in that line for the bytes it reads past its floor (never
 //! refused for bytes its apiserver sends in time, unless they are more than the pool could
 //! ever give it), ahead of admissions of its rank.
-//! Runs whose shoot was slow last time hold at most half of the pool of their own; beyond it
+//! Runs whose shoot was slow more than once of late hold at most half of the pool of their own; beyond it
 //! they borrow only while no prompt run waits.
 //!
 //! What makes room free in a bounded time is `F`: while a run waits, room is taken back
@@ -139,9 +139,9 @@ pub const TAKES_ROOM_BACK_UP_TO: u32 = 1;
 pub enum Level {
     /// A decision is pending for the shoot.
     Pending,
-    /// The shoot's last run ended within the prompt limit (or it has not run yet).
+    /// The shoot was slow at most once of late (or it has not run yet).
     Prompt,
-    /// The shoot's last run did not end within the prompt limit.
+    /// The shoot was slow more than once of late ([`TAKES_ROOM_BACK_UP_TO`]).
     Slow,
 }
 
@@ -206,7 +206,7 @@ impl Claim {
     pub fn level(&self) -> Level {
         if self.pending {
             Level::Pending
-        } else if self.history.last_slow() {
+        } else if self.slow() {
             Level::Slow
         } else {
             Level::Prompt
@@ -497,9 +497,13 @@ impl Claim {
         }
     }
 
-    /// Whether the run counts against the slow runs' share: its shoot's last run was slow.
+    /// Whether the run counts against the slow runs' share (and may be taken back at once when
+    /// it borrows): its shoot was slow more than once of late, as for taking room back. A shoot
+    /// in outage whose last run was slow is not: counted slow, its run would be taken back at
+    /// once by any prompt waiter while the slow half is full (and hanging shoots slow once went
+    /// round that way for ever: admitted as borrowers, taken back young, never slow twice).
     fn slow(&self) -> bool {
-        self.history.last_slow()
+        self.history.slow_runs() > TAKES_ROOM_BACK_UP_TO
     }
 }
 

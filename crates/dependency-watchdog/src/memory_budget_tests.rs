@@ -111,7 +111,7 @@ async fn runs_past_the_capacity_wait_in_line_then_are_refused_without_counting_o
 async fn a_pending_run_goes_before_prompt_and_slow_runs_that_waited_longer() {
     let budget = pool(1);
     let holder = budget.admit(PROMPT, WAIT).await.expect("holder");
-    let slow_one = admit_later(&budget, slow(1), WAIT);
+    let slow_one = admit_later(&budget, slow(2), WAIT);
     settle().await;
     let prompt_one = admit_later(&budget, PROMPT, WAIT);
     settle().await;

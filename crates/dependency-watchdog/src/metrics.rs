@@ -272,6 +272,9 @@ pub struct Metrics {
     /// Per shoot: 1 while a decision is pending for the shoot (its runs wait for room first),
     /// 0 otherwise.
     pub(crate) shoot_decision_pending: Family<ShootLabels, Gauge>,
+    /// Per shoot: its slow runs among its last 8 (runs that did not end within the prompt
+    /// limit): its place in the runs' memory budget's line.
+    pub(crate) shoot_slow_runs: Family<ShootLabels, Gauge>,
     /// Per shoot and zone: last expired-lease fraction of the zone's candidates (at most
     /// [`ZONES_PER_SHOOT_LIMIT`] zones per shoot; written by [`Metrics::set_zone_fractions`]).
     pub(crate) zone_expired_lease_fraction: Family<ShootZoneLabels, Gauge<f64, AtomicU64>>,
@@ -442,6 +445,11 @@ impl Metrics {
             "shoot_waiting_for_room",
             "1 while the shoot's last probe run was not made, or was ended, for want of room in the memory budget",
             self.shoot_waiting_for_room.clone(),
+        );
+        p.register(
+            "shoot_slow_runs",
+            "The shoot's probe runs among its last 8 that did not end within the prompt limit: its place in the memory budget's line (0 first)",
+            self.shoot_slow_runs.clone(),
         );
         p.register(
             "shoot_decision_pending",
@@ -691,6 +699,7 @@ impl Metrics {
         self.expired_lease_fraction_timestamp.remove(&labels);
         self.shoot_waiting_for_room.remove(&labels);
         self.shoot_decision_pending.remove(&labels);
+        self.shoot_slow_runs.remove(&labels);
         for direction in [DirectionLabel::Up, DirectionLabel::Down] {
             self.scaling_attempts.remove(&ShootDirectionLabels {
                 shoot: shoot.to_string(),
@@ -1009,6 +1018,7 @@ mod tests {
             .set(1.7e9);
         m.shoot_waiting_for_room.get_or_create(&shoot).set(1);
         m.shoot_decision_pending.get_or_create(&shoot).set(1);
+        m.shoot_slow_runs.get_or_create(&shoot).set(2);
         m.run_memory
             .waiting
             .get_or_create(&crate::memory_budget::LevelLabels {
@@ -1079,6 +1089,7 @@ mod tests {
             "dwd_prober_expired_lease_fraction_timestamp_seconds{shoot=\"shoot--p--s\"} 1700000000",
             "dwd_prober_shoot_waiting_for_room{shoot=\"shoot--p--s\"} 1",
             "dwd_prober_shoot_decision_pending{shoot=\"shoot--p--s\"} 1",
+            "dwd_prober_shoot_slow_runs{shoot=\"shoot--p--s\"} 2",
             "dwd_leader",
             "dwd_prober_probe_runs",
             "dwd_prober_scale_operations",

@@ -662,6 +662,12 @@ impl Probe {
                     memory.slow_history = memory
                         .slow_history
                         .after(grant.shoot_time(), budget.prompt_limit());
+                    let m = &self.ctx.metrics;
+                    m.for_shoot(&self.series, |l| {
+                        m.shoot_slow_runs.get_or_create(l).set(i64::from(
+                            u8::try_from(memory.slow_history.slow_runs()).unwrap_or(u8::MAX),
+                        ));
+                    });
                 }
                 probed
             }
