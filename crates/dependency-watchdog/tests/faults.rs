@@ -1612,7 +1612,15 @@ async fn trickling_response_bodies_from_a_shoot_apiserver() -> Result<()> {
     ));
     ensure!(
         api_failed == 0.0 && lease_failed == 0.0,
-        "runs whose lease list trickled for 4.5 s failed ({api_failed} / {lease_failed}) under a 6 s probeTimeout"
+        "runs whose lease list trickled for 4.5 s failed ({api_failed} / {lease_failed}) under a 6 s probeTimeout; the watchdog's warnings:\n{}",
+        {
+            let log = dog.wd.log();
+            let warn: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("\"level\":\"warn\""))
+                .collect();
+            warn[warn.len().saturating_sub(6)..].join("\n")
+        }
     );
     let seen = touched(since);
     ensure!(
