@@ -302,15 +302,6 @@ pub fn plan_target(dir: Direction, snapshot: &TargetSnapshot) -> TargetPlan {
     }
 }
 
-/// [`plan_target`]'s action. Never an error any more (an unusable `replicas` annotation no
-/// longer stops a scale-up); the `Result` stays for existing callers.
-pub fn decide_target_action(
-    dir: Direction,
-    snapshot: &TargetSnapshot,
-) -> Result<TargetAction, ScalingError> {
-    Ok(plan_target(dir, snapshot).action)
-}
-
 /// The recorded replica count: `None` when there is no record, an error naming the value
 /// when it is not an integer in 1..=[`MAX_RECORDED_REPLICAS`].
 pub fn recorded_replicas(
@@ -424,6 +415,11 @@ pub fn scale_up_patch(replicas: i32, resource_version: Option<&str>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What [`plan_target`] does with the target.
+    fn action(dir: Direction, snapshot: &TargetSnapshot) -> TargetAction {
+        plan_target(dir, snapshot).action
+    }
     use crate::config::{ResourceRef, ScaleInfo};
 
     fn info(name: &str, up: u32, down: u32) -> DependentResourceInfo {
@@ -554,10 +550,10 @@ mod tests {
         let s = snap(3, &[(IGNORE_SCALING_ANNOTATION, "true")]);
         for dir in [Direction::Up, Direction::Down] {
             assert_eq!(
-                decide_target_action(dir, &s),
-                Ok(TargetAction::Ignored {
+                action(dir, &s),
+                TargetAction::Ignored {
                     clear_marker: false
-                })
+                }
             );
         }
     }
@@ -572,8 +568,8 @@ mod tests {
             ],
         );
         assert_eq!(
-            decide_target_action(Direction::Up, &s),
-            Ok(TargetAction::Ignored { clear_marker: true })
+            action(Direction::Up, &s),
+            TargetAction::Ignored { clear_marker: true }
         );
     }
 
@@ -581,26 +577,26 @@ mod tests {
     fn unparsable_ignore_scaling_means_not_ignored() {
         let s = snap(2, &[(IGNORE_SCALING_ANNOTATION, "foo")]);
         assert_eq!(
-            decide_target_action(Direction::Down, &s),
-            Ok(TargetAction::ScaleDown { record_replicas: 2 })
+            action(Direction::Down, &s),
+            TargetAction::ScaleDown { record_replicas: 2 }
         );
     }
 
     #[test]
     fn scale_down_records_current_replicas() {
         assert_eq!(
-            decide_target_action(Direction::Down, &snap(3, &[])),
-            Ok(TargetAction::ScaleDown { record_replicas: 3 })
+            action(Direction::Down, &snap(3, &[])),
+            TargetAction::ScaleDown { record_replicas: 3 }
         );
     }
 
     #[test]
     fn scale_down_of_zero_replicas_is_already_done() {
         assert_eq!(
-            decide_target_action(Direction::Down, &snap(0, &[(REPLICAS_ANNOTATION, "2")])),
-            Ok(TargetAction::AlreadyDone {
+            action(Direction::Down, &snap(0, &[(REPLICAS_ANNOTATION, "2")])),
+            TargetAction::AlreadyDone {
                 clear_marker: false
-            })
+            }
         );
     }
 
@@ -608,16 +604,16 @@ mod tests {
     fn scale_up_restores_recorded_replicas() {
         let s = snap(0, &[(REPLICAS_ANNOTATION, "3"), (MELTDOWN_ANNOTATION, "")]);
         assert_eq!(
-            decide_target_action(Direction::Up, &s),
-            Ok(TargetAction::ScaleUp { replicas: 3 })
+            action(Direction::Up, &s),
+            TargetAction::ScaleUp { replicas: 3 }
         );
     }
 
     #[test]
     fn scale_up_without_annotation_uses_one_replica() {
         assert_eq!(
-            decide_target_action(Direction::Up, &snap(0, &[])),
-            Ok(TargetAction::ScaleUp { replicas: 1 })
+            action(Direction::Up, &snap(0, &[])),
+            TargetAction::ScaleUp { replicas: 1 }
         );
     }
 
@@ -657,8 +653,8 @@ mod tests {
             assert!(text.contains(REPLICAS_ANNOTATION), "{text}");
             assert!(text.contains(why), "{bad:?}: {text}");
             assert_eq!(
-                decide_target_action(Direction::Up, &s),
-                Ok(TargetAction::ScaleUp { replicas: 1 })
+                action(Direction::Up, &s),
+                TargetAction::ScaleUp { replicas: 1 }
             );
         }
     }
@@ -759,31 +755,31 @@ mod tests {
     fn a_running_target_with_only_a_replicas_record_is_left_alone() {
         // What the reference leaves on every target it restored.
         assert_eq!(
-            decide_target_action(Direction::Up, &snap(2, &[(REPLICAS_ANNOTATION, "2")])),
-            Ok(TargetAction::AlreadyDone {
+            action(Direction::Up, &snap(2, &[(REPLICAS_ANNOTATION, "2")])),
+            TargetAction::AlreadyDone {
                 clear_marker: false
-            })
+            }
         );
     }
 
     #[test]
     fn skipped_scale_up_clears_leftover_annotations() {
         assert_eq!(
-            decide_target_action(Direction::Up, &snap(2, &[(MELTDOWN_ANNOTATION, "")])),
-            Ok(TargetAction::AlreadyDone { clear_marker: true })
+            action(Direction::Up, &snap(2, &[(MELTDOWN_ANNOTATION, "")])),
+            TargetAction::AlreadyDone { clear_marker: true }
         );
         assert_eq!(
-            decide_target_action(
+            action(
                 Direction::Up,
                 &snap(2, &[(REPLICAS_ANNOTATION, "2"), (MELTDOWN_ANNOTATION, "")])
             ),
-            Ok(TargetAction::AlreadyDone { clear_marker: true })
+            TargetAction::AlreadyDone { clear_marker: true }
         );
         assert_eq!(
-            decide_target_action(Direction::Up, &snap(2, &[])),
-            Ok(TargetAction::AlreadyDone {
+            action(Direction::Up, &snap(2, &[])),
+            TargetAction::AlreadyDone {
                 clear_marker: false
-            })
+            }
         );
     }
 
