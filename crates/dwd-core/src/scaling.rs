@@ -415,12 +415,12 @@ pub fn scale_up_patch(replicas: i32, resource_version: Option<&str>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{ResourceRef, ScaleInfo};
 
     /// What [`plan_target`] does with the target.
     fn action(dir: Direction, snapshot: &TargetSnapshot) -> TargetAction {
         plan_target(dir, snapshot).action
     }
-    use crate::config::{ResourceRef, ScaleInfo};
 
     fn info(name: &str, up: u32, down: u32) -> DependentResourceInfo {
         let scale = |level| ScaleInfo {
