@@ -1161,8 +1161,7 @@ impl Probe {
 /// tasks ([`crate::memory_budget::LagClock`]) moves the deadline, by at most one `timeout`
 /// more. A call's deadline says how long the shoot may take to answer; a prober short of CPU
 /// (gardenlet requests 200 millicores and sets no limit) reads an answer that came in time
-/// late, and must not fail the shoot for it (the fault suite at 200 millicores: a 20-node list
-/// answered at once timed out at 4 s of wall time).
+/// late, and must not fail the shoot for it: the same shoot time as the prompt limit's.
 async fn within_shoot_time<T>(
     lag: &crate::memory_budget::LagClock,
     timeout: Duration,

@@ -1139,3 +1139,27 @@ async fn without_a_probe_timeout_a_hanging_run_still_ends_at_its_run_limit() {
     );
     h.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shoot_answer_read_late_because_the_prober_could_not_run_is_not_a_failure() {
+    // `probeTimeout: 4s`, and a `/version` answered after 5 s of wall time, 2 s of which this
+    // process could not run (the lag clock): in shoot time the answer came in time.
+    let config =
+        "probeInterval: 10s\ninitialDelay: 30s\nprobeTimeout: 4s\nbackoffJitterFactor: 0\n";
+    let h = Harness::start(config, GRACE, [FRESH; 3]).await;
+    h.shoot.lock().delays.push(("/version", secs(5)));
+    h.until(secs(31)).await;
+    h.ctx.memory.lag_clock().add(secs(2));
+    h.until(secs(36)).await;
+    assert_eq!(
+        runs_with(&h, RunResult::ApiServerProbeFailed),
+        0,
+        "an answer within probeTimeout of shoot time fails nothing"
+    );
+    assert_eq!(
+        runs_with(&h, RunResult::ScaleUp),
+        1,
+        "the run found every lease fresh"
+    );
+    h.stop().await;
+}
