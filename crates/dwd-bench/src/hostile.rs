@@ -434,18 +434,11 @@ pub async fn watch(watchdog: &mut Watchdog, d: Duration, limit: u64) -> Result<E
                 log_tail: watchdog.process.log_tail(2000),
             });
         }
-        if let Some(s) = procstat::read(pid)
-            && s.rss > limit
-        {
-            eprintln!(
-                "run: the watchdog's RSS {:.0} MiB passed the limit {:.0} MiB: stopping it",
-                s.rss as f64 / 1048576.0,
-                limit as f64 / 1048576.0
-            );
+        if let Some(rss) = procstat::rss_over(pid, limit) {
             watchdog.process.kill();
             return Ok(Ended::KilledAtLimit {
                 at: Utc::now(),
-                rss: s.rss,
+                rss,
             });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;

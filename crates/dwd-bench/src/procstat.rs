@@ -47,6 +47,18 @@ pub fn read(pid: u32) -> Option<Sample> {
     })
 }
 
+/// The RSS of process `pid` when it passed `limit` bytes (said on stderr: the caller stops
+/// it), else `None`.
+pub fn rss_over(pid: u32, limit: u64) -> Option<u64> {
+    let s = read(pid).filter(|s| s.rss > limit)?;
+    eprintln!(
+        "run: the watchdog's RSS {:.0} MiB passed the limit {:.0} MiB: stopping it",
+        s.rss as f64 / 1048576.0,
+        limit as f64 / 1048576.0
+    );
+    Some(s.rss)
+}
+
 /// Samples a process every second in the background until dropped.
 pub struct Sampler {
     samples: Arc<Mutex<Vec<Sample>>>,

@@ -120,16 +120,10 @@ impl Watchdog {
             );
         }
         if let (Some(limit), Some(pid)) = (self.rss_limit, self.process.pid())
-            && let Some(s) = procstat::read(pid)
-            && s.rss > limit
+            && let Some(rss) = procstat::rss_over(pid, limit)
         {
-            eprintln!(
-                "run: the watchdog's RSS {:.0} MiB passed the limit {:.0} MiB: stopping it",
-                s.rss as f64 / 1048576.0,
-                limit as f64 / 1048576.0
-            );
             self.process.kill();
-            self.killed_at_limit = Some((Utc::now(), s.rss));
+            self.killed_at_limit = Some((Utc::now(), rss));
             bail!("the watchdog's RSS passed the limit; stopped");
         }
         Ok(())
