@@ -1,6 +1,6 @@
 //! Nothing dies quietly, and no Cluster edit delays protection: the prober against real
-//! apiservers when its probe tasks end, when a Cluster changes during an outage, and when the
-//! seed's watches keep failing.
+//! apiservers when a Cluster changes during an outage, and when the seed's watches keep
+//! failing. (A probe task that ends is restarted: `prober::manager`'s paused-clock tests.)
 //!
 //! Its own binary (not `tests/prober.rs`): the probers here need a long `initialDelay` (so a
 //! re-armed one shows) and a seed that can be stopped, which the shared prober of
@@ -62,14 +62,6 @@ async fn slow_starter() -> &'static Harness {
         .await
 }
 
-fn restarts(h: &Harness) -> u64 {
-    let text = h.metrics_text();
-    text.lines()
-        .filter(|l| l.starts_with("dwd_prober_probe_task_restarts_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 /// Waits until the probe of `ns` has run `more` more times, within [`SOON`].
 async fn runs_soon(h: &Harness, ns: &str, more: u64, after: &str) {
     let what = format!("runs {after} (a re-armed initial delay would take {INITIAL_DELAY:?})");
@@ -123,31 +115,6 @@ async fn cluster_edits_during_an_outage_apply_from_the_next_run_without_a_new_in
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\nmetrics:\n{}", h.metrics_text()));
-}
-
-#[tokio::test]
-async fn a_probe_task_that_ends_is_restarted_counted_and_resumes_without_the_initial_delay() {
-    let h = slow_starter().await;
-    let shoot = h.shoot("ends", &h.shoots, |_| {}).await;
-    let ns = shoot.namespace().to_string();
-    h.wait_runs(&ns, 2).await;
-    let before = restarts(h);
-    dependency_watchdog::prober::manager::end_probe_task_for_test(&ns);
-    eventually(
-        SOON,
-        "the ended probe task counted as restarted",
-        || async { Ok((restarts(h) > before).then_some(())) },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\nmetrics:\n{}", h.metrics_text()));
-    assert!(
-        h.metrics_text()
-            .contains("dwd_prober_probe_task_restarts_total{cause=\"Ended\"}"),
-        "{}",
-        h.metrics_text()
-    );
-    runs_soon(h, &ns, 3, "after its task ended").await;
-    assert_eq!(h.api_failures(&ns), 0);
 }
 
 #[tokio::test]

@@ -294,10 +294,6 @@ pub(crate) async fn keep_running<F, Fut>(
     }
 }
 
-/// The test hook lives with the probe loop that obeys it; named here too, where tests that
-/// drive the manager look for it.
-pub use super::probe::end_probe_task_for_test;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,7 +398,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_probe_task_that_ends_is_restarted_and_counted_without_a_new_initial_delay() {
         let (ctx, manager) = a_probe_that_ran("b").await;
-        end_probe_task_for_test("b");
+        crate::prober::probe::end_for_test::end_probe_task("b");
         advance(Duration::from_secs(1)).await;
         let after_end = runs(&ctx, "b");
         assert_eq!(restarts(&ctx, RestartCause::Ended), 1);

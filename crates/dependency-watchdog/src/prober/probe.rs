@@ -9,8 +9,8 @@
 //! reason). A slow or dead shoot only delays its own task: every call has `probeTimeout`.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -435,7 +435,8 @@ impl Probe {
         let jitter = effective_jitter(cfg.backoff_jitter_factor);
         let mut memory = RunMemory::new(cfg);
         loop {
-            if end_requested(&self.namespace) {
+            #[cfg(test)]
+            if end_for_test::requested(&self.namespace) {
                 warn!("probe task ends: asked to by a test");
                 return;
             }
@@ -1267,38 +1268,34 @@ fn cut(text: &str, limit: usize) -> String {
     )
 }
 
-/// Whether any test asked a probe task to end ([`end_probe_task_for_test`]): the probe loop
-/// looks at the list only when it is set, so production pays one atomic load per run.
-static END_REQUESTED: AtomicBool = AtomicBool::new(false);
-static END_REQUESTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Test seam: makes the probe task of `namespace` end at the start of its next run, as a
+/// task that died would, so the supervisor's unit test can see it restarted. Compiled into
+/// tests only: in the binary a probe task ends only when it is cancelled.
+#[cfg(test)]
+pub(crate) mod end_for_test {
+    use std::sync::Mutex;
 
-/// Test hook: makes the probe task of `namespace` end at the start of its next run, as a
-/// task that died would, so tests can see it restarted. Nothing else calls it.
-#[doc(hidden)]
-pub fn end_probe_task_for_test(namespace: &str) {
-    END_REQUESTS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(namespace.to_string());
-    END_REQUESTED.store(true, Ordering::SeqCst);
-}
+    static END_REQUESTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-/// Whether a test asked the probe of `namespace` to end (the request is used up).
-pub(crate) fn end_requested(namespace: &str) -> bool {
-    if !END_REQUESTED.load(Ordering::SeqCst) {
-        return false;
+    /// Asks the probe task of `namespace` to end at the start of its next run.
+    pub(crate) fn end_probe_task(namespace: &str) {
+        END_REQUESTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(namespace.to_string());
     }
-    let mut requests = END_REQUESTS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let Some(i) = requests.iter().position(|ns| ns == namespace) else {
-        return false;
-    };
-    requests.swap_remove(i);
-    if requests.is_empty() {
-        END_REQUESTED.store(false, Ordering::SeqCst);
+
+    /// Whether a test asked the probe of `namespace` to end (the request is used up).
+    pub(crate) fn requested(namespace: &str) -> bool {
+        let mut requests = END_REQUESTS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(i) = requests.iter().position(|ns| ns == namespace) else {
+            return false;
+        };
+        requests.swap_remove(i);
+        true
     }
-    true
 }
 
 #[cfg(test)]
