@@ -15,9 +15,10 @@ use chrono::Utc;
 use dwd_core::intent::{Seen, intent};
 use dwd_core::lease::LeaseReport;
 use dwd_core::scaling::FlowScope;
+use dwd_core::verdict::{Streak, VerdictMemory};
 use dwd_core::zone::ZoneRule;
 use dwd_core::{
-    DependentResourceInfo, Direction, ProbeLifecycle, ProberConfig, ShootView, Verdict,
+    DependentResourceInfo, Direction, Hysteresis, ProbeLifecycle, ProberConfig, ShootView, Verdict,
     evaluate_leases, probe_lifecycle,
 };
 use k8s_openapi::api::core::v1::Secret;
@@ -40,6 +41,9 @@ pub struct Explanation {
     pub api_server_probe: Step,
     /// Lease probe (absent when the API server probe failed).
     pub lease_probe: Option<LeaseSummary>,
+    /// How the hysteresis (`successThreshold`/`failureThreshold`) counts the decision, in
+    /// words (absent when the lease probe did not run or decided not to scale).
+    pub hysteresis: Option<String>,
     /// The flow the decision would run (empty when no scaling).
     pub flow: Vec<FlowLevel>,
 }
@@ -184,6 +188,7 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
             detail: String::new(),
         },
         lease_probe: None,
+        hysteresis: None,
         flow: Vec::new(),
     };
     let Some(settings) = settings else {
@@ -252,10 +257,32 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
         settings.node_monitor_grace,
         now,
     ));
-    if let Some((dir, scope)) = dwd_core::intent::flow_of(&report.decision) {
-        out.flow = explain_flow(seed, config, namespace, dir, scope).await?;
+    // The verdict as a probe's first run on this finding would reach it: explain keeps no
+    // streak, so it says how many such runs in a row the hysteresis needs.
+    let fresh = VerdictMemory {
+        hysteresis: Hysteresis::from_config(config),
+        disrupted_zones: Default::default(),
+    };
+    let (verdict, _) = dwd_core::verdict::verdict(&report, &fresh);
+    if let (Some(flow), Streak::Counted { needed, .. }) = (verdict.asked, verdict.streak) {
+        out.hysteresis = Some(hysteresis_line(flow.dir, needed));
+        out.flow = explain_flow(seed, config, namespace, flow.dir, flow.scope).await?;
     }
     Ok(out)
+}
+
+/// How the hysteresis counts a decision in `dir` that needs `needed` runs in a row.
+fn hysteresis_line(dir: Direction, needed: u32) -> String {
+    let setting = match dir {
+        Direction::Down => "failureThreshold",
+        Direction::Up => "successThreshold",
+    };
+    if needed <= 1 {
+        return format!("{setting} {needed}: the prober acts on every run that decides {dir}");
+    }
+    format!(
+        "{setting} {needed}: the prober acts once {needed} runs in a row decide {dir}; this finding counts as one of them"
+    )
 }
 
 async fn list_with_timeout<T>(
@@ -494,6 +521,9 @@ impl std::fmt::Display for Explanation {
             }
         }
         writeln!(f, "  verdict:          {}", lp.summary)?;
+        if let Some(hysteresis) = &self.hysteresis {
+            writeln!(f, "  hysteresis:       {hysteresis}")?;
+        }
         if !self.flow.is_empty() {
             writeln!(
                 f,

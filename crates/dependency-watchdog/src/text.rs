@@ -32,6 +32,17 @@ pub(crate) fn prefix(text: &str, limit: usize) -> &str {
     &text[..end]
 }
 
+/// `text` cut to at most `limit` bytes on a character boundary, marked with `…` and the
+/// whole text's length when cut. Not [`truncate`]: that one counts its `…`
+/// (3 bytes) within its limit, so `truncate(text, limit + 3)` would leave texts of `limit + 1`
+/// to `limit + 3` bytes whole where this cuts them; both share [`prefix`].
+pub(crate) fn cut(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    format!("{}… ({} bytes)", prefix(text, limit), text.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

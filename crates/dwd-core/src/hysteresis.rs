@@ -81,6 +81,11 @@ impl Hysteresis {
         self.consecutive_down = 0;
     }
 
+    /// The thresholds `(success, failure)`: runs in a row a scale-up (a scale-down) needs.
+    pub fn thresholds(&self) -> (u32, u32) {
+        (self.success_threshold, self.failure_threshold)
+    }
+
     /// Current streaks `(up, down)`, for metrics and `explain`.
     pub fn streaks(&self) -> (u32, u32) {
         (self.consecutive_up, self.consecutive_down)

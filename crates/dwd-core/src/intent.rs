@@ -1,5 +1,5 @@
-//! A run's pipeline of values, after the probe's finding: the **verdict** (what the lease probe
-//! decided, [`crate::LeaseDecision`], through the hysteresis) becomes an **intent**: the flow's
+//! A run's pipeline of values, after the probe's finding: the **verdict** ([`crate::verdict`]:
+//! the lease decision through the hysteresis) becomes an **intent**: the flow's
 //! levels in order and, for each target in them, what the flow would do to it as the seed
 //! shows it now ([`intent`]). This is the one place a flow is sequenced and its targets
 //! judged: the prober's planning from its caches (which targets a decision names, whether a
@@ -11,22 +11,9 @@ use std::fmt;
 
 use crate::DependentResourceInfo;
 use crate::hysteresis::Direction;
-use crate::lease::LeaseDecision;
 use crate::scaling::{
     FlowScope, TargetAction, TargetPlan, TargetSnapshot, plan_levels, plan_target,
 };
-
-/// The flow a verdict asks for, in `(direction, scope)`; `None` for no scaling. (The probe
-/// takes the direction from the hysteresis, which needs the verdict on consecutive runs.)
-pub fn flow_of(decision: &LeaseDecision) -> Option<(Direction, FlowScope)> {
-    match decision {
-        LeaseDecision::ScaleDown | LeaseDecision::ZonalScaleDown => {
-            Some((Direction::Down, FlowScope::of(decision)))
-        }
-        LeaseDecision::ScaleUp(_) => Some((Direction::Up, FlowScope::All)),
-        LeaseDecision::NoScaling(_) => None,
-    }
-}
 
 /// A target as the seed shows it to an intent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,8 +222,10 @@ pub fn intent(
     Intent { dir, scope, levels }
 }
 
-/// What the flow in `dir` does with `info`, seen as `seen`.
-fn step_for(dir: Direction, info: &DependentResourceInfo, seen: &Seen) -> Step {
+/// What the flow in `dir` does with `info`, seen as `seen`: the one rule for a target that is
+/// absent, optional, not served or not known. An intent applies it to the snapshot it was built
+/// from; the executor applies it again, at write time, to the newest object.
+pub fn step_for(dir: Direction, info: &DependentResourceInfo, seen: &Seen) -> Step {
     match seen {
         Seen::Present(snapshot) => Step::Planned(plan_target(dir, snapshot)),
         Seen::NotServed | Seen::Absent if info.optional => Step::Skipped,
@@ -415,27 +404,6 @@ dependentResourceInfos:
             intent.levels[0].targets[0]
                 .to_string()
                 .starts_with("left alone")
-        );
-    }
-
-    #[test]
-    fn the_flow_of_a_verdict() {
-        use crate::lease::{NoScalingReason, UpReason};
-        assert_eq!(
-            flow_of(&LeaseDecision::ScaleDown),
-            Some((Direction::Down, FlowScope::All))
-        );
-        assert_eq!(
-            flow_of(&LeaseDecision::ZonalScaleDown),
-            Some((Direction::Down, FlowScope::Zonal))
-        );
-        assert_eq!(
-            flow_of(&LeaseDecision::ScaleUp(UpReason::BelowThreshold)),
-            Some((Direction::Up, FlowScope::All))
-        );
-        assert_eq!(
-            flow_of(&LeaseDecision::NoScaling(NoScalingReason::SingleCandidate)),
-            None
         );
     }
 }

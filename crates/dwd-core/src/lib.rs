@@ -19,6 +19,7 @@ pub mod schedule;
 pub mod selector;
 pub mod shadow;
 pub mod shoot;
+pub mod verdict;
 pub mod weeder;
 pub mod zone;
 

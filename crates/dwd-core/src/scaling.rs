@@ -105,6 +105,14 @@ impl fmt::Display for FlowScope {
     }
 }
 
+/// The settings (`scaleUp` or `scaleDown`) of `info` for a flow in `dir`.
+pub fn scale_info_for(info: &DependentResourceInfo, dir: Direction) -> &crate::ScaleInfo {
+    match dir {
+        Direction::Up => &info.scale_up,
+        Direction::Down => &info.scale_down,
+    }
+}
+
 /// Groups the targets of `scope` by their level for `dir`, levels ascending, config order kept
 /// within a level.
 pub fn plan_levels(

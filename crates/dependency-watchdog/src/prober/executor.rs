@@ -28,31 +28,34 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dwd_core::Direction;
 use dwd_core::scaling::FlowScope;
-use dwd_core::shadow::Side;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::ProberContext;
+use super::recording::RecordingExecutor;
+use super::report::{
+    RunReport, ShootRef, Taken, Verbs, log_no_flow, log_taken, publish_zone_changes,
+};
 use super::scaler::{self, PlannedFlow};
-use super::shadow_observer::{self, VirtualState};
-use crate::events::Subject;
+use super::shadow_observer::Recorder;
+use crate::metrics::ShootDirectionLabels;
 use crate::shadow::Shadow;
 
 /// Which executor every shoot gets, chosen once at startup from `--shadow`.
 pub enum Executors {
     /// Normal operation: [`ActingExecutor`]s scale the targets.
     Acting,
-    /// Shadow mode: [`RecordingExecutor`]s note in this book what we would have done.
-    Recording(Arc<Shadow>),
+    /// Shadow mode: [`RecordingExecutor`]s note in the recorder's book what we would have done.
+    Recording(Arc<Recorder>),
 }
 
 impl Executors {
     /// Shadow mode's executors when `shadow` is given, else acting ones.
     pub fn of(shadow: Option<Arc<Shadow>>) -> Executors {
         match shadow {
-            Some(book) => Executors::Recording(book),
+            Some(book) => Executors::Recording(Arc::new(Recorder::new(book))),
             None => Executors::Acting,
         }
     }
@@ -61,50 +64,30 @@ impl Executors {
     pub(crate) fn for_shoot(&self) -> Executor {
         match self {
             Executors::Acting => Executor::Acting(ActingExecutor::default()),
-            Executors::Recording(book) => {
-                Executor::Recording(RecordingExecutor { book: book.clone() })
-            }
+            Executors::Recording(recorder) => Executor::Recording(RecordingExecutor {
+                recorder: recorder.clone(),
+            }),
         }
     }
 
-    /// Shadow mode's book, for what runs beside the probes (its expiry, the observer of the
-    /// acting watchdog, forgetting a removed shoot); `None` in normal operation.
-    pub fn shadow(&self) -> Option<&Arc<Shadow>> {
+    /// Shadow mode's recorder, for what runs beside the probes (its book's expiry, the
+    /// observer of the acting watchdog); `None` in normal operation.
+    pub fn recorder(&self) -> Option<&Arc<Recorder>> {
         match self {
             Executors::Acting => None,
-            Executors::Recording(book) => Some(book),
+            Executors::Recording(recorder) => Some(recorder),
         }
     }
-}
 
-/// What a run hands its shoot's executor when its hysteresis calls for a flow.
-#[derive(Debug, Clone)]
-pub struct Decision {
-    /// The flow: direction, scope, and the lease probe's summary.
-    pub flow: PlannedFlow,
-}
-
-/// What became of a [`Decision`], for the probe to publish.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Taken {
-    /// Nothing new: the same flow is under way, the targets are there already, or our
-    /// would-be state does not change. Why, in words (logged at debug).
-    Nothing(String),
-    /// A flow over `targets` was queued, `superseding` a different one: a decision to
-    /// publish (log line, attempt count, event).
-    Queued {
-        /// The targets the flow acts on.
-        targets: Vec<String>,
-        /// Whether it replaced a different flow, queued or running.
-        superseding: bool,
-    },
-    /// The targets are where this flow would take them (as the caches show them), but a
-    /// different flow handed over before was still queued or under way: it is dropped or told
-    /// to stop, and this flow runs after it, to undo whatever it wrote that the caches did not
-    /// show yet (usually nothing). Logged, not published: nothing visible is scaled by it.
-    Superseded,
-    /// Shadow mode recorded what we would have done in its book (logged only).
-    Recorded,
+    /// Forgets what the executors kept of a removed shoot (shadow mode: our latest finding
+    /// and would-be state; a probe started for it later begins from the acting watchdog's
+    /// state at that time). Acting executors keep nothing beyond their shoot's task.
+    pub(crate) fn forget(&self, namespace: &str) {
+        if let Executors::Recording(recorder) = self {
+            recorder.book.forget(namespace);
+            recorder.states.forget_ours(namespace);
+        }
+    }
 }
 
 /// A shoot's executor, of the kind [`Executors`] chose at startup.
@@ -120,7 +103,7 @@ impl Executor {
     /// be restored (acting: as the seed caches show the targets; recording: our would-be
     /// state), or a flow is queued or under way. Asked by each run once it is admitted, so
     /// the snapshot is the newest the run can have; the run then lists the nodes whatever its
-    /// leases say, and its verdict reaches [`Executor::take`] even when every lease is fresh.
+    /// leases say, and its verdict reaches the executor even when every lease is fresh.
     pub(crate) fn decision_pending(&self, ctx: &ProberContext, namespace: &str) -> bool {
         match self {
             Executor::Acting(acting) => {
@@ -134,33 +117,18 @@ impl Executor {
         }
     }
 
-    /// Takes `decision` about shoot `namespace` (see [`Taken`]).
-    pub fn take(&self, ctx: &ProberContext, namespace: &str, decision: Decision) -> Taken {
+    /// Publishes what a run of `shoot` found, the one place that does beyond the probe's own
+    /// metrics and log: zone events, the flow taken (a decision event, or shadow mode's
+    /// sighting), shadow mode's note of the finding.
+    pub(crate) fn publish(&self, ctx: &ProberContext, shoot: &ShootRef<'_>, run: &RunReport<'_>) {
         match self {
-            Executor::Acting(acting) => acting.take(ctx, namespace, decision),
-            Executor::Recording(recording) => recording.take(ctx, namespace, decision),
-        }
-    }
-
-    /// Notes a run's finding about shoot `namespace`, `note()` in words: shadow mode keeps the
-    /// latest in its book (each comparison shows it); acting, it is only logged by the probe.
-    pub(crate) fn note_finding(&self, namespace: &str, note: impl FnOnce() -> String) {
-        if let Executor::Recording(recording) = self {
-            recording.book.note_finding(namespace, &note());
-        }
-    }
-
-    /// How the executor's consequence of a decision reads in an event: "scales"/"is" when
-    /// it acts, "would scale"/"would be" when it records.
-    pub fn verbs(&self) -> (&'static str, &'static str) {
-        match self {
-            Executor::Acting(_) => ("scales", "is"),
-            Executor::Recording(_) => ("would scale", "would be"),
+            Executor::Acting(acting) => acting.publish(ctx, shoot, run),
+            Executor::Recording(recording) => recording.publish(ctx, shoot, run),
         }
     }
 
     /// When a flow's seed call was last answered 429 since the last call, if it was (see
-    /// [`ActingExecutor::take_throttled`]); never for the recording executor.
+    /// [`ActingExecutor::take_throttled`]); a recording executor calls nothing.
     pub fn take_throttled(&self) -> Option<Instant> {
         match self {
             Executor::Acting(acting) => acting.take_throttled(),
@@ -178,14 +146,15 @@ impl Executor {
     }
 }
 
-/// Whether `flow` asks for the flow in `dir` over `scope` (reasons may differ).
-fn same_flow(flow: &PlannedFlow, dir: Direction, scope: FlowScope) -> bool {
-    flow.dir == dir && flow.scope == scope
+/// Whether `a` and `b` are the same flow: direction and scope (reasons and the targets' states
+/// when they were judged may differ).
+fn same_flow(a: &PlannedFlow, b: &PlannedFlow) -> bool {
+    a.intent.dir == b.intent.dir && a.intent.scope == b.intent.scope
 }
 
 /// Whether `running` is the flow `flow` asks for (reasons may differ).
 fn same_running(running: &Running, flow: &PlannedFlow) -> bool {
-    running.dir == flow.dir && running.scope == flow.scope
+    running.dir == flow.intent.dir && running.scope == flow.intent.scope
 }
 
 /// What became of a flow handed over to the executor.
@@ -240,16 +209,16 @@ impl ActingExecutor {
         let running_same = slot
             .running
             .as_ref()
-            .is_some_and(|r| r.dir == flow.dir && r.scope == flow.scope && !r.stop.is_cancelled());
+            .is_some_and(|r| same_running(r, &flow) && !r.stop.is_cancelled());
         let outcome = match &slot.queued {
-            Some(queued) if same_flow(queued, flow.dir, flow.scope) => return Handover::UnderWay,
+            Some(queued) if same_flow(queued, &flow) => return Handover::UnderWay,
             Some(_) => Handover::Superseding,
             None if running_same => return Handover::UnderWay,
             None if slot.running.is_some() => Handover::Superseding,
             None => Handover::Accepted,
         };
         if let Some(running) = &slot.running
-            && !(running.dir == flow.dir && running.scope == flow.scope)
+            && !same_running(running, &flow)
         {
             running.stop.cancel();
         }
@@ -268,10 +237,7 @@ impl ActingExecutor {
     /// Whether a flow other than `flow` is queued, or under way and not yet told to stop.
     fn other_in_hand(&self, flow: &PlannedFlow) -> bool {
         let slot = self.slot();
-        let queued = slot
-            .queued
-            .as_ref()
-            .is_some_and(|q| !same_flow(q, flow.dir, flow.scope));
+        let queued = slot.queued.as_ref().is_some_and(|q| !same_flow(q, flow));
         let running = slot
             .running
             .as_ref()
@@ -279,13 +245,30 @@ impl ActingExecutor {
         queued || running
     }
 
-    /// Takes `decision`: hands its flow over unless its targets are already there (judged
-    /// now, from the seed caches) and no other flow is in hand. A newer verdict always stops
+    /// Publishes `run` of `shoot` (see [`Executor::publish`]): failed runs and runs whose
+    /// leases were all fresh were logged by the probe, and leave nothing to publish.
+    fn publish(&self, ctx: &ProberContext, shoot: &ShootRef<'_>, run: &RunReport<'_>) {
+        let RunReport::Judged(judged) = run else {
+            return;
+        };
+        publish_zone_changes(ctx, shoot, judged, Verbs::ACTING);
+        let Some(flow) = &judged.flow else {
+            log_no_flow(judged);
+            return;
+        };
+        let taken = self.take(flow.clone());
+        log_taken(judged, flow, &taken);
+        if let Taken::Queued { targets, .. } = &taken {
+            publish_decision(ctx, shoot, flow, targets);
+        }
+    }
+
+    /// Takes `flow`: hands it over unless its targets are already there (as its intent judged
+    /// them from the seed caches) and no other flow is in hand. A newer verdict always stops
     /// a different flow, whether or not that one has written yet: a recovered shoot's queued
     /// scale-down must not go out, nor a re-outaged shoot's queued restore.
-    fn take(&self, ctx: &ProberContext, namespace: &str, decision: Decision) -> Taken {
-        let flow = decision.flow;
-        let targets = scaler::targets_to_scale(ctx, namespace, flow.dir, flow.scope);
+    fn take(&self, flow: PlannedFlow) -> Taken {
+        let targets = flow.intent.taken_up();
         if targets.is_empty() {
             if !self.other_in_hand(&flow) {
                 return Taken::Nothing("targets already there".into());
@@ -331,8 +314,8 @@ impl ActingExecutor {
                 if let Some(flow) = slot.queued.take() {
                     let stop = CancellationToken::new();
                     slot.running = Some(Running {
-                        dir: flow.dir,
-                        scope: flow.scope,
+                        dir: flow.intent.dir,
+                        scope: flow.intent.scope,
                         stop: stop.clone(),
                     });
                     return (flow, stop);
@@ -343,58 +326,38 @@ impl ActingExecutor {
     }
 }
 
-/// Shadow mode's executor: takes the decisions an [`ActingExecutor`] would and writes
-/// nothing; it moves our would-be state of the shoot (a scale-down of a shoot we have not
-/// scaled down, a scale-up of one we have) and records each change in the book as a
-/// sighting of what we would have done, naming the targets the flow would act on whatever
-/// the acting watchdog did to them.
-pub struct RecordingExecutor {
-    /// Shadow mode's book.
-    book: Arc<Shadow>,
-}
-
-impl RecordingExecutor {
-    /// Our would-be state of shoot `namespace`: at first the acting watchdog's when shadow
-    /// mode first saw the shoot (asked of the caches, which are in sync during a run, if the
-    /// observer has not seen it yet).
-    fn virtual_state(&self, ctx: &ProberContext, namespace: &str) -> VirtualState {
-        ctx.shadow_states.ours(namespace, || {
-            shadow_observer::acting_protected(&ctx.caches, namespace)
-        })
-    }
-
-    fn take(&self, ctx: &ProberContext, namespace: &str, decision: Decision) -> Taken {
-        let PlannedFlow { dir, scope, reason } = decision.flow;
-        let state = self.virtual_state(ctx, namespace);
-        let targets = scaler::targets_in_scope(ctx, namespace, scope);
-        let step = dwd_core::shadow::step(state, dir, scope, !targets.is_empty());
-        if step.next != state {
-            ctx.shadow_states.set_ours(namespace, step.next);
-        }
-        let Some(action) = step.report else {
-            return Taken::Nothing(format!(
-                "shadow mode: nothing to report (our would-be state {state:?}, next {:?}, {} \
-                 target(s) in scope)",
-                step.next,
-                targets.len()
-            ));
-        };
-        let evidence = format!("{reason}; {scope}: {}", targets.join(", "));
-        self.book.record(
-            Side::Ours,
-            &ctx.events,
-            &Subject::Cluster(namespace),
-            action,
-            &evidence,
-        );
-        Taken::Recorded
-    }
+/// Publishes the decision to run `flow` over `targets` of `shoot`: it counts as an attempt, and
+/// an Event on the Cluster names the targets and why.
+fn publish_decision(
+    ctx: &ProberContext,
+    shoot: &ShootRef<'_>,
+    flow: &PlannedFlow,
+    targets: &[String],
+) {
+    let dir = flow.intent.dir;
+    let m = &ctx.metrics;
+    m.for_shoot(shoot.series, |l| {
+        m.scaling_attempts
+            .get_or_create(&ShootDirectionLabels {
+                shoot: l.shoot.clone(),
+                direction: dir.into(),
+            })
+            .inc();
+    });
+    let names: Vec<&str> = targets.iter().map(String::as_str).collect();
+    ctx.events.scaling_decision(
+        shoot.namespace,
+        shoot.cluster_uid,
+        dir,
+        &flow.reason,
+        &names,
+    );
 }
 
 /// Reports how a flow ended, the one place that does; whether a seed call of it was answered
 /// 429.
 fn report(flow: &PlannedFlow, result: Result<scaler::FlowReport, Box<scaler::FlowError>>) -> bool {
-    let dir = flow.dir;
+    let dir = flow.intent.dir;
     match result {
         Ok(report) => {
             let changed = report.changed();
@@ -419,12 +382,19 @@ fn report(flow: &PlannedFlow, result: Result<scaler::FlowReport, Box<scaler::Flo
 mod tests {
     use super::*;
 
-    fn flow(dir: Direction) -> PlannedFlow {
+    fn flow_over(dir: Direction, scope: FlowScope) -> PlannedFlow {
         PlannedFlow {
-            dir,
-            scope: FlowScope::All,
+            intent: dwd_core::intent::Intent {
+                dir,
+                scope,
+                levels: Vec::new(),
+            },
             reason: "r".into(),
         }
+    }
+
+    fn flow(dir: Direction) -> PlannedFlow {
+        flow_over(dir, FlowScope::All)
     }
 
     #[tokio::test]
@@ -444,7 +414,7 @@ mod tests {
             Handover::Superseding
         );
         let (started, stop) = executor.next_flow().await;
-        assert_eq!(started.dir, Direction::Up);
+        assert_eq!(started.intent.dir, Direction::Up);
         // Running: the same changes nothing; a different one stops it and is queued.
         assert_eq!(executor.hand_over(flow(Direction::Up)), Handover::UnderWay);
         assert!(!stop.is_cancelled());
@@ -460,16 +430,13 @@ mod tests {
             Handover::Superseding
         );
         let (next, _) = executor.next_flow().await;
-        assert_eq!(next.dir, Direction::Up);
+        assert_eq!(next.intent.dir, Direction::Up);
     }
 
     #[tokio::test]
     async fn a_zonal_and_a_shoot_wide_scale_down_are_different_flows() {
         let executor = ActingExecutor::default();
-        let zonal = PlannedFlow {
-            scope: FlowScope::Zonal,
-            ..flow(Direction::Down)
-        };
+        let zonal = flow_over(Direction::Down, FlowScope::Zonal);
         assert_eq!(executor.hand_over(zonal), Handover::Accepted);
         let (_, stop) = executor.next_flow().await;
         assert_eq!(

@@ -200,10 +200,7 @@ impl ProbeManager {
     /// Shadow mode forgets a removed shoot: our latest finding and would-be state (a probe
     /// started for it later begins from the acting watchdog's state at that time).
     fn forget_shadow(&self, namespace: &str) {
-        if let Some(shadow) = self.ctx.executors.shadow() {
-            shadow.forget(namespace);
-        }
-        self.ctx.shadow_states.forget_ours(namespace);
+        self.ctx.executors.forget(namespace);
     }
 }
 

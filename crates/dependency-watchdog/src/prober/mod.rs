@@ -16,6 +16,8 @@ pub mod executor;
 pub mod manager;
 mod page_stream;
 pub mod probe;
+pub mod recording;
+pub mod report;
 pub mod scaler;
 pub mod seed_caches;
 pub mod shadow_observer;
@@ -39,7 +41,6 @@ use crate::shadow::Shadow;
 use executor::Executors;
 use manager::ProbeManager;
 use seed_caches::SeedCaches;
-use shadow_observer::ShadowStates;
 
 /// What every probe shares.
 pub struct ProberContext {
@@ -55,11 +56,8 @@ pub struct ProberContext {
     pub events: Events,
     /// The executors every shoot gets, chosen once at startup: acting ones, or in shadow mode
     /// (`--shadow`: decide, never scale, and compare with the acting watchdog,
-    /// [`crate::shadow`]) recording ones.
+    /// [`crate::shadow`]) recording ones, which keep shadow mode's state.
     pub(crate) executors: Executors,
-    /// Shadow mode's per-shoot states: the acting watchdog's when first seen, our would-be
-    /// one (empty in normal operation).
-    pub(crate) shadow_states: ShadowStates,
     /// The one pool of bytes every probe run in flight is admitted to and charged against
     /// ([`crate::memory_budget`]).
     pub(crate) memory: Arc<MemoryBudget>,
@@ -135,17 +133,18 @@ pub async fn run(
         metrics,
         events,
         executors: Executors::of(shadow),
-        shadow_states: ShadowStates::default(),
         memory,
     });
     let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
-    if let Some(shadow) = ctx.executors.shadow() {
+    if let Some(recorder) = ctx.executors.recorder() {
         // Shadow mode's own tasks: its comparisons expire, and the acting watchdog is watched.
-        shadow.spawn_expiry(ctx.events.clone(), &mut tasks, shutdown.clone());
+        recorder
+            .book
+            .spawn_expiry(ctx.events.clone(), &mut tasks, shutdown.clone());
         tasks.spawn({
-            let (ctx, shadow, shutdown) = (ctx.clone(), shadow.clone(), shutdown.clone());
+            let (ctx, recorder, shutdown) = (ctx.clone(), recorder.clone(), shutdown.clone());
             async move {
-                shadow_observer::observe(ctx, shadow, shutdown).await;
+                shadow_observer::observe(ctx, recorder, shutdown).await;
                 "shadow observer of the acting watchdog"
             }
         });
@@ -277,7 +276,6 @@ dependentResourceInfos:
             events: Events::disabled(metrics.clone()),
             metrics,
             executors: super::executor::Executors::Acting,
-            shadow_states: Default::default(),
             memory: crate::memory_budget::MemoryBudget::unbounded(),
         })
     }

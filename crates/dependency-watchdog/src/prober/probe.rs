@@ -15,10 +15,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use dwd_core::lease::LeaseReport;
-use dwd_core::scaling::FlowScope;
+use dwd_core::verdict::VerdictMemory;
 use dwd_core::{
-    Direction, EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases,
-    leases_alone_suffice,
+    EffectiveProbeSettings, Hysteresis, LeaseDecision, evaluate_leases, leases_alone_suffice,
 };
 use kube::Client;
 use tokio::time::Instant;
@@ -26,22 +25,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
-use super::executor::{Decision, Executor, Taken};
-use super::scaler::PlannedFlow;
+use super::executor::Executor;
+use super::report::{Judged, RunReport, ShootRef};
+use super::scaler::{self, PlannedFlow};
 use super::shoot_reads;
 use crate::Error;
 use crate::kube_client::{HttpVersion, PreparedShootConfig, ResponseLimits, is_response_too_large};
 use crate::memory_budget::{self, Claim, MemoryGrant, NoRunMemory, SlowHistory};
-use crate::metrics::{
-    ApiLabel, ApiLabels, RunLabels, RunResult, ShootDirectionLabels, ShootSeries,
-};
-
-/// Nodes listed by name in shadow mode's note of a finding; the rest are counted (node
-/// names come from the tenant).
-pub(crate) const NOTED_NODES_LIMIT: usize = 20;
-
-/// Longest node name quoted in shadow mode's note of a finding.
-const NOTED_NAME_LIMIT: usize = 100;
+use crate::metrics::{ApiLabel, ApiLabels, RunLabels, RunResult, ShootSeries};
 
 /// What one run found, for the loop and for tests.
 #[derive(Debug, Default)]
@@ -53,11 +44,10 @@ pub struct RunOutcome {
 /// What a probe carries from one run to the next.
 #[derive(Debug)]
 pub struct RunMemory {
-    /// Streaks of scale-down and scale-up decisions.
-    pub hysteresis: Hysteresis,
-    /// Zones disrupted at the last run that judged zones: the next run publishes an event for
-    /// each zone that joins or leaves this set (docs/behaviour.md §2.19).
-    pub disrupted_zones: BTreeSet<String>,
+    /// What the verdicts remember: the hysteresis streaks, and the zones disrupted at the last
+    /// run that judged zones (the next verdict names each zone that joins or leaves that set,
+    /// docs/behaviour.md §2.19).
+    pub verdicts: VerdictMemory,
     /// Which of the shoot's last runs did not end within the prompt limit (shoot time): its
     /// place in line for the memory budget ([`crate::memory_budget`]).
     pub slow_history: SlowHistory,
@@ -100,7 +90,9 @@ impl RunMemory {
     /// building, a zone is disrupted, or the last finding saw expired leases. (The executor
     /// knows the rest: [`Executor::decision_pending`].)
     pub fn decision_pending(&self) -> bool {
-        self.hysteresis.streaks().1 > 0 || !self.disrupted_zones.is_empty() || self.expired_seen
+        self.verdicts.hysteresis.streaks().1 > 0
+            || !self.verdicts.disrupted_zones.is_empty()
+            || self.expired_seen
     }
 
     /// Notes a failed run of `kind`: whether it starts a streak (or changes its kind), and
@@ -151,8 +143,10 @@ impl RunMemory {
     /// A new probe's memory: no streak, no disrupted zone.
     pub fn new(config: &dwd_core::ProberConfig) -> Self {
         RunMemory {
-            hysteresis: Hysteresis::from_config(config),
-            disrupted_zones: BTreeSet::new(),
+            verdicts: VerdictMemory {
+                hysteresis: Hysteresis::from_config(config),
+                disrupted_zones: BTreeSet::new(),
+            },
             slow_history: SlowHistory::default(),
             ticket: None,
             expired_seen: false,
@@ -365,17 +359,6 @@ struct LeaseReads {
 #[cfg(test)]
 pub(crate) type ShootConnector = Arc<dyn Fn(HttpVersion) -> Client + Send + Sync>;
 
-/// The report's summary without its trailing decision ("4/5 node leases expired (0.80 ≥
-/// 0.60)" of "…: scale down"): events append what was done to it.
-pub(crate) fn decision_reason(report: &LeaseReport) -> String {
-    let text = report.to_string();
-    let decision = format!(": {}", report.decision);
-    match text.strip_suffix(&decision) {
-        Some(reason) => reason.to_string(),
-        None => text,
-    }
-}
-
 impl Probe {
     /// A probe of `namespace` following `updates` (its current value applies to the first run).
     pub fn new(
@@ -541,9 +524,7 @@ impl Probe {
             }
         });
         self.count_run(category);
-        self.note_finding(executor, || {
-            format!("probe failed: {failure}; no scaling this run")
-        });
+        self.publish(executor, &RunReport::Failed(&failure));
         let consequence = failure.consequence();
         if let ProbeFailure::SeedCachesNotSynced(pending) = &failure {
             // Logged at debug: the caches and the readiness report it once, not every probe
@@ -649,8 +630,8 @@ impl Probe {
                 // executor holds a decision (a target waits to be restored, see
                 // `leases_alone_suffice`, or a flow is queued or under way: the verdict must
                 // reach it even when every lease is fresh, to stop it).
-                let nodes_may_matter = memory.hysteresis.streaks().1 > 0
-                    || !memory.disrupted_zones.is_empty()
+                let nodes_may_matter = memory.verdicts.hysteresis.streaks().1 > 0
+                    || !memory.verdicts.disrupted_zones.is_empty()
                     || executor.decision_pending(&self.ctx, &self.namespace);
                 let grant = Arc::new(grant);
                 let probed = self.probe_within_budget(nodes_may_matter, &grant).await;
@@ -724,17 +705,14 @@ impl Probe {
         });
     }
 
-    /// Reports what a run found, the one place that does (expired fractions, zone series and
-    /// events, the run counter, the log line, the decision event), and hands the flow the
-    /// finding calls for, if any, over to `executor`.
+    /// Reports what a run found, the one place that does: the probe's own series (expired
+    /// fractions, zone series, the run counter) and the verdict, then the run's report to
+    /// `executor`, which publishes it (zone events, the flow it takes, its log line).
     fn report_finding(&self, finding: Finding, memory: &mut RunMemory, executor: &Executor) {
         let report = match finding {
             Finding::Report(report) => report,
             Finding::AllLeasesFresh { leases } => {
                 memory.expired_seen = false;
-                self.note_finding(executor, || {
-                    format!("all {leases} node leases fresh: no scaling")
-                });
                 self.set_expired_fraction(0.0);
                 self.ctx.metrics.zones_all_fresh(&self.series);
                 self.count_run(RunResult::ScaleUp);
@@ -742,10 +720,10 @@ impl Probe {
                     leases,
                     "all {leases} node leases fresh and nothing to restore: nodes not listed, no scaling"
                 );
+                self.publish(executor, &RunReport::AllLeasesFresh { leases });
                 return;
             }
         };
-        let threshold = report.threshold;
         memory.expired_seen = report.expired > 0;
         self.set_expired_fraction(report.fraction.unwrap_or(0.0));
         self.ctx.metrics.set_zone_fractions(
@@ -755,169 +733,39 @@ impl Probe {
                 .iter()
                 .map(|z| (z.zone.as_str(), z.fraction(), z.disrupted)),
         );
-        self.publish_zone_changes(&report, &mut memory.disrupted_zones, executor);
-        let action = memory.hysteresis.observe(&report.decision);
+        let (verdict, next) = dwd_core::verdict::verdict(&report, &memory.verdicts);
+        memory.verdicts = next;
         self.count_run(match report.decision {
             LeaseDecision::ScaleDown => RunResult::ScaleDown,
             LeaseDecision::ZonalScaleDown => RunResult::ZonalScaleDown,
             LeaseDecision::ScaleUp(_) => RunResult::ScaleUp,
             LeaseDecision::NoScaling(_) => RunResult::NoScaling,
         });
-        let scope = FlowScope::of(&report.decision);
-        self.note_finding(executor, || finding_note(&report, Utc::now()));
-        let Some(dir) = action else {
-            debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
-                decision = %report.decision, "{report}; no scaling this run");
-            return;
+        // The intent of the verdict's flow, judged once, from one snapshot of the caches.
+        let flow = verdict.flow().map(|flow| PlannedFlow {
+            intent: scaler::intent_from_caches(&self.ctx, &self.namespace, flow.dir, flow.scope),
+            reason: verdict.why.clone(),
+        });
+        let judged = Judged {
+            report: &report,
+            verdict: &verdict,
+            flow,
         };
-        self.hand_over(&report, dir, scope, executor);
+        self.publish(executor, &RunReport::Judged(judged));
     }
 
-    /// Hands the flow in `dir` over `scope` that `report`'s decision calls for over to
-    /// `executor` and publishes what it took: a decision (log line, attempt count, event)
-    /// when it queued a flow, a log line when it recorded one, else a debug line.
-    fn hand_over(
-        &self,
-        report: &LeaseReport,
-        dir: Direction,
-        scope: FlowScope,
-        executor: &Executor,
-    ) {
-        // A removed probe's last run must not decide: its executor ends with it, and shadow
-        // mode's state of the shoot was forgotten with it.
+    /// Hands `run` to `executor` to publish, unless the probe was removed: its last run must
+    /// not decide (its executor ends with it) nor bring back what its removal forgot.
+    fn publish(&self, executor: &Executor, run: &RunReport<'_>) {
         if self.cancel.is_cancelled() {
             return;
         }
-        let threshold = report.threshold;
-        let flow = PlannedFlow {
-            dir,
-            scope,
-            reason: decision_reason(report),
+        let shoot = ShootRef {
+            namespace: &self.namespace,
+            cluster_uid: self.cluster_uid.as_deref(),
+            series: &self.series,
         };
-        let decision = Decision { flow: flow.clone() };
-        let (targets, superseding) = match executor.take(&self.ctx, &self.namespace, decision) {
-            Taken::Nothing(why) => {
-                debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
-                    decision = %report.decision, action = %dir, %scope, "{report}; {why}");
-                return;
-            }
-            Taken::Superseded => {
-                info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
-                    threshold, action = %dir, %scope,
-                    "{report}; the targets are there already: the different flow handed over before is stopped before it changes anything more");
-                return;
-            }
-            Taken::Recorded => {
-                info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
-                    threshold, action = %dir, %scope, "{report}");
-                return;
-            }
-            Taken::Queued {
-                targets,
-                superseding,
-            } => (targets, superseding),
-        };
-        info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
-            action = %dir, %scope, superseding, "{report}");
-        let m = &self.ctx.metrics;
-        m.for_shoot(&self.series, |l| {
-            m.scaling_attempts
-                .get_or_create(&ShootDirectionLabels {
-                    shoot: l.shoot.clone(),
-                    direction: dir.into(),
-                })
-                .inc();
-        });
-        let names: Vec<&str> = targets.iter().map(String::as_str).collect();
-        self.ctx.events.scaling_decision(
-            &self.namespace,
-            self.cluster_uid.as_deref(),
-            dir,
-            &flow.reason,
-            &names,
-        );
-    }
-
-    /// Notes a finding with `executor` (shadow mode's book keeps it), unless the probe was
-    /// removed: its last run must not bring back the finding its removal forgot.
-    fn note_finding(&self, executor: &Executor, note: impl FnOnce() -> String) {
-        if !self.cancel.is_cancelled() {
-            executor.note_finding(&self.namespace, note);
-        }
-    }
-
-    /// Publishes a `ZoneDisrupted` event for each zone that became disrupted since the last
-    /// run that judged zones and a `ZoneRecovered` event for each that no longer is, and
-    /// remembers the disrupted set. Published also when zonal protection is not configured,
-    /// so an operator sees what it would have done (docs/behaviour.md §2.19). At most
-    /// [`ZONES_PER_SHOOT_LIMIT`](crate::metrics::ZONES_PER_SHOOT_LIMIT) of each per run: zone
-    /// names come from the tenant.
-    fn publish_zone_changes(
-        &self,
-        report: &LeaseReport,
-        disrupted: &mut BTreeSet<String>,
-        executor: &Executor,
-    ) {
-        use crate::metrics::ZONES_PER_SHOOT_LIMIT;
-        let now: BTreeSet<String> = report.disrupted_zones().map(|z| z.zone.clone()).collect();
-        let consequence = self.zone_consequence(report, executor);
-        for zone in report
-            .disrupted_zones()
-            .filter(|z| !disrupted.contains(&z.zone))
-            .take(ZONES_PER_SHOOT_LIMIT)
-        {
-            let note = format!(
-                "zone {}: {}/{} node leases expired; {consequence}",
-                zone.zone, zone.expired, zone.candidates
-            );
-            warn!(zone = %zone.zone, expired = zone.expired, candidates = zone.candidates, "{note}");
-            self.ctx
-                .events
-                .zone_changed(&self.namespace, self.cluster_uid.as_deref(), true, note);
-        }
-        for zone in disrupted
-            .iter()
-            .filter(|z| !now.contains(*z))
-            .take(ZONES_PER_SHOOT_LIMIT)
-        {
-            let note = match report.zones.iter().find(|r| &r.zone == zone) {
-                Some(r) => format!(
-                    "zone {zone} recovered: {}/{} node leases expired",
-                    r.expired, r.candidates
-                ),
-                None => format!("zone {zone} recovered: no candidate node left in it"),
-            };
-            info!(%zone, "{note}");
-            self.ctx
-                .events
-                .zone_changed(&self.namespace, self.cluster_uid.as_deref(), false, note);
-        }
-        *disrupted = now;
-    }
-
-    /// What the watchdog does about a disrupted zone this run, for its event.
-    fn zone_consequence(&self, report: &LeaseReport, executor: &Executor) -> String {
-        let cfg = &self.ctx.config;
-        if !cfg.zone_rule().protection {
-            return "zonal protection is not configured".into();
-        }
-        // Shadow mode scales nothing: its events say what it would do.
-        let (scales, is) = executor.verbs();
-        match report.decision {
-            LeaseDecision::ScaleDown => {
-                format!("the shoot-wide rule applies: every target {is} scaled down")
-            }
-            LeaseDecision::ZonalScaleDown => {
-                let zonal: Vec<&str> = cfg
-                    .dependent_resource_infos
-                    .iter()
-                    .filter(|i| i.scale_down_on_zone_outage)
-                    .map(|i| i.target.name.as_str())
-                    .collect();
-                format!("zonal protection {scales} down {}", zonal.join(", "))
-            }
-            _ => format!("no scaling this run ({})", report.decision),
-        }
+        executor.publish(&self.ctx, &shoot, run);
     }
 
     /// API-server probe, then lease probe: what they found, or why they failed (nothing is
@@ -1189,50 +1037,6 @@ async fn within_shoot_time<T>(
     }
 }
 
-/// Shadow mode's note of a finding: the report's summary and decision, then each node's
-/// verdict (at most [`NOTED_NODES_LIMIT`] of them, the rest counted): candidate or why it is
-/// excluded, its lease's age against its expiry at `now`, its zone.
-pub(crate) fn finding_note(report: &LeaseReport, now: chrono::DateTime<Utc>) -> String {
-    use dwd_core::lease::Verdict;
-    use std::fmt::Write;
-    let mut note = report.to_string();
-    for (i, node) in report.nodes.iter().enumerate() {
-        if i == NOTED_NODES_LIMIT {
-            let _ = write!(note, "; … and {} more", report.nodes.len() - i);
-            break;
-        }
-        let _ = write!(note, "; {}", cut(&node.node, NOTED_NAME_LIMIT));
-        if let Some(zone) = &node.zone {
-            let _ = write!(note, " (zone {})", cut(zone, NOTED_NAME_LIMIT));
-        }
-        let seconds = |d: chrono::TimeDelta| d.num_milliseconds() as f64 / 1000.0;
-        let _ = match &node.verdict {
-            Verdict::Candidate {
-                renew_time: Some(renewed),
-                expires_at,
-                expired,
-            } => {
-                let state = if *expired { "expired" } else { "fresh" };
-                match expires_at {
-                    Some(at) => write!(
-                        note,
-                        ": candidate, lease {:.1} s old, expires at {:.1} s: {state}",
-                        seconds(now - *renewed),
-                        seconds(*at - *renewed)
-                    ),
-                    None => write!(
-                        note,
-                        ": candidate, lease {:.1} s old: {state}",
-                        seconds(now - *renewed)
-                    ),
-                }
-            }
-            verdict => write!(note, ": {verdict}"),
-        };
-    }
-    note
-}
-
 /// How much of a shoot's error message goes into our logs and errors: enough to tell what
 /// went wrong, not a tenant's megabyte.
 pub(crate) const SHOOT_MESSAGE_LIMIT: usize = 300;
@@ -1242,8 +1046,8 @@ pub(crate) const SHOOT_MESSAGE_LIMIT: usize = 300;
 pub fn bounded(error: kube::Error) -> kube::Error {
     match error {
         kube::Error::Api(mut status) => {
-            status.message = cut(&status.message, SHOOT_MESSAGE_LIMIT);
-            status.reason = cut(&status.reason, SHOOT_MESSAGE_LIMIT / 4);
+            status.message = crate::text::cut(&status.message, SHOOT_MESSAGE_LIMIT);
+            status.reason = crate::text::cut(&status.reason, SHOOT_MESSAGE_LIMIT / 4);
             // Causes and list metadata are the server's too, and nothing of ours reads them.
             status.details = None;
             status.metadata = None;
@@ -1251,21 +1055,6 @@ pub fn bounded(error: kube::Error) -> kube::Error {
         }
         other => other,
     }
-}
-
-/// `text` cut to at most `limit` bytes on a character boundary, marked with `…` and the
-/// whole text's length when cut. Not [`crate::text::truncate`]: that one counts its `…`
-/// (3 bytes) within its limit, so `truncate(text, limit + 3)` would leave texts of `limit + 1`
-/// to `limit + 3` bytes whole where this cuts them; both share [`crate::text::prefix`].
-fn cut(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_string();
-    }
-    format!(
-        "{}… ({} bytes)",
-        crate::text::prefix(text, limit),
-        text.len()
-    )
 }
 
 /// Test seam: makes the probe task of `namespace` end at the start of its next run, as a
@@ -1305,7 +1094,6 @@ mod loop_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dwd_core::lease::UpReason;
 
     #[test]
     fn a_failed_run_counts_in_its_stable_category_and_only_a_429_spaces_the_next_one_out() {
@@ -1330,19 +1118,6 @@ mod tests {
         for (failure, category, is_throttled) in cases {
             assert_eq!(failure.category(), category, "{failure:?}");
             assert_eq!(failure.throttled(), is_throttled, "{failure:?}");
-        }
-    }
-
-    fn report(expired: usize, decision: LeaseDecision) -> LeaseReport {
-        LeaseReport {
-            nodes: Vec::new(),
-            orphan_leases: Vec::new(),
-            candidates: 5,
-            expired,
-            fraction: Some(expired as f64 / 5.0),
-            threshold: 0.6,
-            zones: Vec::new(),
-            decision,
         }
     }
 
@@ -1491,62 +1266,5 @@ mod tests {
             cut.reason.len()
         );
         assert_eq!(cut.code, 500);
-    }
-
-    #[test]
-    fn shadow_modes_note_of_a_finding_names_at_most_twenty_nodes_with_their_verdicts() {
-        use dwd_core::lease::{ExclusionReason, NodeVerdict, Verdict};
-        let now = Utc::now();
-        let renewed = now - chrono::Duration::seconds(300);
-        let mut report = report(4, LeaseDecision::ScaleDown);
-        report.nodes = (0..25)
-            .map(|i| NodeVerdict {
-                node: format!("n{i:02}"),
-                zone: (i == 0).then(|| "eu-1a".to_string()),
-                verdict: match i {
-                    0 => Verdict::Candidate {
-                        renew_time: Some(renewed),
-                        expires_at: Some(renewed + chrono::Duration::seconds(30)),
-                        expired: true,
-                    },
-                    1 => Verdict::Excluded(ExclusionReason::NoMachine),
-                    _ => Verdict::Candidate {
-                        renew_time: None,
-                        expires_at: None,
-                        expired: true,
-                    },
-                },
-            })
-            .collect();
-        let note = finding_note(&report, now);
-        assert!(
-            note.starts_with(
-                "4/5 node leases expired (0.80 ≥ 0.60): scale down; \
-                 n00 (zone eu-1a): candidate, lease 300.0 s old, expires at 30.0 s: expired; \
-                 n01: excluded: no Machine backs this node; \
-                 n02: candidate, lease has no renew time: expired; "
-            ),
-            "{note}"
-        );
-        assert!(note.contains("; n19: "), "{note}");
-        assert!(!note.contains("n20"), "{note}");
-        assert!(note.ends_with("; … and 5 more"), "{note}");
-
-        // A tenant's node names are cut.
-        report.nodes.truncate(1);
-        report.nodes[0].node = "x".repeat(10_000);
-        assert!(finding_note(&report, now).len() < 400);
-    }
-
-    #[test]
-    fn decision_reason_is_the_summary_without_the_decision() {
-        assert_eq!(
-            decision_reason(&report(4, LeaseDecision::ScaleDown)),
-            "4/5 node leases expired (0.80 ≥ 0.60)"
-        );
-        assert_eq!(
-            decision_reason(&report(0, LeaseDecision::ScaleUp(UpReason::BelowThreshold))),
-            "0/5 node leases expired (0.00 < 0.60)"
-        );
     }
 }

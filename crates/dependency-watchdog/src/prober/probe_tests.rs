@@ -190,18 +190,17 @@ impl Harness {
             events: events.clone(),
             metrics: metrics.clone(),
             executors: crate::prober::executor::Executors::of(shadow.clone()),
-            shadow_states: Default::default(),
             memory,
         });
         let cancel = CancellationToken::new();
-        if let Some(shadow) = &shadow {
+        if let Some(recorder) = ctx.executors.recorder() {
             tokio::spawn({
-                let (shadow, cancel) = (shadow.clone(), cancel.clone());
+                let (shadow, cancel) = (recorder.book.clone(), cancel.clone());
                 async move { shadow.run_expiry(events, cancel).await }
             });
             tokio::spawn(shadow_observer::observe(
                 ctx.clone(),
-                shadow.clone(),
+                recorder.clone(),
                 cancel.clone(),
             ));
         }

@@ -26,13 +26,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use dwd_core::intent::{Intent, Seen, intent};
+use dwd_core::intent::{Intent, Seen, Step as IntentStep, intent, step_for};
 use dwd_core::scaling::{
     FlowScope, TargetPlan, call_timeout, clear_annotations_patch, clear_meltdown_patch,
-    plan_levels, plan_target, readiness_wait, replicas_in_spec, scale_down_annotation_patch,
-    scale_down_patch, scale_subresource_patch, scale_up_patch, with_resource_version,
+    readiness_wait, replicas_in_spec, scale_down_annotation_patch, scale_down_patch,
+    scale_info_for, scale_subresource_patch, scale_up_patch, with_resource_version,
 };
-use dwd_core::{Direction, TargetAction, TargetSnapshot};
+use dwd_core::{DependentResourceInfo, Direction, TargetAction, TargetSnapshot};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use tokio::sync::Notify;
@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::ProberContext;
-use super::seed_caches::TargetCache;
+use super::seed_caches::{TargetCache, TargetState};
 use crate::cache::WaitEnd;
 use crate::events::TargetRef;
 use crate::metrics::{ApiLabel, Outcome, ScaleOpLabels};
@@ -56,10 +56,10 @@ pub(crate) const ATTEMPT_INTERVAL: Duration = Duration::from_millis(100);
 /// A scaling flow a run decided on: what [`run_flow`] carries out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedFlow {
-    /// Down or up.
-    pub dir: Direction,
-    /// Every target, or only the zonal ones.
-    pub scope: FlowScope,
+    /// Its direction, scope and levels, each target judged from the seed caches when the run
+    /// decided ([`intent_from_caches`]); the flow judges each again, at write time, from the
+    /// newest object.
+    pub intent: Intent,
     /// The lease probe's summary, for the events on the targets it changes.
     pub reason: String,
 }
@@ -111,32 +111,6 @@ pub(crate) struct FlowError {
     pub error: Error,
 }
 
-/// Names of the targets the flow in `dir` would act on, in the flow's level order, judged
-/// from the caches (no API call): empty lets a healthy shoot's run end without touching the
-/// seed; otherwise it is what the decision event on the Cluster lists.
-pub(crate) fn targets_to_scale(
-    ctx: &ProberContext,
-    namespace: &str,
-    dir: Direction,
-    scope: FlowScope,
-) -> Vec<String> {
-    intent_from_caches(ctx, namespace, dir, scope).taken_up()
-}
-
-/// Names of the targets of `scope` a flow would act on whatever state they are in now, in
-/// the scale-down flow's level order, judged from the caches: those that exist (or are
-/// mandatory, so a flow would fail naming them) and do not carry `ignore-scaling`. Unlike
-/// [`targets_to_scale`] it does not skip targets already scaled down or up: in shadow mode
-/// the acting watchdog changes them under us, and our decision must not depend on that.
-pub(crate) fn targets_in_scope(
-    ctx: &ProberContext,
-    namespace: &str,
-    scope: FlowScope,
-) -> Vec<String> {
-    // `ignore-scaling` is judged from the annotations alone, whatever the direction.
-    intent_from_caches(ctx, namespace, Direction::Down, scope).in_scope()
-}
-
 /// The intent of the flow in `dir` over `scope` for shoot `namespace`
 /// ([`dwd_core::intent`]), each target as the seed caches show it (no API call): a kind
 /// without a cache is not served by the seed, a cache not in sync does not know.
@@ -147,20 +121,67 @@ pub(crate) fn intent_from_caches(
     scope: FlowScope,
 ) -> Intent {
     intent(&ctx.config.dependent_resource_infos, dir, scope, |info| {
-        let Some(t) = ctx.caches.targets.iter().find(|t| t.info == *info) else {
-            return Seen::NotServed;
-        };
-        if !t.cache.is_ready() {
-            return Seen::Unknown(format!("the {} cache is not in sync", t.cache.what()));
-        }
-        match t.cache.get(namespace, &info.target.name) {
-            None => Seen::Absent,
-            Some(state) => Seen::Present(TargetSnapshot {
+        seen_in_caches(ctx.caches.target(info), namespace, info).0
+    })
+}
+
+/// Target `info` of shoot `namespace` as its cache (`None`: its kind is not served by the
+/// seed) shows it now, and its cached state when it is there.
+fn seen_in_caches(
+    cache: Option<&TargetCache>,
+    namespace: &str,
+    info: &DependentResourceInfo,
+) -> (Seen, Option<Arc<TargetState>>) {
+    let Some(t) = cache else {
+        return (Seen::NotServed, None);
+    };
+    if !t.cache.is_ready() {
+        let why = format!("the {} cache is not in sync", t.cache.what());
+        return (Seen::Unknown(why), None);
+    }
+    match t.cache.get(namespace, &info.target.name) {
+        None => (Seen::Absent, None),
+        Some(state) => {
+            let snapshot = TargetSnapshot {
                 spec_replicas: state.spec_replicas,
                 annotations: state.annotations.clone(),
-            }),
+            };
+            (Seen::Present(snapshot), Some(state))
         }
-    })
+    }
+}
+
+/// The outcome for a target the flow does not scale: skipped, or why the flow stops there.
+/// The rule (what an absent, optional, unserved or unknown target means) is
+/// [`step_for`]'s; this only words it.
+fn not_planned(
+    step: &IntentStep,
+    seen: &Seen,
+    namespace: &str,
+    info: &DependentResourceInfo,
+) -> Result<TargetOutcome> {
+    let r = &info.target;
+    let what = format!("{} {namespace}/{}", r.kind, r.name);
+    match (step, seen) {
+        (IntentStep::Skipped, Seen::NotServed) => Ok(TargetOutcome::Skipped(
+            "optional target: its kind is not served by the seed".into(),
+        )),
+        (IntentStep::Skipped, _) => {
+            debug!("optional target not found, nothing to do");
+            Ok(TargetOutcome::Skipped("optional target not found".into()))
+        }
+        (IntentStep::Fails, Seen::NotServed) => Err(Error::Scaling(format!(
+            "target {}: its kind {}/{} is not served by the seed",
+            r.name, r.api_version, r.kind
+        ))),
+        (IntentStep::Fails, _) => Err(Error::Scaling(format!(
+            "{what} not found (and not optional)"
+        ))),
+        (IntentStep::Unknown(why), _) => Err(Error::Scaling(format!("{what}: {why}"))),
+        (IntentStep::Planned(_), _) => Err(Error::Scaling(format!(
+            "{what}: planned without a state to write against"
+        ))),
+    }
 }
 
 /// Runs `flow` (its direction over the targets of its scope) for shoot `namespace` until it
@@ -173,45 +194,31 @@ pub(crate) async fn run_flow(
     flow: &PlannedFlow,
     stop: &CancellationToken,
 ) -> Result<FlowReport, Box<FlowError>> {
-    let PlannedFlow { dir, scope, reason } = flow;
-    let (dir, scope, reason) = (*dir, *scope, reason.as_str());
+    let dir = flow.intent.dir;
     let mut report = FlowReport::default();
-    for level in plan_levels(&ctx.config.dependent_resource_infos, dir, scope) {
+    for level in &flow.intent.levels {
         if stop.is_cancelled() {
             report.superseded = true;
             return Ok(report);
         }
-        let runs = level.targets.iter().map(|info| {
-            let target = ctx.caches.targets.iter().find(|t| t.info == *info);
-            let name = info.target.name.clone();
-            async move {
-                let result = match target {
-                    // Every shoot's level 0 gets the seed budget before anyone's later levels.
-                    Some(t) => scale_target(
-                        ctx,
-                        namespace,
-                        t,
-                        dir,
-                        Priority::scaling_level(level.level),
-                        reason,
-                        stop,
-                    )
-                    .instrument(
-                        info_span!("scale", target = %name, direction = %dir, scale_level = level.level),
-                    )
+        // Every shoot's level 0 gets the seed budget before anyone's later levels.
+        let step = |info| Step {
+            priority: Priority::scaling_level(level.level),
+            timeout: scale_info_for(info, dir).timeout,
+            reason: &flow.reason,
+            stop,
+        };
+        let runs = level.targets.iter().map(|t| async move {
+            let name = t.info.target.name.clone();
+            let result = match ctx.caches.target(&t.info) {
+                Some(cache) => scale_target(ctx, namespace, cache, dir, step(&t.info))
+                    .instrument(info_span!("scale", target = %name, direction = %dir, scale_level = level.level))
                     .await,
-                    // An optional target whose kind the seed does not serve is as absent as
-                    // an optional target that does not exist: the level goes on.
-                    None if info.optional => Ok(TargetOutcome::Skipped(
-                        "optional target: its kind is not served by the seed".into(),
-                    )),
-                    None => Err(Error::Scaling(format!(
-                        "target {name}: its kind {}/{} is not served by the seed",
-                        info.target.api_version, info.target.kind
-                    ))),
-                };
-                (name, result)
-            }
+                // Its kind is not served by the seed: that does not change while the prober
+                // runs, so the step the intent judged stands.
+                None => not_planned(&t.step, &t.seen, namespace, &t.info),
+            };
+            (name, result)
         });
         let results = futures::future::join_all(runs).await;
         if let Some((target, error)) = tally(ctx, dir, results, &mut report) {
@@ -269,27 +276,23 @@ fn tally(
     failure
 }
 
-/// Scales `target` in `namespace`, its writes ranked at `priority` on the seed budget, until
-/// done or `stop` is cancelled ([`Error::Superseded`]).
+/// Scales `target` in `namespace`, its writes ranked at the step's priority on the seed
+/// budget, until done or the step's `stop` is cancelled ([`Error::Superseded`]).
 async fn scale_target(
     ctx: &ProberContext,
     namespace: &str,
     target: &TargetCache,
     dir: Direction,
-    priority: Priority,
-    reason: &str,
-    stop: &CancellationToken,
+    step: Step<'_>,
 ) -> Result<TargetOutcome> {
+    let Step { reason, stop, .. } = step;
     let superseded = || Error::Superseded {
         action: format!(
             "scaling {} {namespace}/{}",
             target.info.target.kind, target.info.target.name
         ),
     };
-    let scale_info = match dir {
-        Direction::Up => &target.info.scale_up,
-        Direction::Down => &target.info.scale_down,
-    };
+    let scale_info = scale_info_for(&target.info, dir);
     // Once per flow, not once per attempt as in the reference: the delay gives the earlier
     // levels time to take effect, which a retry 100 ms later does not need again. Sleeping
     // it per attempt would add a whole `initialDelay` (KCM's is 30 s on the way up) to a
@@ -307,18 +310,7 @@ async fn scale_target(
             return Err(superseded());
         }
         let seen = cached_version(target, namespace);
-        let attempt_result = attempt_once(
-            ctx,
-            namespace,
-            target,
-            dir,
-            Step {
-                priority,
-                timeout: scale_info.timeout,
-                reason,
-                stop,
-            },
-        );
+        let attempt_result = attempt_once(ctx, namespace, target, dir, step);
         match attempt_result.await {
             Ok(outcome) => return Ok(outcome),
             Err(error @ Error::Superseded { .. }) => return Err(error),
@@ -570,6 +562,7 @@ fn target_ref<'a>(
 
 /// What one scaling step of a flow carries: its rank on the seed's budget, the target's
 /// timeout, the reason for the events, and the flow's stop token.
+#[derive(Clone, Copy)]
 struct Step<'a> {
     priority: Priority,
     timeout: Duration,
@@ -586,25 +579,12 @@ async fn attempt_once(
 ) -> Result<TargetOutcome> {
     let r = &target.info.target;
     let what = format!("{} {namespace}/{}", r.kind, r.name);
-    if !target.cache.is_ready() {
-        return Err(Error::Scaling(format!(
-            "{what}: target cache not synced yet"
-        )));
-    }
-    let Some(state) = target.cache.get(namespace, &r.name) else {
-        if target.info.optional {
-            debug!("optional target not found, nothing to do");
-            return Ok(TargetOutcome::Skipped("optional target not found".into()));
-        }
-        return Err(Error::Scaling(format!(
-            "{what} not found (and not optional)"
-        )));
+    // Judged again from the newest object, by the intent's own rule.
+    let (seen, state) = seen_in_caches(Some(target), namespace, &target.info);
+    let (plan, state) = match (step_for(dir, &target.info, &seen), state) {
+        (IntentStep::Planned(plan), Some(state)) => (plan, state),
+        (step, _) => return not_planned(&step, &seen, namespace, &target.info),
     };
-    let snapshot = TargetSnapshot {
-        spec_replicas: state.spec_replicas,
-        annotations: state.annotations.clone(),
-    };
-    let plan = plan_target(dir, &snapshot);
     // The event on the target says why it got the count it got.
     let reason = match replicas_problem(namespace, &what, &r.name, &plan, state.spec_replicas) {
         Some(problem) => format!("{}; {problem}", step.reason),
@@ -898,7 +878,6 @@ mod tests {
             events: Events::disabled(metrics.clone()),
             metrics,
             executors: super::super::executor::Executors::Acting,
-            shadow_states: Default::default(),
             memory: crate::memory_budget::MemoryBudget::unbounded(),
         }
     }
@@ -940,12 +919,15 @@ mod tests {
         ns: &str,
         dir: Direction,
     ) -> std::result::Result<FlowReport, Box<FlowError>> {
-        let flow = PlannedFlow {
-            dir,
-            scope: FlowScope::All,
+        run_flow(ctx, ns, &planned(ctx, ns, dir), &CancellationToken::new()).await
+    }
+
+    /// The flow of `dir` over all of `ns`'s targets, its intent judged from the caches now.
+    fn planned(ctx: &ProberContext, ns: &str, dir: Direction) -> PlannedFlow {
+        PlannedFlow {
+            intent: intent_from_caches(ctx, ns, dir, FlowScope::All),
             reason: "test".into(),
-        };
-        run_flow(ctx, ns, &flow, &CancellationToken::new()).await
+        }
     }
 
     /// (answer, time since `start`) of each write.
@@ -984,11 +966,7 @@ mod tests {
         // One write at hand, the next after 1 s.
         ctx.seed = fake.limited_client(1.0, 1);
         let stop = CancellationToken::new();
-        let planned = PlannedFlow {
-            dir: Direction::Down,
-            scope: FlowScope::All,
-            reason: "test".into(),
-        };
+        let planned = planned(&ctx, "stop", Direction::Down);
         let start = Instant::now();
         // Stopped while kcm's step (record, then scale) waits for its second write.
         let (report, ()) = tokio::join!(run_flow(&ctx, "stop", &planned, &stop), async {
@@ -1027,11 +1005,7 @@ mod tests {
         // The watch trails the writes by 2 s: for that long the cache still says 2.
         fake.lock().watch_delay = Some(Duration::from_secs(2));
         let stop = CancellationToken::new();
-        let down = PlannedFlow {
-            dir: Direction::Down,
-            scope: FlowScope::All,
-            reason: "test".into(),
-        };
+        let down = planned(&ctx, "race", Direction::Down);
         // Superseded right after its write was answered, while it waits for the goal.
         let (report, ()) = tokio::join!(run_flow(&ctx, "race", &down, &stop), async {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1268,7 +1242,7 @@ mod tests {
         let kcm = deployment("kcm", "level: 1", "level: 1");
         let ctx = context(&fake, &(optional(gadget.clone()) + &kcm), &["gadget"]).await;
         assert_eq!(
-            targets_to_scale(&ctx, "kinds", Direction::Down, FlowScope::All),
+            intent_from_caches(&ctx, "kinds", Direction::Down, FlowScope::All).taken_up(),
             ["kcm"]
         );
         let report = flow(&ctx, "kinds", Direction::Down).await.expect("flow");
@@ -1277,7 +1251,7 @@ mod tests {
         let mandatory = gadget + &kcm;
         let ctx = context(&fake, &mandatory, &["gadget"]).await;
         assert_eq!(
-            targets_to_scale(&ctx, "kinds", Direction::Up, FlowScope::All),
+            intent_from_caches(&ctx, "kinds", Direction::Up, FlowScope::All).taken_up(),
             ["gadget", "kcm"]
         );
         let failure = flow(&ctx, "kinds", Direction::Up)
@@ -1319,16 +1293,26 @@ mod tests {
         let ctx = context(&fake, &infos, &[]).await;
         // Level order of the scale-down flow; kcm though it is already down.
         assert_eq!(
-            targets_in_scope(&ctx, "scope", FlowScope::All),
+            intent_from_caches(&ctx, "scope", Direction::Down, FlowScope::All).in_scope(),
             ["kcm", "absent-mandatory"]
         );
         assert!(
-            targets_to_scale(&ctx, "scope", Direction::Down, FlowScope::All)
+            intent_from_caches(&ctx, "scope", Direction::Down, FlowScope::All)
+                .taken_up()
                 .iter()
                 .all(|t| t != "kcm")
         );
-        // None of them is zonal.
-        assert!(targets_in_scope(&ctx, "scope", FlowScope::Zonal).is_empty());
+        // None of them is zonal; and which are in scope does not depend on the direction
+        // (a scale-up names them in its own level order).
+        assert!(
+            intent_from_caches(&ctx, "scope", Direction::Up, FlowScope::Zonal)
+                .in_scope()
+                .is_empty()
+        );
+        assert_eq!(
+            intent_from_caches(&ctx, "scope", Direction::Up, FlowScope::All).in_scope(),
+            ["absent-mandatory", "kcm"]
+        );
     }
 
     #[tokio::test(start_paused = true)]

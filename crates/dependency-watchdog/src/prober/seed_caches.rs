@@ -188,6 +188,11 @@ async fn discover(
 }
 
 impl SeedCaches {
+    /// The cache of target `info`; `None` when the seed does not serve its kind.
+    pub(crate) fn target(&self, info: &DependentResourceInfo) -> Option<&TargetCache> {
+        self.targets.iter().find(|t| t.info == *info)
+    }
+
     /// Creates the caches and spawns the watches feeding them (they run until `shutdown`).
     /// Target kinds are resolved through discovery. A kind the seed does not serve is an
     /// error naming the target, since scaling it could never succeed, unless the target is

@@ -34,6 +34,24 @@ pub(crate) const RESCAN: Duration = Duration::from_secs(1);
 /// Longest value of a tenant's `replicas` annotation quoted in evidence.
 const QUOTED_VALUE_LIMIT: usize = 20;
 
+/// What every shoot's recording executor shares: shadow mode's book and our would-be states.
+pub struct Recorder {
+    /// Shadow mode's book.
+    pub(crate) book: Arc<Shadow>,
+    /// Per shoot: the acting watchdog's state as the observer last saw it, and ours.
+    pub(crate) states: ShadowStates,
+}
+
+impl Recorder {
+    /// A recorder writing to `book`, with no state of any shoot yet.
+    pub fn new(book: Arc<Shadow>) -> Recorder {
+        Recorder {
+            book,
+            states: ShadowStates::default(),
+        }
+    }
+}
+
 /// Per shoot namespace: the acting watchdog's state as the observer last recorded it, and our
 /// would-be state. An entry per shoot with a target or a probe: the observer drops shoots
 /// without targets, a removed probe drops our state ([`ShadowStates::forget_ours`]).
@@ -193,7 +211,11 @@ pub(crate) fn acting_protected(caches: &SeedCaches, namespace: &str) -> bool {
 /// watchdog's state of a shoot (any namespace holding a target) to `shadow`. A shoot seen for
 /// the first time only records its state; nothing is judged while a cache is out of sync (a
 /// change made meanwhile is reported once it has listed again).
-pub async fn observe(ctx: Arc<ProberContext>, shadow: Arc<Shadow>, shutdown: CancellationToken) {
+pub async fn observe(
+    ctx: Arc<ProberContext>,
+    recorder: Arc<Recorder>,
+    shutdown: CancellationToken,
+) {
     let mut changes: Vec<_> = ctx
         .caches
         .targets
@@ -204,7 +226,7 @@ pub async fn observe(ctx: Arc<ProberContext>, shadow: Arc<Shadow>, shutdown: Can
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if ctx.caches.targets.iter().all(|t| t.cache.is_ready()) {
-            look(&ctx, &shadow);
+            look(&ctx, &recorder);
         }
         let any_change = async {
             if changes.is_empty() {
@@ -225,17 +247,17 @@ pub async fn observe(ctx: Arc<ProberContext>, shadow: Arc<Shadow>, shutdown: Can
 
 /// One look at every shoot with a target: a sighting for each whose state changed since the
 /// last.
-fn look(ctx: &ProberContext, shadow: &Shadow) {
+fn look(ctx: &ProberContext, recorder: &Recorder) {
     let shoots: HashSet<String> = ctx
         .caches
         .targets
         .iter()
         .flat_map(|t| t.cache.namespaces())
         .collect();
-    ctx.shadow_states.retain_acting(&shoots);
+    recorder.states.retain_acting(&shoots);
     for ns in &shoots {
         let now = acting_state(&ctx.caches, ns);
-        let before = ctx.shadow_states.acting_seen(ns, now.protected);
+        let before = recorder.states.acting_seen(ns, now.protected);
         if before.is_none_or(|before| before == now.protected) {
             continue;
         }
@@ -245,7 +267,7 @@ fn look(ctx: &ProberContext, shadow: &Shadow) {
             ShadowAction::ScaleUp
         };
         debug!(shoot = %ns, %action, "the acting watchdog's markers changed");
-        shadow.record(
+        recorder.book.record(
             Side::Reference,
             &ctx.events,
             &Subject::Cluster(ns),
