@@ -542,3 +542,21 @@ impl std::fmt::Display for Explanation {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hysteresis_line_says_how_many_runs_in_a_row_act() {
+        assert_eq!(
+            hysteresis_line(Direction::Down, 1),
+            "failureThreshold 1: the prober acts on every run that decides scale down"
+        );
+        assert_eq!(
+            hysteresis_line(Direction::Up, 3),
+            "successThreshold 3: the prober acts once 3 runs in a row decide scale up; \
+             this finding counts as one of them"
+        );
+    }
+}

@@ -234,6 +234,14 @@ pub fn step_for(dir: Direction, info: &DependentResourceInfo, seen: &Seen) -> St
     }
 }
 
+/// Whether every flow goes on without `info` when the seed does not serve its kind (it is
+/// optional): the prober then starts without its cache, and a watch of it that the seed
+/// refuses holds nothing back. Otherwise no flow could ever scale it, and the prober refuses to
+/// start. The same rule as [`step_for`]'s, asked once at start.
+pub fn skipped_when_not_served(info: &DependentResourceInfo) -> bool {
+    step_for(Direction::Down, info, &Seen::NotServed) == Step::Skipped
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +359,23 @@ dependentResourceInfos:
         assert!(!up(running(2, &[]), running(1, &[])).changes_any());
         let marked = running(0, &[(MELTDOWN_ANNOTATION, ""), (REPLICAS_ANNOTATION, "2")]);
         assert!(up(marked, running(1, &[])).changes_any());
+    }
+
+    #[test]
+    fn only_an_optional_target_is_skipped_when_its_kind_is_not_served() {
+        let mut info = config().dependent_resource_infos[0].clone();
+        info.optional = false;
+        assert!(!skipped_when_not_served(&info));
+        assert_eq!(
+            step_for(Direction::Up, &info, &Seen::NotServed),
+            Step::Fails
+        );
+        info.optional = true;
+        assert!(skipped_when_not_served(&info));
+        assert_eq!(
+            step_for(Direction::Up, &info, &Seen::NotServed),
+            Step::Skipped
+        );
     }
 
     #[test]

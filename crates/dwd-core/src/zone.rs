@@ -17,6 +17,10 @@ use std::fmt;
 /// count for the shoot-wide rule only.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
+/// Default for `minCandidatesPerZone` (ours): a zone of one node cannot tell its node's own
+/// failure from the zone's, just as a shoot of one node cannot (docs/behaviour.md §2.19).
+pub const DEFAULT_MIN_CANDIDATES_PER_ZONE: u32 = 2;
+
 /// When a zone counts as disrupted, and whether that is acted on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ZoneRule {
@@ -34,7 +38,7 @@ impl ZoneRule {
     pub const fn report_only(failure_fraction: f64) -> Self {
         ZoneRule {
             failure_fraction,
-            min_candidates: crate::config::prober::DEFAULT_MIN_CANDIDATES_PER_ZONE as usize,
+            min_candidates: DEFAULT_MIN_CANDIDATES_PER_ZONE as usize,
             protection: false,
         }
     }

@@ -247,7 +247,7 @@ impl SeedCaches {
                 // without its cache and the scaler skips it in every flow, so the other
                 // targets stay protected.
                 // `discover` returns an error only when the kind is not served.
-                Err(_) if info.optional => {
+                Err(_) if dwd_core::intent::skipped_when_not_served(info) => {
                     warn!(
                         target = %info.target.name,
                         kind = %format!("{}/{}", info.target.api_version, info.target.kind),
@@ -270,10 +270,10 @@ impl SeedCaches {
                 let config =
                     watcher::Config::default().fields(&name_field_selector(&info.target.name));
                 let cache = cache.clone();
-                let optional = info.optional;
+                let skippable = dwd_core::intent::skipped_when_not_served(info);
                 async move {
                     // An optional target's refused watch must not hold back the others.
-                    if optional {
+                    if skippable {
                         run_optional_cache(api, config, cache, project_target).await;
                     } else {
                         run_cache(api, config, cache, project_target).await;

@@ -37,9 +37,7 @@ pub const DEFAULT_SCALE_INITIAL_DELAY: Duration = Duration::ZERO;
 pub const DEFAULT_SCALE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default for `successThreshold` / `failureThreshold` (1 = act on every decision, as the reference).
 pub const DEFAULT_THRESHOLD: u32 = 1;
-/// Default for `minCandidatesPerZone` (ours): a zone of one node cannot tell its node's own
-/// failure from the zone's, just as a shoot of one node cannot (docs/behaviour.md §2.19).
-pub const DEFAULT_MIN_CANDIDATES_PER_ZONE: u32 = 2;
+pub use crate::zone::DEFAULT_MIN_CANDIDATES_PER_ZONE;
 /// The effective `probeTimeout` when the file gives zero or a negative value: the reference's
 /// client then has no timeout at all. Go's largest duration (about 292 years) stands for "none"
 /// here; it is safe to add to any clock reading.
