@@ -348,16 +348,16 @@ pub async fn run(cli: Cli) -> Result<()> {
             info!(bytes = run_memory.capacity, from = %run_memory.source, "probe runs' memory budget");
             let (metrics, health) = (started.rt.metrics.clone(), started.rt.health.clone());
             run_elected(started.elector, &started.rt, |token| {
-                prober::run(
+                let start = prober::ProberStart {
                     config,
-                    run_memory.capacity,
-                    started.seed,
+                    run_memory_capacity: run_memory.capacity,
+                    seed: started.seed,
                     metrics,
                     health,
-                    events::PodRef::discover(&args.leader_election_namespace),
-                    started.shadow,
-                    token,
-                )
+                    own_pod: events::PodRef::discover(&args.leader_election_namespace),
+                    shadow: started.shadow,
+                };
+                prober::run(start, token)
             })
             .await
         }

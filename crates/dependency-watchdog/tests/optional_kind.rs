@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
+use dependency_watchdog::prober::ProberStart;
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::{TestEnv, eventually};
 use harness::in_process::*;
@@ -89,13 +90,15 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     let mandatory = tokio::time::timeout(
         Duration::from_secs(60),
         dependency_watchdog::prober::run(
-            config_with_widget(false),
-            dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
-            seed.clone(),
-            Arc::new(Metrics::default()),
-            Arc::new(Health::default()),
-            own_pod(),
-            None,
+            ProberStart {
+                config: config_with_widget(false),
+                run_memory_capacity: dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
+                seed: seed.clone(),
+                metrics: Arc::new(Metrics::default()),
+                health: Arc::new(Health::default()),
+                own_pod: own_pod(),
+                shadow: None,
+            },
             CancellationToken::new(),
         ),
     )
@@ -117,16 +120,16 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     metrics.register(&mut registry);
     let health = Arc::new(Health::default());
     let shutdown = CancellationToken::new();
-    let prober = tokio::spawn(dependency_watchdog::prober::run(
-        config_with_widget(true),
-        dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
-        seed.clone(),
+    let start = ProberStart {
+        config: config_with_widget(true),
+        run_memory_capacity: dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
+        seed: seed.clone(),
         metrics,
-        health.clone(),
-        own_pod(),
-        None,
-        shutdown.clone(),
-    ));
+        health: health.clone(),
+        own_pod: own_pod(),
+        shadow: None,
+    };
+    let prober = tokio::spawn(dependency_watchdog::prober::run(start, shutdown.clone()));
     eventually(Duration::from_secs(90), "prober ready", || {
         let (health, done) = (health.clone(), prober.is_finished());
         async move {

@@ -42,7 +42,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::ProberContext;
+use super::context::ProberContext;
 use super::manager::{EnsureOutcome, ProbeManager};
 use crate::cache::{FailureStreak, SyncState};
 use crate::metrics::Metrics;

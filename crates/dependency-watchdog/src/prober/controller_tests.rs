@@ -24,8 +24,8 @@ use crate::fake_seed::{FakeSeed, Outage};
 use crate::kube_client::SEED_RESPONSE_HEADERS_TIMEOUT;
 use crate::metrics::{RestartCause, RestartLabels, ShootLabels};
 use crate::prober::ProberContext;
+use crate::prober::context::test_support::{config, context};
 use crate::prober::manager::{EnsureOutcome, ProbeManager};
-use crate::prober::test_support::{config, context};
 
 /// The Clusters' resource path on the seed.
 const CLUSTERS: &str = "/apis/extensions.gardener.cloud/v1alpha1/clusters";
@@ -96,7 +96,12 @@ impl Harness {
         }
         let ctx = context(fake.client());
         let shutdown = CancellationToken::new();
-        let manager = Arc::new(ProbeManager::new(ctx.clone(), shutdown.child_token()));
+        let executors = Arc::new(crate::prober::executor::Executors::Acting);
+        let manager = Arc::new(ProbeManager::new(
+            ctx.clone(),
+            executors,
+            shutdown.child_token(),
+        ));
         let (synced_tx, synced) = tokio::sync::watch::channel(SyncState::Listing);
         let controller = tokio::spawn(run(
             ctx.clone(),

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::ProberContext;
+use super::context::ProberContext;
 use super::recording::RecordingExecutor;
 use super::report::{
     RunReport, ShootRef, Taken, Verbs, log_no_flow, log_taken, publish_zone_changes,

@@ -28,7 +28,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::error;
 
-use super::ProberContext;
+use super::context::ProberContext;
+use super::executor::Executors;
 use super::probe::{Probe, ProbeSpec};
 use crate::metrics::{RestartCause, RestartLabels, ShootSeries};
 
@@ -65,15 +66,23 @@ pub enum EnsureOutcome {
 /// Running probes by shoot namespace.
 pub struct ProbeManager {
     ctx: Arc<ProberContext>,
+    /// The executor every probe task gets for its shoot, of the mode chosen at start.
+    executors: Arc<Executors>,
     registry: Mutex<Registry>,
     shutdown: CancellationToken,
 }
 
 impl ProbeManager {
-    /// A manager whose probes all stop when `shutdown` is cancelled.
-    pub fn new(ctx: Arc<ProberContext>, shutdown: CancellationToken) -> Self {
+    /// A manager whose probes share `ctx`, each with an executor from `executors`, and all
+    /// stop when `shutdown` is cancelled.
+    pub fn new(
+        ctx: Arc<ProberContext>,
+        executors: Arc<Executors>,
+        shutdown: CancellationToken,
+    ) -> Self {
         ProbeManager {
             ctx,
+            executors,
             registry: Mutex::new(Registry::default()),
             shutdown,
         }
@@ -141,12 +150,15 @@ impl ProbeManager {
             _ => restart_delay(self.ctx.config.probe_interval),
         };
         let task = tokio::spawn(supervise_probe(
-            namespace.to_string(),
-            rx,
-            series.clone(),
+            ProbeTask {
+                namespace: namespace.to_string(),
+                updates: rx,
+                series: series.clone(),
+                cancel: cancel.clone(),
+                first_delay,
+            },
             self.ctx.clone(),
-            cancel.clone(),
-            first_delay,
+            self.executors.clone(),
         ));
         registry.insert(
             namespace.to_string(),
@@ -200,7 +212,7 @@ impl ProbeManager {
     /// Shadow mode forgets a removed shoot: our latest finding and would-be state (a probe
     /// started for it later begins from the acting watchdog's state at that time).
     fn forget_shadow(&self, namespace: &str) {
-        self.ctx.executors.forget(namespace);
+        self.executors.forget(namespace);
     }
 }
 
@@ -210,15 +222,30 @@ fn restart_delay(probe_interval: Duration) -> Duration {
     probe_interval.max(MIN_RESTART_DELAY)
 }
 
-/// Runs the probe of `namespace` under [`keep_running`].
-async fn supervise_probe(
+/// One shoot's probe task, as the manager starts it.
+struct ProbeTask {
+    /// The shoot's namespace.
     namespace: String,
+    /// The probe's settings, newest first at each run.
     updates: watch::Receiver<ProbeSpec>,
+    /// The probe's right to write its shoot's metric series.
     series: ShootSeries,
-    ctx: Arc<ProberContext>,
+    /// Cancelled when the probe is removed or the prober stops.
     cancel: CancellationToken,
+    /// When its first run is due.
     first_delay: Duration,
-) {
+}
+
+/// Runs the probe `task` under [`keep_running`], each start with a new executor from
+/// `executors` (a task that died takes its flows with it).
+async fn supervise_probe(task: ProbeTask, ctx: Arc<ProberContext>, executors: Arc<Executors>) {
+    let ProbeTask {
+        namespace,
+        updates,
+        series,
+        cancel,
+        first_delay,
+    } = task;
     let restart_after = restart_delay(ctx.config.probe_interval);
     let restarts = ctx.metrics.probe_task_restarts.clone();
     let start = {
@@ -232,7 +259,8 @@ async fn supervise_probe(
                 cancel.clone(),
             );
             // A restart waits out its pause in `keep_running`, then runs at once.
-            probe.run(if first { first_delay } else { Duration::ZERO })
+            let first_delay = if first { first_delay } else { Duration::ZERO };
+            probe.run(first_delay, executors.for_shoot())
         }
     };
     keep_running(&namespace, start, &cancel, restart_after, &restarts).await;
@@ -305,7 +333,7 @@ mod tests {
         let never = tower::service_fn(|_req: http::Request<kube::client::Body>| {
             std::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
         });
-        crate::prober::test_support::context(kube::Client::new(never, "default"))
+        crate::prober::context::test_support::context(kube::Client::new(never, "default"))
     }
 
     fn settings(grace_s: u64) -> EffectiveProbeSettings {
@@ -339,7 +367,11 @@ mod tests {
     /// delay).
     async fn a_probe_that_ran(ns: &str) -> (Arc<ProberContext>, ProbeManager) {
         let ctx = context();
-        let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
+        let manager = ProbeManager::new(
+            ctx.clone(),
+            Arc::new(Executors::Acting),
+            CancellationToken::new(),
+        );
         manager.ensure(ns, settings(40), None);
         advance(Duration::from_secs(31)).await;
         assert!(runs(&ctx, ns) >= 1, "no run after the initial delay");
@@ -349,7 +381,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_cluster_edit_updates_the_running_probe_without_re_arming_the_initial_delay() {
         let ctx = context();
-        let manager = ProbeManager::new(ctx.clone(), CancellationToken::new());
+        let manager = ProbeManager::new(
+            ctx.clone(),
+            Arc::new(Executors::Acting),
+            CancellationToken::new(),
+        );
         assert_eq!(
             manager.ensure("a", settings(40), Some("uid-1".into())),
             EnsureOutcome::Started

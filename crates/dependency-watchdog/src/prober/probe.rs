@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::ProberContext;
+use super::context::ProberContext;
 use super::executor::Executor;
 use super::report::{Judged, RunReport, ShootRef};
 use super::scaler::{self, PlannedFlow};
@@ -386,15 +386,14 @@ impl Probe {
 
     /// Runs until cancelled, the first run after `first_delay` (`initialDelay` for a new
     /// probe; a restarted one resumes its schedule).
-    pub async fn run(self, first_delay: Duration) {
+    pub async fn run(self, first_delay: Duration, executor: Executor) {
         let span = info_span!("probe", shoot = %self.namespace);
-        self.run_loop(first_delay).instrument(span).await;
+        self.run_loop(first_delay, executor).instrument(span).await;
     }
 
     /// The probe loop and the shoot's executor, polled together by this task: both end with
     /// it (a flow's write on the wire is then dropped, as a process stop would).
-    async fn run_loop(self, first_delay: Duration) {
-        let executor = self.ctx.executors.for_shoot();
+    async fn run_loop(self, first_delay: Duration, executor: Executor) {
         let ctx = self.ctx.clone();
         let namespace = self.namespace.clone();
         tokio::select! {

@@ -26,6 +26,7 @@ use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed, Outage};
 use crate::kube_client::HttpVersion;
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::{Metrics, RunLabels, RunResult};
+use crate::prober::executor::Executors;
 use crate::prober::seed_caches::{
     SecretKubeconfig, SeedCaches, TargetCache, machine_gvk, project_machine, project_target,
 };
@@ -74,6 +75,8 @@ struct Harness {
     metrics: Arc<Metrics>,
     /// What the probe shares, for a restarted one.
     ctx: Arc<ProberContext>,
+    /// The mode's executors (a restarted probe gets a new one).
+    executors: Arc<Executors>,
     spec: watch::Sender<ProbeSpec>,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -189,11 +192,11 @@ impl Harness {
             caches,
             events: events.clone(),
             metrics: metrics.clone(),
-            executors: crate::prober::executor::Executors::of(shadow.clone()),
             memory,
         });
         let cancel = CancellationToken::new();
-        if let Some(recorder) = ctx.executors.recorder() {
+        let executors = Arc::new(Executors::of(shadow.clone()));
+        if let Some(recorder) = executors.recorder() {
             tokio::spawn({
                 let (shadow, cancel) = (recorder.book.clone(), cancel.clone());
                 async move { shadow.run_expiry(events, cancel).await }
@@ -206,13 +209,14 @@ impl Harness {
         }
         let (spec, _) = watch::channel(settings(grace));
         let t0 = Instant::now();
-        let task = spawn_probe(&ctx, &spec, &shoot, &cancel);
+        let task = spawn_probe(&ctx, &executors, &spec, &shoot, &cancel);
         Harness {
             seed,
             shoot,
             shadow,
             metrics,
             ctx,
+            executors,
             spec,
             cancel,
             task,
@@ -322,7 +326,13 @@ impl Harness {
         self.cancel.cancel();
         (&mut self.task).await.expect("probe task");
         self.cancel = CancellationToken::new();
-        self.task = spawn_probe(&self.ctx, &self.spec, &self.shoot, &self.cancel);
+        self.task = spawn_probe(
+            &self.ctx,
+            &self.executors,
+            &self.spec,
+            &self.shoot,
+            &self.cancel,
+        );
     }
 }
 
@@ -330,6 +340,7 @@ impl Harness {
 /// first run after the config's `initialDelay`.
 fn spawn_probe(
     ctx: &Arc<ProberContext>,
+    executors: &Executors,
     spec: &watch::Sender<ProbeSpec>,
     shoot: &FakeSeed,
     cancel: &CancellationToken,
@@ -347,7 +358,7 @@ fn spawn_probe(
         fake_shoot.lock().clients.push(version);
         fake_shoot.shoot_client(probe_timeout)
     }));
-    tokio::spawn(probe.run(ctx.config.initial_delay))
+    tokio::spawn(probe.run(ctx.config.initial_delay, executors.for_shoot()))
 }
 
 /// The seed caches on `seed`, synced: probe secrets (never read: the shoot client comes from

@@ -12,7 +12,7 @@ use chrono::Utc;
 use dwd_core::lease::LeaseReport;
 use dwd_core::shadow::Side;
 
-use super::ProberContext;
+use super::context::ProberContext;
 use super::report::{self, RunReport, ShootRef, Taken, Verbs};
 use super::scaler::PlannedFlow;
 use super::shadow_observer::{self, Recorder, VirtualState};

@@ -11,7 +11,7 @@ use dwd_core::lease::LeaseReport;
 use dwd_core::verdict::Verdict;
 use tracing::{debug, info, warn};
 
-use super::ProberContext;
+use super::context::ProberContext;
 use super::scaler::PlannedFlow;
 use crate::metrics::ShootSeries;
 

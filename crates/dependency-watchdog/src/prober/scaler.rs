@@ -39,7 +39,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::ProberContext;
+use super::context::ProberContext;
 use super::seed_caches::{TargetCache, TargetState};
 use crate::cache::WaitEnd;
 use crate::events::TargetRef;
@@ -877,7 +877,6 @@ mod tests {
             },
             events: Events::disabled(metrics.clone()),
             metrics,
-            executors: super::super::executor::Executors::Acting,
             memory: crate::memory_budget::MemoryBudget::unbounded(),
         }
     }

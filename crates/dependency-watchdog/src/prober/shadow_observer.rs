@@ -23,7 +23,7 @@ use dwd_core::shadow::{ShadowAction, Side};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::ProberContext;
+use super::context::ProberContext;
 use super::seed_caches::SeedCaches;
 use crate::events::Subject;
 use crate::shadow::Shadow;

@@ -645,20 +645,19 @@ pub fn spawn_prober_with_shadow(
             let client = dwd_testenv::client_from_kubeconfig("seed", &kubeconfig)
                 .await
                 .expect("seed client");
-            let result = dependency_watchdog::prober::run(
+            let start = dependency_watchdog::prober::ProberStart {
                 config,
-                dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
-                client,
+                run_memory_capacity: dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
+                seed: client,
                 metrics,
                 health,
-                dependency_watchdog::events::PodRef {
+                own_pod: dependency_watchdog::events::PodRef {
                     namespace: "default".into(),
                     name: pod,
                 },
                 shadow,
-                stop,
-            )
-            .await;
+            };
+            let result = dependency_watchdog::prober::run(start, stop).await;
             eprintln!("prober ended: {result:?}");
         });
     });
