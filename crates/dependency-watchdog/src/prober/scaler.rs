@@ -203,10 +203,12 @@ pub(crate) async fn run_flow(
         }
         // Every shoot's level 0 gets the seed budget before anyone's later levels.
         let step = |info| Step {
-            priority: Priority::scaling_level(level.level),
-            timeout: scale_info_for(info, dir).timeout,
+            writes: WriteSettings {
+                priority: Priority::scaling_level(level.level),
+                timeout: scale_info_for(info, dir).timeout,
+                stop,
+            },
             reason: &flow.reason,
-            stop,
         };
         let runs = level.targets.iter().map(|t| async move {
             let name = t.info.target.name.clone();
@@ -285,7 +287,7 @@ async fn scale_target(
     dir: Direction,
     step: Step<'_>,
 ) -> Result<TargetOutcome> {
-    let Step { reason, stop, .. } = step;
+    let (reason, stop) = (step.reason, step.writes.stop);
     let superseded = || Error::Superseded {
         action: format!(
             "scaling {} {namespace}/{}",
@@ -464,19 +466,19 @@ impl<'a> TargetWrites<'a> {
         ctx: &'a ProberContext,
         namespace: &'a str,
         target: &'a TargetCache,
-        step: &Step<'a>,
+        settings: &WriteSettings<'a>,
     ) -> TargetWrites<'a> {
         TargetWrites {
             ctx,
             api: TargetApi {
                 seed: &ctx.seed,
-                priority: step.priority,
+                priority: settings.priority,
                 namespace,
                 resource: &target.resource,
-                stop: Some(step.stop),
+                stop: Some(settings.stop),
             },
             name: &target.info.target.name,
-            limit: call_timeout(step.timeout),
+            limit: call_timeout(settings.timeout),
         }
     }
 
@@ -560,14 +562,21 @@ fn target_ref<'a>(
     }
 }
 
-/// What one scaling step of a flow carries: its rank on the seed's budget, the target's
-/// timeout, the reason for the events, and the flow's stop token.
+/// How a flow's writes to one target go out, the one bundle of a write's settings: their
+/// rank on the seed's budget, the target's timeout (each call's limit, and the wait for its
+/// goal), and the flow's stop token.
 #[derive(Clone, Copy)]
-struct Step<'a> {
+struct WriteSettings<'a> {
     priority: Priority,
     timeout: Duration,
-    reason: &'a str,
     stop: &'a CancellationToken,
+}
+
+/// One target's step of a flow: how its writes go out, and why (for the events).
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    writes: WriteSettings<'a>,
+    reason: &'a str,
 }
 
 async fn attempt_once(
@@ -596,11 +605,12 @@ async fn attempt_once(
         target,
         dir,
         from: state.spec_replicas,
-        reason: &reason,
-        timeout: step.timeout,
-        stop: step.stop,
+        step: Step {
+            reason: &reason,
+            ..step
+        },
     };
-    let writes = TargetWrites::of(ctx, namespace, target, &step);
+    let writes = TargetWrites::of(ctx, namespace, target, &step.writes);
     let rv = state.resource_version.as_deref();
     match plan.action {
         TargetAction::Ignored { clear_marker } => {
@@ -653,17 +663,15 @@ fn replicas_problem(
     Some(text)
 }
 
-/// One replica change of a step: the target, the direction, the count it is found at, why
-/// (for its event), and the step's timeout and stop token (for the wait for its goal).
+/// One replica change of a step: the target, the direction, the count it is found at, and
+/// the step (why, for its event; its timeout and stop token, for the wait for its goal).
 struct Change<'a> {
     ctx: &'a ProberContext,
     namespace: &'a str,
     target: &'a TargetCache,
     dir: Direction,
     from: i32,
-    reason: &'a str,
-    timeout: Duration,
-    stop: &'a CancellationToken,
+    step: Step<'a>,
 }
 
 impl Change<'_> {
@@ -678,13 +686,13 @@ impl Change<'_> {
     ) -> Result<TargetOutcome> {
         let target_ref = target_ref(self.namespace, self.target, uid);
         let events = &self.ctx.events;
-        events.target_scaled(target_ref, self.dir, self.from, to, self.reason);
+        events.target_scaled(target_ref, self.dir, self.from, to, self.step.reason);
         let written = |s: &super::seed_caches::TargetState| s.spec_replicas == to;
         wait_for_goal(
             self.target,
             self.namespace,
-            self.timeout,
-            self.stop,
+            self.step.writes.timeout,
+            self.step.writes.stop,
             written,
             goal,
         )
