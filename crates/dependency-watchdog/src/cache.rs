@@ -341,12 +341,7 @@ pub(crate) async fn run_cache<K, T, F>(
     T: Send + Sync + 'static,
     F: Fn(&K) -> Option<T> + Send + 'static,
 {
-    let start = move || {
-        watcher::watcher(api.clone(), config.clone())
-            .default_backoff()
-            .boxed()
-    };
-    feed(start, cache, project, false).await;
+    watch_into(api, config, cache, project, false).await;
 }
 
 /// [`run_cache`] for an optional scaling target: a watch the seed refuses (403: forbidden, or
@@ -364,12 +359,27 @@ pub(crate) async fn run_optional_cache<K, T, F>(
     T: Send + Sync + 'static,
     F: Fn(&K) -> Option<T> + Send + 'static,
 {
+    watch_into(api, config, cache, project, true).await;
+}
+
+/// Feeds `cache` from watches of `api` (see [`feed`]), each with `default_backoff`.
+async fn watch_into<K, T, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    cache: Arc<Cache<T>>,
+    project: F,
+    absent_on_refusal: bool,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    T: Send + Sync + 'static,
+    F: Fn(&K) -> Option<T> + Send + 'static,
+{
     let start = move || {
         watcher::watcher(api.clone(), config.clone())
             .default_backoff()
             .boxed()
     };
-    feed(start, cache, project, true).await;
+    feed(start, cache, project, absent_on_refusal).await;
 }
 
 /// Whether the seed refused the watch or list for good, as far as one call can tell: 403
@@ -400,92 +410,121 @@ async fn feed<K, T, F, S>(
     F: Fn(&K) -> Option<T>,
     S: Stream<Item = Result<Event<K>, watcher::Error>> + Unpin,
 {
-    let what = cache.what();
-    let mut fresh: Option<Shelf<T>> = None;
-    let mut streak = FailureStreak::default();
-    // Whether the cache stands for "absent" since the seed refused its watch.
-    let mut absent = false;
+    let mut state = FeedState {
+        cache,
+        fresh: None,
+        streak: FailureStreak::default(),
+        absent: false,
+    };
     let mut events = start();
     loop {
-        let event = match events.try_next().await {
-            Ok(Some(event)) => event,
+        match events.try_next().await {
+            Ok(Some(event)) => {
+                state.streak.succeeded();
+                state.apply(event, &project);
+            }
             Ok(None) => break,
-            Err(e) if absent_on_refusal && is_refusal(&e) => {
-                let failing_for = streak.failed(Instant::now(), false);
-                // Refused before the first list, or for as long as makes another cache stale.
-                if !absent && (!cache.is_ready() || streak.is_stale()) {
-                    tracing::warn!(cache = what, error = %e, failing_for = ?failing_for,
-                        "optional target: the seed refuses its watch; treated as absent (skipped in every flow, not holding back the others) until the watch lists again");
-                    absent = true;
-                    cache.replace(HashMap::new());
-                    // A new watch lists everything once the seed lets it, instead of resuming
-                    // from a resourceVersion whose objects the cache no longer holds.
-                    fresh = None;
-                    events = start();
-                } else {
-                    tracing::debug!(cache = what, error = %e, "watch refused, retrying");
-                }
-                continue;
-            }
             Err(e) => {
-                let stale = streak.record(&e, Instant::now());
-                if let Some(why) = stale.filter(|_| cache.is_ready()) {
-                    tracing::warn!(cache = what, error = %e, %why,
-                        "watch keeps failing or the seed went silent: cache out of sync (not ready, no decision taken from it) until it has listed everything again");
-                    cache.mark_stale(why);
-                    // The watcher would resume from its last resourceVersion without a word
-                    // when the seed is back; a new one lists, and its `InitDone` says "in
-                    // sync" again.
-                    fresh = None;
+                if state.failed(&e, absent_on_refusal) {
                     events = start();
-                } else {
-                    // The stream's back-off already delays the retry; just report it.
-                    tracing::warn!(cache = what, error = %e, "watch failed, retrying");
                 }
-                continue;
             }
-        };
-        streak.succeeded();
+        }
+    }
+}
+
+/// What [`feed`] keeps between the events of its watch.
+struct FeedState<T> {
+    cache: Arc<Cache<T>>,
+    /// The list under way (from `Init` to `InitDone`), replacing the cache when done.
+    fresh: Option<Shelf<T>>,
+    streak: FailureStreak,
+    /// Whether the cache stands for "absent" since the seed refused its watch.
+    absent: bool,
+}
+
+impl<T: Send + Sync + 'static> FeedState<T> {
+    /// Handles a failed watch call; whether a new watch is to be started (it lists
+    /// everything again).
+    fn failed(&mut self, e: &watcher::Error, absent_on_refusal: bool) -> bool {
+        let what = self.cache.what();
+        if absent_on_refusal && is_refusal(e) {
+            let failing_for = self.streak.failed(Instant::now(), false);
+            // Refused before the first list, or for as long as makes another cache stale.
+            if !self.absent && (!self.cache.is_ready() || self.streak.is_stale()) {
+                tracing::warn!(cache = what, error = %e, failing_for = ?failing_for,
+                    "optional target: the seed refuses its watch; treated as absent (skipped in every flow, not holding back the others) until the watch lists again");
+                self.absent = true;
+                self.cache.replace(HashMap::new());
+                // A new watch lists everything once the seed lets it, instead of resuming
+                // from a resourceVersion whose objects the cache no longer holds.
+                self.fresh = None;
+                return true;
+            }
+            tracing::debug!(cache = what, error = %e, "watch refused, retrying");
+            return false;
+        }
+        let stale = self.streak.record(e, Instant::now());
+        if let Some(why) = stale.filter(|_| self.cache.is_ready()) {
+            tracing::warn!(cache = what, error = %e, %why,
+                "watch keeps failing or the seed went silent: cache out of sync (not ready, no decision taken from it) until it has listed everything again");
+            self.cache.mark_stale(why);
+            // The watcher would resume from its last resourceVersion without a word when the
+            // seed is back; a new one lists, and its `InitDone` says "in sync" again.
+            self.fresh = None;
+            return true;
+        }
+        // The stream's back-off already delays the retry; just report it.
+        tracing::warn!(cache = what, error = %e, "watch failed, retrying");
+        false
+    }
+
+    /// Applies one event of the watch to the list under way or to the cache.
+    fn apply<K: Resource>(&mut self, event: Event<K>, project: impl Fn(&K) -> Option<T>) {
         match event {
-            Event::Init => fresh = Some(HashMap::new()),
+            Event::Init => self.fresh = Some(HashMap::new()),
             Event::InitApply(obj) => {
-                if let (Some(shelf), Some((ns, name))) = (fresh.as_mut(), key_of(&obj))
+                if let (Some(shelf), Some((ns, name))) = (self.fresh.as_mut(), key_of(&obj))
                     && let Some(value) = project(&obj)
                 {
                     shelf.entry(ns).or_default().insert(name, Arc::new(value));
                 }
             }
-            Event::InitDone => {
-                if absent {
-                    tracing::info!(
-                        cache = what,
-                        "optional target: its watch lists again; no longer treated as absent"
-                    );
-                    absent = false;
-                }
-                let shelf = fresh.take().unwrap_or_default();
-                let count: usize = shelf.values().map(HashMap::len).sum();
-                let was = cache.sync_state();
-                cache.replace(shelf);
-                if matches!(was, SyncState::Stale(_)) {
-                    tracing::info!(cache = what, objects = count, "cache listed again: in sync");
-                } else {
-                    tracing::debug!(cache = what, objects = count, "cache synced");
-                }
-            }
+            Event::InitDone => self.listed(),
             Event::Apply(obj) => {
                 if let Some((ns, name)) = key_of(&obj) {
                     match project(&obj) {
-                        Some(value) => cache.apply(ns, name, value),
-                        None => cache.delete(&ns, &name),
+                        Some(value) => self.cache.apply(ns, name, value),
+                        None => self.cache.delete(&ns, &name),
                     }
                 }
             }
             Event::Delete(obj) => {
                 if let Some((ns, name)) = key_of(&obj) {
-                    cache.delete(&ns, &name);
+                    self.cache.delete(&ns, &name);
                 }
             }
+        }
+    }
+
+    /// A list is complete: it replaces the cache, which is in sync again.
+    fn listed(&mut self) {
+        let what = self.cache.what();
+        if self.absent {
+            tracing::info!(
+                cache = what,
+                "optional target: its watch lists again; no longer treated as absent"
+            );
+            self.absent = false;
+        }
+        let shelf = self.fresh.take().unwrap_or_default();
+        let count: usize = shelf.values().map(HashMap::len).sum();
+        let was = self.cache.sync_state();
+        self.cache.replace(shelf);
+        if matches!(was, SyncState::Stale(_)) {
+            tracing::info!(cache = what, objects = count, "cache listed again: in sync");
+        } else {
+            tracing::debug!(cache = what, objects = count, "cache synced");
         }
     }
 }
