@@ -21,6 +21,8 @@
 //! functions of `dwd_core::weeder` and of this module's submodules; this module does the I/O.
 
 pub mod claims;
+#[cfg(test)]
+mod loop_tests;
 pub mod pods;
 pub mod registry;
 pub mod slices;
