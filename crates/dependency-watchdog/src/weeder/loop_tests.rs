@@ -530,6 +530,46 @@ async fn a_deletion_that_failed_its_three_attempts_is_tried_again_after_a_doubli
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_deletion_the_seed_never_answers_gives_up_after_its_timeouts() {
+    let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("a pod watch", |w| {
+        w.seed
+            .calls_to("/pods")
+            .iter()
+            .any(|c| c.query.contains("watch=true"))
+    })
+    .await;
+    // From now the seed answers nothing for 31 s; the open watch still reports.
+    w.seed
+        .outage(crate::fake_seed::Outage::Hang, Duration::from_secs(31));
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
+        .await;
+    let deletes = w.deletes();
+    let statuses: Vec<u16> = deletes.iter().map(|d| d.3).collect();
+    // Three attempts without an answer (status 0), then one after the new list.
+    assert_eq!(statuses, [0, 0, 0, 200]);
+    let since_first: Vec<Duration> = deletes.iter().map(|d| d.0 - deletes[0].0).collect();
+    let ms = Duration::from_millis;
+    // 10 s each, with pauses of 100 and 200 ms between them.
+    assert_eq!(since_first[1], ms(10_100));
+    assert_eq!(since_first[2], ms(20_300));
+    // Given up at 30.3 s; the new list after a pause of 1 s finds the pod again.
+    assert!(since_first[3] >= ms(31_300), "{since_first:?}");
+    let timeouts = w
+        .metrics
+        .pod_deletion_failures
+        .get_or_create(&crate::metrics::DeletionFailureLabels {
+            service: ETCD.into(),
+            reason: crate::metrics::DeletionFailure::Timeout,
+        })
+        .get();
+    assert_eq!(timeouts, 1);
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_pod_replaced_under_its_name_before_the_delete_arrives_is_left_alone() {
     let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
     // The DELETE reaches the seed a second late; meanwhile the pod was re-created.

@@ -112,7 +112,7 @@ fn key_of(slice: &EndpointSlice) -> Option<(String, String)> {
 
 /// Watches the configured services' slices forever (re-listing with back-off after errors),
 /// starting weeders; marks `health` ready once the first list is through.
-pub async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<Health>) {
+pub(crate) async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<Health>) {
     // Ahead of the deletions in the seed budget: a re-watch starved by a storm of deletions
     // would miss the next service to turn ready. (Only this watch: the weeders it starts
     // get the plain seed client and choose their own priorities.)
@@ -192,9 +192,7 @@ fn on_slice(
         selectors,
         watch_duration: ctx.watch_duration,
         client: ctx.seed.clone(),
-        metrics: weeders.metrics().clone(),
-        events: ctx.events.clone(),
-        shadow: ctx.shadow.clone(),
+        hands: ctx.hands.clone(),
         claims: ctx.claims.namespace(&namespace),
     });
     let replaced = outcome == StartOutcome::Replaced;
