@@ -1,13 +1,17 @@
-//! One pod watch of a weeder as a stepper (docs/behaviour.md §3.3): the watch's pods and the
-//! answers to its deletions in, what to do next out — delete a pod, wait before the next
-//! attempt, or give the deletion up until the watch lists again.
+//! The weeder's watches as steppers: their events in, what to do next out.
+//!
+//! - [`SliceWatch`] (docs/behaviour.md §3.2): the EndpointSlice watch's events in, "start a
+//!   weeder for this slice" out.
+//! - [`PodWatch`] (§3.3): one pod watch of a weeder: the watch's pods and the answers to its
+//!   deletions in, what to do next out — delete a pod, wait before the next attempt, or give
+//!   the deletion up until the watch lists again.
 //!
 //! The weeder's loop (`dependency_watchdog::weeder::pods`) feeds it every pod its watch reports
 //! and every answer of the seed to a DELETE, and carries out what it returns; which pods are
 //! deleted, how often a deletion is attempted and how long the watch pauses after a deletion
 //! that failed every attempt are decided here, without I/O or clock.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -24,6 +28,62 @@ pub const DELETE_RETRY_PAUSE: Duration = Duration::from_millis(100);
 pub const FIRST_RELIST_PAUSE: Duration = Duration::from_secs(1);
 /// The longest such pause.
 pub const MAX_RELIST_PAUSE: Duration = Duration::from_secs(30);
+
+/// Whether a slice last seen with readiness `old` (`None`: never seen) and now `ready` starts a
+/// weeder: a ready slice that is new, or was not ready. The same rule as
+/// [`super::should_start_weeder`], on the one bit kept of the old slice.
+pub fn should_start(old: Option<bool>, ready: bool) -> bool {
+    ready && old != Some(true)
+}
+
+/// The EndpointSlice watch's rules: last-seen readiness per `namespace/slice`, turning the
+/// watch's events into "start a weeder".
+#[derive(Debug, Default)]
+pub struct SliceWatch {
+    last: HashMap<String, bool>,
+    /// Keys seen since a (re-)list began; `None` outside a list.
+    listing: Option<HashSet<String>>,
+}
+
+impl SliceWatch {
+    /// A (re-)list begins.
+    pub fn list_begins(&mut self) {
+        self.listing = Some(HashSet::new());
+    }
+
+    /// The watch reported slice `key` (listed, created or changed) with readiness `ready`:
+    /// true when a weeder should start for it.
+    pub fn seen(&mut self, key: &str, ready: bool) -> bool {
+        if let Some(seen) = self.listing.as_mut() {
+            seen.insert(key.to_string());
+        }
+        let old = self.last.insert(key.to_string(), ready);
+        should_start(old, ready)
+    }
+
+    /// The slice was deleted (starts nothing): a slice created under the same name later
+    /// counts as new.
+    pub fn gone(&mut self, key: &str) {
+        self.last.remove(key);
+    }
+
+    /// The (re-)list is complete: slices it did not report were deleted meanwhile.
+    pub fn list_done(&mut self) {
+        if let Some(seen) = self.listing.take() {
+            self.last.retain(|key, _| seen.contains(key));
+        }
+    }
+
+    /// Number of slices tracked.
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
+
+    /// Whether no slice is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.last.is_empty()
+    }
+}
 
 /// A pod the weeder should delete, as read from the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,9 +242,11 @@ impl PodWatch {
 mod tests {
     use super::*;
     use crate::selector::RawRequirement;
+    use crate::weeder::{should_start_weeder, slice_is_ready};
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateWaiting, ContainerStatus, PodStatus,
     };
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
 
@@ -225,6 +287,88 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    fn endpoint_slice(ready: &[bool]) -> EndpointSlice {
+        EndpointSlice {
+            endpoints: ready
+                .iter()
+                .map(|r| Endpoint {
+                    addresses: vec!["10.0.0.1".into()],
+                    conditions: Some(EndpointConditions {
+                        ready: Some(*r),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn should_start_agrees_with_the_core_rule() {
+        let shapes: [&[bool]; 5] = [&[], &[false], &[true, false], &[true], &[true, true]];
+        for new in shapes {
+            let new = endpoint_slice(new);
+            assert_eq!(
+                should_start(None, slice_is_ready(&new)),
+                should_start_weeder(None, &new)
+            );
+            for old in shapes {
+                let old = endpoint_slice(old);
+                assert_eq!(
+                    should_start(Some(slice_is_ready(&old)), slice_is_ready(&new)),
+                    should_start_weeder(Some(&old), &new),
+                    "old {old:?} new {new:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn first_sight_of_a_ready_slice_starts_and_repeats_do_not() {
+        let mut t = SliceWatch::default();
+        t.list_begins();
+        assert!(t.seen("ns/etcd", true));
+        assert!(!t.seen("ns/kapi", false));
+        t.list_done();
+        assert!(!t.seen("ns/etcd", true));
+        assert!(t.seen("ns/kapi", true));
+    }
+
+    #[test]
+    fn not_ready_then_ready_starts_again() {
+        let mut t = SliceWatch::default();
+        assert!(t.seen("ns/etcd", true));
+        assert!(!t.seen("ns/etcd", false));
+        assert!(t.seen("ns/etcd", true));
+    }
+
+    #[test]
+    fn deleted_slice_recreated_ready_starts() {
+        let mut t = SliceWatch::default();
+        assert!(t.seen("ns/etcd", true));
+        t.gone("ns/etcd");
+        assert!(t.is_empty());
+        assert!(t.seen("ns/etcd", true));
+    }
+
+    #[test]
+    fn relist_is_an_update_for_known_slices_and_drops_vanished_ones() {
+        let mut t = SliceWatch::default();
+        t.list_begins();
+        assert!(t.seen("a/etcd", true));
+        assert!(!t.seen("b/etcd", false));
+        assert!(t.seen("c/etcd", true));
+        t.list_done();
+        // The watch lost its place; meanwhile b turned ready and c was deleted.
+        t.list_begins();
+        assert!(!t.seen("a/etcd", true), "still ready: no restart");
+        assert!(t.seen("b/etcd", true), "turned ready while we were away");
+        t.list_done();
+        assert_eq!(t.len(), 2);
+        assert!(t.seen("c/etcd", true), "c is new again");
     }
 
     fn target() -> DeletionTarget {
