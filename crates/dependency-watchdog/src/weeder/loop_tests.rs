@@ -909,3 +909,166 @@ async fn in_shadow_mode_a_healthy_or_relabelled_pods_deletion_is_nobodys_weeding
     assert_eq!(w.shadow_count(Side::Reference), 0);
     w.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_gone_before_its_delete_arrives_is_done_and_not_counted() {
+    let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
+    w.seed
+        .lock()
+        .delays
+        .push(("/pods/kapi-1", Duration::from_secs(1)));
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
+        .await;
+    w.pass(Duration::from_millis(500)).await;
+    // Someone else deleted it while our DELETE was on its way.
+    w.seed.delete("pods", NS, "kapi-1");
+    w.pass(Duration::from_secs(10)).await;
+    let statuses: Vec<u16> = w.deletes().iter().map(|d| d.3).collect();
+    assert_eq!(statuses, [404]);
+    assert_eq!(w.deleted_count(ETCD), 0);
+    let events = w
+        .seed
+        .writes()
+        .into_iter()
+        .filter(|c| c.path.contains("/events"))
+        .count();
+    assert_eq!(events, 0);
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_relabelled_into_a_selector_while_watched_is_deleted() {
+    let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
+    w.pod("kapi-1", "other", Container::CrashLooping);
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
+        .await;
+    w.pass(Duration::from_secs(5)).await;
+    assert!(w.deletes().is_empty());
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
+        .await;
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_terminating_pods_further_changes_send_no_second_delete() {
+    let seed = FakeSeed::default();
+    seed.lock().graceful_pod_deletes = true;
+    let w = World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await;
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("kapi-1 deleted", |w| w.deleted() == ["kapi-1"])
+        .await;
+    // Still terminating; its status changes as its containers stop.
+    let mut terminating = w.seed.object("pods", NS, "kapi-1");
+    assert!(terminating["metadata"]["deletionTimestamp"].is_string());
+    terminating["status"]["containerStatuses"][0]["restartCount"] = json!(4);
+    w.seed.apply("pods", terminating);
+    w.pass(Duration::from_secs(10)).await;
+    assert_eq!(w.deletes().len(), 1);
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_weeder_weeds_again_from_its_first_list() {
+    let seed = FakeSeed::default();
+    let w = World::start_on(seed.clone(), WATCH, &[(ETCD, &[APISERVER])], None).await;
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
+        .await;
+    w.stop().await;
+    // While no weeder runs, a dependant crash-loops; the slice is still ready.
+    seed.apply(
+        "pods",
+        pod(
+            NS,
+            "kapi-1",
+            "uid-kapi-1",
+            APISERVER,
+            Container::CrashLooping,
+        ),
+    );
+    let w = World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await;
+    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
+        .await;
+    assert_eq!(w.weeders.keys(), [format!("{NS}/etcd-abc")]);
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_slice_watch_is_retried_and_then_weeds() {
+    let seed = FakeSeed::default();
+    seed.lock()
+        .fail_requests
+        .extend([("endpointslices", 503, None); 3]);
+    seed.apply("endpointslices", slice(NS, "etcd-abc", ETCD, &[true]));
+    seed.apply(
+        "pods",
+        pod(
+            NS,
+            "kapi-1",
+            "uid-kapi-1",
+            APISERVER,
+            Container::CrashLooping,
+        ),
+    );
+    let w = World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await;
+    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
+        .await;
+    let failed = w
+        .seed
+        .calls_to("endpointslices")
+        .iter()
+        .filter(|c| c.status == 503)
+        .count();
+    assert_eq!(failed, 3);
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pod_watches_that_idle_out_resume_and_keep_weeding() {
+    let w = World::start(Duration::from_secs(900), &[(ETCD, &[APISERVER])]).await;
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
+        .await;
+    // Past the watches' idle timeout (290 s and a margin): they were re-created.
+    w.pass(Duration::from_secs(600)).await;
+    let watches = w
+        .seed
+        .calls_to("/pods")
+        .iter()
+        .filter(|c| c.query.contains("watch=true"))
+        .count();
+    assert!(watches >= 2, "{watches} pod watches");
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
+        .await;
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_shadow_mode_a_pod_two_slices_pick_is_one_would_be_deletion() {
+    let w = World::start_shadow(&[(ETCD, &[APISERVER])]).await;
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.slice("etcd-ipv4", ETCD, &[true]);
+    w.slice("etcd-ipv6", ETCD, &[true]);
+    w.eventually("two weeders", |w| w.weeders.active() == 2)
+        .await;
+    w.eventually("a would-be deletion", |w| w.shadow_count(Side::Ours) == 1)
+        .await;
+    w.pass(Duration::from_secs(10)).await;
+    assert_eq!(w.shadow_count(Side::Ours), 1);
+    // The acting weeder deletes it: one sighting, though two watches see it go.
+    w.seed.delete("pods", NS, "kapi-1");
+    w.eventually("its deletion seen", |w| {
+        w.shadow_count(Side::Reference) == 1
+    })
+    .await;
+    w.pass(Duration::from_secs(10)).await;
+    assert_eq!(w.shadow_count(Side::Reference), 1);
+    assert!(w.deletes().is_empty());
+    w.stop().await;
+}
