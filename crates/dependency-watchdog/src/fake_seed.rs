@@ -773,18 +773,22 @@ impl FakeSeed {
         let key = ((*plural).to_owned(), (*ns).to_owned(), (*name).to_owned());
         let scale = segments.get(ns_at + 4) == Some(&"scale");
         match parts.method {
-            Method::PATCH => {}
-            Method::GET if !scale => {
-                return match self.lock().objects.get(&key) {
-                    Some(object) => ok(object),
-                    None => status(404, "NotFound"),
-                };
-            }
-            Method::PUT if !scale => return self.put(key, body),
-            Method::DELETE if !scale => return self.delete_object(key, body),
-            _ => return status(405, "MethodNotAllowed"),
+            Method::PATCH => self.patch(key, scale, body),
+            Method::GET if !scale => match self.lock().objects.get(&key) {
+                Some(object) => ok(object),
+                None => status(404, "NotFound"),
+            },
+            Method::PUT if !scale => self.put(key, body),
+            Method::DELETE if !scale => self.delete_object(key, body),
+            _ => status(405, "MethodNotAllowed"),
         }
-        let patch = body;
+    }
+
+    /// Applies the merge `patch` to the object at `key` (to its `scale` subresource when
+    /// `scale`), with the `resourceVersion` precondition enforced (`409 Conflict` on a stale one).
+    fn patch(&self, key: (String, String, String), scale: bool, patch: &Value) -> Response<Body> {
+        let (plural, ns, name) = (key.0.clone(), key.1.clone(), key.2.clone());
+        let (plural, ns, name) = (plural.as_str(), ns.as_str(), name.as_str());
         let mut s = self.lock();
         if let Some(response) = Self::injected(&mut s) {
             return response;

@@ -89,7 +89,7 @@ pub(crate) struct Claim {
 impl Claim {
     /// The pod was deleted (or is gone, or shadow mode reported it): no weeder of the namespace
     /// touches it again.
-    pub fn keep(mut self) {
+    pub(crate) fn keep(mut self) {
         self.kept = true;
     }
 }

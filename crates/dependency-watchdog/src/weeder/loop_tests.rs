@@ -18,7 +18,7 @@ use super::{Weeders, run};
 use crate::events::{Component, PodRef};
 use crate::fake_seed::FakeSeed;
 use crate::health::Health;
-use crate::metrics::{Metrics, ServiceLabels};
+use crate::metrics::{DeletionFailure, DeletionFailureLabels, Metrics, ServiceLabels};
 use crate::shadow::Shadow;
 
 /// The shoot namespace the tests weed.
@@ -125,11 +125,20 @@ impl World {
         Self::start_on(FakeSeed::default(), WATCH, services, Some(shadow)).await
     }
 
-    /// Starts `weeder::run` on `seed` and waits until the slices are listed (ready).
+    /// Starts `weeder::run` of `services` on `seed` and waits until the slices are listed.
     async fn start_on(
         seed: FakeSeed,
         watch_duration: Duration,
         services: &[(&str, &[&str])],
+        shadow: Option<Arc<Shadow>>,
+    ) -> World {
+        Self::start_with(seed, config(watch_duration, services), shadow).await
+    }
+
+    /// Starts `weeder::run` of `config` on `seed` and waits until the slices are listed.
+    async fn start_with(
+        seed: FakeSeed,
+        config: WeederConfig,
         shadow: Option<Arc<Shadow>>,
     ) -> World {
         let metrics = Arc::new(Metrics::default());
@@ -141,7 +150,7 @@ impl World {
             name: "dependency-watchdog-weeder-0".into(),
         };
         let task = tokio::spawn(run(
-            config(watch_duration, services),
+            config,
             seed.client(),
             weeders.clone(),
             health.clone(),
@@ -234,6 +243,29 @@ impl World {
             service: service.into(),
         };
         i64::try_from(self.metrics.pods_deleted.get_or_create(&labels).get()).unwrap_or(-1)
+    }
+
+    /// `dwd_weeder_pod_deletion_failures_total{service=ETCD, reason}`.
+    fn failures(&self, reason: DeletionFailure) -> u64 {
+        let labels = DeletionFailureLabels {
+            service: ETCD.into(),
+            reason,
+        };
+        self.metrics
+            .pod_deletion_failures
+            .get_or_create(&labels)
+            .get()
+    }
+
+    /// Waits until a pod watch is open.
+    async fn pod_watch_opened(&self) {
+        self.eventually("a pod watch", |w| {
+            w.seed
+                .calls_to("/pods")
+                .iter()
+                .any(|c| c.query.contains("watch=true"))
+        })
+        .await;
     }
 
     /// How often the shadow book counted `side` deleting a pod.
@@ -517,14 +549,7 @@ async fn a_deletion_that_failed_its_three_attempts_is_tried_again_after_a_doubli
         assert!(*gap >= least && *gap < least + ms(50), "gaps {gaps:?}");
     }
     assert_eq!(w.deleted_count(ETCD), 1);
-    let failures = w
-        .metrics
-        .pod_deletion_failures
-        .get_or_create(&crate::metrics::DeletionFailureLabels {
-            service: ETCD.into(),
-            reason: crate::metrics::DeletionFailure::ServerError,
-        })
-        .get();
+    let failures = w.failures(DeletionFailure::ServerError);
     assert_eq!(failures, 2);
     w.stop().await;
 }
@@ -533,13 +558,7 @@ async fn a_deletion_that_failed_its_three_attempts_is_tried_again_after_a_doubli
 async fn a_deletion_the_seed_never_answers_gives_up_after_its_timeouts() {
     let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("a pod watch", |w| {
-        w.seed
-            .calls_to("/pods")
-            .iter()
-            .any(|c| c.query.contains("watch=true"))
-    })
-    .await;
+    w.pod_watch_opened().await;
     // From now the seed answers nothing for 31 s; the open watch still reports.
     w.seed
         .outage(crate::fake_seed::Outage::Hang, Duration::from_secs(31));
@@ -557,14 +576,7 @@ async fn a_deletion_the_seed_never_answers_gives_up_after_its_timeouts() {
     assert_eq!(since_first[2], ms(20_300));
     // Given up at 30.3 s; the new list after a pause of 1 s finds the pod again.
     assert!(since_first[3] >= ms(31_300), "{since_first:?}");
-    let timeouts = w
-        .metrics
-        .pod_deletion_failures
-        .get_or_create(&crate::metrics::DeletionFailureLabels {
-            service: ETCD.into(),
-            reason: crate::metrics::DeletionFailure::Timeout,
-        })
-        .get();
+    let timeouts = w.failures(DeletionFailure::Timeout);
     assert_eq!(timeouts, 1);
     w.stop().await;
 }
@@ -635,65 +647,21 @@ async fn two_selectors_picking_one_pod_delete_it_once() {
     if let Some(deps) = config.services_and_dependant_selectors.get_mut(ETCD) {
         deps.pod_selectors.push(any_role);
     }
-    let metrics = Arc::new(Metrics::default());
-    let shutdown = CancellationToken::new();
-    let weeders = Weeders::new(metrics.clone(), shutdown.child_token());
-    let own_pod = PodRef {
-        namespace: "garden".into(),
-        name: "dwd".into(),
-    };
-    let health = Arc::new(Health::default());
-    let task = tokio::spawn(run(
-        config,
-        seed.client(),
-        weeders.clone(),
-        health.clone(),
-        own_pod,
-        None,
-        shutdown.clone(),
-    ));
-    seed.apply(
-        "pods",
-        pod(
-            NS,
-            "kapi-1",
-            "uid-kapi-1",
-            APISERVER,
-            Container::CrashLooping,
-        ),
-    );
-    seed.apply("endpointslices", slice(NS, "etcd-abc", ETCD, &[true]));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while seed
-        .writes()
-        .iter()
-        .all(|c| c.method != http::Method::DELETE)
-    {
-        assert!(Instant::now() < deadline, "no DELETE");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let deletes = seed
-        .writes()
-        .into_iter()
-        .filter(|c| c.method == http::Method::DELETE)
-        .count();
-    assert_eq!(deletes, 1);
-    shutdown.cancel();
-    assert!(matches!(task.await, Ok(Ok(()))));
+    let w = World::start_with(seed, config, None).await;
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("kapi-1 deleted", |w| w.deleted() == ["kapi-1"])
+        .await;
+    w.pass(Duration::from_secs(10)).await;
+    assert_eq!(w.deletes().len(), 1, "{:?}", w.deletes());
+    w.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn deletions_continue_after_the_server_ends_the_pod_watches() {
     let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("a pod watch", |w| {
-        w.seed
-            .calls_to("/pods")
-            .iter()
-            .any(|c| c.query.contains("watch=true"))
-    })
-    .await;
+    w.pod_watch_opened().await;
     // The watch ends and its place is lost; a pod crash-loops meanwhile, unseen.
     w.seed.insert(
         "pods",

@@ -221,7 +221,7 @@ pub(crate) struct DeletionSpotter {
 impl DeletionSpotter {
     /// A spotter for a weeder of the pods `selector` selects in `namespace`, started at
     /// `started` (seconds since the Unix epoch).
-    pub fn new(started: i64, namespace: &str, selector: &PodSelector) -> Self {
+    pub(crate) fn new(started: i64, namespace: &str, selector: &PodSelector) -> Self {
         DeletionSpotter {
             namespace: namespace.to_string(),
             selector: selector.clone(),
@@ -245,7 +245,7 @@ impl DeletionSpotter {
 
     /// The watch reported `pod` (added, changed, or listed): a deletion if it now shows
     /// `deletionTimestamp` for the first time and was last seen crash-looping.
-    pub fn applied(&mut self, pod: &Pod) -> Option<SeenDeletion> {
+    pub(crate) fn applied(&mut self, pod: &Pod) -> Option<SeenDeletion> {
         let meta = &pod.metadata;
         let (name, uid) = (meta.name.as_ref()?, meta.uid.as_ref()?);
         if let Some(listed) = self.listed.as_mut() {
@@ -313,7 +313,7 @@ impl DeletionSpotter {
 
     /// The watch reported `pod` gone: a deletion if the pod still matches the selector, was
     /// last seen crash-looping, and its deletion was not seen before (`deletionTimestamp`).
-    pub fn deleted(&mut self, pod: &Pod) -> Option<SeenDeletion> {
+    pub(crate) fn deleted(&mut self, pod: &Pod) -> Option<SeenDeletion> {
         let meta = &pod.metadata;
         let (name, uid) = (meta.name.as_ref()?, meta.uid.as_ref()?);
         let previous = self.pods.remove(uid);
@@ -381,13 +381,13 @@ impl DeletionSpotter {
 
     #[cfg(test)]
     /// Pods remembered.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.pods.len()
     }
 
     #[cfg(test)]
     /// Whether no pod is remembered.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.pods.is_empty()
     }
 }
