@@ -19,7 +19,7 @@ use dwd_core::weeder::{DeleteAnswer, DeletionTarget, crashlooping_container, in_
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::claims::NamespaceClaims;
+use super::claims::{NamespaceClaims, PodClaims};
 use super::pods::{Hands, PodHands, Weeder};
 use crate::events::{Events, Subject};
 use crate::shadow::Shadow;
@@ -30,12 +30,20 @@ pub(crate) struct Recorders {
     shadow: Arc<Shadow>,
     /// Events about our own pod only.
     events: Events,
+    /// Per namespace, the pods whose deletion by the acting watchdog was reported: once per
+    /// UID, however many weeders and selectors of the namespace saw it (claims that are
+    /// never released, held as long as a weeder of the namespace runs).
+    reported: PodClaims,
 }
 
 impl Recorders {
     /// Recorders noting in `shadow` and publishing (about our own pod) through `events`.
     pub(crate) fn new(shadow: Arc<Shadow>, events: Events) -> Self {
-        Recorders { shadow, events }
+        Recorders {
+            shadow,
+            events,
+            reported: PodClaims::default(),
+        }
     }
 }
 
@@ -50,6 +58,7 @@ impl Hands for Recorders {
             shadow: self.shadow.clone(),
             events: self.events.clone(),
             claims: weeder.claims.clone(),
+            reported: self.reported.namespace(&weeder.namespace),
             namespace: weeder.namespace.clone(),
             service: weeder.service.clone(),
             query: selector.to_query(),
@@ -64,6 +73,8 @@ struct Recorder {
     events: Events,
     /// The claims of the weeders of the namespace: one would-be deletion per pod.
     claims: Arc<NamespaceClaims>,
+    /// The acting watchdog's deletions reported in the namespace: one report per pod.
+    reported: Arc<NamespaceClaims>,
     namespace: String,
     service: String,
     /// The watch's selector, for the evidence.
@@ -142,9 +153,10 @@ impl Recorder {
 
     /// The acting watchdog deleted a crash-looping pod (reported once per UID).
     fn reference_deleted(&self, seen: &SeenDeletion) {
-        if !self.claims.first_report(&seen.uid) {
+        let Some(first) = self.reported.claim(&seen.uid) else {
             return;
-        }
+        };
+        first.keep();
         self.shadow.record(
             Side::Reference,
             &self.events,
