@@ -1040,3 +1040,140 @@ async fn in_shadow_mode_a_pod_two_slices_pick_is_one_would_be_deletion() {
     assert!(w.deletes().is_empty());
     w.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_forbidden_deletion_is_counted_as_forbidden_and_tried_again() {
+    let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
+    w.seed.lock().fail_writes.extend([(403, None); 3]);
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
+        .await;
+    let statuses: Vec<u16> = w.deletes().iter().map(|d| d.3).collect();
+    assert_eq!(statuses, [403, 403, 403, 200]);
+    assert_eq!(w.failures(DeletionFailure::Forbidden), 1);
+    assert_eq!(w.failures(DeletionFailure::ServerError), 0);
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_weeder_replaced_mid_deletion_releases_the_pod_to_its_successor() {
+    let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
+    // The first DELETE waits 5 s for its answer; the slice flaps meanwhile.
+    w.seed
+        .lock()
+        .delays
+        .push(("/pods/kapi-1", Duration::from_secs(5)));
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
+        .await;
+    w.pass(Duration::from_secs(1)).await;
+    w.seed.lock().delays.clear();
+    w.slice("etcd-abc", ETCD, &[false]);
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
+        .await;
+    assert_eq!(w.weeders.started_total(), 2);
+    assert_eq!(w.deleted(), ["kapi-1"]);
+    assert_eq!(w.deleted_count(ETCD), 1);
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_service_name_that_is_no_label_value_leaves_the_other_services_weeded() {
+    let w = World::start(WATCH, &[("etcd main", &[KCM]), (ETCD, &[APISERVER])]).await;
+    let lists = w.seed.calls_to("endpointslices");
+    assert!(
+        lists
+            .iter()
+            // Only the valid name, encoded: `kubernetes.io/service-name in (etcd-main-client)`.
+            .all(|c| c.query.contains("service-name+in+%28etcd-main-client%29&")),
+        "{:?}",
+        lists.iter().map(|c| &c.query).collect::<Vec<_>>()
+    );
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
+        .await;
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_no_service_name_that_can_label_a_slice_the_weeder_is_ready_and_weeds_nothing() {
+    let w = World::start(WATCH, &[("etcd main", &[APISERVER])]).await;
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.slice("etcd-abc", "etcd main", &[true]);
+    w.pass(Duration::from_secs(30)).await;
+    assert!(w.seed.calls_to("endpointslices").is_empty());
+    assert_eq!(w.weeders.started_total(), 0);
+    assert!(w.has_pod("kapi-1"));
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_weeder_is_ready_only_once_the_slices_are_listed() {
+    let seed = FakeSeed::default();
+    seed.outage(crate::fake_seed::Outage::Fail(503), Duration::from_secs(20));
+    let metrics = Arc::new(Metrics::default());
+    let shutdown = CancellationToken::new();
+    let weeders = Weeders::new(metrics, shutdown.child_token());
+    let health = Arc::new(Health::default());
+    let own_pod = PodRef {
+        namespace: "garden".into(),
+        name: "dependency-watchdog-weeder-0".into(),
+    };
+    let task = tokio::spawn(run(
+        config(WATCH, &[(ETCD, &[APISERVER])]),
+        seed.client(),
+        weeders,
+        health.clone(),
+        own_pod,
+        None,
+        shutdown.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(!health.is_ready(), "ready before the slices were listed");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !health.is_ready() {
+        assert!(Instant::now() < deadline, "not ready after the outage");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.cancel();
+    assert!(matches!(task.await, Ok(Ok(()))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_watch_failing_at_start_is_retried_and_weeds() {
+    let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
+    w.seed
+        .lock()
+        .fail_requests
+        .extend([("/pods", 503, None); 2]);
+    w.pod("kapi-1", APISERVER, Container::CrashLooping);
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
+        .await;
+    let failed = w
+        .seed
+        .calls_to("/pods")
+        .iter()
+        .filter(|c| c.status == 503)
+        .count();
+    assert_eq!(failed, 2);
+    w.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_service_weeds_only_its_own_dependants() {
+    let w = World::start(WATCH, &[(ETCD, &[APISERVER]), (KAPI, &[KCM])]).await;
+    w.pod("kcm-1", KCM, Container::CrashLooping);
+    w.slice("etcd-abc", ETCD, &[true]);
+    w.pass(Duration::from_secs(10)).await;
+    // etcd came back; the controller-manager depends on kube-apiserver, still down.
+    assert!(w.has_pod("kcm-1"));
+    w.slice("kapi-abc", KAPI, &[true]);
+    w.eventually("kcm-1 deleted", |w| !w.has_pod("kcm-1")).await;
+    assert_eq!((w.deleted_count(ETCD), w.deleted_count(KAPI)), (0, 1));
+    w.stop().await;
+}
