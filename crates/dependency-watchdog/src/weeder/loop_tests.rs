@@ -141,6 +141,15 @@ impl World {
         config: WeederConfig,
         shadow: Option<Arc<Shadow>>,
     ) -> World {
+        let world = Self::spawn(seed, config, shadow);
+        world
+            .eventually("the slices are listed", |w| w.health.is_ready())
+            .await;
+        world
+    }
+
+    /// Spawns `weeder::run` of `config` on `seed`.
+    fn spawn(seed: FakeSeed, config: WeederConfig, shadow: Option<Arc<Shadow>>) -> World {
         let metrics = Arc::new(Metrics::default());
         let shutdown = CancellationToken::new();
         let weeders = Weeders::new(metrics.clone(), shutdown.child_token());
@@ -158,7 +167,7 @@ impl World {
             shadow.clone(),
             shutdown.clone(),
         ));
-        let world = World {
+        World {
             seed,
             weeders,
             health,
@@ -167,11 +176,7 @@ impl World {
             shutdown,
             task,
             t0: Instant::now(),
-        };
-        world
-            .eventually("the slices are listed", |w| w.health.is_ready())
-            .await;
-        world
+        }
     }
 
     /// Waits (on the paused clock, at most 10 minutes) until `done` holds.
@@ -255,6 +260,18 @@ impl World {
             .pod_deletion_failures
             .get_or_create(&labels)
             .get()
+    }
+
+    /// Holds each answer to a request whose path contains `path` (`/pods/{name}`: the pod's
+    /// DELETEs) back by `delay`.
+    fn delay_answers(&self, path: &'static str, delay: Duration) {
+        self.seed.lock().delays.push((path, delay));
+    }
+
+    /// Waits until one weeder runs.
+    async fn weeder_runs(&self) {
+        self.eventually("a weeder runs", |w| w.weeders.active() == 1)
+            .await;
     }
 
     /// Waits until a pod watch is open.
@@ -380,8 +397,7 @@ async fn a_crashlooping_init_container_is_weeded_and_a_terminating_pod_left_alon
 async fn a_weeder_ends_after_its_watch_duration_and_deletes_nothing_after() {
     let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
-        .await;
+    w.weeder_runs().await;
     let started = Instant::now();
     w.pass(WATCH - Duration::from_secs(1)).await;
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
@@ -422,8 +438,7 @@ async fn a_watch_duration_of_zero_ends_each_weeder_at_once() {
 async fn a_flapping_slice_replaces_its_weeder_which_gets_a_fresh_watch_duration() {
     let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
-        .await;
+    w.weeder_runs().await;
     let first = Instant::now();
     w.pass(Duration::from_secs(40)).await;
     w.slice("etcd-abc", ETCD, &[false]);
@@ -585,10 +600,7 @@ async fn a_deletion_the_seed_never_answers_gives_up_after_its_timeouts() {
 async fn a_pod_replaced_under_its_name_before_the_delete_arrives_is_left_alone() {
     let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
     // The DELETE reaches the seed a second late; meanwhile the pod was re-created.
-    w.seed
-        .lock()
-        .delays
-        .push(("/pods/etcd-main-0", Duration::from_secs(1)));
+    w.delay_answers("/pods/etcd-main-0", Duration::from_secs(1));
     w.pod("etcd-main-0", APISERVER, Container::CrashLooping);
     w.slice("etcd-abc", ETCD, &[true]);
     w.eventually("a DELETE sent", |w| {
@@ -864,8 +876,7 @@ async fn in_shadow_mode_a_healthy_or_relabelled_pods_deletion_is_nobodys_weeding
     w.pod("kapi-1", APISERVER, Container::Running);
     w.pod("kapi-2", APISERVER, Container::Creating);
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
-        .await;
+    w.weeder_runs().await;
     w.pass(Duration::from_secs(1)).await;
     w.seed.delete("pods", NS, "kapi-1");
     // Crash-looping, seen as a would-be deletion, then relabelled out of the selector.
@@ -881,14 +892,10 @@ async fn in_shadow_mode_a_healthy_or_relabelled_pods_deletion_is_nobodys_weeding
 #[tokio::test(start_paused = true)]
 async fn a_pod_gone_before_its_delete_arrives_is_done_and_not_counted() {
     let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
-    w.seed
-        .lock()
-        .delays
-        .push(("/pods/kapi-1", Duration::from_secs(1)));
+    w.delay_answers("/pods/kapi-1", Duration::from_secs(1));
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
-        .await;
+    w.weeder_runs().await;
     w.pass(Duration::from_millis(500)).await;
     // Someone else deleted it while our DELETE was on its way.
     w.seed.delete("pods", NS, "kapi-1");
@@ -911,8 +918,7 @@ async fn a_pod_relabelled_into_a_selector_while_watched_is_deleted() {
     let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
     w.pod("kapi-1", "other", Container::CrashLooping);
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
-        .await;
+    w.weeder_runs().await;
     w.pass(Duration::from_secs(5)).await;
     assert!(w.deletes().is_empty());
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
@@ -945,8 +951,7 @@ async fn a_restarted_weeder_weeds_again_from_its_first_list() {
     let seed = FakeSeed::default();
     let w = World::start_on(seed.clone(), WATCH, &[(ETCD, &[APISERVER])], None).await;
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
-        .await;
+    w.weeder_runs().await;
     w.stop().await;
     // While no weeder runs, a dependant crash-loops; the slice is still ready.
     seed.apply(
@@ -1000,8 +1005,7 @@ async fn a_failing_slice_watch_is_retried_and_then_weeds() {
 async fn pod_watches_that_idle_out_resume_and_keep_weeding() {
     let w = World::start(Duration::from_secs(900), &[(ETCD, &[APISERVER])]).await;
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
-        .await;
+    w.weeder_runs().await;
     // Past the watches' idle timeout (290 s and a margin): they were re-created.
     w.pass(Duration::from_secs(600)).await;
     let watches = w
@@ -1060,14 +1064,10 @@ async fn a_forbidden_deletion_is_counted_as_forbidden_and_tried_again() {
 async fn a_weeder_replaced_mid_deletion_releases_the_pod_to_its_successor() {
     let w = World::start(WATCH, &[(ETCD, &[APISERVER])]).await;
     // The first DELETE waits 5 s for its answer; the slice flaps meanwhile.
-    w.seed
-        .lock()
-        .delays
-        .push(("/pods/kapi-1", Duration::from_secs(5)));
+    w.delay_answers("/pods/kapi-1", Duration::from_secs(5));
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("a weeder runs", |w| w.weeders.active() == 1)
-        .await;
+    w.weeder_runs().await;
     w.pass(Duration::from_secs(1)).await;
     w.seed.lock().delays.clear();
     w.slice("etcd-abc", ETCD, &[false]);
@@ -1115,32 +1115,12 @@ async fn with_no_service_name_that_can_label_a_slice_the_weeder_is_ready_and_wee
 async fn the_weeder_is_ready_only_once_the_slices_are_listed() {
     let seed = FakeSeed::default();
     seed.outage(crate::fake_seed::Outage::Fail(503), Duration::from_secs(20));
-    let metrics = Arc::new(Metrics::default());
-    let shutdown = CancellationToken::new();
-    let weeders = Weeders::new(metrics, shutdown.child_token());
-    let health = Arc::new(Health::default());
-    let own_pod = PodRef {
-        namespace: "garden".into(),
-        name: "dependency-watchdog-weeder-0".into(),
-    };
-    let task = tokio::spawn(run(
-        config(WATCH, &[(ETCD, &[APISERVER])]),
-        seed.client(),
-        weeders,
-        health.clone(),
-        own_pod,
-        None,
-        shutdown.clone(),
-    ));
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert!(!health.is_ready(), "ready before the slices were listed");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !health.is_ready() {
-        assert!(Instant::now() < deadline, "not ready after the outage");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    shutdown.cancel();
-    assert!(matches!(task.await, Ok(Ok(()))));
+    let w = World::spawn(seed, config(WATCH, &[(ETCD, &[APISERVER])]), None);
+    w.pass(Duration::from_secs(10)).await;
+    assert!(!w.health.is_ready(), "ready before the slices were listed");
+    w.eventually("ready after the outage", |w| w.health.is_ready())
+        .await;
+    w.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
