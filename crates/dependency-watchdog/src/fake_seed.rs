@@ -16,7 +16,15 @@
 //!   exists) and `PUT` with the `resourceVersion` precondition: enough of
 //!   `coordination.k8s.io/v1` Leases for the leader elector;
 //! - injected failures: answers (status, `Retry-After`) for the next writes, and outages in
-//!   which every request fails or never gets an answer (a partition).
+//!   which every request fails or never gets an answer (a partition);
+//! - for the weeder: lists and watches with a `labelSelector` (`k=v`, `k in (…)`, `k notin
+//!   (…)`, `k`, `!k`), cluster-wide (EndpointSlices) or namespaced (Pods), where an object
+//!   entering or leaving a watch's selection is `ADDED` or `DELETED` for it; streaming lists
+//!   (`sendInitialEvents`: an `ADDED` per object, then the bookmark that ends them), or `422`
+//!   for them as on a seed without WatchList ([`FakeState::refuse_streaming_lists`]); `DELETE`
+//!   with the uid and resourceVersion preconditions (`409 Conflict` on another), which removes
+//!   the object at once or, for pods with [`FakeState::graceful_pod_deletes`], sets its
+//!   `deletionTimestamp`.
 //!
 //! And, to stand in for a shoot's kube-apiserver (the probe's reads):
 //! - `GET /version`;
