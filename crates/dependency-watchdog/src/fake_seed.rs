@@ -16,7 +16,15 @@
 //!   exists) and `PUT` with the `resourceVersion` precondition: enough of
 //!   `coordination.k8s.io/v1` Leases for the leader elector;
 //! - injected failures: answers (status, `Retry-After`) for the next writes, and outages in
-//!   which every request fails or never gets an answer (a partition).
+//!   which every request fails or never gets an answer (a partition);
+//! - for the weeder: lists and watches with a `labelSelector` (`k=v`, `k in (…)`, `k notin
+//!   (…)`, `k`, `!k`), cluster-wide (EndpointSlices) or namespaced (Pods), where an object
+//!   entering or leaving a watch's selection is `ADDED` or `DELETED` for it; streaming lists
+//!   (`sendInitialEvents`: an `ADDED` per object, then the bookmark that ends them), or `422`
+//!   for them as on a seed without WatchList ([`FakeState::refuse_streaming_lists`]); `DELETE`
+//!   with the uid and resourceVersion preconditions (`409 Conflict` on another), which removes
+//!   the object at once or, for pods with [`FakeState::graceful_pod_deletes`], sets its
+//!   `deletionTimestamp`.
 //!
 //! And, to stand in for a shoot's kube-apiserver (the probe's reads):
 //! - `GET /version`;
@@ -69,6 +77,140 @@ pub(crate) struct Call {
 /// Where a watch's event lines go.
 type EventSender = mpsc::UnboundedSender<Result<Frame<Bytes>, std::convert::Infallible>>;
 
+/// One open watch: of a kind, optionally of one name, one namespace and a label selector.
+struct Watcher {
+    plural: String,
+    /// The one name it watches (`fieldSelector=metadata.name=…`); empty: every name.
+    name: String,
+    /// The namespace of a namespaced watch; `None`: every namespace.
+    namespace: Option<String>,
+    /// Its `labelSelector`, if any.
+    labels: Option<LabelSelector>,
+    tx: EventSender,
+}
+
+impl Watcher {
+    /// Whether `object` (of the watch's kind) is one this watch selects.
+    fn selects(&self, object: &Value) -> bool {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+        (self.name.is_empty() || self.name == name)
+            && self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+            && self.labels.as_ref().is_none_or(|l| l.matches(object))
+    }
+
+    /// Sends one watch event line; false when the watch is gone.
+    fn send(&self, event: &str, object: &Value) -> bool {
+        let line = format!("{}\n", json!({"type": event, "object": object}));
+        self.tx
+            .unbounded_send(Ok(Frame::data(Bytes::from(line))))
+            .is_ok()
+    }
+}
+
+/// One requirement of a label selector, as the apiserver reads `labelSelector`.
+#[derive(Debug, Clone)]
+enum LabelRequirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+/// A `labelSelector` query parameter: every requirement must hold.
+#[derive(Debug, Clone)]
+struct LabelSelector(Vec<LabelRequirement>);
+
+impl LabelSelector {
+    /// Parses `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`, comma-separated.
+    fn parse(text: &str) -> LabelSelector {
+        let mut parts = Vec::new();
+        let (mut depth, mut start) = (0, 0);
+        for (i, c) in text.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(&text[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&text[start..]);
+        let values = |v: &str| -> Vec<String> {
+            v.trim()
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+                .split(',')
+                .map(|v| v.trim().to_owned())
+                .collect()
+        };
+        let requirement = |part: &str| {
+            let part = part.trim();
+            if let Some((k, v)) = part.split_once(" notin ") {
+                LabelRequirement::NotIn(k.trim().into(), values(v))
+            } else if let Some((k, v)) = part.split_once(" in ") {
+                LabelRequirement::In(k.trim().into(), values(v))
+            } else if let Some((k, v)) = part.split_once("!=") {
+                LabelRequirement::NotEquals(k.trim().into(), v.trim().into())
+            } else if let Some((k, v)) = part.split_once('=') {
+                LabelRequirement::Equals(k.trim().into(), v.trim_start_matches('=').trim().into())
+            } else if let Some(k) = part.strip_prefix('!') {
+                LabelRequirement::DoesNotExist(k.trim().into())
+            } else {
+                LabelRequirement::Exists(part.into())
+            }
+        };
+        LabelSelector(
+            parts
+                .into_iter()
+                .filter(|p| !p.trim().is_empty())
+                .map(requirement)
+                .collect(),
+        )
+    }
+
+    /// Whether `object`'s labels satisfy every requirement.
+    fn matches(&self, object: &Value) -> bool {
+        let label = |k: &str| object["metadata"]["labels"][k].as_str().map(str::to_owned);
+        self.0.iter().all(|r| match r {
+            LabelRequirement::Equals(k, v) => label(k).as_ref() == Some(v),
+            LabelRequirement::NotEquals(k, v) => label(k).as_ref() != Some(v),
+            LabelRequirement::In(k, vs) => label(k).is_some_and(|l| vs.contains(&l)),
+            LabelRequirement::NotIn(k, vs) => label(k).is_none_or(|l| !vs.contains(&l)),
+            LabelRequirement::Exists(k) => label(k).is_some(),
+            LabelRequirement::DoesNotExist(k) => label(k).is_none(),
+        })
+    }
+}
+
+/// The `labelSelector` of `uri`'s query, percent-decoded, if any.
+fn label_selector(uri: &http::Uri) -> Option<LabelSelector> {
+    let raw = uri
+        .query()?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("labelSelector="))?;
+    let bytes = raw.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => decoded.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("00");
+                decoded.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
+                i += 2;
+            }
+            b => decoded.push(b),
+        }
+        i += 1;
+    }
+    Some(LabelSelector::parse(&String::from_utf8_lossy(&decoded)))
+}
+
 /// A kind the fake serves.
 pub(crate) struct Kind {
     pub api_version: &'static str,
@@ -104,8 +246,8 @@ pub(crate) struct FakeState {
     pub rv: u64,
     /// (plural, namespace, name) → object.
     pub objects: BTreeMap<(String, String, String), Value>,
-    /// (plural, name) of each open watch and where its events go.
-    watchers: Vec<(String, String, EventSender)>,
+    /// Each open watch: what it selects and where its events go.
+    watchers: Vec<Watcher>,
     /// Watches of a plural resuming from a resourceVersion below this one are answered
     /// `410 Gone` (see [`FakeSeed::expire_watches`]).
     pub(crate) expired_before: BTreeMap<String, u64>,
@@ -136,6 +278,12 @@ pub(crate) struct FakeState {
     /// How long after a change its watch event goes out (`None`: at once): a watch that
     /// trails the writes, so a cache fed by it is stale for that long.
     pub(crate) watch_delay: Option<Duration>,
+    /// Answers a streaming list (`sendInitialEvents=true`) with `422 Invalid`, as an
+    /// apiserver without the WatchList feature does.
+    pub(crate) refuse_streaming_lists: bool,
+    /// Deletes of pods are graceful: they set `deletionTimestamp` (a `MODIFIED` event) and
+    /// leave the pod in place, as for a pod on a node; otherwise a delete removes it at once.
+    pub(crate) graceful_pod_deletes: bool,
 }
 
 /// Lease `namespace/name` held by `holder`, renewed now (by the wall clock) for 15 s, after
@@ -296,19 +444,23 @@ impl FakeSeed {
     /// when it is new, `MODIFIED` when it replaces one. Returns its new resourceVersion.
     pub(crate) fn apply(&self, plural: &str, object: Value) -> String {
         let (mut s, object, replaced) = self.store(plural, object);
-        let event = if replaced { "MODIFIED" } else { "ADDED" };
-        Self::notify_as(&mut s, event, plural, &object);
+        let event = if replaced.is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        Self::notify_change(&mut s, event, plural, replaced.as_ref(), &object);
         version(&object)
     }
 
     /// Stores `object` as [`FakeSeed::insert`] says; returns the state, still locked (so a
     /// watch event can follow before anyone sees the object), the object as stored and
-    /// whether it replaced one.
+    /// the object it replaced, if any.
     fn store(
         &self,
         plural: &str,
         mut object: Value,
-    ) -> (std::sync::MutexGuard<'_, FakeState>, Value, bool) {
+    ) -> (std::sync::MutexGuard<'_, FakeState>, Value, Option<Value>) {
         let namespace = object["metadata"]["namespace"]
             .as_str()
             .unwrap_or_default()
@@ -322,8 +474,7 @@ impl FakeSeed {
         object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
         let replaced = s
             .objects
-            .insert((plural.into(), namespace, name), object.clone())
-            .is_some();
+            .insert((plural.into(), namespace, name), object.clone());
         (s, object, replaced)
     }
 
@@ -358,7 +509,7 @@ impl FakeSeed {
         let mut s = self.lock();
         let now = s.rv;
         s.expired_before.insert(plural.to_owned(), now);
-        s.watchers.retain(|(p, _, _)| p != plural);
+        s.watchers.retain(|w| w.plural != plural);
     }
 
     /// Every request meets `outage` from now for `length`.
@@ -423,32 +574,59 @@ impl FakeSeed {
 
     /// Sends `object` as a watch event of type `event` to the watches of its kind and name.
     fn notify_as(s: &mut FakeState, event: &str, plural: &str, object: &Value) {
-        let name = object["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let line = format!("{}\n", json!({"type": event, "object": object}));
-        let watches_it = |p: &str, n: &str| p == plural && (n.is_empty() || n == name);
+        Self::notify_change(s, event, plural, None, object);
+    }
+
+    /// Sends `object` as a watch event of type `event` to the watches that select it. `old`:
+    /// the object before a `MODIFIED` change, so that a watch with a namespace or label
+    /// selector sees an object enter its selection as `ADDED` and leave it as `DELETED`, as
+    /// the apiserver's watches do.
+    fn notify_change(
+        s: &mut FakeState,
+        event: &str,
+        plural: &str,
+        old: Option<&Value>,
+        object: &Value,
+    ) {
+        let event_for = |w: &Watcher| -> Option<&'static str> {
+            let now = w.selects(object);
+            let before = old.map(|o| w.selects(o));
+            match (event, before, now) {
+                ("MODIFIED", Some(false), true) => Some("ADDED"),
+                ("MODIFIED", _, true) => Some("MODIFIED"),
+                ("MODIFIED", Some(true), false) => Some("DELETED"),
+                ("ADDED", _, true) => Some("ADDED"),
+                ("DELETED", _, true) => Some("DELETED"),
+                _ => None,
+            }
+        };
         if let Some(delay) = s.watch_delay {
-            let watches: Vec<EventSender> = s
+            let lines: Vec<(EventSender, String)> = s
                 .watchers
                 .iter()
-                .filter(|(p, n, _)| watches_it(p, n))
-                .map(|(_, _, tx)| tx.clone())
+                .filter(|w| w.plural == plural)
+                .filter_map(|w| {
+                    let event = event_for(w)?;
+                    let line = format!("{}\n", json!({"type": event, "object": object}));
+                    Some((w.tx.clone(), line))
+                })
                 .collect();
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                for tx in watches {
-                    let _ = tx.unbounded_send(Ok(Frame::data(Bytes::from(line.clone()))));
+                for (tx, line) in lines {
+                    let _ = tx.unbounded_send(Ok(Frame::data(Bytes::from(line))));
                 }
             });
             return;
         }
-        s.watchers.retain(|(p, n, tx)| {
-            !watches_it(p, n)
-                || tx
-                    .unbounded_send(Ok(Frame::data(Bytes::from(line.clone()))))
-                    .is_ok()
+        s.watchers.retain(|w| {
+            if w.plural != plural {
+                return true;
+            }
+            match event_for(w) {
+                Some(event) => w.send(event, object),
+                None => true,
+            }
         });
     }
 
@@ -571,42 +749,14 @@ impl FakeSeed {
                 .find_map(|kv| kv.strip_prefix("fieldSelector=metadata.name="))
                 .unwrap_or_default()
                 .to_owned();
-            let mut s = self.lock();
-            if query.contains("watch=true") {
-                let (tx, rx) = mpsc::unbounded();
-                let from = query
-                    .split('&')
-                    .find_map(|kv| kv.strip_prefix("resourceVersion="))
-                    .and_then(|rv| rv.parse::<u64>().ok());
-                let expired = s
-                    .expired_before
-                    .get(&plural)
-                    .is_some_and(|before| from.is_some_and(|from| from < *before));
-                if expired {
-                    // As the apiserver answers a watch from a version it no longer has: one
-                    // ERROR event, then the end of the stream.
-                    let gone = json!({"type": "ERROR", "object": {"kind": "Status",
-                        "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": "too old resource version", "reason": "Expired", "code": 410}});
-                    let _ = tx.unbounded_send(Ok(Frame::data(Bytes::from(format!("{gone}\n")))));
-                    drop(tx);
-                } else {
-                    s.watchers.push((plural, name, tx));
-                }
-                return Response::builder()
-                    .header("Content-Type", "application/json")
-                    .body(BodyExt::boxed(StreamBody::new(rx)))
-                    .expect("response");
-            }
-            // Without a field selector: every object of the kind.
-            let items: Vec<Value> = s
-                .objects
-                .iter()
-                .filter(|((p, _, n), _)| *p == plural && (name.is_empty() || *n == name))
-                .map(|(_, o)| o.clone())
-                .collect();
-            return ok(&json!({"kind": "List", "apiVersion": "v1",
-                "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}));
+            let selection = Watcher {
+                plural,
+                name,
+                namespace: None,
+                labels: label_selector(&parts.uri),
+                tx: mpsc::unbounded().0,
+            };
+            return self.list_or_watch(selection, &query);
         };
         let (Some(ns), Some(plural)) = (segments.get(ns_at + 1), segments.get(ns_at + 2)) else {
             return status(404, "NotFound");
@@ -615,16 +765,15 @@ impl FakeSeed {
             return self.post(ns, plural, body);
         }
         if parts.method == Method::GET && segments.len() == ns_at + 3 {
-            // A namespaced list.
-            let s = self.lock();
-            let items: Vec<Value> = s
-                .objects
-                .iter()
-                .filter(|((p, n, _), _)| p == plural && n == ns)
-                .map(|(_, o)| o.clone())
-                .collect();
-            return ok(&json!({"kind": "List", "apiVersion": "v1",
-                "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}));
+            // A namespaced list or watch.
+            let selection = Watcher {
+                plural: (*plural).to_owned(),
+                name: String::new(),
+                namespace: Some((*ns).to_owned()),
+                labels: label_selector(&parts.uri),
+                tx: mpsc::unbounded().0,
+            };
+            return self.list_or_watch(selection, &query);
         }
         let Some(name) = segments.get(ns_at + 3) else {
             return status(404, "NotFound");
@@ -632,17 +781,22 @@ impl FakeSeed {
         let key = ((*plural).to_owned(), (*ns).to_owned(), (*name).to_owned());
         let scale = segments.get(ns_at + 4) == Some(&"scale");
         match parts.method {
-            Method::PATCH => {}
-            Method::GET if !scale => {
-                return match self.lock().objects.get(&key) {
-                    Some(object) => ok(object),
-                    None => status(404, "NotFound"),
-                };
-            }
-            Method::PUT if !scale => return self.put(key, body),
-            _ => return status(405, "MethodNotAllowed"),
+            Method::PATCH => self.patch(key, scale, body),
+            Method::GET if !scale => match self.lock().objects.get(&key) {
+                Some(object) => ok(object),
+                None => status(404, "NotFound"),
+            },
+            Method::PUT if !scale => self.put(key, body),
+            Method::DELETE if !scale => self.delete_object(key, body),
+            _ => status(405, "MethodNotAllowed"),
         }
-        let patch = body;
+    }
+
+    /// Applies the merge `patch` to the object at `key` (to its `scale` subresource when
+    /// `scale`), with the `resourceVersion` precondition enforced (`409 Conflict` on a stale one).
+    fn patch(&self, key: (String, String, String), scale: bool, patch: &Value) -> Response<Body> {
+        let (plural, ns, name) = (key.0.clone(), key.1.clone(), key.2.clone());
+        let (plural, ns, name) = (plural.as_str(), ns.as_str(), name.as_str());
         let mut s = self.lock();
         if let Some(response) = Self::injected(&mut s) {
             return response;
@@ -695,6 +849,62 @@ impl FakeSeed {
         ok(&answer)
     }
 
+    /// Lists the objects `selection` selects, or (with `watch=true` in `query`) opens a
+    /// watch of them: from a resourceVersion (`410 Gone` when it expired), or with
+    /// `sendInitialEvents=true` a streaming list (an `ADDED` per object, then the bookmark
+    /// that ends the initial events), as the apiserver does.
+    fn list_or_watch(&self, mut selection: Watcher, query: &str) -> Response<Body> {
+        let mut s = self.lock();
+        let selected = |s: &FakeState, selection: &Watcher| -> Vec<Value> {
+            s.objects
+                .iter()
+                .filter(|((p, _, _), o)| *p == selection.plural && selection.selects(o))
+                .map(|(_, o)| o.clone())
+                .collect()
+        };
+        if !query.contains("watch=true") {
+            let items = selected(&s, &selection);
+            return ok(&json!({"kind": "List", "apiVersion": "v1",
+                "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}));
+        }
+        let (tx, rx) = mpsc::unbounded();
+        selection.tx = tx;
+        let from = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("resourceVersion="))
+            .and_then(|rv| rv.parse::<u64>().ok());
+        let expired = s
+            .expired_before
+            .get(&selection.plural)
+            .is_some_and(|before| from.is_some_and(|from| from < *before));
+        if query.contains("sendInitialEvents=true") {
+            if s.refuse_streaming_lists {
+                return status(422, "Invalid");
+            }
+            for object in selected(&s, &selection) {
+                selection.send("ADDED", &object);
+            }
+            let end = json!({"kind": "Status", "apiVersion": "v1", "metadata": {
+                "resourceVersion": s.rv.to_string(),
+                "annotations": {"k8s.io/initial-events-end": "true"}}});
+            selection.send("BOOKMARK", &end);
+            s.watchers.push(selection);
+        } else if expired {
+            // As the apiserver answers a watch from a version it no longer has: one
+            // ERROR event, then the end of the stream.
+            let gone = json!({"kind": "Status",
+                "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "too old resource version", "reason": "Expired", "code": 410});
+            selection.send("ERROR", &gone);
+        } else {
+            s.watchers.push(selection);
+        }
+        Response::builder()
+            .header("Content-Type", "application/json")
+            .body(BodyExt::boxed(StreamBody::new(rx)))
+            .expect("response")
+    }
+
     /// The next injected answer to a write, if any.
     fn injected(s: &mut FakeState) -> Option<Response<Body>> {
         let (code, retry_after) = s.fail_writes.pop_front()?;
@@ -732,6 +942,47 @@ impl FakeSeed {
         s.objects.insert(key, object.clone());
         Self::notify(&mut s, plural, &object);
         answer(201, &object)
+    }
+
+    /// Deletes the object at `key` as the apiserver does: `404` when there is none, `409
+    /// Conflict` when the preconditions of the delete's `options` (uid, resourceVersion) name
+    /// another. A pod, with [`FakeState::graceful_pod_deletes`], gets `deletionTimestamp` (now,
+    /// 30 s of grace) and stays; otherwise the object is gone at once (a `DELETED` event).
+    fn delete_object(&self, key: (String, String, String), options: &Value) -> Response<Body> {
+        let mut s = self.lock();
+        if let Some(response) = Self::injected(&mut s) {
+            return response;
+        }
+        let Some(current) = s.objects.get(&key).cloned() else {
+            return status(404, "NotFound");
+        };
+        let preconditions = &options["preconditions"];
+        let differs = |field: &str| {
+            preconditions[field]
+                .as_str()
+                .is_some_and(|p| Some(p) != current["metadata"][field].as_str())
+        };
+        if differs("uid") || differs("resourceVersion") {
+            return status(409, "Conflict");
+        }
+        if key.0 == "pods" && s.graceful_pod_deletes {
+            if current["metadata"]["deletionTimestamp"].is_string() {
+                return ok(&current);
+            }
+            s.rv += 1;
+            let mut object = current.clone();
+            object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+            object["metadata"]["deletionTimestamp"] = json!(Timestamp::now().to_string());
+            object["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+            s.objects.insert(key.clone(), object.clone());
+            Self::notify_change(&mut s, "MODIFIED", &key.0, Some(&current), &object);
+            return ok(&object);
+        }
+        let Some(object) = Self::remove(&mut s, &key.0, &key.1, &key.2) else {
+            return status(404, "NotFound");
+        };
+        Self::notify_as(&mut s, "DELETED", &key.0, &object);
+        ok(&object)
     }
 
     /// Replaces the object at `key` with `object`: conditional on the version it names

@@ -2,10 +2,19 @@
 //!
 //! When a service comes back, pods that crash-looped while it was gone sit in a growing back-off;
 //! the weeder deletes them so they restart at once. These functions decide which EndpointSlice
-//! events start a weeder and which pods it deletes, so the controller only does the watching.
+//! events start a weeder and which pods it deletes, so the controller only does the watching;
+//! [`stepper`] steps the EndpointSlice watch (which slice starts a weeder) and each pod watch of
+//! a weeder (what to delete, retry, or give up).
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+pub mod stepper;
+
+pub use stepper::{
+    DeleteAnswer, DeletionTarget, PodEvent, PodStep, PodWatch, SliceWatch, deletion_target,
+    in_scope, should_start,
+};
 
 /// Label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";

@@ -56,8 +56,6 @@ impl PodClaims {
 pub struct NamespaceClaims {
     /// UIDs deleted, being deleted, or (shadow mode) reported as would-be deletions.
     claimed: Mutex<HashSet<String>>,
-    /// Shadow mode: UIDs whose deletion by the acting watchdog was reported.
-    reported: Mutex<HashSet<String>>,
 }
 
 impl NamespaceClaims {
@@ -69,11 +67,6 @@ impl NamespaceClaims {
             uid: uid.to_string(),
             kept: false,
         })
-    }
-
-    /// Shadow mode: whether this is the first report of the acting watchdog deleting `uid`.
-    pub(crate) fn first_report(&self, uid: &str) -> bool {
-        lock(&self.reported).insert(uid.to_string())
     }
 }
 
@@ -89,7 +82,7 @@ pub(crate) struct Claim {
 impl Claim {
     /// The pod was deleted (or is gone, or shadow mode reported it): no weeder of the namespace
     /// touches it again.
-    pub fn keep(mut self) {
+    pub(crate) fn keep(mut self) {
         self.kept = true;
     }
 }
@@ -153,12 +146,5 @@ mod tests {
         // Handing out a set prunes the ended ones.
         let _c = claims.namespace("c");
         assert_eq!(lock(&claims.namespaces).len(), 2);
-    }
-
-    #[test]
-    fn reports_are_once_per_uid() {
-        let set = PodClaims::default().namespace("a");
-        assert!(set.first_report("uid-1"));
-        assert!(!set.first_report("uid-1"));
     }
 }

@@ -11,18 +11,25 @@
 //! - [`claims`]: the pods claimed by a namespace's weeders, so each pod is deleted once even
 //!   when several slices of one service (dual-stack) each start a weeder;
 //! - [`pods`]: one weeder: for `watchDuration`, a pod watch per selector in the slice's
-//!   namespace, deleting crash-looping pods.
+//!   namespace, whose events go to the pure stepper `dwd_core::weeder::PodWatch` (weed this
+//!   pod, wait, give up until a new list) and to the watch's hands, which carry its steps out;
+//! - `deleter`: the acting hands, which delete;
+//! - `shadow`: shadow mode's hands (`--shadow`), which delete nothing: they record the pods
+//!   we would have deleted and the acting watchdog's deletions of crash-looping pods they
+//!   saw, for the comparison ([`crate::shadow`]). All shadow-only weeder code is there.
 //!
-//! In shadow mode ([`run`] with a [`Shadow`]) every weeder decides the same but
-//! deletes nothing: it reports the pods it would have deleted and the acting watchdog's
-//! deletions of crash-looping pods it saw, for the comparison ([`pods`]).
-//!
-//! The rules (which slice is ready, which event starts a weeder, which pod is deleted) are pure
-//! functions of `dwd_core::weeder` and of this module's submodules; this module does the I/O.
+//! Which hands the weeders get is chosen once, in [`run`]; the loops never ask which mode
+//! they run in. The rules (which slice is ready, which event starts a weeder, which pod is
+//! deleted, how a deletion is retried) are pure functions of `dwd_core::weeder` and of this
+//! module's submodules; this module does the I/O.
 
 pub mod claims;
+mod deleter;
+#[cfg(test)]
+mod loop_tests;
 pub mod pods;
 pub mod registry;
+mod shadow;
 pub mod slices;
 
 use std::collections::HashMap;
@@ -38,35 +45,31 @@ use crate::events::{Component, Events, PodRef};
 use crate::health::Health;
 use crate::shadow::Shadow;
 pub(crate) use claims::PodClaims;
+use deleter::Deleters;
+use pods::Hands;
 pub use pods::Weeder;
 pub use registry::Weeders;
+use shadow::Recorders;
 
 /// What the EndpointSlice watch needs to start weeders.
-pub struct WeederContext {
+pub(crate) struct WeederContext {
     /// How long each weeder lives.
-    pub watch_duration: std::time::Duration,
+    pub(crate) watch_duration: std::time::Duration,
     /// Service name → selectors of its dependants, shared by every weeder of that service.
-    pub selectors: HashMap<String, Arc<[PodSelector]>>,
+    pub(crate) selectors: HashMap<String, Arc<[PodSelector]>>,
     /// Client of the seed's kube-apiserver.
-    pub seed: Client,
-    /// Kubernetes Events for deleted pods, shared by every weeder.
-    pub events: Events,
-    /// Shadow mode (`--shadow`): never delete, and compare with the acting watchdog
-    /// ([`crate::shadow`]); `None` in normal operation.
-    pub shadow: Option<Arc<Shadow>>,
+    pub(crate) seed: Client,
+    /// What every weeder does with the pods its rules pick: delete them, or in shadow mode
+    /// (`--shadow`) record them ([`crate::shadow`]); chosen once, in [`run`].
+    pub(crate) hands: Arc<dyn Hands>,
     /// The pods claimed by each namespace's weeders (one weeder per slice; one DELETE per pod).
-    pub claims: PodClaims,
+    pub(crate) claims: PodClaims,
 }
 
 impl WeederContext {
-    /// The context of `config` against the seed behind `seed`, reporting through `events`
-    /// (in shadow mode when `shadow` is given).
-    pub fn new(
-        config: WeederConfig,
-        seed: Client,
-        events: Events,
-        shadow: Option<Arc<Shadow>>,
-    ) -> Self {
+    /// The context of `config` against the seed behind `seed`, whose weeders' watches use
+    /// `hands`.
+    pub(crate) fn new(config: WeederConfig, seed: Client, hands: Arc<dyn Hands>) -> Self {
         let selectors = config
             .services_and_dependant_selectors
             .into_iter()
@@ -76,8 +79,7 @@ impl WeederContext {
             watch_duration: config.watch_duration,
             selectors,
             seed,
-            events,
-            shadow,
+            hands,
             claims: PodClaims::default(),
         }
     }
@@ -97,16 +99,22 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let metrics = weeders.metrics().clone();
-    let events = match shadow {
-        // Shadow mode writes nothing but the events about its own pod.
-        Some(_) => Events::start_own_pod_only(seed.clone(), Component::Weeder, own_pod, metrics),
-        None => Events::start(seed.clone(), Component::Weeder, own_pod, metrics),
-    };
     let mut tasks = tokio::task::JoinSet::new();
-    if let Some(shadow) = &shadow {
-        shadow.spawn_expiry(events.clone(), &mut tasks, shutdown.clone());
-    }
-    let ctx = Arc::new(WeederContext::new(config, seed, events, shadow));
+    // The mode is chosen here, once: the weeders' loops run the same in both.
+    let hands: Arc<dyn Hands> = match shadow {
+        Some(shadow) => {
+            // Shadow mode writes nothing but the events about its own pod.
+            let events =
+                Events::start_own_pod_only(seed.clone(), Component::Weeder, own_pod, metrics);
+            shadow.spawn_expiry(events.clone(), &mut tasks, shutdown.clone());
+            Arc::new(Recorders::new(shadow, events))
+        }
+        None => {
+            let events = Events::start(seed.clone(), Component::Weeder, own_pod, metrics.clone());
+            Arc::new(Deleters::new(metrics, events))
+        }
+    };
+    let ctx = Arc::new(WeederContext::new(config, seed, hands));
     tasks.spawn({
         let (ctx, weeders, health) = (ctx.clone(), weeders.clone(), health.clone());
         async move {

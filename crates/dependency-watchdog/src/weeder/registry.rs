@@ -189,9 +189,10 @@ mod tests {
             selectors: Arc::from(vec![selector]),
             watch_duration,
             client,
-            metrics: metrics.clone(),
-            events: crate::events::Events::disabled(metrics.clone()),
-            shadow: None,
+            hands: Arc::new(crate::weeder::deleter::Deleters::new(
+                metrics.clone(),
+                crate::events::Events::disabled(metrics.clone()),
+            )),
             claims: crate::weeder::claims::PodClaims::default().namespace(namespace),
         }
     }

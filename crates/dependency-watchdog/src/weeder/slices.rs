@@ -7,19 +7,19 @@
 //! while in the selector it would make the apiserver refuse the whole watch and no service
 //! would be weeded. The reference matches client-side, with the same outcome: only that entry
 //! is dead. We don't cache the
-//! slices: a readiness bit per `namespace/slice` is all [`should_start`] needs, and it keeps
-//! memory flat however many shoots the seed hosts.
+//! slices: a readiness bit per `namespace/slice` is all the watch's rules
+//! (`dwd_core::weeder::SliceWatch`, a stepper: the watch's events in, "start a weeder" out)
+//! need, and it keeps memory flat however many shoots the seed hosts.
 //!
 //! Like the reference's informer, the first list after start reports every slice as created,
 //! so a slice that is ready at start starts a weeder. A re-list after the watch lost its place
 //! (`410 Gone`) is compared with what we saw before: a known slice is an update, and only an
 //! unknown one counts as created, so a re-list does not restart every weeder in the seed.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use dwd_core::selector::validate_label_value;
-use dwd_core::weeder::{SERVICE_NAME_LABEL, service_name, slice_is_ready};
+use dwd_core::weeder::{SERVICE_NAME_LABEL, SliceWatch, service_name, slice_is_ready};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::{self, Event};
@@ -52,67 +52,13 @@ pub(crate) fn slice_selector<'a>(services: impl IntoIterator<Item = &'a String>)
     Some(format!("{SERVICE_NAME_LABEL} in ({})", names.join(",")))
 }
 
-/// Whether a slice last seen with readiness `old` (`None`: never seen) and now `ready` starts a
-/// weeder: a ready slice that is new, or was not ready. The same rule as
-/// `dwd_core::weeder::should_start_weeder`, on the one bit we keep of the old slice.
-pub(crate) fn should_start(old: Option<bool>, ready: bool) -> bool {
-    ready && old != Some(true)
-}
-
-/// Last-seen readiness per `namespace/slice`, turning watch events into "start a weeder".
-#[derive(Debug, Default)]
-pub(crate) struct ReadinessTracker {
-    last: HashMap<String, bool>,
-    /// Keys seen since a (re-)list began; `None` outside a list.
-    listing: Option<HashSet<String>>,
-}
-
-impl ReadinessTracker {
-    /// Records `key`'s readiness; true when a weeder should start.
-    pub fn observe(&mut self, key: &str, ready: bool) -> bool {
-        if let Some(seen) = self.listing.as_mut() {
-            seen.insert(key.to_string());
-        }
-        let old = self.last.insert(key.to_string(), ready);
-        should_start(old, ready)
-    }
-
-    /// The slice was deleted: a slice created under the same name later counts as new.
-    pub fn forget(&mut self, key: &str) {
-        self.last.remove(key);
-    }
-
-    /// A (re-)list begins.
-    pub(crate) fn begin_list(&mut self) {
-        self.listing = Some(HashSet::new());
-    }
-
-    /// The (re-)list is complete: slices it did not report were deleted meanwhile.
-    pub(crate) fn end_list(&mut self) {
-        if let Some(seen) = self.listing.take() {
-            self.last.retain(|key, _| seen.contains(key));
-        }
-    }
-
-    /// Number of slices tracked.
-    pub fn len(&self) -> usize {
-        self.last.len()
-    }
-
-    #[cfg(test)]
-    /// Whether no slice is tracked.
-    pub fn is_empty(&self) -> bool {
-        self.last.is_empty()
-    }
-}
-
 fn key_of(slice: &EndpointSlice) -> Option<(String, String)> {
     Some((slice.namespace()?, slice.metadata.name.clone()?))
 }
 
 /// Watches the configured services' slices forever (re-listing with back-off after errors),
 /// starting weeders; marks `health` ready once the first list is through.
-pub async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<Health>) {
+pub(crate) async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<Health>) {
     // Ahead of the deletions in the seed budget: a re-watch starved by a storm of deletions
     // would miss the next service to turn ready. (Only this watch: the weeders it starts
     // get the plain seed client and choose their own priorities.)
@@ -126,7 +72,7 @@ pub async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<H
     };
     let config = watcher::Config::default().labels(&selector);
     let mut events = watch_slices(api, config).default_backoff().boxed();
-    let mut tracker = ReadinessTracker::default();
+    let mut rules = SliceWatch::default();
     loop {
         let event = match events.try_next().await {
             Ok(Some(event)) => event,
@@ -138,23 +84,20 @@ pub async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<H
             }
         };
         match event {
-            Event::Init => tracker.begin_list(),
+            Event::Init => rules.list_begins(),
             Event::InitApply(slice) | Event::Apply(slice) => {
-                on_slice(&ctx, &weeders, &mut tracker, &slice);
+                on_slice(&ctx, &weeders, &mut rules, &slice);
             }
             Event::InitDone => {
-                tracker.end_list();
+                rules.list_done();
                 if !health.is_ready() {
                     health.set_ready(true);
-                    info!(
-                        slices = tracker.len(),
-                        "endpoint slices listed; weeder ready"
-                    );
+                    info!(slices = rules.len(), "endpoint slices listed; weeder ready");
                 }
             }
             Event::Delete(slice) => {
                 if let Some((namespace, name)) = key_of(&slice) {
-                    tracker.forget(&format!("{namespace}/{name}"));
+                    rules.gone(&format!("{namespace}/{name}"));
                 }
             }
         }
@@ -164,7 +107,7 @@ pub async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health: Arc<H
 fn on_slice(
     ctx: &WeederContext,
     weeders: &Arc<Weeders>,
-    tracker: &mut ReadinessTracker,
+    rules: &mut SliceWatch,
     slice: &EndpointSlice,
 ) {
     let Some((namespace, name)) = key_of(slice) else {
@@ -172,7 +115,7 @@ fn on_slice(
     };
     let key = format!("{namespace}/{name}");
     let ready = slice_is_ready(slice);
-    if !tracker.observe(&key, ready) {
+    if !rules.seen(&key, ready) {
         debug!(%namespace, slice = %name, ready, "endpoint slice changed; no weeder to start");
         return;
     }
@@ -192,9 +135,7 @@ fn on_slice(
         selectors,
         watch_duration: ctx.watch_duration,
         client: ctx.seed.clone(),
-        metrics: weeders.metrics().clone(),
-        events: ctx.events.clone(),
-        shadow: ctx.shadow.clone(),
+        hands: ctx.hands.clone(),
         claims: ctx.claims.namespace(&namespace),
     });
     let replaced = outcome == StartOutcome::Replaced;
@@ -204,25 +145,6 @@ fn on_slice(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dwd_core::weeder::should_start_weeder;
-    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
-
-    fn slice(ready: &[bool]) -> EndpointSlice {
-        EndpointSlice {
-            endpoints: ready
-                .iter()
-                .map(|r| Endpoint {
-                    addresses: vec!["10.0.0.1".into()],
-                    conditions: Some(EndpointConditions {
-                        ready: Some(*r),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }
-    }
 
     #[test]
     fn selector_names_every_configured_service_sorted() {
@@ -252,70 +174,5 @@ mod tests {
             Some("kubernetes.io/service-name in (Etcd_1.x,kube-apiserver)")
         );
         assert_eq!(slice_selector(&["a b".to_string()]), None);
-    }
-
-    #[test]
-    fn should_start_agrees_with_the_core_rule() {
-        let shapes: [&[bool]; 5] = [&[], &[false], &[true, false], &[true], &[true, true]];
-        for new in shapes {
-            let new = slice(new);
-            assert_eq!(
-                should_start(None, slice_is_ready(&new)),
-                should_start_weeder(None, &new)
-            );
-            for old in shapes {
-                let old = slice(old);
-                assert_eq!(
-                    should_start(Some(slice_is_ready(&old)), slice_is_ready(&new)),
-                    should_start_weeder(Some(&old), &new),
-                    "old {old:?} new {new:?}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn first_sight_of_a_ready_slice_starts_and_repeats_do_not() {
-        let mut t = ReadinessTracker::default();
-        t.begin_list();
-        assert!(t.observe("ns/etcd", true));
-        assert!(!t.observe("ns/kapi", false));
-        t.end_list();
-        assert!(!t.observe("ns/etcd", true));
-        assert!(t.observe("ns/kapi", true));
-    }
-
-    #[test]
-    fn not_ready_then_ready_starts_again() {
-        let mut t = ReadinessTracker::default();
-        assert!(t.observe("ns/etcd", true));
-        assert!(!t.observe("ns/etcd", false));
-        assert!(t.observe("ns/etcd", true));
-    }
-
-    #[test]
-    fn deleted_slice_recreated_ready_starts() {
-        let mut t = ReadinessTracker::default();
-        assert!(t.observe("ns/etcd", true));
-        t.forget("ns/etcd");
-        assert!(t.is_empty());
-        assert!(t.observe("ns/etcd", true));
-    }
-
-    #[test]
-    fn relist_is_an_update_for_known_slices_and_drops_vanished_ones() {
-        let mut t = ReadinessTracker::default();
-        t.begin_list();
-        assert!(t.observe("a/etcd", true));
-        assert!(!t.observe("b/etcd", false));
-        assert!(t.observe("c/etcd", true));
-        t.end_list();
-        // The watch lost its place; meanwhile b turned ready and c was deleted.
-        t.begin_list();
-        assert!(!t.observe("a/etcd", true), "still ready: no restart");
-        assert!(t.observe("b/etcd", true), "turned ready while we were away");
-        t.end_list();
-        assert_eq!(t.len(), 2);
-        assert!(t.observe("c/etcd", true), "c is new again");
     }
 }
