@@ -373,15 +373,15 @@ pub async fn run(cli: Cli) -> Result<()> {
             run_elected(started.elector, &started.rt, |token| {
                 let own_pod = events::PodRef::discover(&args.leader_election_namespace);
                 let weeders = weeder::Weeders::new(metrics, token.child_token());
-                weeder::run(
+                let start = weeder::WeederStart {
                     config,
-                    started.seed,
+                    seed: started.seed,
                     weeders,
                     health,
                     own_pod,
-                    started.shadow,
-                    token,
-                )
+                    shadow: started.shadow,
+                };
+                weeder::run(start, token)
             })
             .await
         }

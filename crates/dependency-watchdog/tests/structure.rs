@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use quote::ToTokens;
 use syn::visit::Visit;
 
 /// A module: its path below the crate (`[]` is the crate root, `["prober", "probe"]`).
@@ -502,24 +503,85 @@ fn identifiers(file: &syn::File) -> BTreeSet<String> {
 }
 
 /// Shadow mode is an executor that records instead of writing, chosen once at startup
-/// (`prober::executor::Executors`): the probe and the scaler never ask which mode they run in.
+/// (`prober::executor::Executors`): the probe and the scaler never ask which mode they run in,
+/// and neither do the weeder's loops (its hands are chosen once, in `weeder::run`).
 #[test]
 fn nothing_on_the_run_path_asks_whether_it_is_in_shadow_mode() {
     let files = modules(&src());
-    for name in ["probe", "scaler"] {
-        let path = vec!["prober".to_owned(), name.to_owned()];
+    let loops = [
+        ("prober", "probe"),
+        ("prober", "scaler"),
+        ("prober", "report"),
+        ("weeder", "pods"),
+        ("weeder", "slices"),
+        ("weeder", "registry"),
+        ("weeder", "claims"),
+    ];
+    for (parent, name) in loops {
+        let path = vec![parent.to_owned(), name.to_owned()];
         let file = files
             .get(&path)
-            .unwrap_or_else(|| panic!("no module prober::{name}"));
+            .unwrap_or_else(|| panic!("no module {parent}::{name}"));
         let asking: Vec<String> = identifiers(file)
             .into_iter()
             .filter(|i| i.to_lowercase().contains("shadow"))
             .collect();
         assert!(
             asking.is_empty(),
-            "prober::{name} names {asking:?}: shadow mode belongs to its executor"
+            "{parent}::{name} names {asking:?}: shadow mode belongs to its executor (or, in \
+             the weeder, to its hands)"
         );
     }
+}
+
+/// The probe talks to its shoot's executor only through methods every mode has: each method
+/// of `impl Executor` hands the call to both the acting and the recording executor, and the
+/// probe calls no other method on it (an acting-only or recording-only method on the run path
+/// would be a mode branch by another name).
+#[test]
+fn the_probe_names_no_executor_method_that_exists_for_one_mode_only() {
+    let files = modules(&src());
+    let executor = &files[&vec!["prober".to_owned(), "executor".to_owned()]];
+    let mut both_modes = BTreeSet::new();
+    for item in &executor.items {
+        let syn::Item::Impl(imp) = item else { continue };
+        let syn::Type::Path(ty) = &*imp.self_ty else {
+            continue;
+        };
+        if imp.trait_.is_some() || !ty.path.is_ident("Executor") {
+            continue;
+        }
+        for f in &imp.items {
+            let syn::ImplItem::Fn(f) = f else { continue };
+            let body = f.block.to_token_stream().to_string();
+            let name = f.sig.ident.to_string();
+            assert!(
+                body.contains("Executor :: Acting") && body.contains("Executor :: Recording"),
+                "Executor::{name} does not hand the call to both executors: {body}"
+            );
+            both_modes.insert(name);
+        }
+    }
+    let probe = &files[&vec!["prober".to_owned(), "probe".to_owned()]];
+    struct Calls(BTreeSet<String>);
+    impl<'ast> Visit<'ast> for Calls {
+        pass_over_cfg_test!();
+        fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+            if call.receiver.to_token_stream().to_string() == "executor" {
+                self.0.insert(call.method.to_string());
+            }
+            syn::visit::visit_expr_method_call(self, call);
+        }
+    }
+    let mut calls = Calls(BTreeSet::new());
+    calls.visit_file(probe);
+    assert!(!calls.0.is_empty(), "the probe calls no executor method");
+    let one_mode: Vec<&String> = calls.0.difference(&both_modes).collect();
+    assert!(
+        one_mode.is_empty(),
+        "the probe calls {one_mode:?} on its executor, which are not methods of every mode \
+         (Executor's: {both_modes:?})"
+    );
 }
 
 /// The workspace's crates of ours and, per crate, `(dependencies, dev-only dependencies)` of

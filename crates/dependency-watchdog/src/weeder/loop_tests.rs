@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Weeders, run};
+use super::{WeederStart, Weeders, run};
 use crate::events::{Component, PodRef};
 use crate::fake_seed::FakeSeed;
 use crate::health::Health;
@@ -158,15 +158,15 @@ impl World {
             namespace: "garden".into(),
             name: "dependency-watchdog-weeder-0".into(),
         };
-        let task = tokio::spawn(run(
+        let start = WeederStart {
             config,
-            seed.client(),
-            weeders.clone(),
-            health.clone(),
+            seed: seed.client(),
+            weeders: weeders.clone(),
+            health: health.clone(),
             own_pod,
-            shadow.clone(),
-            shutdown.clone(),
-        ));
+            shadow: shadow.clone(),
+        };
+        let task = tokio::spawn(run(start, shutdown.clone()));
         World {
             seed,
             weeders,

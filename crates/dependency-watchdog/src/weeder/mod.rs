@@ -85,19 +85,34 @@ impl WeederContext {
     }
 }
 
-/// Runs the weeder until `shutdown` is cancelled or a critical task dies, with a registry
-/// of weeders the caller keeps (so it can see which run); in shadow mode when `shadow` is
-/// given: no pod is deleted; what would have
-/// been is compared with what the acting watchdog deletes.
-pub async fn run(
-    config: WeederConfig,
-    seed: Client,
-    weeders: Arc<Weeders>,
-    health: Arc<Health>,
-    own_pod: PodRef,
-    shadow: Option<Arc<Shadow>>,
-    shutdown: CancellationToken,
-) -> Result<()> {
+/// What the weeder is started with: by the runtime from the command line, or by a test.
+pub struct WeederStart {
+    /// The validated weeder configuration.
+    pub config: WeederConfig,
+    /// Client of the seed's kube-apiserver.
+    pub seed: Client,
+    /// The registry of weeders, kept by the caller (so it can see which run).
+    pub weeders: Arc<Weeders>,
+    /// Readiness and liveness of the process.
+    pub health: Arc<Health>,
+    /// This pod, for the Events about it.
+    pub own_pod: PodRef,
+    /// Shadow mode's book when running with `--shadow`: no pod is deleted; what would have
+    /// been is compared with what the acting watchdog deletes.
+    pub shadow: Option<Arc<Shadow>>,
+}
+
+/// Runs the weeder started with `start` until `shutdown` is cancelled or a critical task
+/// dies.
+pub async fn run(start: WeederStart, shutdown: CancellationToken) -> Result<()> {
+    let WeederStart {
+        config,
+        seed,
+        weeders,
+        health,
+        own_pod,
+        shadow,
+    } = start;
     let metrics = weeders.metrics().clone();
     let mut tasks = tokio::task::JoinSet::new();
     // The mode is chosen here, once: the weeders' loops run the same in both.

@@ -739,18 +739,18 @@ pub mod weeder_harness {
             let health = Arc::new(Health::default());
             let shutdown = CancellationToken::new();
             let weeders = Weeders::new(metrics.clone(), shutdown.child_token());
-            let task = tokio::spawn(dependency_watchdog::weeder::run(
+            let start = dependency_watchdog::weeder::WeederStart {
                 config,
-                client,
-                weeders.clone(),
-                health.clone(),
-                dependency_watchdog::events::PodRef {
+                seed: client,
+                weeders: weeders.clone(),
+                health: health.clone(),
+                own_pod: dependency_watchdog::events::PodRef {
                     namespace: "default".into(),
                     name: "dwd-weeder-test".into(),
                 },
-                shadow.clone(),
-                shutdown.clone(),
-            ));
+                shadow: shadow.clone(),
+            };
+            let task = tokio::spawn(dependency_watchdog::weeder::run(start, shutdown.clone()));
             super::wait_until(DEADLINE, "weeder ready", || health.is_ready()).await?;
             Ok(Running {
                 weeders,
