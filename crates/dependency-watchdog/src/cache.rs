@@ -100,7 +100,7 @@ pub(crate) struct FailureStreak {
 impl FailureStreak {
     /// Records an error at `now` (`silent`: it says the seed said nothing for 30 s or more);
     /// returns how long the watch has been failing.
-    pub fn failed(&mut self, now: Instant, silent: bool) -> Duration {
+    pub(crate) fn failed(&mut self, now: Instant, silent: bool) -> Duration {
         if self
             .last
             .is_some_and(|last| now.saturating_duration_since(last) >= FAILURE_GAP)
@@ -116,7 +116,7 @@ impl FailureStreak {
 
     /// Records `error` at `now`, telling the seed's silence from other errors; returns why
     /// the cache behind the watch is stale when it is ([`Self::is_stale`]).
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         error: &(dyn std::error::Error + 'static),
         now: Instant,
@@ -128,7 +128,7 @@ impl FailureStreak {
     }
 
     /// Records an event: the watch works.
-    pub fn succeeded(&mut self) {
+    pub(crate) fn succeeded(&mut self) {
         *self = FailureStreak::default();
     }
 
@@ -136,7 +136,7 @@ impl FailureStreak {
     /// once after a silence (the seed already said nothing for 30 s or more, and a cache fed
     /// by a silent connection may be that far behind), else after [`STALE_MIN_ERRORS`] errors
     /// over [`STALE_AFTER`].
-    pub fn is_stale(&self) -> bool {
+    pub(crate) fn is_stale(&self) -> bool {
         if self.silent {
             return true;
         }

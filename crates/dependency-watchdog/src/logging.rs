@@ -388,7 +388,7 @@ pub(crate) struct ZapFormat {
 
 impl ZapFormat {
     /// JSON lines, or the console layout when `console`; `ts` written as `time` says.
-    pub fn new(console: bool, time: TimeEncoding) -> ZapFormat {
+    pub(crate) fn new(console: bool, time: TimeEncoding) -> ZapFormat {
         ZapFormat {
             console,
             time,
@@ -528,7 +528,7 @@ pub(crate) struct ZapFields {
 impl ZapFields {
     #[cfg(test)]
     /// Compact members for JSON lines, or spaced (`"k": v, "k2": v2`) like zap's console.
-    pub fn new(spaced: bool) -> ZapFields {
+    pub(crate) fn new(spaced: bool) -> ZapFields {
         ZapFields { spaced }
     }
 }

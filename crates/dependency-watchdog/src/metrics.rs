@@ -738,7 +738,7 @@ pub(crate) struct ProcessStats {
 
 impl ProcessStats {
     /// Reads this process's statistics.
-    pub fn read() -> ProcessStats {
+    pub(crate) fn read() -> ProcessStats {
         let stat = std::fs::read_to_string("/proc/self/stat").ok();
         let mut stats = stat
             .as_deref()
@@ -899,7 +899,7 @@ pub(crate) struct CountRequestsLayer {
 
 impl CountRequestsLayer {
     /// Counts into the process-wide family under `host`.
-    pub fn new(host: String) -> Self {
+    pub(crate) fn new(host: String) -> Self {
         CountRequestsLayer {
             host,
             requests: RestClientRequests::default(),

@@ -89,7 +89,7 @@ impl Priority {
     pub(crate) const WEEDER_DELETE: Priority = Priority(999);
 
     /// Everything not marked otherwise: initial lists, watches, lookups.
-    pub const DEFAULT: Priority = Priority(1000);
+    pub(crate) const DEFAULT: Priority = Priority(1000);
 
     /// The weeder's pod watches, on a budget of their own (see [`Priority::own_budget`]).
     pub(crate) const WEEDER_POD_WATCHES: Priority = Priority(1500);
@@ -225,7 +225,7 @@ impl Drop for Ticket<'_> {
 impl PriorityBucket {
     /// A full bucket; a `qps` that is not a positive number or a `burst` of 0 mean the
     /// defaults, a `qps` below [`MIN_QPS`] is raised to it (warned about once per process).
-    pub fn new(qps: f32, burst: u32) -> Self {
+    pub(crate) fn new(qps: f32, burst: u32) -> Self {
         let (qps, warning) = effective_qps(qps);
         if let Some(warning) = warning
             && !QPS_CLAMP_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
@@ -247,7 +247,7 @@ impl PriorityBucket {
 
     #[cfg(test)]
     /// `(qps, burst)` in effect.
-    pub fn limits(&self) -> (f64, f64) {
+    pub(crate) fn limits(&self) -> (f64, f64) {
         (self.qps, self.burst)
     }
 
@@ -259,7 +259,7 @@ impl PriorityBucket {
     }
 
     /// Waits for a token at `priority`.
-    pub async fn acquire(&self, priority: Priority) {
+    pub(crate) async fn acquire(&self, priority: Priority) {
         let notify = Arc::new(Notify::new());
         let mut ticket = {
             let mut state = self.lock();
@@ -345,7 +345,7 @@ impl<Req> Clone for RateLimitLayer<Req> {
 
 impl<Req> RateLimitLayer<Req> {
     /// A layer with new full buckets (see [`PriorityBucket::new`] for the defaults).
-    pub fn new(qps: f32, burst: u32) -> Self {
+    pub(crate) fn new(qps: f32, burst: u32) -> Self {
         RateLimitLayer {
             buckets: Buckets {
                 main: Arc::new(PriorityBucket::new(qps, burst)),

@@ -121,7 +121,7 @@ pub(crate) struct RetryAfterLayer {
 impl RetryAfterLayer {
     /// At most `max_retries` retries per request, none whose wait would end `budget` or more
     /// after the request was first sent (`None`: only the caller's deadline limits them).
-    pub fn new(max_retries: u32, budget: Option<Duration>) -> Self {
+    pub(crate) fn new(max_retries: u32, budget: Option<Duration>) -> Self {
         RetryAfterLayer {
             max_retries,
             budget,

@@ -58,7 +58,7 @@ pub(crate) const SEED_BODY_DEADLINE: Duration = Duration::from_secs(60);
 /// Why a seed client could not be built.
 #[derive(Debug, thiserror::Error)]
 #[error("building the seed client: {0}")]
-pub struct SeedTransportError(String);
+pub(crate) struct SeedTransportError(String);
 
 /// The HTTP service a seed client is built on: kube's layers over a connection pool with TCP
 /// keepalive, HTTP/2 health checks and the body deadline (see the module doc).
@@ -120,7 +120,7 @@ pub(crate) fn seed_service(
     "the seed's response body did not end within {}s of its headers (a list hanging or trickling mid-body)",
     .0.as_secs()
 )]
-pub struct SeedBodyTimedOut(Duration);
+pub(crate) struct SeedBodyTimedOut(Duration);
 
 /// Whether `error` means the seed said nothing for a long time (30 s or more): no headers
 /// within the client's bound, an HTTP/2 PING unanswered, a TCP or socket read timeout, a body

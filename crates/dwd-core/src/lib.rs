@@ -7,6 +7,7 @@
 //! exact verdicts the prober acts on.
 
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub mod config;
 pub mod duration;

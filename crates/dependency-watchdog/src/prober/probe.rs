@@ -307,7 +307,7 @@ impl ProbeFailure {
     }
 
     /// Whether a shoot call of the run was answered 429 (the next run is spaced out).
-    pub fn throttled(&self) -> bool {
+    pub(crate) fn throttled(&self) -> bool {
         match self {
             ProbeFailure::ApiServer(e) | ProbeFailure::ShootList(e) => e.is_throttled(),
             _ => false,

@@ -91,7 +91,7 @@ pub(crate) struct FlowReport {
 
 impl FlowReport {
     /// Names of the targets whose replicas changed.
-    pub fn changed(&self) -> Vec<&str> {
+    pub(crate) fn changed(&self) -> Vec<&str> {
         self.targets
             .iter()
             .filter(|(_, o)| matches!(o, TargetOutcome::Scaled { .. }))

@@ -87,7 +87,7 @@ impl ShadowStates {
     /// looked yet), so that a shadow started in the middle of an outage does not take the
     /// acting watchdog's scale-down for one still to make, and a probe started later begins
     /// where the acting watchdog stands.
-    pub fn ours(&self, namespace: &str, acting_now: impl FnOnce() -> bool) -> VirtualState {
+    pub(crate) fn ours(&self, namespace: &str, acting_now: impl FnOnce() -> bool) -> VirtualState {
         let mut shoots = self.lock();
         let entry = shoots.entry(namespace.to_string()).or_default();
         if let Some(ours) = entry.ours {
@@ -134,7 +134,7 @@ impl ShadowStates {
 
     #[cfg(test)]
     /// Shoots with an entry.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 }
