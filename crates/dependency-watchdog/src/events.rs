@@ -815,9 +815,25 @@ impl Worker {
         }
         // client-go names events `<object>.<unix nanoseconds in hex>`.
         let name = format!("{}.{:x}", self.own_pod.name, now.as_nanosecond());
-        let event = CoreEvent {
+        let event = self.pod_event(name.clone(), queued, message, now);
+        api.create(&PostParams::default(), &event)
+            .await
+            .map_err(failed)?;
+        self.pod_series.insert(key, (name, 1, Instant::now()));
+        Ok(())
+    }
+
+    /// A new core/v1 Event `name` about the watchdog's own pod, counted once, for `queued`.
+    fn pod_event(
+        &self,
+        name: String,
+        queued: &Queued,
+        message: String,
+        now: Timestamp,
+    ) -> CoreEvent {
+        CoreEvent {
             metadata: ObjectMeta {
-                name: Some(name.clone()),
+                name: Some(name),
                 namespace: Some(self.own_pod.namespace.clone()),
                 ..ObjectMeta::default()
             },
@@ -848,12 +864,7 @@ impl Worker {
             reporting_component: Some(self.reporter.controller.clone()),
             reporting_instance: self.reporter.instance.clone(),
             ..CoreEvent::default()
-        };
-        api.create(&PostParams::default(), &event)
-            .await
-            .map_err(failed)?;
-        self.pod_series.insert(key, (name, 1, Instant::now()));
-        Ok(())
+        }
     }
 
     fn count(&self, outcome: EventOutcome) {

@@ -18,8 +18,8 @@ use dwd_core::scaling::FlowScope;
 use dwd_core::verdict::{Streak, VerdictMemory};
 use dwd_core::zone::ZoneRule;
 use dwd_core::{
-    DependentResourceInfo, Direction, Hysteresis, ProbeLifecycle, ProberConfig, ShootView, Verdict,
-    evaluate_leases, probe_lifecycle,
+    DependentResourceInfo, Direction, EffectiveProbeSettings, Hysteresis, ProbeLifecycle,
+    ProberConfig, ShootView, Verdict, evaluate_leases, probe_lifecycle,
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DynamicObject};
@@ -148,6 +148,60 @@ fn kube_err(action: String) -> impl FnOnce(kube::Error) -> Error {
 
 /// Evaluates shoot `namespace` now. Only reads.
 pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> Result<Explanation> {
+    let (probe, settings) = probe_of(seed, config, namespace).await?;
+    let mut out = Explanation {
+        namespace: namespace.to_string(),
+        probe,
+        api_server_probe: Step {
+            ok: false,
+            detail: String::new(),
+        },
+        lease_probe: None,
+        hysteresis: None,
+        flow: Vec::new(),
+    };
+    let Some(settings) = settings else {
+        out.api_server_probe.detail = "skipped: no probe runs for this shoot".into();
+        return Ok(out);
+    };
+    let shoot = match shoot_client(seed, config, namespace).await {
+        Ok(client) => client,
+        Err(detail) => {
+            out.api_server_probe.detail = detail;
+            return Ok(out);
+        }
+    };
+    out.api_server_probe = api_server_probe(&shoot, config).await;
+    if !out.api_server_probe.ok {
+        return Ok(out);
+    }
+    let shoot = Shoot {
+        client: &shoot,
+        namespace,
+        settings: &settings,
+    };
+    let report = lease_probe(seed, config, &shoot, &mut out).await?;
+    // The verdict as a probe's first run on this finding would reach it: explain keeps no
+    // streak, so it says how many such runs in a row the hysteresis needs.
+    let fresh = VerdictMemory {
+        hysteresis: Hysteresis::from_config(config),
+        disrupted_zones: Default::default(),
+    };
+    let (verdict, _) = dwd_core::verdict::verdict(&report, &fresh);
+    if let (Some(flow), Streak::Counted { needed, .. }) = (verdict.asked, verdict.streak) {
+        out.hysteresis = Some(hysteresis_line(flow.dir, needed));
+        out.flow = explain_flow(seed, config, namespace, flow.dir, flow.scope).await?;
+    }
+    Ok(out)
+}
+
+/// Whether the prober runs a probe for the shoot of `namespace` (its Cluster read now), in
+/// words, and with which settings.
+async fn probe_of(
+    seed: &Client,
+    config: &ProberConfig,
+    namespace: &str,
+) -> Result<(String, Option<EffectiveProbeSettings>)> {
     let clusters: Api<DynamicObject> =
         Api::all_with(seed.clone(), &ApiResource::from_gvk(&cluster_gvk()));
     let cluster = clusters
@@ -168,8 +222,7 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
             )
         }
     };
-    let lifecycle = probe_lifecycle(view.as_ref(), config);
-    let (probe, settings) = match lifecycle {
+    Ok(match probe_lifecycle(view.as_ref(), config) {
         ProbeLifecycle::Run(settings) => (
             format!(
                 "runs (grace period {:?}, pools {:?})",
@@ -179,64 +232,48 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
         ),
         ProbeLifecycle::Remove(reason) => (format!("none: {reason}"), None),
         ProbeLifecycle::NotYet(reason) => (format!("not started yet: {reason}"), None),
-    };
-    let mut out = Explanation {
-        namespace: namespace.to_string(),
-        probe,
-        api_server_probe: Step {
-            ok: false,
-            detail: String::new(),
-        },
-        lease_probe: None,
-        hysteresis: None,
-        flow: Vec::new(),
-    };
-    let Some(settings) = settings else {
-        out.api_server_probe.detail = "skipped: no probe runs for this shoot".into();
-        return Ok(out);
-    };
+    })
+}
 
-    let shoot = match shoot_client(seed, config, namespace).await {
-        Ok(client) => client,
-        Err(detail) => {
-            out.api_server_probe.detail = detail;
-            return Ok(out);
-        }
-    };
-    match tokio::time::timeout(config.probe_timeout, shoot.apiserver_version()).await {
+/// The API-server probe (`GET /version` within `probeTimeout`).
+async fn api_server_probe(shoot: &Client, config: &ProberConfig) -> Step {
+    let detail = match tokio::time::timeout(config.probe_timeout, shoot.apiserver_version()).await {
         Ok(Ok(v)) => {
-            out.api_server_probe = Step {
+            return Step {
                 ok: true,
                 detail: format!("reachable, {}", v.git_version),
-            }
+            };
         }
-        Ok(Err(e)) => {
-            out.api_server_probe.detail =
-                format!("GET /version failed: {e}; no lease probe, no scaling");
-            return Ok(out);
-        }
-        Err(_) => {
-            out.api_server_probe.detail = format!(
-                "GET /version timed out after {:?}; no lease probe, no scaling",
-                config.probe_timeout
-            );
-            return Ok(out);
-        }
-    }
+        Ok(Err(e)) => format!("GET /version failed: {e}; no lease probe, no scaling"),
+        Err(_) => format!(
+            "GET /version timed out after {:?}; no lease probe, no scaling",
+            config.probe_timeout
+        ),
+    };
+    Step { ok: false, detail }
+}
 
-    // Read as the probe reads: consistent, paginated, bounded.
-    let nodes = list_with_timeout(
-        view::shoot_nodes(&shoot),
-        config.probe_timeout,
-        "listing nodes",
-    )
-    .await?;
-    let leases = list_with_timeout(
-        view::shoot_node_leases(&shoot),
-        config.probe_timeout,
-        "listing node leases",
-    )
-    .await?;
+/// The shoot a lease probe reads.
+struct Shoot<'a> {
+    client: &'a Client,
+    namespace: &'a str,
+    settings: &'a EffectiveProbeSettings,
+}
+
+/// The lease probe, read as the probe reads (consistent, paginated, bounded): its finding,
+/// summarised into `out`.
+async fn lease_probe(
+    seed: &Client,
+    config: &ProberConfig,
+    shoot: &Shoot<'_>,
+    out: &mut Explanation,
+) -> Result<LeaseReport> {
+    let timeout = config.probe_timeout;
+    let nodes = list_with_timeout(view::shoot_nodes(shoot.client), timeout, "listing nodes");
+    let nodes = nodes.await?;
+    let leases = view::shoot_node_leases(shoot.client);
+    let leases = list_with_timeout(leases, timeout, "listing node leases").await?;
+    let namespace = shoot.namespace;
     let machines = view::seed_machines(seed, namespace)
         .await
         .map_err(kube_err(format!("listing Machines in {namespace}")))?;
@@ -246,29 +283,14 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
         &nodes,
         &machines,
         &leases,
-        &settings,
+        shoot.settings,
         config.node_lease_failure_fraction,
         &zone_rule,
         now,
     );
-    out.lease_probe = Some(summarize(
-        &report,
-        &zone_rule,
-        settings.node_monitor_grace,
-        now,
-    ));
-    // The verdict as a probe's first run on this finding would reach it: explain keeps no
-    // streak, so it says how many such runs in a row the hysteresis needs.
-    let fresh = VerdictMemory {
-        hysteresis: Hysteresis::from_config(config),
-        disrupted_zones: Default::default(),
-    };
-    let (verdict, _) = dwd_core::verdict::verdict(&report, &fresh);
-    if let (Some(flow), Streak::Counted { needed, .. }) = (verdict.asked, verdict.streak) {
-        out.hysteresis = Some(hysteresis_line(flow.dir, needed));
-        out.flow = explain_flow(seed, config, namespace, flow.dir, flow.scope).await?;
-    }
-    Ok(out)
+    let grace = shoot.settings.node_monitor_grace;
+    out.lease_probe = Some(summarize(&report, &zone_rule, grace, now));
+    Ok(report)
 }
 
 /// How the hysteresis counts a decision in `dir` that needs `needed` runs in a row.
@@ -448,6 +470,40 @@ async fn seen_in_seed(seed: &Client, namespace: &str, info: &DependentResourceIn
     }
 }
 
+impl LeaseSummary {
+    /// The zones section of the text output (nothing when no node is in a zone).
+    fn write_zones(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.zones.is_empty() {
+            return Ok(());
+        }
+        let protection = if self.zonal_protection {
+            "zonal protection on"
+        } else {
+            "zonal protection not configured: reported only"
+        };
+        writeln!(
+            f,
+            "  zones (disrupted at {:.2} with at least {} candidates; {protection}):",
+            self.zone_threshold, self.min_candidates_per_zone
+        )?;
+        for z in &self.zones {
+            let state = if z.disrupted {
+                "DISRUPTED"
+            } else if z.too_small {
+                "too few candidates to judge"
+            } else {
+                "ok"
+            };
+            writeln!(
+                f,
+                "    {:<24} {}/{} expired, fraction {:.2}: {state}",
+                z.zone, z.expired, z.candidates, z.fraction
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl std::fmt::Display for Explanation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "shoot {}", self.namespace)?;
@@ -494,32 +550,7 @@ impl std::fmt::Display for Explanation {
             "  candidates {}, expired {}, fraction {} vs threshold {:.2}",
             lp.candidates, lp.expired, fraction, lp.threshold
         )?;
-        if !lp.zones.is_empty() {
-            let protection = if lp.zonal_protection {
-                "zonal protection on"
-            } else {
-                "zonal protection not configured: reported only"
-            };
-            writeln!(
-                f,
-                "  zones (disrupted at {:.2} with at least {} candidates; {protection}):",
-                lp.zone_threshold, lp.min_candidates_per_zone
-            )?;
-            for z in &lp.zones {
-                let state = if z.disrupted {
-                    "DISRUPTED"
-                } else if z.too_small {
-                    "too few candidates to judge"
-                } else {
-                    "ok"
-                };
-                writeln!(
-                    f,
-                    "    {:<24} {}/{} expired, fraction {:.2}: {state}",
-                    z.zone, z.expired, z.candidates, z.fraction
-                )?;
-            }
-        }
+        lp.write_zones(f)?;
         writeln!(f, "  verdict:          {}", lp.summary)?;
         if let Some(hysteresis) = &self.hysteresis {
             writeln!(f, "  hysteresis:       {hysteresis}")?;
