@@ -8,16 +8,16 @@ use std::fmt::Write as _;
 use crate::svg::{self, escape};
 
 /// Raw samples by metric name, in seconds.
-pub type Dists = BTreeMap<String, Vec<f64>>;
+pub(crate) type Dists = BTreeMap<String, Vec<f64>>;
 
 /// Probe lateness: gap between consecutive probes minus the interval.
-pub const PROBE_LATENESS: &str = "probe lateness";
+pub(crate) const PROBE_LATENESS: &str = "probe lateness";
 /// Outage: threshold crossing → target at 0.
-pub const SCALE_DOWN: &str = "crossing → target 0";
+pub(crate) const SCALE_DOWN: &str = "crossing → target 0";
 /// Outage: recovery → target restored.
-pub const RESTORE: &str = "recovery → target restored";
+pub(crate) const RESTORE: &str = "recovery → target restored";
 /// Weeder storm: slice ready → crash-looping pod deleted.
-pub const WEEDER_DELETION: &str = "slice ready → pod deleted";
+pub(crate) const WEEDER_DELETION: &str = "slice ready → pod deleted";
 
 /// Panel order (metrics not measured in the run are left out).
 const ORDER: [&str; 4] = [PROBE_LATENESS, SCALE_DOWN, RESTORE, WEEDER_DELETION];
@@ -75,7 +75,7 @@ fn grid_line(
 
 /// Renders `runs` (label, samples by metric) as an SVG document; `None` when no run has any
 /// sample to draw.
-pub fn render(title: &str, runs: &[(String, &Dists)]) -> Option<String> {
+pub(crate) fn render(title: &str, runs: &[(String, &Dists)]) -> Option<String> {
     // Pool rounds: label → metric → samples.
     let mut labels: Vec<String> = Vec::new();
     let mut pooled: BTreeMap<&str, BTreeMap<String, Vec<f64>>> = BTreeMap::new();

@@ -52,18 +52,18 @@ const FAT_CREATE_CONCURRENCY: usize = 8;
 const CREATE_ATTEMPTS: usize = 6;
 
 /// How much later than the config's `probeTimeout` the slow shoots answer.
-pub const SLOW_MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const SLOW_MARGIN: Duration = Duration::from_secs(5);
 
 /// Slow shoots' seed objects created at once during setup (namespace, secret, Cluster each).
 const SLOW_CREATE_CONCURRENCY: usize = 24;
 
 /// With `--outage-normal`: probe intervals of the measured window before the normal shoots'
 /// kubelets go silent (they are probed next to the hostile ones for that long first).
-pub const OUTAGE_LEAD_INTERVALS: u32 = 3;
+pub(crate) const OUTAGE_LEAD_INTERVALS: u32 = 3;
 
 /// What the hostile shoots hold.
 #[derive(Debug, Clone, Copy)]
-pub struct HostileShape {
+pub(crate) struct HostileShape {
     /// Plain small leases of `hostile-many`.
     pub many_leases: usize,
     /// Fat leases of `hostile-fat`.
@@ -81,7 +81,7 @@ pub struct HostileShape {
 }
 
 /// Namespace of slow shoot `i`: project `tarpit`, apart from the normal shoots' `bench`.
-pub fn slow_namespace(i: usize) -> String {
+pub(crate) fn slow_namespace(i: usize) -> String {
     format!("shoot--tarpit--n{i:04}")
 }
 
@@ -89,7 +89,7 @@ pub fn slow_namespace(i: usize) -> String {
 const SLOW_PREFIX: &str = "shoot--tarpit--";
 
 /// The shoots behind fake apiservers: the slow ones and the amplification shoot.
-pub struct Fakes {
+pub(crate) struct Fakes {
     /// The slow shoots' server, if there are slow shoots.
     pub tarpit: Option<crate::fake_shoots::Tarpit>,
     /// How many slow shoots point at it.
@@ -113,7 +113,7 @@ const AMPLIFIER_TARGETS: [(&str, i32); 3] = dwd_sim::seed::DEFAULT_DEPLOYMENTS;
 /// show). `kubeconfig` is any kubeconfig of the
 /// environment served at `server` (its CA and a client certificate); each fake shoot's is
 /// that one pointed at its server.
-pub async fn build_fakes(
+pub(crate) async fn build_fakes(
     env: &TestEnv,
     seed_client: &kube::Client,
     shape: HostileShape,
@@ -209,7 +209,7 @@ pub async fn build_fakes(
 
 /// One hostile shoot: its own apiserver, a simulated shoot with a few healthy nodes, and a
 /// tenant's filler leases.
-pub struct HostileShoot {
+pub(crate) struct HostileShoot {
     /// `many` or `fat`.
     pub kind: &'static str,
     /// Namespace in the seed (and Cluster name).
@@ -229,13 +229,13 @@ pub struct HostileShoot {
 }
 
 /// Namespace of hostile shoot `kind`.
-pub fn namespace(kind: &str) -> String {
+pub(crate) fn namespace(kind: &str) -> String {
     format!("shoot--bench--hostile-{kind}")
 }
 
 /// Starts the two hostile shoots' apiservers, creates the shoots and fills their
 /// `kube-node-lease` namespaces, printing progress to stderr.
-pub async fn build(
+pub(crate) async fn build(
     env: &TestEnv,
     seed_client: &kube::Client,
     shape: HostileShape,
@@ -382,7 +382,7 @@ async fn fill(client: &kube::Client, kind: &str, count: usize, bytes: usize) -> 
 
 /// How the watchdog's run ended.
 #[derive(Debug, Clone)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// It ran for the whole time.
     Completed,
     /// Its RSS passed the limit; the bench stopped it.
@@ -403,12 +403,12 @@ pub enum Ended {
 
 impl Ended {
     /// Whether the process still runs.
-    pub fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         matches!(self, Ended::Completed)
     }
 
     /// The `ended` object of the result.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         match self {
             Ended::Completed => json!({"how": "ran the whole time"}),
             Ended::KilledAtLimit { at, rss } => json!({
@@ -424,7 +424,7 @@ impl Ended {
 
 /// Lets the watchdog run for `d`, reading its RSS every 250 ms: past `limit` bytes it is
 /// stopped (a balloon is a finding, not a reason to take the shared machine down).
-pub async fn watch(watchdog: &mut Watchdog, d: Duration, limit: u64) -> Result<Ended> {
+pub(crate) async fn watch(watchdog: &mut Watchdog, d: Duration, limit: u64) -> Result<Ended> {
     let pid = watchdog.pid()?;
     let end = tokio::time::Instant::now() + d;
     while tokio::time::Instant::now() < end {
@@ -447,7 +447,7 @@ pub async fn watch(watchdog: &mut Watchdog, d: Duration, limit: u64) -> Result<E
 }
 
 /// The watchdog's own `/metrics` text (any binary serving Prometheus text there), or `None`.
-pub async fn scrape_watchdog(addr: SocketAddr) -> Option<String> {
+pub(crate) async fn scrape_watchdog(addr: SocketAddr) -> Option<String> {
     match dwd_testenv::http::get(addr, "/metrics", Duration::from_secs(10)).await {
         Ok((200, body)) => Some(body),
         _ => None,
@@ -560,7 +560,7 @@ fn scaled_down(world: &World, since: DateTime<Utc>, namespaces: &[String]) -> Ve
 }
 
 /// What the run measured besides the common prober numbers.
-pub struct Observed<'a> {
+pub(crate) struct Observed<'a> {
     /// When the watchdog was started.
     pub started: DateTime<Utc>,
     /// The measured window (after warm-up).
@@ -581,7 +581,7 @@ pub struct Observed<'a> {
 }
 
 /// The `hostile` object of a run's result.
-pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
+pub(crate) fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
     let interval = cli.probe_interval.as_secs_f64();
     // The next run starts interval × (1 + rand·jitter) after the previous one ended: a gap
     // up to that (plus the run itself) is on schedule; one of 2 × interval or more means a run
@@ -852,13 +852,13 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
 
 /// Peak RSS the hostile run must stay under (issue 24): half of the 512 MiB limit Gardener
 /// sets on the prober, whatever the tenants do.
-pub const PEAK_RSS_BOUND_MIB: f64 = 256.0;
+pub(crate) const PEAK_RSS_BOUND_MIB: f64 = 256.0;
 
 /// Issue 24's verdict on a hostile run's result `r` (the common analysis with its `hostile`
 /// object): peak RSS within [`PEAK_RSS_BOUND_MIB`], the normal shoots' probe lateness p99
 /// within `probeInterval × jitter + 2 s`, and no target of any shoot scaled to 0 (nothing in
 /// this world should scale), with the process running to the end.
-pub fn done_when(cli: &Cli, r: &Value, ended: &Ended) -> Value {
+pub(crate) fn done_when(cli: &Cli, r: &Value, ended: &Ended) -> Value {
     let peak_mib = r["process"]["peak_rss_bytes"]
         .as_f64()
         .unwrap_or(f64::INFINITY)
@@ -894,7 +894,7 @@ pub fn done_when(cli: &Cli, r: &Value, ended: &Ended) -> Value {
 }
 
 /// Rows of the summary table.
-pub fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
+pub(crate) fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
     // How many shoots a `scaled_down` list names.
     let scaled = |v: &Value| v.as_array().map_or(0, Vec::len);
     if !h.is_object() {

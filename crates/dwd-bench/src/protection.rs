@@ -42,15 +42,15 @@ use crate::storm::Restore;
 
 /// The memory budget's prompt limit caps at this (`memory_budget::PROMPT_WITHIN` of the
 /// watchdog: a prompt shoot answers well within it).
-pub const PROMPT_WITHIN: Duration = Duration::from_secs(5);
+pub(crate) const PROMPT_WITHIN: Duration = Duration::from_secs(5);
 
 /// `F`: a run is prompt if it ends within half its `probeTimeout`, at most [`PROMPT_WITHIN`].
-pub fn prompt_limit(probe_timeout: Duration) -> Duration {
+pub(crate) fn prompt_limit(probe_timeout: Duration) -> Duration {
     (probe_timeout / 2).min(PROMPT_WITHIN)
 }
 
 /// How long a whole flow waits in `initialDelay`s: each level waits for its longest.
-pub fn level_delays(config: &ProberConfig, down: bool) -> Duration {
+pub(crate) fn level_delays(config: &ProberConfig, down: bool) -> Duration {
     let mut by_level: BTreeMap<u32, Duration> = BTreeMap::new();
     for i in &config.dependent_resource_infos {
         let info = if down { &i.scale_down } else { &i.scale_up };
@@ -62,7 +62,7 @@ pub fn level_delays(config: &ProberConfig, down: bool) -> Duration {
 
 /// The bound's terms.
 #[derive(Debug, Clone)]
-pub struct Terms {
+pub(crate) struct Terms {
     /// `probeInterval`, seconds.
     pub interval_s: f64,
     /// `backoffJitterFactor`.
@@ -83,7 +83,7 @@ pub struct Terms {
 
 impl Terms {
     /// The terms for `affected` shoots under `config`, with the seed's `qps`.
-    pub fn new(config: &ProberConfig, affected: usize, qps: f64) -> Terms {
+    pub(crate) fn new(config: &ProberConfig, affected: usize, qps: f64) -> Terms {
         let targets = config.dependent_resource_infos.len();
         Terms {
             interval_s: config.probe_interval.as_secs_f64(),
@@ -103,19 +103,19 @@ impl Terms {
     }
 
     /// Crossing → every target of the shoot at 0, seconds.
-    pub fn scale_down_s(&self) -> f64 {
+    pub(crate) fn scale_down_s(&self) -> f64 {
         self.run_s() + self.down_writes as f64 / self.qps + self.down_delays_s
     }
 
     /// Recovery → every target of the shoot back, seconds.
-    pub fn restore_s(&self) -> f64 {
+    pub(crate) fn restore_s(&self) -> f64 {
         self.run_s() + self.up_writes as f64 / self.qps + self.up_delays_s
     }
 }
 
 /// One affected shoot's outage.
 #[derive(Debug, Clone)]
-pub struct ShootOutage {
+pub(crate) struct ShootOutage {
     /// Its namespace.
     pub namespace: String,
     /// Each target: crossing → its first 0 after the silence, seconds (`None`: it never went
@@ -130,7 +130,7 @@ const NAMED: usize = 20;
 
 /// The `protection` object: per shoot, crossing → each target 0 and recovery → restored,
 /// judged against the bound.
-pub fn judge(terms: &Terms, shoots: &[ShootOutage]) -> Value {
+pub(crate) fn judge(terms: &Terms, shoots: &[ShootOutage]) -> Value {
     let down_bound = terms.scale_down_s();
     let up_bound = terms.restore_s();
     let mut by_target: BTreeMap<&str, Vec<f64>> = BTreeMap::new();

@@ -24,7 +24,7 @@ fn mib(v: &Value) -> String {
 }
 
 /// One row per entry of the JSON object `map`, its key after `prefix`.
-pub fn counts(rows: &mut Vec<(String, String)>, prefix: &str, map: &Value) {
+pub(crate) fn counts(rows: &mut Vec<(String, String)>, prefix: &str, map: &Value) {
     if let Some(map) = map.as_object() {
         for (k, v) in map {
             rows.push((format!("{prefix}{k}"), v.to_string()));
@@ -54,7 +54,7 @@ fn gardener_changes(r: &Value) -> String {
 }
 
 /// Two-column table of the headline numbers.
-pub fn table(r: &Value) -> String {
+pub(crate) fn table(r: &Value) -> String {
     let mut rows: Vec<(String, String)> = vec![
         (
             "binary".into(),
@@ -139,7 +139,7 @@ pub fn table(r: &Value) -> String {
 }
 
 /// `scenario / N×M / K`, or `WeederStorm / n namespaces`.
-pub fn shape(r: &Value) -> String {
+pub(crate) fn shape(r: &Value) -> String {
     let scenario = r["scenario"].as_str().unwrap_or_default();
     if let Some(n) = r["shape"]["namespaces"].as_u64() {
         return format!("{scenario} / {n} namespaces");

@@ -12,7 +12,7 @@ use crate::setup::{self, Shape};
 use crate::{Cli, Scenario, Subject, chart, compare, gardener, report, reset, scenario, weeder};
 
 /// Runs the benchmark and prints/writes the results.
-pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
+pub(crate) async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
     let storm = cli.scenario == Scenario::WeederStorm;
     // Say what the binaries will run before the (long) setup: Gardener's config, and what the
     // command line changed in it.

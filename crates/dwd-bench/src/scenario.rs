@@ -34,7 +34,7 @@ const WRITES_PER_TARGET: f64 = 2.0;
 /// targets, levels, delays, threshold, timeouts), with the intervals of the command line
 /// (`--probe-interval`, `--initial-delay`, `--kcm-grace`, `--jitter`, `--scale-up-delay`)
 /// where they differ from Gardener's.
-pub fn prober_config(cli: &Cli) -> Result<Derived<ProberConfig>> {
+pub(crate) fn prober_config(cli: &Cli) -> Result<Derived<ProberConfig>> {
     gardener::prober(&ProberChanges {
         probe_interval: Some(cli.probe_interval),
         initial_delay: Some(cli.initial_delay),
@@ -59,7 +59,7 @@ fn scale_up_delays(config: &ProberConfig) -> Duration {
 }
 
 /// The watchdog subprocess; killed when dropped (and by the kernel if the bench dies).
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     /// The process.
     pub process: ManagedProcess,
     log: std::path::PathBuf,
@@ -74,7 +74,7 @@ pub struct Watchdog {
 
 impl Watchdog {
     /// Starts `bin args…`, its output appended to `log`.
-    pub fn spawn(bin: &Path, args: &[String], log: std::path::PathBuf) -> Result<Watchdog> {
+    pub(crate) fn spawn(bin: &Path, args: &[String], log: std::path::PathBuf) -> Result<Watchdog> {
         let process = ManagedProcess::spawn("watchdog", bin, args, &log)
             .with_context(|| format!("start {}", bin.display()))?;
         Ok(Watchdog {
@@ -103,7 +103,7 @@ impl Watchdog {
     }
 
     /// Pid of the running process.
-    pub fn pid(&self) -> Result<u32> {
+    pub(crate) fn pid(&self) -> Result<u32> {
         self.process
             .pid()
             .context("watchdog process has no pid (already stopped)")
@@ -111,7 +111,7 @@ impl Watchdog {
 
     /// Fails with the log's tail when the process has exited; with an [`Self::rss_limit`],
     /// stops it (and fails) once its RSS passes the limit.
-    pub fn check_alive(&mut self) -> Result<()> {
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
         if self.process.has_exited() {
             bail!(
                 "the watchdog exited; log {}:\n{}",
@@ -137,7 +137,7 @@ impl Watchdog {
 /// debug, and a storm at debug is mostly log writing (ours wrote 544 MB in 12 minutes, a line
 /// per node per run), load no seed carries. Leader election, gardenlet's other flag, is left
 /// out: rounds share one seed, and each would first wait out the previous binary's Lease.
-pub fn reference_args(
+pub(crate) fn reference_args(
     cli: &Cli,
     world: &World,
     component: &str,
@@ -163,7 +163,7 @@ pub fn reference_args(
 }
 
 /// Free loopback addresses for the watchdog's metrics and health endpoints.
-pub fn bind_addrs() -> Result<(SocketAddr, SocketAddr)> {
+pub(crate) fn bind_addrs() -> Result<(SocketAddr, SocketAddr)> {
     Ok((
         SocketAddr::from((Ipv4Addr::LOCALHOST, dwd_testenv::free_port()?)),
         SocketAddr::from((Ipv4Addr::LOCALHOST, dwd_testenv::free_port()?)),
@@ -171,7 +171,7 @@ pub fn bind_addrs() -> Result<(SocketAddr, SocketAddr)> {
 }
 
 /// `watchdog-<run>-<label>.log` in the run directory: one log per run, kept for a look.
-pub fn log_path(world: &World, subject: &Subject, run: usize) -> std::path::PathBuf {
+pub(crate) fn log_path(world: &World, subject: &Subject, run: usize) -> std::path::PathBuf {
     let safe: String = subject
         .label
         .chars()
@@ -188,7 +188,7 @@ pub fn log_path(world: &World, subject: &Subject, run: usize) -> std::path::Path
 
 /// Sleeps `d`, checking every few seconds that the watchdog is still alive (four times a
 /// second with an RSS limit).
-pub async fn sleep_watching(watchdog: &mut Watchdog, d: Duration) -> Result<()> {
+pub(crate) async fn sleep_watching(watchdog: &mut Watchdog, d: Duration) -> Result<()> {
     let end = tokio::time::Instant::now() + d;
     let tick = if watchdog.rss_limit.is_some() {
         Duration::from_millis(250)
@@ -345,7 +345,7 @@ struct OutageRecord {
 }
 
 /// What one run produced: the JSON result and the raw latency samples for the chart.
-pub struct RunOutput {
+pub(crate) struct RunOutput {
     /// The run's result (what `--output` holds in single-binary mode).
     pub json: Value,
     /// Raw latency samples by metric, for the chart.
@@ -355,7 +355,7 @@ pub struct RunOutput {
 /// Runs one prober binary on `world`: start it, warm up, play the scenario, stop it, and
 /// read the measurements back. Leaves the world as the scenario left it (see
 /// [`crate::reset`] for getting back to steady state).
-pub async fn run_once(
+pub(crate) async fn run_once(
     cli: &Cli,
     subject: &Subject,
     world: &World,
@@ -544,14 +544,14 @@ async fn run_hostile(
 }
 
 /// Response-size counters of the seed and every reachable shoot apiserver at one moment.
-pub struct WindowSizes {
+pub(crate) struct WindowSizes {
     seed: Option<metrics::Snapshot>,
     shoots: Vec<Option<metrics::Snapshot>>,
 }
 
 impl WindowSizes {
     /// Reads every apiserver's `/metrics`; a stopped apiserver reads as `None`.
-    pub async fn scrape(world: &World) -> WindowSizes {
+    pub(crate) async fn scrape(world: &World) -> WindowSizes {
         let seed = metrics::scrape(&world.seed_client).await.ok();
         let mut shoots = Vec::with_capacity(world.shoot_clients.len());
         for (j, client) in world.shoot_clients.iter().enumerate() {
@@ -566,7 +566,7 @@ impl WindowSizes {
 
     /// The window's deltas: the seed's, the shoot apiservers' summed, and which shoot
     /// apiservers could not be read at both ends.
-    pub fn delta(&self, to: &WindowSizes) -> SizeDeltas {
+    pub(crate) fn delta(&self, to: &WindowSizes) -> SizeDeltas {
         let seed = match (&self.seed, &to.seed) {
             (Some(a), Some(b)) => Some(metrics::delta(a, b)),
             _ => None,
@@ -588,7 +588,7 @@ impl WindowSizes {
 }
 
 /// Response-size deltas over the measured window.
-pub struct SizeDeltas {
+pub(crate) struct SizeDeltas {
     /// The seed's (`None`: not readable).
     pub seed: Option<metrics::Snapshot>,
     /// All readable shoot apiservers', summed.
@@ -598,14 +598,14 @@ pub struct SizeDeltas {
 }
 
 /// The end of a measured window, read while the watchdog still runs.
-pub struct WindowEnd {
+pub(crate) struct WindowEnd {
     at: DateTime<Utc>,
     sizes: SizeDeltas,
 }
 
 impl WindowEnd {
     /// Now, and the response sizes' growth since `sizes_from` (the window's start).
-    pub async fn now(world: &World, sizes_from: &WindowSizes) -> WindowEnd {
+    pub(crate) async fn now(world: &World, sizes_from: &WindowSizes) -> WindowEnd {
         let at = Utc::now();
         let sizes_to = WindowSizes::scrape(world).await;
         WindowEnd {
@@ -617,7 +617,7 @@ impl WindowEnd {
 
 /// Stops the watchdog after its measured window (`window_from` to `end`) and hands the run's
 /// measurements over once the apiservers' audit logs hold everything it did.
-pub async fn stop_watchdog(
+pub(crate) async fn stop_watchdog(
     watchdog: &mut Watchdog,
     sampler: procstat::Sampler,
     started: DateTime<Utc>,
@@ -638,7 +638,7 @@ pub async fn stop_watchdog(
 }
 
 /// What a run measured, handed to the analysis in one piece.
-pub struct Measured {
+pub(crate) struct Measured {
     /// When the watchdog was started.
     pub started: DateTime<Utc>,
     /// Start of the measured window (after warm-up).
@@ -665,14 +665,14 @@ async fn non_resource_sizes(client: &kube::Client, paths: &[String]) -> BTreeMap
 /// The watchdog's seed requests: everything from its start to the end of the run
 /// (`ResponseComplete` events; long watches are logged when they end, stamped with their
 /// start). Shared by the prober and the weeder analysis.
-pub fn seed_requests(world: &World, started: DateTime<Utc>) -> Result<Vec<audit::Request>> {
+pub(crate) fn seed_requests(world: &World, started: DateTime<Utc>) -> Result<Vec<audit::Request>> {
     audit::read(&world.seed.audit_log_path(), started, |u| {
         u == WATCHDOG_USER
     })
 }
 
 /// `{key: count per minute}` over a window of `window_secs`.
-pub fn per_minute(counts: BTreeMap<String, u64>, window_secs: f64) -> Value {
+pub(crate) fn per_minute(counts: BTreeMap<String, u64>, window_secs: f64) -> Value {
     counts
         .into_iter()
         .map(|(k, v)| {
@@ -687,7 +687,7 @@ pub fn per_minute(counts: BTreeMap<String, u64>, window_secs: f64) -> Value {
 
 /// The `seed_requests` object and the seed part of `response_bytes`, shared by both kinds of
 /// run. Requests at or after `window_to` belong to the next run and are left out.
-pub async fn seed_json(world: &World, m: &Measured) -> Result<(Value, Value)> {
+pub(crate) async fn seed_json(world: &World, m: &Measured) -> Result<(Value, Value)> {
     let window_secs = secs(m.window_from, m.window_to).max(1e-3);
     let requests = seed_requests(world, m.started)?;
     let window: Vec<&audit::Request> = requests
@@ -920,7 +920,7 @@ async fn run_outage(
 }
 
 /// Seconds from `a` to `b` (negative when `b` is earlier).
-pub fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
+pub(crate) fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
     (b - a).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6
 }
 

@@ -28,7 +28,7 @@ use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
 /// User of the watchdog's seed kubeconfig: its seed requests are told apart by this name.
-pub const WATCHDOG_USER: &str = "dependency-watchdog";
+pub(crate) const WATCHDOG_USER: &str = "dependency-watchdog";
 
 /// Lease writes in flight at once across all shoots, at least: bounds the burst a small shape
 /// sends, so the watchdog, not the kubelets, is what the machine spends its cores on.
@@ -53,11 +53,11 @@ fn renew_permits(shoots: usize, nodes: usize, renew_interval: Duration) -> usize
 }
 
 /// Shoots created at once during setup (each one already keeps 16 writes in flight).
-pub const SETUP_CONCURRENCY: usize = 4;
+pub(crate) const SETUP_CONCURRENCY: usize = 4;
 
 /// The world's shape.
 #[derive(Debug, Clone, Copy)]
-pub struct Shape {
+pub(crate) struct Shape {
     /// N: shoots.
     pub shoots: usize,
     /// M: nodes per shoot.
@@ -81,7 +81,7 @@ pub struct Shape {
 }
 
 /// One shoot of the benchmark.
-pub struct BenchShoot {
+pub(crate) struct BenchShoot {
     /// Index i (user `shoot-<i>`).
     pub index: usize,
     /// The simulated shoot.
@@ -92,32 +92,32 @@ pub struct BenchShoot {
 
 impl BenchShoot {
     /// The client-certificate user its probe secret carries.
-    pub fn user(&self) -> String {
+    pub(crate) fn user(&self) -> String {
         shoot_user(self.index)
     }
 }
 
 /// User name of shoot `i`.
-pub fn shoot_user(i: usize) -> String {
+pub(crate) fn shoot_user(i: usize) -> String {
     format!("shoot-{i}")
 }
 
 /// Namespace (and Cluster name) of shoot `i`; `shoot--<project>--<name>` like Gardener's.
-pub fn shoot_namespace(i: usize) -> String {
+pub(crate) fn shoot_namespace(i: usize) -> String {
     format!("shoot--bench--s{i:04}")
 }
 
 /// `(namespace, deployment)` → every observed `spec.replicas` change, in order.
-pub type ReplicaLog = Arc<Mutex<HashMap<(String, String), Vec<(DateTime<Utc>, i32)>>>>;
+pub(crate) type ReplicaLog = Arc<Mutex<HashMap<(String, String), Vec<(DateTime<Utc>, i32)>>>>;
 
 /// Locks a mutex, recovering the data after a panic elsewhere (the log is always valid).
-pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Everything the benchmark runs against. Field order is drop order: background tasks
 /// (watch, status sim, kubelets) stop before the environment tears the apiservers down.
-pub struct World {
+pub(crate) struct World {
     /// Replica changes seen by the bench's own watch.
     pub replicas: ReplicaLog,
     _replica_watch: AbortOnDrop,
@@ -151,7 +151,7 @@ pub struct World {
 }
 
 /// Builds the world, printing progress to stderr.
-pub async fn build(shape: Shape) -> Result<World> {
+pub(crate) async fn build(shape: Shape) -> Result<World> {
     let started = Instant::now();
     eprintln!(
         "setup: starting etcd, a seed and {} shoot apiserver(s)…",

@@ -50,7 +50,7 @@ use crate::stats::Summary;
 
 /// One affected shoot's record of the storm.
 #[derive(Debug, Default)]
-pub struct ShootStorm {
+pub(crate) struct ShootStorm {
     /// The shoot's namespace.
     pub namespace: String,
     /// When fewer than the threshold's leases were expired again (`None`: never).
@@ -71,7 +71,7 @@ pub struct ShootStorm {
 
 /// One lease renewal of a simulated kubelet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Renewal {
+pub(crate) struct Renewal {
     /// The `renewTime` written (taken before the write was sent).
     pub at: DateTime<Utc>,
     /// When the apiserver acknowledged it: until then it served the renewal before.
@@ -152,13 +152,13 @@ impl ShootStorm {
 /// late: each is received before that run ends, and the next run starts at least
 /// 0.8 × the interval after that (ours, docs/behaviour.md §2.4; the reference waits the whole
 /// interval).
-pub fn sent_together(interval_s: f64) -> chrono::Duration {
+pub(crate) fn sent_together(interval_s: f64) -> chrono::Duration {
     chrono::Duration::milliseconds((interval_s * 500.0) as i64)
 }
 
 impl Renewal {
     /// A renewal that landed at its own time.
-    pub fn at_once(at: DateTime<Utc>) -> Renewal {
+    pub(crate) fn at_once(at: DateTime<Utc>) -> Renewal {
         Renewal { at, landed: at }
     }
 }
@@ -214,7 +214,7 @@ impl ShootStorm {
 
 /// The storm's frame and the bounds' terms.
 #[derive(Debug)]
-pub struct StormFrame {
+pub(crate) struct StormFrame {
     /// When every kubelet went silent.
     pub silenced_at: DateTime<Utc>,
     /// When they renewed again (`--outage-for` after the silence).
@@ -237,7 +237,7 @@ pub struct StormFrame {
 
 /// How a shoot came back after the outage.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Restore {
+pub(crate) enum Restore {
     /// No target of it went down after the silence.
     NotDown,
     /// A target that went down is still down (at the end of the storm's records).
@@ -259,7 +259,7 @@ impl ShootStorm {
     /// How the shoot came back: it is back when every target that went down after the
     /// silence is up again (its last replica change above 0), timed from its last recovery
     /// before that (a relapse was rightly scaled down again and recovered anew).
-    pub fn restore(&self, frame: &StormFrame) -> Restore {
+    pub(crate) fn restore(&self, frame: &StormFrame) -> Restore {
         let mut back: Option<DateTime<Utc>> = None;
         let mut still_down = false;
         let mut went_down = false;
@@ -334,7 +334,7 @@ fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
 }
 
 /// The storm's results (the `storm` object of the run's JSON).
-pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
+pub(crate) fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
     let interval = frame.interval_s;
     let max_interval = interval * (1.0 + frame.jitter.max(0.0));
     let lateness_bound = interval * frame.jitter.max(0.0) + 2.0;

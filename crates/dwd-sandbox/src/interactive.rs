@@ -268,7 +268,7 @@ async fn execute(sb: &Sandbox, line: &str) -> Result<Next> {
 }
 
 /// Prints the hints, then runs commands from stdin until `quit` or end of input.
-pub async fn run(sb: &Sandbox, dir: &std::path::Path) -> Result<()> {
+pub(crate) async fn run(sb: &Sandbox, dir: &std::path::Path) -> Result<()> {
     print_hints(sb, dir);
     let (tx, mut rx) = mpsc::channel::<String>(16);
     // A plain thread: a blocking read of stdin cannot be cancelled, and tokio's stdin would

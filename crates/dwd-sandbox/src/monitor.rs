@@ -39,15 +39,15 @@ use crate::journal::{Journal, MarkerKind, lock};
 use crate::metrics::{Scrape, scrape};
 
 /// The annotations the prober writes on a target it holds at 0 (the protocol's constants).
-pub use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+pub(crate) use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 /// Endpoints of the simulated etcd-main-client (Gardener runs etcd-main with 3 in HA).
-pub const ETCD_ENDPOINTS: usize = 3;
+pub(crate) const ETCD_ENDPOINTS: usize = 3;
 /// Endpoints of the simulated kube-apiserver service: one per kube-apiserver pod.
-pub const KUBE_APISERVER_ENDPOINTS: usize = crate::sandbox::KUBE_APISERVER_PODS;
+pub(crate) const KUBE_APISERVER_ENDPOINTS: usize = crate::sandbox::KUBE_APISERVER_PODS;
 
 /// One simulated control-plane pod as last seen.
 #[derive(Debug, Clone)]
-pub struct PodView {
+pub(crate) struct PodView {
     /// Label `role`.
     pub role: String,
     /// Whether a container waits in CrashLoopBackOff.
@@ -58,7 +58,7 @@ pub struct PodView {
 
 /// A replica change of one controller.
 #[derive(Debug, Clone)]
-pub struct ReplicaChange {
+pub(crate) struct ReplicaChange {
     /// Seconds since start.
     pub t: f64,
     /// Controller (Deployment) name.
@@ -69,7 +69,7 @@ pub struct ReplicaChange {
 
 /// One zone of a shoot (nodes labelled `topology.kubernetes.io/zone`).
 #[derive(Debug, Clone, Default)]
-pub struct ZoneView {
+pub(crate) struct ZoneView {
     /// Its nodes.
     pub nodes: Vec<String>,
     /// Last expired fraction the prober reported for it.
@@ -82,7 +82,7 @@ pub struct ZoneView {
 
 /// What the sandbox knows about one shoot.
 #[derive(Debug, Clone)]
-pub struct ShootView {
+pub(crate) struct ShootView {
     /// Short name (`alpha`).
     pub name: String,
     /// Shoot namespace in the seed.
@@ -143,7 +143,7 @@ pub struct ShootView {
 
 impl ShootView {
     /// A fresh view of a shoot.
-    pub fn new(name: &str, namespace: &str, nodes: usize, config: &SandboxConfig) -> Self {
+    pub(crate) fn new(name: &str, namespace: &str, nodes: usize, config: &SandboxConfig) -> Self {
         ShootView {
             name: name.into(),
             namespace: namespace.into(),
@@ -181,7 +181,7 @@ impl ShootView {
     }
 
     /// The same shoot with its nodes in zones (zone → node names).
-    pub fn with_zones(mut self, zones: &BTreeMap<String, Vec<String>>) -> Self {
+    pub(crate) fn with_zones(mut self, zones: &BTreeMap<String, Vec<String>>) -> Self {
         self.zones = zones
             .iter()
             .map(|(z, nodes)| {
@@ -199,7 +199,7 @@ impl ShootView {
 
     /// `eu-1a 1.00 ≥ 0.60 (disrupted), eu-1b 0.00, eu-1c 0.00` as the prober reported them;
     /// `None` for a shoot without zones.
-    pub fn zones_text(&self) -> Option<String> {
+    pub(crate) fn zones_text(&self) -> Option<String> {
         if self.zones.is_empty() {
             return None;
         }
@@ -221,7 +221,7 @@ impl ShootView {
     }
 
     /// `KCM 2 (ready 2), MCM 1 (ready 1), CA 1 (ready 1)`.
-    pub fn replicas_text(&self) -> String {
+    pub(crate) fn replicas_text(&self) -> String {
         self.controllers
             .iter()
             .map(|(c, short)| {
@@ -234,7 +234,7 @@ impl ShootView {
     }
 
     /// `4/5 leases expired, 0.80 ≥ 0.60` for a fraction the prober reported.
-    pub fn leases_text(&self, fraction: f64) -> String {
+    pub(crate) fn leases_text(&self, fraction: f64) -> String {
         let expired = (fraction * self.nodes as f64).round() as usize;
         let threshold = self.threshold;
         let cmp = if fraction >= threshold { "≥" } else { "<" };
@@ -245,7 +245,7 @@ impl ShootView {
     }
 
     /// Whether every controller is at `want` replicas (spec and ready).
-    pub fn controllers_at(&self, want: &[(&str, i32)]) -> bool {
+    pub(crate) fn controllers_at(&self, want: &[(&str, i32)]) -> bool {
         want.iter().all(|(c, n)| {
             self.replicas.get(*c) == Some(n)
                 && (if *n == 0 {
@@ -259,7 +259,7 @@ impl ShootView {
 
 /// What the sandbox knows, shared between the monitor tasks and the story.
 #[derive(Debug, Clone, Default)]
-pub struct View {
+pub(crate) struct View {
     /// Shoots in order.
     pub shoots: Vec<ShootView>,
     /// `dwd_weeder_active_weeders`.
@@ -274,12 +274,12 @@ pub struct View {
 
 impl View {
     /// The shoot with this short name.
-    pub fn shoot(&self, name: &str) -> Option<&ShootView> {
+    pub(crate) fn shoot(&self, name: &str) -> Option<&ShootView> {
         self.shoots.iter().find(|s| s.name == name)
     }
 
     /// The shoot with this short name, mutable.
-    pub fn shoot_mut(&mut self, name: &str) -> Option<&mut ShootView> {
+    pub(crate) fn shoot_mut(&mut self, name: &str) -> Option<&mut ShootView> {
         self.shoots.iter_mut().find(|s| s.name == name)
     }
 
@@ -289,12 +289,12 @@ impl View {
 }
 
 /// Shared handle on the view.
-pub type SharedView = Arc<Mutex<View>>;
+pub(crate) type SharedView = Arc<Mutex<View>>;
 
 /// Brings the view up to date with the watchdog's metrics and the shoots' leases, and
 /// narrates what changed. Refreshes are serialised: narration must follow the order in which
 /// things were observed, and a slow scrape must never be processed after a newer one.
-pub struct Refresher {
+pub(crate) struct Refresher {
     journal: Arc<Journal>,
     config: Arc<SandboxConfig>,
     view: SharedView,
@@ -307,7 +307,7 @@ pub struct Refresher {
 
 impl Refresher {
     /// Scrapes both watchdogs, reads the leases, updates the view and narrates.
-    pub async fn refresh(&self) {
+    pub(crate) async fn refresh(&self) {
         let _turn = self.serial.lock().await;
         let validity = self.config.lease_validity_seconds();
         let leases =
@@ -348,7 +348,7 @@ impl Refresher {
 }
 
 /// Starts every monitor task; they stop when the returned handles are dropped.
-pub fn start(
+pub(crate) fn start(
     journal: Arc<Journal>,
     config: Arc<SandboxConfig>,
     view: SharedView,
@@ -499,7 +499,7 @@ fn on_leases(
 }
 
 /// `4/5 expired (0.80 ≥ 0.60)`.
-pub fn fraction_text(expired: usize, candidates: usize, threshold: f64) -> String {
+pub(crate) fn fraction_text(expired: usize, candidates: usize, threshold: f64) -> String {
     let fraction = if candidates == 0 {
         0.0
     } else {

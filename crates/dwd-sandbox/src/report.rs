@@ -11,7 +11,7 @@ use crate::journal::{Marker, MarkerKind, Record, time_column};
 use crate::svg::{self, escape};
 
 /// What the report says besides the recorded data.
-pub struct ReportMeta {
+pub(crate) struct ReportMeta {
     /// `Ok(summary)` when the run did what it should, `Err(what went wrong)` otherwise.
     pub outcome: Result<String, String>,
     /// Mode (`story` or `interactive`).
@@ -563,7 +563,7 @@ fn chart_range(record: &Record) -> (f64, f64) {
 }
 
 /// Renders the whole report.
-pub fn render(record: &Record, meta: &ReportMeta) -> String {
+pub(crate) fn render(record: &Record, meta: &ReportMeta) -> String {
     let mut h = String::new();
     h.push_str(r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>dependency-watchdog sandbox report</title><style>
 body{font-family:sans-serif;margin:24px;color:#222;max-width:1160px}

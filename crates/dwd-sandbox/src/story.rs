@@ -48,7 +48,7 @@ const ZERO: [(&str, i32); 3] = [
 /// Polls `check` on the monitor's view every 100 ms until it returns `Ok`, showing a spinner
 /// with `what`; fails after `timeout` with what was expected and what was last seen, or as
 /// soon as a watchdog process dies.
-pub async fn wait_for<T>(
+pub(crate) async fn wait_for<T>(
     sb: &Sandbox,
     what: &str,
     timeout: Duration,
@@ -273,7 +273,7 @@ async fn wait_restored(sb: &Sandbox, name: &str, who: &str, timeout: Duration) -
 }
 
 /// Runs the story; returns its duration in seconds.
-pub async fn run(sb: &Sandbox) -> Result<f64> {
+pub(crate) async fn run(sb: &Sandbox) -> Result<f64> {
     let started = sb.journal.now();
     step1(sb).await.context("step 1/5 (all healthy)")?;
     step2(sb).await.context("step 2/5 (NAT outage in alpha)")?;
