@@ -208,13 +208,59 @@ fn render(what: &str, path: &str, changes: &[Change], map: Map<String, Value>) -
     Ok(out)
 }
 
+/// Every non-zero `scaleUp.initialDelay` of the prober's targets set to `d`, in the config
+/// text (`map`), in `expected` and, where it differs from Gardener's, in `done`. A zero delay
+/// (the first level's) stays zero.
+fn set_scale_up_delays(
+    map: &mut Map<String, Value>,
+    done: &mut Vec<Change>,
+    expected: &mut ProberConfig,
+    d: Duration,
+) -> Result<()> {
+    let infos = map
+        .get_mut("dependentResourceInfos")
+        .and_then(Value::as_array_mut)
+        .with_context(|| format!("{PROBER_FIXTURE_PATH}: no dependentResourceInfos list"))?;
+    for info in infos {
+        let name = info["ref"]["name"].as_str().unwrap_or("?").to_string();
+        let Some(delay) = info
+            .get_mut("scaleUp")
+            .and_then(|s| s.get_mut("initialDelay"))
+        else {
+            continue;
+        };
+        let gardener_delay = delay
+            .as_str()
+            .and_then(|s| parse_go_duration(s).ok())
+            .with_context(|| {
+                format!("{PROBER_FIXTURE_PATH}: {name} scaleUp.initialDelay is no duration")
+            })?;
+        if gardener_delay.is_zero() {
+            continue;
+        }
+        *delay = Value::String(format_go_duration(d));
+        if gardener_delay != d {
+            done.push(Change {
+                field: format!("{name} scaleUp.initialDelay"),
+                gardener: format_go_duration(gardener_delay),
+                ours: format_go_duration(d),
+            });
+        }
+        for e in &mut expected.dependent_resource_infos {
+            if e.target.name == name {
+                e.scale_up.initial_delay = d;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Gardener's prober config with `changes` applied.
 pub(crate) fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
     let path = PROBER_FIXTURE_PATH;
     let (gardener, mut map) = gardeners(PROBER_FIXTURE, path, ProberConfig::from_yaml)?;
     let mut done = Vec::new();
     let mut expected = gardener.clone();
-    let duration = |d: Duration| Value::String(format_go_duration(d));
     // `expected` starts as Gardener's: each field holds Gardener's value until it is set.
     let intervals = [
         (
@@ -253,39 +299,7 @@ pub(crate) fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
         expected.backoff_jitter_factor = j;
     }
     if let Some(d) = changes.scale_up_delay {
-        let infos = map
-            .get_mut("dependentResourceInfos")
-            .and_then(Value::as_array_mut)
-            .with_context(|| format!("{path}: no dependentResourceInfos list"))?;
-        for info in infos {
-            let name = info["ref"]["name"].as_str().unwrap_or("?").to_string();
-            let Some(delay) = info
-                .get_mut("scaleUp")
-                .and_then(|s| s.get_mut("initialDelay"))
-            else {
-                continue;
-            };
-            let gardener_delay = delay
-                .as_str()
-                .and_then(|s| parse_go_duration(s).ok())
-                .with_context(|| format!("{path}: {name} scaleUp.initialDelay is no duration"))?;
-            if gardener_delay.is_zero() {
-                continue;
-            }
-            *delay = duration(d);
-            if gardener_delay != d {
-                done.push(Change {
-                    field: format!("{name} scaleUp.initialDelay"),
-                    gardener: format_go_duration(gardener_delay),
-                    ours: format_go_duration(d),
-                });
-            }
-            for e in &mut expected.dependent_resource_infos {
-                if e.target.name == name {
-                    e.scale_up.initial_delay = d;
-                }
-            }
-        }
+        set_scale_up_delays(&mut map, &mut done, &mut expected, d)?;
     }
     derive(
         "prober",
