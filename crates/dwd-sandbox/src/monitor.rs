@@ -509,26 +509,17 @@ pub(crate) fn fraction_text(expired: usize, candidates: usize, threshold: f64) -
     format!("{expired}/{candidates} expired ({fraction:.2} {cmp} {threshold:.2})")
 }
 
-fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut ShootView, s: &Scrape) {
+/// Takes the prober's per-zone fractions and disruptions from a scrape into `shoot` (each zone
+/// charted; a zone's state taken only when a new probe run, `runs`, came); returns the
+/// disrupted zones, each as a line of why.
+fn update_zones(
+    journal: &Journal,
+    shoot: &mut ShootView,
+    s: &Scrape,
+    runs: Option<u64>,
+) -> Vec<String> {
     let ns = shoot.namespace.clone();
     let label = [("shoot", ns.as_str())];
-    let count = |name: &str, labels: &[(&str, &str)]| s.value(name, labels).map(|v| v as u64);
-    let runs = count("dwd_prober_shoot_probe_runs_total", &label);
-    let fraction = s.value("dwd_prober_expired_lease_fraction", &label);
-    let api_failures = count("dwd_prober_api_server_probe_failures_total", &label).unwrap_or(0);
-    let lease_failures = count("dwd_prober_lease_probe_failures_total", &label).unwrap_or(0);
-    let down = count(
-        "dwd_prober_scaling_attempts_total",
-        &[("shoot", ns.as_str()), ("direction", "Down")],
-    )
-    .unwrap_or(0);
-    let up = count(
-        "dwd_prober_scaling_attempts_total",
-        &[("shoot", ns.as_str()), ("direction", "Up")],
-    )
-    .unwrap_or(0);
-    let name = shoot.name.clone();
-    journal.sample_fraction(&name, fraction);
     let zone_fractions: BTreeMap<String, f64> = s
         .all("dwd_prober_zone_expired_lease_fraction", &label)
         .filter_map(|x| x.labels.get("zone").map(|z| (z.clone(), x.value)))
@@ -543,13 +534,13 @@ fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut Shoot
     }
     for (zone, z) in &mut shoot.zones {
         let f = zone_fractions.get(zone).copied();
-        journal.sample_zone_fraction(&name, zone, f);
+        journal.sample_zone_fraction(&shoot.name, zone, f);
         if runs.unwrap_or(0) > shoot.probe_runs.unwrap_or(0) {
             z.fraction = f.or(z.fraction);
             z.disrupted = disrupted.get(zone).copied().unwrap_or(false);
         }
     }
-    let disrupted_zones: Vec<String> = shoot
+    shoot
         .zones
         .iter()
         .filter(|(_, z)| z.disrupted)
@@ -560,7 +551,56 @@ fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut Shoot
                 shoot.zone_threshold
             )
         })
-        .collect();
+        .collect()
+}
+
+/// What the prober's metrics say of one shoot in a scrape.
+struct ProberCounts {
+    /// Probe runs (none before the first).
+    runs: Option<u64>,
+    /// The expired-lease fraction of the last run.
+    fraction: Option<f64>,
+    api_failures: u64,
+    lease_failures: u64,
+    /// Scaling attempts down and up.
+    down: u64,
+    up: u64,
+}
+
+impl ProberCounts {
+    fn of(s: &Scrape, namespace: &str) -> ProberCounts {
+        let label = [("shoot", namespace)];
+        let count = |name: &str, labels: &[(&str, &str)]| s.value(name, labels).map(|v| v as u64);
+        let attempts = |direction: &str| {
+            count(
+                "dwd_prober_scaling_attempts_total",
+                &[("shoot", namespace), ("direction", direction)],
+            )
+            .unwrap_or(0)
+        };
+        ProberCounts {
+            runs: count("dwd_prober_shoot_probe_runs_total", &label),
+            fraction: s.value("dwd_prober_expired_lease_fraction", &label),
+            api_failures: count("dwd_prober_api_server_probe_failures_total", &label).unwrap_or(0),
+            lease_failures: count("dwd_prober_lease_probe_failures_total", &label).unwrap_or(0),
+            down: attempts("Down"),
+            up: attempts("Up"),
+        }
+    }
+}
+
+fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut ShootView, s: &Scrape) {
+    let ProberCounts {
+        runs,
+        fraction,
+        api_failures,
+        lease_failures,
+        down,
+        up,
+    } = ProberCounts::of(s, &shoot.namespace);
+    let name = shoot.name.clone();
+    journal.sample_fraction(&name, fraction);
+    let disrupted_zones = update_zones(journal, shoot, s, runs);
 
     if api_failures > shoot.api_failures && !shoot.api_failing {
         shoot.api_failing = true;
@@ -916,19 +956,66 @@ fn role_info(role: &str) -> Option<RoleInfo> {
     }
 }
 
+/// Tells a pod's deletion: the weeder's (with why, `weeders_why`) when it was crash-looping,
+/// else someone else's.
+fn narrate_deletion(journal: &Journal, shoot: &str, pod: &str, weeders_why: Option<String>) {
+    match weeders_why {
+        Some(why) => {
+            journal.log(shoot, format!("{pod} deleted by the weeder"), Some(why));
+            journal.marker(Some(shoot), "weeder deletes", MarkerKind::Weeder);
+        }
+        None => journal.log(
+            shoot,
+            format!("{pod} deleted"),
+            Some("it was not crash-looping: not the weeder's doing".into()),
+        ),
+    }
+}
+
+/// Tells the simulated ReplicaSet's replacement of a deleted pod, which crash-loops too while
+/// the service it `needs` is not ready.
+fn narrate_replacement(
+    journal: &Journal,
+    shoot: &str,
+    replacement: &str,
+    crashloop: bool,
+    needs: &str,
+) {
+    journal.log(
+        shoot,
+        format!(
+            "{replacement} replaces it{}",
+            if crashloop {
+                ", and crash-loops too"
+            } else {
+                " and runs"
+            }
+        ),
+        Some(if crashloop {
+            format!("simulated ReplicaSet; {needs} is still not ready")
+        } else {
+            format!("simulated ReplicaSet; {needs} is ready, so the new pod starts at once")
+        }),
+    );
+}
+
+/// The pod's `role` label (empty when it has none).
+fn pod_role(pod: &Pod) -> String {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("role"))
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Updates the view; returns the replacement pod to create, if any.
 fn on_pod(journal: &Journal, v: &mut View, pod: &Pod, state: PodState) -> Option<Replacement> {
     let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
         return None;
     };
     let shoot = v.by_namespace(ns)?;
-    let role = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("role"))
-        .cloned()
-        .unwrap_or_default();
+    let role = pod_role(pod);
     let crashlooping = is_crashlooping(pod);
     let known = shoot.pods.get(name).cloned();
     if state == PodState::Present {
@@ -972,28 +1059,17 @@ fn on_pod(journal: &Journal, v: &mut View, pod: &Pod, state: PodState) -> Option
         Some(_) => (shoot.kube_apiserver_ready, shoot.kube_apiserver_ready_since),
         None => (true, None),
     };
-    if was_crashlooping {
+    let weeders_why = was_crashlooping.then(|| {
         let service = info.as_ref().map_or("its service", |i| i.needs);
-        let why = match (needed_ready, ready_since) {
+        match (needed_ready, ready_since) {
             (true, Some(since)) => format!(
                 "CrashLoopBackOff; {service} ready again {:.1}s before",
                 (t - since).max(0.0)
             ),
             _ => format!("CrashLoopBackOff; {service} is ready"),
-        };
-        journal.log(
-            &shoot_name,
-            format!("{name} deleted by the weeder"),
-            Some(why),
-        );
-        journal.marker(Some(&shoot_name), "weeder deletes", MarkerKind::Weeder);
-    } else {
-        journal.log(
-            &shoot_name,
-            format!("{name} deleted"),
-            Some("it was not crash-looping: not the weeder's doing".into()),
-        );
-    }
+        }
+    });
+    narrate_deletion(journal, &shoot_name, name, weeders_why);
     let info = info?;
     let next = shoot.next_pod.entry(role.clone()).or_insert(0);
     let replacement = format!("{}-{next}", info.prefix);
@@ -1004,25 +1080,7 @@ fn on_pod(journal: &Journal, v: &mut View, pod: &Pod, state: PodState) -> Option
     if apiserver_back {
         shoot.kube_apiserver_ready = true;
     }
-    journal.log(
-        &shoot_name,
-        format!(
-            "{replacement} replaces it{}",
-            if crashloop {
-                ", and crash-loops too"
-            } else {
-                " and runs"
-            }
-        ),
-        Some(if crashloop {
-            format!("simulated ReplicaSet; {} is still not ready", info.needs)
-        } else {
-            format!(
-                "simulated ReplicaSet; {} is ready, so the new pod starts at once",
-                info.needs
-            )
-        }),
-    );
+    narrate_replacement(journal, &shoot_name, &replacement, crashloop, info.needs);
     Some(Replacement {
         namespace: ns.clone(),
         shoot: shoot_name,
