@@ -183,54 +183,7 @@ impl Sandbox {
         bin: &Path,
         config: Arc<SandboxConfig>,
     ) -> Result<Sandbox> {
-        // Located (or, on a machine's first run, built) before the spinner starts: the build
-        // reports its progress on stderr and a spinner would overwrite it.
-        let binaries = tokio::task::spawn_blocking(dwd_testenv::binaries)
-            .await
-            .context("locate the control-plane binaries")?
-            .context(
-                "locate the control-plane binaries (built once per machine from pinned Go modules)",
-            )?;
-        journal.log(
-            "-",
-            "starting etcd and the kube-apiservers seed, alpha, beta and gamma",
-            Some(format!(
-                "the real binaries, on loopback: {}",
-                binaries.kube_apiserver.display()
-            )),
-        );
-        journal.waiting(
-            "etcd and four kube-apiservers to be ready",
-            Duration::from_secs(120),
-        );
-        let started = async {
-            let env = TestEnv::start()
-                .await
-                .context("start the test environment")?;
-            let servers = tokio::try_join!(
-                env.start_apiserver_with("seed", ApiServerOptions::seed()),
-                env.start_apiserver(SHOOTS[0].name),
-                env.start_apiserver(SHOOTS[1].name),
-                env.start_apiserver(SHOOTS[2].name),
-            )
-            .context("start the kube-apiservers")?;
-            anyhow::Ok((env, servers))
-        }
-        .await;
-        journal.done_waiting();
-        let (env, (seed, alpha, beta, gamma)) = started?;
-        journal.log(
-            "-",
-            "control plane ready",
-            Some(format!(
-                "etcd {}, seed {}, alpha {}, beta {}, gamma {}",
-                env.etcd_url(),
-                seed.url(),
-                alpha.url(),
-                beta.url(),
-                gamma.url()
-            )),
-        );
+        let (env, [seed, alpha, beta, gamma]) = start_control_plane(&journal).await?;
 
         let seed_client = seed.client().await.context("seed client")?;
         let seed_kubeconfig = dir.join("seed.kubeconfig");
@@ -248,31 +201,7 @@ impl Sandbox {
             view.next_pod
                 .insert("scheduler".into(), KUBE_SCHEDULER_PODS);
             views.push(view);
-            journal.log(
-                name,
-                format!(
-                    "simulated shoot {}: {nodes} nodes, controllers KCM 2 / MCM 1 / CA 1, {KUBE_APISERVER_PODS} kube-apiserver pods and a kube-scheduler, {ETCD_SERVICE} and {KUBE_APISERVER_SERVICE} ready",
-                    shoot.namespace
-                ),
-                Some(format!(
-                    "kubelets renew their node leases every {}s{}",
-                    RENEW_INTERVAL.as_secs(),
-                    if shoot.zones.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; nodes in zones {} (label {})",
-                            shoot
-                                .zones
-                                .iter()
-                                .map(|(z, n)| format!("{z}: {}", n.join(", ")))
-                                .collect::<Vec<_>>()
-                                .join("; "),
-                            dwd_sim::ZONE_LABEL
-                        )
-                    }
-                )),
-            );
+            narrate_shoot(&journal, &shoot);
             journal.sample_silenced(name, 0);
             journal.sample_etcd(name, true);
             shoots.push(shoot);
@@ -323,31 +252,7 @@ impl Sandbox {
             env,
         };
         for w in [&sandbox.prober, &sandbox.weeder] {
-            if let Some(answer) = w.wait_ready(Duration::from_secs(10)).await? {
-                journal.log(
-                    "-",
-                    format!(
-                        "warning: dependency-watchdog {} alive but not ready after 10s",
-                        w.component
-                    ),
-                    Some(format!(
-                        "/readyz answers {answer}; going on, the story checks what it does"
-                    )),
-                );
-            }
-            journal.log(
-                "-",
-                format!(
-                    "dependency-watchdog {} running (pid {})",
-                    w.component,
-                    w.pid().map_or("?".into(), |p| p.to_string())
-                ),
-                Some(format!(
-                    "metrics http://{}/metrics, log {}",
-                    w.metrics,
-                    w.log.display()
-                )),
-            );
+            narrate_running(&journal, w).await?;
         }
         Ok(sandbox)
     }
@@ -644,6 +549,121 @@ impl Sandbox {
         drop(shoots);
         env.teardown();
     }
+}
+
+/// Starts etcd and the kube-apiservers (seed, then the shoots in [`SHOOTS`]' order) from
+/// the real binaries, narrating; returns the environment and the four apiservers.
+async fn start_control_plane(journal: &Journal) -> Result<(TestEnv, [ApiServer; 4])> {
+    // Located (or, on a machine's first run, built) before the spinner starts: the build
+    // reports its progress on stderr and a spinner would overwrite it.
+    let binaries = tokio::task::spawn_blocking(dwd_testenv::binaries)
+        .await
+        .context("locate the control-plane binaries")?
+        .context(
+            "locate the control-plane binaries (built once per machine from pinned Go modules)",
+        )?;
+    journal.log(
+        "-",
+        "starting etcd and the kube-apiservers seed, alpha, beta and gamma",
+        Some(format!(
+            "the real binaries, on loopback: {}",
+            binaries.kube_apiserver.display()
+        )),
+    );
+    journal.waiting(
+        "etcd and four kube-apiservers to be ready",
+        Duration::from_secs(120),
+    );
+    let started = async {
+        let env = TestEnv::start()
+            .await
+            .context("start the test environment")?;
+        let servers = tokio::try_join!(
+            env.start_apiserver_with("seed", ApiServerOptions::seed()),
+            env.start_apiserver(SHOOTS[0].name),
+            env.start_apiserver(SHOOTS[1].name),
+            env.start_apiserver(SHOOTS[2].name),
+        )
+        .context("start the kube-apiservers")?;
+        anyhow::Ok((env, servers))
+    }
+    .await;
+    journal.done_waiting();
+    let (env, (seed, alpha, beta, gamma)) = started?;
+    journal.log(
+        "-",
+        "control plane ready",
+        Some(format!(
+            "etcd {}, seed {}, alpha {}, beta {}, gamma {}",
+            env.etcd_url(),
+            seed.url(),
+            alpha.url(),
+            beta.url(),
+            gamma.url()
+        )),
+    );
+    Ok((env, [seed, alpha, beta, gamma]))
+}
+
+/// Tells what a simulated shoot has: its nodes (and zones), controllers, pods and services.
+fn narrate_shoot(journal: &Journal, shoot: &Shoot) {
+    let nodes = shoot.nodes;
+    journal.log(
+        &shoot.name,
+        format!(
+            "simulated shoot {}: {nodes} nodes, controllers KCM 2 / MCM 1 / CA 1, {KUBE_APISERVER_PODS} kube-apiserver pods and a kube-scheduler, {ETCD_SERVICE} and {KUBE_APISERVER_SERVICE} ready",
+            shoot.namespace
+        ),
+        Some(format!(
+            "kubelets renew their node leases every {}s{}",
+            RENEW_INTERVAL.as_secs(),
+            if shoot.zones.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; nodes in zones {} (label {})",
+                    shoot
+                        .zones
+                        .iter()
+                        .map(|(z, n)| format!("{z}: {}", n.join(", ")))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    dwd_sim::ZONE_LABEL
+                )
+            }
+        )),
+    );
+}
+
+/// Waits (up to 10 s) for a watchdog process to be ready and tells that it runs, with a
+/// warning when it is alive but not ready.
+async fn narrate_running(journal: &Journal, w: &Watchdog) -> Result<()> {
+    if let Some(answer) = w.wait_ready(Duration::from_secs(10)).await? {
+        journal.log(
+            "-",
+            format!(
+                "warning: dependency-watchdog {} alive but not ready after 10s",
+                w.component
+            ),
+            Some(format!(
+                "/readyz answers {answer}; going on, the story checks what it does"
+            )),
+        );
+    }
+    journal.log(
+        "-",
+        format!(
+            "dependency-watchdog {} running (pid {})",
+            w.component,
+            w.pid().map_or("?".into(), |p| p.to_string())
+        ),
+        Some(format!(
+            "metrics http://{}/metrics, log {}",
+            w.metrics,
+            w.log.display()
+        )),
+    );
+    Ok(())
 }
 
 /// Creates one simulated shoot with its weeder-relevant objects.
