@@ -440,6 +440,30 @@ pub(crate) async fn run_once(
     analyse(cli, &prober, subject, world, &measured, outage.as_ref()).await
 }
 
+/// How the run ended when its outage failed with `e`: a binary that balloons or exits ends the
+/// run, not the bench (the normal shoots' kubelets resume); any other failure is the bench's.
+fn outage_ended_early(
+    watchdog: &mut Watchdog,
+    world: &World,
+    e: anyhow::Error,
+) -> Result<hostile::Ended> {
+    let ended = if let Some((at, rss)) = watchdog.killed_at_limit {
+        hostile::Ended::KilledAtLimit { at, rss }
+    } else if watchdog.process.has_exited() {
+        hostile::Ended::Exited {
+            at: Utc::now(),
+            log_tail: watchdog.process.log_tail(2000),
+        }
+    } else {
+        return Err(e);
+    };
+    eprintln!("run: the outage ended early: {e:#}");
+    for shoot in &world.shoots {
+        shoot.sim.kubelets().resume_all();
+    }
+    Ok(ended)
+}
+
 // The pieces of one run, handed over from `run_once` after the watchdog started.
 #[allow(clippy::too_many_arguments)]
 /// The hostile scenario's run: warm-up and window watched for the RSS limit (a binary that
@@ -496,23 +520,7 @@ async fn run_hostile(
                 watchdog.rss_limit = None;
                 match record {
                     Ok(o) => outage = Some(o),
-                    Err(e) => {
-                        // A binary that balloons or exits ends the run, not the bench.
-                        ended = if let Some((at, rss)) = watchdog.killed_at_limit {
-                            hostile::Ended::KilledAtLimit { at, rss }
-                        } else if watchdog.process.has_exited() {
-                            hostile::Ended::Exited {
-                                at: Utc::now(),
-                                log_tail: watchdog.process.log_tail(2000),
-                            }
-                        } else {
-                            return Err(e);
-                        };
-                        eprintln!("run: the outage ended early: {e:#}");
-                        for shoot in &world.shoots {
-                            shoot.sim.kubelets().resume_all();
-                        }
-                    }
+                    Err(e) => ended = outage_ended_early(&mut watchdog, world, e)?,
                 }
             }
         }
@@ -724,6 +732,268 @@ pub(crate) async fn seed_json(world: &World, m: &Measured) -> Result<(Value, Val
     Ok((seed_requests, bytes))
 }
 
+/// How long the outage's targets may take to go down, and then to come back: leases expire
+/// 0.75 × grace after the stamp; then a probe run, then the flow; mass outages add the
+/// QPS-bound writes of `affected` shoots, and the scale-up waits out its levels'
+/// initialDelays (Gardener: MCM's 30 s) on top.
+fn outage_timeouts(cli: &Cli, config: &ProberConfig, affected: usize) -> (Duration, Duration) {
+    let writes = affected as f64 * targets(config).len() as f64 * WRITES_PER_TARGET;
+    let slack = cli.probe_interval * 3
+        + Duration::from_secs(60)
+        + Duration::from_secs_f64(writes / cli.kube_api_qps.max(0.1) * 2.0);
+    let down_timeout = cli.kcm_grace.mul_f64(0.75) + cli.renew_interval + slack;
+    let up_timeout = cli.renew_interval + slack + scale_up_delays(config);
+    (down_timeout, up_timeout)
+}
+
+/// The `(shoot, target)`s of `targets` scaled to 0 since `since`.
+fn gone_to_zero<'a>(
+    world: &World,
+    targets: &[(usize, &'a str)],
+    since: DateTime<Utc>,
+) -> Vec<(usize, &'a str)> {
+    targets
+        .iter()
+        .copied()
+        .filter(|(i, t)| {
+            first_change(world, &setup::shoot_namespace(*i), t, since, |r| r == 0).is_some()
+        })
+        .collect()
+}
+
+/// A storm of `outage` from `silenced_at` ends when it ends, flows done or not: waits it out
+/// (the watchdog alive, `on_tick` polled), then says whether every target went down by then.
+async fn wait_outage_over(
+    world: &World,
+    watchdog: &mut Watchdog,
+    every_target: &[(usize, &str)],
+    (silenced_at, outage): (DateTime<Utc>, Duration),
+    mut note_last_words: impl FnMut(),
+) -> Result<bool> {
+    let elapsed = (Utc::now() - silenced_at).to_std().unwrap_or_default();
+    let until = tokio::time::Instant::now() + outage.saturating_sub(elapsed);
+    while tokio::time::Instant::now() < until {
+        watchdog.check_alive()?;
+        note_last_words();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let down = gone_to_zero(world, every_target, silenced_at).len();
+    eprintln!(
+        "run: outage over after {outage:?}: {down}/{} targets went down by then",
+        every_target.len()
+    );
+    Ok(down == every_target.len())
+}
+
+/// What one outage works on: the affected shoots of the world, each of their targets, and
+/// how long it lasts (`None`: until every target is down) and may take.
+struct Outage<'a> {
+    cli: &'a Cli,
+    world: &'a World,
+    affected: &'a [usize],
+    /// Every `(shoot, target)` of the affected shoots.
+    every_target: Vec<(usize, &'a str)>,
+    outage_for: Option<Duration>,
+    /// How long the targets may take to go down, and then to come back.
+    down_timeout: Duration,
+    up_timeout: Duration,
+}
+
+/// How the silence went: when it began, when the last renewals stamped then were written, and
+/// whether every target went down.
+struct Silenced {
+    silenced_at: DateTime<Utc>,
+    cpu_waiting_at_silence: Option<u64>,
+    last_words_written: Option<DateTime<Utc>>,
+    all_down: bool,
+}
+
+/// How the recovery went: the renewals before and after the kubelets resumed, and whether
+/// every target came back.
+struct Resumed {
+    before: Vec<(usize, HashMap<String, DateTime<Utc>>)>,
+    resumed_at: DateTime<Utc>,
+    after: Vec<(usize, RenewTimes)>,
+    all_up: bool,
+}
+
+/// The affected shoots' renewals after the kubelets resumed. The kubelets keep only each
+/// node's latest renewal; recovery is decided by the first one after resumption, and a relapse
+/// by a later gap, so catch every one while polling: once a second is well within the renew
+/// interval (the times are the renewTimes written, not the poll's), and the copies of N × M
+/// renewals cost the shared machine little.
+struct RenewalLog<'a> {
+    world: &'a World,
+    resumed_at: DateTime<Utc>,
+    after: Vec<(usize, RenewTimes)>,
+    last_recorded: Option<tokio::time::Instant>,
+}
+
+impl<'a> RenewalLog<'a> {
+    fn new(world: &'a World, affected: &[usize], resumed_at: DateTime<Utc>) -> RenewalLog<'a> {
+        RenewalLog {
+            world,
+            resumed_at,
+            after: affected.iter().map(|&i| (i, HashMap::new())).collect(),
+            last_recorded: None,
+        }
+    }
+
+    /// Records the renewals since the last time, at most once a second unless `force`d.
+    fn record(&mut self, force: bool) {
+        if !force
+            && self
+                .last_recorded
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_recorded = Some(tokio::time::Instant::now());
+        for (i, seen) in self.after.iter_mut() {
+            for (node, (t, landed)) in self.world.shoots[*i].sim.kubelets().renewals_landed() {
+                if t > self.resumed_at {
+                    let times = seen.entry(node).or_default();
+                    if times.last().map(|r| r.at) != Some(t) {
+                        times.push(storm::Renewal { at: t, landed });
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Outage<'_> {
+    /// Silences every kubelet of the affected shoots and waits for their targets to go down
+    /// (or `outage_for` after the silence, flows done or not).
+    async fn silence_until_down(&self, watchdog: &mut Watchdog) -> Result<Silenced> {
+        let (cli, world, affected) = (self.cli, self.world, self.affected);
+        // Every silenced kubelet's last renewal is stamped `silenced_at` (written at once, in
+        // the background): all leases of all affected shoots expire at the same instant, the
+        // hardest case, and the crossing is exact instead of spread over a renew interval.
+        let silenced_at = dwd_sim::now_micros();
+        let cpu_waiting_at_silence = procstat::cpu_waiting_us();
+        for &i in affected {
+            world.shoots[i]
+                .sim
+                .kubelets()
+                .silence_count_stamped(cli.nodes, silenced_at);
+        }
+        eprintln!(
+            "run: silencing every kubelet of {} shoot(s) after a last renewal stamped {silenced_at}",
+            affected.len()
+        );
+        let mut last_words_written: Option<DateTime<Utc>> = None;
+        let mut note_last_words = || {
+            if last_words_written.is_none()
+                && affected
+                    .iter()
+                    .all(|&i| world.shoots[i].sim.kubelets().last_words_pending() == 0)
+            {
+                let now = Utc::now();
+                eprintln!(
+                    "run: last renewals written after {:.1}s",
+                    secs(silenced_at, now)
+                );
+                last_words_written = Some(now);
+            }
+        };
+        let every_target = &self.every_target;
+        let all_down = match self.outage_for {
+            // The storm ends when it ends, flows done or not.
+            Some(outage) => {
+                wait_outage_over(
+                    world,
+                    watchdog,
+                    every_target,
+                    (silenced_at, outage),
+                    &mut note_last_words,
+                )
+                .await?
+            }
+            None => {
+                wait_all(
+                    world,
+                    watchdog,
+                    every_target,
+                    silenced_at,
+                    |r| r == 0,
+                    self.down_timeout,
+                    "scaled down",
+                    &mut note_last_words,
+                )
+                .await?
+            }
+        };
+        note_last_words();
+        Ok(Silenced {
+            silenced_at,
+            cpu_waiting_at_silence,
+            last_words_written,
+            all_down,
+        })
+    }
+
+    /// Resumes the kubelets and waits for every target that went down since `silenced_at` to
+    /// be back (with `outage_for`, for every target up and settled), recording the renewals.
+    async fn resume_until_restored(
+        &self,
+        watchdog: &mut Watchdog,
+        silenced_at: DateTime<Utc>,
+    ) -> Result<Resumed> {
+        let (cli, world, affected) = (self.cli, self.world, self.affected);
+        let before = affected
+            .iter()
+            .map(|&i| (i, world.shoots[i].sim.kubelets().renewals()))
+            .collect();
+        let resumed_at = Utc::now();
+        for &i in affected {
+            world.shoots[i].sim.kubelets().resume_all();
+        }
+        eprintln!("run: kubelets of {} shoot(s) renew again", affected.len());
+        let mut renewals = RenewalLog::new(world, affected, resumed_at);
+        let all_up = match self.outage_for {
+            // Flows may still take targets down after the kubelets are back: wait until every
+            // target is up and nothing has changed for two probe intervals.
+            Some(_) => {
+                let quiet = cli
+                    .probe_interval
+                    .mul_f64(2.0 * (1.0 + cli.jitter.max(0.0)))
+                    + Duration::from_secs(5);
+                // The flows of the storm may still be under way (a binary that waits for them
+                // restores only after them).
+                let timeout = self.down_timeout + self.up_timeout;
+                wait_settled(world, watchdog, &self.every_target, quiet, timeout, || {
+                    renewals.record(false)
+                })
+                .await?
+            }
+            None => {
+                // Only what went down can be restored (a binary that missed some must not make
+                // the bench wait out the whole timeout for them).
+                let went_down = gone_to_zero(world, &self.every_target, silenced_at);
+                wait_all(
+                    world,
+                    watchdog,
+                    &went_down,
+                    resumed_at,
+                    |r| r > 0,
+                    self.up_timeout,
+                    "restored",
+                    || renewals.record(false),
+                )
+                .await?
+            }
+        };
+        renewals.record(true);
+        Ok(Resumed {
+            before,
+            resumed_at,
+            after: renewals.after,
+            all_up,
+        })
+    }
+}
+
 /// Silences every kubelet of the `affected` shoots, waits for their targets to go down (or
 /// `outage_for` after the silence, flows done or not), resumes the kubelets, waits for every
 /// target to be back, then measures steady state for what is left of `--duration` after
@@ -737,168 +1007,26 @@ async fn run_outage(
     outage_for: Option<Duration>,
     window_from: DateTime<Utc>,
 ) -> Result<OutageRecord> {
-    // Every silenced kubelet's last renewal is stamped `silenced_at` (written at once, in
-    // the background): all leases of all affected shoots expire at the same instant, the
-    // hardest case, and the crossing is exact instead of spread over a renew interval.
-    let silenced_at = dwd_sim::now_micros();
-    let cpu_waiting_at_silence = procstat::cpu_waiting_us();
-    for &i in affected {
-        world.shoots[i]
-            .sim
-            .kubelets()
-            .silence_count_stamped(cli.nodes, silenced_at);
-    }
-    eprintln!(
-        "run: silencing every kubelet of {} shoot(s) after a last renewal stamped {silenced_at}",
-        affected.len()
-    );
-    let mut last_words_written: Option<DateTime<Utc>> = None;
-    let mut note_last_words = || {
-        if last_words_written.is_none()
-            && affected
-                .iter()
-                .all(|&i| world.shoots[i].sim.kubelets().last_words_pending() == 0)
-        {
-            let now = Utc::now();
-            eprintln!(
-                "run: last renewals written after {:.1}s",
-                secs(silenced_at, now)
-            );
-            last_words_written = Some(now);
-        }
-    };
-    // Leases expire 0.75 × grace after the stamp; then a probe run, then the flow. Mass
-    // outages add the QPS-bound writes.
     let targets = targets(config);
-    let writes = affected.len() as f64 * targets.len() as f64 * WRITES_PER_TARGET;
-    let slack = cli.probe_interval * 3
-        + Duration::from_secs(60)
-        + Duration::from_secs_f64(writes / cli.kube_api_qps.max(0.1) * 2.0);
-    let down_timeout = cli.kcm_grace.mul_f64(0.75) + cli.renew_interval + slack;
-    let every_target: Vec<(usize, &str)> = affected
-        .iter()
-        .flat_map(|&i| targets.iter().map(move |(t, _, _)| (i, *t)))
-        .collect();
-    let all_down = match outage_for {
-        // The storm ends when it ends, flows done or not.
-        Some(outage) => {
-            let elapsed = (Utc::now() - silenced_at).to_std().unwrap_or_default();
-            let until = tokio::time::Instant::now() + outage.saturating_sub(elapsed);
-            while tokio::time::Instant::now() < until {
-                watchdog.check_alive()?;
-                note_last_words();
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            let down = every_target
-                .iter()
-                .filter(|(i, t)| {
-                    first_change(world, &setup::shoot_namespace(*i), t, silenced_at, |r| {
-                        r == 0
-                    })
-                    .is_some()
-                })
-                .count();
-            eprintln!(
-                "run: outage over after {outage:?}: {down}/{} targets went down by then",
-                every_target.len()
-            );
-            down == every_target.len()
-        }
-        None => {
-            wait_all(
-                world,
-                watchdog,
-                &every_target,
-                silenced_at,
-                |r| r == 0,
-                down_timeout,
-                "scaled down",
-                &mut note_last_words,
-            )
-            .await?
-        }
+    let (down_timeout, up_timeout) = outage_timeouts(cli, config, affected.len());
+    let outage = Outage {
+        cli,
+        world,
+        affected,
+        every_target: affected
+            .iter()
+            .flat_map(|&i| targets.iter().map(move |(t, _, _)| (i, *t)))
+            .collect(),
+        outage_for,
+        down_timeout,
+        up_timeout,
     };
-    note_last_words();
-
-    let before = affected
-        .iter()
-        .map(|&i| (i, world.shoots[i].sim.kubelets().renewals()))
-        .collect();
-    let resumed_at = Utc::now();
-    for &i in affected {
-        world.shoots[i].sim.kubelets().resume_all();
-    }
-    eprintln!("run: kubelets of {} shoot(s) renew again", affected.len());
-    // The kubelets keep only each node's latest renewal; recovery is decided by the first
-    // one after resumption, and a relapse by a later gap, so catch every one while polling:
-    // once a second is well within the renew interval (the times are the renewTimes written,
-    // not the poll's), and the copies of N × M renewals cost the shared machine little.
-    let mut after: Vec<(usize, RenewTimes)> =
-        affected.iter().map(|&i| (i, HashMap::new())).collect();
-    let mut last_recorded: Option<tokio::time::Instant> = None;
-    let mut record_renewals = |force: bool| {
-        if !force && last_recorded.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
-            return;
-        }
-        last_recorded = Some(tokio::time::Instant::now());
-        for (i, seen) in after.iter_mut() {
-            for (node, (t, landed)) in world.shoots[*i].sim.kubelets().renewals_landed() {
-                if t > resumed_at {
-                    let times = seen.entry(node).or_default();
-                    if times.last().map(|r| r.at) != Some(t) {
-                        times.push(storm::Renewal { at: t, landed });
-                    }
-                }
-            }
-        }
-    };
-    // The scale-up waits out its levels' initialDelays (Gardener: MCM's 30 s) on top.
-    let up_timeout = cli.renew_interval + slack + scale_up_delays(config);
-    let all_up = match outage_for {
-        // Flows may still take targets down after the kubelets are back: wait until every
-        // target is up and nothing has changed for two probe intervals.
-        Some(_) => {
-            let quiet = cli
-                .probe_interval
-                .mul_f64(2.0 * (1.0 + cli.jitter.max(0.0)))
-                + Duration::from_secs(5);
-            // The flows of the storm may still be under way (a binary that waits for them
-            // restores only after them).
-            let timeout = down_timeout + up_timeout;
-            wait_settled(world, watchdog, &every_target, quiet, timeout, || {
-                record_renewals(false)
-            })
-            .await?
-        }
-        None => {
-            // Only what went down can be restored (a binary that missed some must not make
-            // the bench wait out the whole timeout for them).
-            let went_down: Vec<(usize, &str)> = every_target
-                .iter()
-                .copied()
-                .filter(|(i, t)| {
-                    first_change(world, &setup::shoot_namespace(*i), t, silenced_at, |r| {
-                        r == 0
-                    })
-                    .is_some()
-                })
-                .collect();
-            wait_all(
-                world,
-                watchdog,
-                &went_down,
-                resumed_at,
-                |r| r > 0,
-                up_timeout,
-                "restored",
-                || record_renewals(false),
-            )
-            .await?
-        }
-    };
-    record_renewals(true);
+    let silenced = outage.silence_until_down(watchdog).await?;
+    let resumed = outage
+        .resume_until_restored(watchdog, silenced.silenced_at)
+        .await?;
     let restored_by = Utc::now();
-    let cpu_waiting_us = (cpu_waiting_at_silence, procstat::cpu_waiting_us());
+    let cpu_waiting_us = (silenced.cpu_waiting_at_silence, procstat::cpu_waiting_us());
 
     // Keep measuring steady state for whatever is left of --duration.
     let spent = (Utc::now() - window_from).to_std().unwrap_or_default();
@@ -907,15 +1035,15 @@ async fn run_outage(
         sleep_watching(watchdog, rest).await?;
     }
     Ok(OutageRecord {
-        silenced_at,
-        last_words_written,
-        resumed_at,
+        silenced_at: silenced.silenced_at,
+        last_words_written: silenced.last_words_written,
+        resumed_at: resumed.resumed_at,
         restored_by,
-        before,
+        before: resumed.before,
         cpu_waiting_us,
-        after,
-        all_down,
-        all_up,
+        after: resumed.after,
+        all_down: silenced.all_down,
+        all_up: resumed.all_up,
     })
 }
 
