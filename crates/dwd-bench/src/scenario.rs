@@ -1052,6 +1052,155 @@ pub(crate) fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
     (b - a).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6
 }
 
+/// Probe lateness: gaps between consecutive `GET /version` of one shoot, both in the window,
+/// minus the configured interval.
+struct ProbeLateness {
+    /// Every gap of the shoots on healthy apiservers.
+    gaps: Vec<f64>,
+    /// Per such shoot, its worst gap (the time since its last probe included).
+    worst_per_shoot: Vec<f64>,
+    /// The gaps of the shoots on the slow apiserver (slow by design: reported apart).
+    slow_gaps: Vec<f64>,
+    /// Shoots not probed at all in the window.
+    unprobed: usize,
+}
+
+impl ProbeLateness {
+    /// The lateness of `world`'s shoots from their `probes` in `(window_from, window_to)`.
+    fn of(
+        cli: &Cli,
+        world: &World,
+        probes: &TimesByUser,
+        (window_from, window_to): (DateTime<Utc>, DateTime<Utc>),
+    ) -> ProbeLateness {
+        let interval = cli.probe_interval.as_secs_f64();
+        let mut gaps = Vec::new();
+        let mut worst_per_shoot = Vec::new();
+        let mut slow_gaps = Vec::new();
+        let mut unprobed = 0usize;
+        for shoot in &world.shoots {
+            let j = shoot.index % cli.shoot_apiservers;
+            // A stopped apiserver logs nothing: its shoots' probes can't be timed.
+            if cli.stop_shoot_apiserver == Some(j) {
+                continue;
+            }
+            let slow = cli.slow_shoot_apiserver == Some(j);
+            let times: Vec<DateTime<Utc>> = probes
+                .get(&shoot.user())
+                .map(|v| {
+                    v.iter()
+                        .copied()
+                        .filter(|t| *t >= window_from && *t <= window_to)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if times.is_empty() {
+                unprobed += 1;
+                continue;
+            }
+            let lateness: Vec<f64> = times
+                .windows(2)
+                .map(|w| secs(w[0], w[1]) - interval)
+                .collect();
+            // The time since the last probe counts too: a shoot that stopped being probed is late.
+            let tail = times
+                .last()
+                .map(|t| secs(*t, window_to) - interval)
+                .unwrap_or(0.0)
+                .max(0.0);
+            if slow {
+                // Reported apart: these shoots are slow by design; the others must not be.
+                slow_gaps.extend(lateness);
+                continue;
+            }
+            worst_per_shoot.push(lateness.iter().copied().fold(tail, f64::max));
+            gaps.extend(lateness);
+        }
+        ProbeLateness {
+            gaps,
+            worst_per_shoot,
+            slow_gaps,
+            unprobed,
+        }
+    }
+
+    /// The `probe_lateness_s` object (with the count of shoots whose probes a stopped
+    /// apiserver could not log).
+    fn to_json(&self, cli: &Cli, world: &World) -> Value {
+        json!({
+            "all_gaps": Summary::of(&self.gaps).to_json(),
+            "worst_per_shoot": Summary::of(&self.worst_per_shoot).to_json(),
+            "shoots_never_probed_in_window": self.unprobed,
+            "slow_apiserver_gaps": Summary::of(&self.slow_gaps).to_json(),
+            "shoots_on_stopped_apiserver": cli.stop_shoot_apiserver.map(|j| world.shoots.iter().filter(|s| s.index % cli.shoot_apiservers == j).count()),
+        })
+    }
+}
+
+/// Whether the simulated kubelets kept up: at N × M in the tens of thousands a short renew
+/// interval is more than the shoot apiservers can take on a small machine, and leases then
+/// age towards expiry on their own.
+fn kubelets_json(cli: &Cli, world: &World) -> Value {
+    let now = Utc::now();
+    let mut ages: Vec<f64> = Vec::new();
+    let mut renew_failures = 0u64;
+    for shoot in &world.shoots {
+        let kubelets = shoot.sim.kubelets();
+        renew_failures += kubelets.failures();
+        let silenced: HashSet<String> = kubelets.silenced().into_iter().collect();
+        let renewals = kubelets.renewals();
+        ages.extend(
+            kubelets
+                .nodes()
+                .iter()
+                .filter(|n| !silenced.contains(*n))
+                .filter_map(|n| renewals.get(n))
+                .map(|t| secs(*t, now)),
+        );
+    }
+    json!({
+        "renew_interval_s": cli.renew_interval.as_secs_f64(),
+        "lease_age_at_end_s": Summary::of(&ages).to_json(),
+        "lease_validity_s": cli.kcm_grace.as_secs_f64() * 0.75,
+        "renew_failures_since_setup": renew_failures,
+    })
+}
+
+/// The `config` object: the intervals, qps and apiserver faults of the command line and the
+/// prober config both binaries ran.
+fn config_json(cli: &Cli, prober: &Derived<ProberConfig>) -> Value {
+    json!({
+        "probe_interval_s": cli.probe_interval.as_secs_f64(), "initial_delay_s": cli.initial_delay.as_secs_f64(),
+        "kcm_grace_s": cli.kcm_grace.as_secs_f64(), "jitter": cli.jitter,
+        "threshold": prober.config.node_lease_failure_fraction,
+        "prober_config": {
+            "from": gardener::PROBER_FIXTURE_PATH,
+            "changed_from_gardener": prober.changes.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+            "scale_down": flow(&prober.config, true),
+            "scale_up": flow(&prober.config, false),
+        },
+        "renew_interval_s": cli.renew_interval.as_secs_f64(),
+        "kube_api_qps": cli.kube_api_qps, "kube_api_burst": cli.kube_api_burst,
+        "stopped_shoot_apiserver": cli.stop_shoot_apiserver,
+        "slow_shoot_apiserver": cli.slow_shoot_apiserver.map(|j| json!({"index": j, "latency_s": cli.slow_latency.as_secs_f64()})),
+    })
+}
+
+/// The sizes of the non-resource `paths`, read on a healthy shoot apiserver (a slow one would
+/// only be slower, a stopped one mute); none without one.
+async fn healthy_non_resource_sizes(
+    cli: &Cli,
+    world: &World,
+    paths: &[String],
+) -> BTreeMap<String, usize> {
+    let healthy = (0..world.shoot_clients.len())
+        .find(|j| cli.stop_shoot_apiserver != Some(*j) && cli.slow_shoot_apiserver != Some(*j));
+    match healthy {
+        Some(j) => non_resource_sizes(&world.shoot_clients[j], paths).await,
+        None => BTreeMap::new(),
+    }
+}
+
 /// Reads the audit logs and samples back into the run's result.
 async fn analyse(
     cli: &Cli,
@@ -1084,13 +1233,7 @@ async fn analyse(
     // Shoot response bytes: the watchdog's reads times the window's mean response size.
     let shoot_counts = audit::by_key(shoot_window.iter().copied());
     let paths = metrics::non_resource_paths(shoot_window.iter().copied());
-    // Sized on a healthy shoot apiserver (a slow one would only be slower, a stopped one mute).
-    let healthy = (0..world.shoot_clients.len())
-        .find(|j| cli.stop_shoot_apiserver != Some(*j) && cli.slow_shoot_apiserver != Some(*j));
-    let sizes = match healthy {
-        Some(j) => non_resource_sizes(&world.shoot_clients[j], &paths).await,
-        None => BTreeMap::new(),
-    };
+    let sizes = healthy_non_resource_sizes(cli, world, &paths).await;
     let (shoot_rows, shoot_total) = metrics::attribute(&m.sizes.shoot, &shoot_counts, &sizes);
     let response_bytes = json!({
         "method": "per verb and resource: the watchdog's request count (audit log) × the mean \
@@ -1106,81 +1249,11 @@ async fn analyse(
         "seed": seed_bytes,
     });
 
-    // Probe lateness: gaps between consecutive `GET /version` of one shoot, both in the
-    // window, minus the configured interval.
-    let interval = cli.probe_interval.as_secs_f64();
-    let mut gaps = Vec::new();
-    let mut worst_per_shoot = Vec::new();
-    let mut slow_gaps = Vec::new();
-    let mut unprobed = 0usize;
-    for shoot in &world.shoots {
-        let j = shoot.index % cli.shoot_apiservers;
-        // A stopped apiserver logs nothing: its shoots' probes can't be timed.
-        if cli.stop_shoot_apiserver == Some(j) {
-            continue;
-        }
-        let slow = cli.slow_shoot_apiserver == Some(j);
-        let times: Vec<DateTime<Utc>> = probes
-            .get(&shoot.user())
-            .map(|v| {
-                v.iter()
-                    .copied()
-                    .filter(|t| *t >= window_from && *t <= window_to)
-                    .collect()
-            })
-            .unwrap_or_default();
-        if times.is_empty() {
-            unprobed += 1;
-            continue;
-        }
-        let lateness: Vec<f64> = times
-            .windows(2)
-            .map(|w| secs(w[0], w[1]) - interval)
-            .collect();
-        // The time since the last probe counts too: a shoot that stopped being probed is late.
-        let tail = times
-            .last()
-            .map(|t| secs(*t, window_to) - interval)
-            .unwrap_or(0.0)
-            .max(0.0);
-        if slow {
-            // Reported apart: these shoots are slow by design; the others must not be.
-            slow_gaps.extend(lateness);
-            continue;
-        }
-        worst_per_shoot.push(lateness.iter().copied().fold(tail, f64::max));
-        gaps.extend(lateness);
-    }
-
-    // Whether the simulated kubelets kept up: at N × M in the tens of thousands a short
-    // renew interval is more than the shoot apiservers can take on a small machine, and
-    // leases then age towards expiry on their own.
-    let now = Utc::now();
-    let mut ages: Vec<f64> = Vec::new();
-    let mut renew_failures = 0u64;
-    for shoot in &world.shoots {
-        let kubelets = shoot.sim.kubelets();
-        renew_failures += kubelets.failures();
-        let silenced: HashSet<String> = kubelets.silenced().into_iter().collect();
-        let renewals = kubelets.renewals();
-        ages.extend(
-            kubelets
-                .nodes()
-                .iter()
-                .filter(|n| !silenced.contains(*n))
-                .filter_map(|n| renewals.get(n))
-                .map(|t| secs(*t, now)),
-        );
-    }
-    let kubelets_json = json!({
-        "renew_interval_s": cli.renew_interval.as_secs_f64(),
-        "lease_age_at_end_s": Summary::of(&ages).to_json(),
-        "lease_validity_s": cli.kcm_grace.as_secs_f64() * 0.75,
-        "renew_failures_since_setup": renew_failures,
-    });
+    let lateness = ProbeLateness::of(cli, world, &probes, (window_from, window_to));
+    let kubelets = kubelets_json(cli, world);
 
     let mut dists = Dists::default();
-    dists.insert(chart::PROBE_LATENESS.into(), gaps.clone());
+    dists.insert(chart::PROBE_LATENESS.into(), lateness.gaps.clone());
     let outage_json = outage.map(|o| {
         let requests = audit::spans_by_user(shoot_requests.iter());
         let (json, down, up) =
@@ -1199,21 +1272,7 @@ async fn analyse(
         "binary": subject.bin.display().to_string(),
         "scenario": format!("{:?}", cli.scenario),
         "shape": {"shoots": cli.shoots, "nodes_per_shoot": cli.nodes, "shoot_apiservers": cli.shoot_apiservers, "kubelet_sized_nodes": cli.kubelet_sized_nodes},
-        "config": {
-            "probe_interval_s": interval, "initial_delay_s": cli.initial_delay.as_secs_f64(),
-            "kcm_grace_s": cli.kcm_grace.as_secs_f64(), "jitter": cli.jitter,
-            "threshold": prober.config.node_lease_failure_fraction,
-            "prober_config": {
-                "from": gardener::PROBER_FIXTURE_PATH,
-                "changed_from_gardener": prober.changes.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
-                "scale_down": flow(&prober.config, true),
-                "scale_up": flow(&prober.config, false),
-            },
-            "renew_interval_s": cli.renew_interval.as_secs_f64(),
-            "kube_api_qps": cli.kube_api_qps, "kube_api_burst": cli.kube_api_burst,
-            "stopped_shoot_apiserver": cli.stop_shoot_apiserver,
-            "slow_shoot_apiserver": cli.slow_shoot_apiserver.map(|j| json!({"index": j, "latency_s": cli.slow_latency.as_secs_f64()})),
-        },
+        "config": config_json(cli, prober),
         "setup_s": world.setup_seconds,
         "window": {"from": window_from.to_rfc3339(), "to": window_to.to_rfc3339(), "seconds": window_secs},
         "process": usage.to_json(),
@@ -1225,17 +1284,11 @@ async fn analyse(
             "per_minute": per_minute(shoot_counts, window_secs),
             "failures_by_code": audit::failures_by_code(shoot_window.iter().copied()),
         },
-        "probe_lateness_s": {
-            "all_gaps": Summary::of(&gaps).to_json(),
-            "worst_per_shoot": Summary::of(&worst_per_shoot).to_json(),
-            "shoots_never_probed_in_window": unprobed,
-            "slow_apiserver_gaps": Summary::of(&slow_gaps).to_json(),
-            "shoots_on_stopped_apiserver": cli.stop_shoot_apiserver.map(|j| world.shoots.iter().filter(|s| s.index % cli.shoot_apiservers == j).count()),
-        },
+        "probe_lateness_s": lateness.to_json(cli, world),
         "storm": outage_json.get("storm").cloned().unwrap_or(Value::Null),
         "outage": outage_json,
         "response_bytes": response_bytes,
-        "kubelets": kubelets_json,
+        "kubelets": kubelets,
     });
     Ok(RunOutput { json, dists })
 }
