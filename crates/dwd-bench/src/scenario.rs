@@ -1293,6 +1293,152 @@ async fn analyse(
     Ok(RunOutput { json, dists })
 }
 
+/// The outage's target timings, gathered shoot by shoot: crossing → 0 and recovery →
+/// restored by target, the last level-0 target down, and what never went down or came back.
+#[derive(Default)]
+struct TargetTimes<'a> {
+    down: BTreeMap<&'a str, Vec<f64>>,
+    up: BTreeMap<&'a str, Vec<f64>>,
+    level0_latest: Option<DateTime<Utc>>,
+    missing_down: usize,
+    level0_missing: usize,
+    missing_up: usize,
+}
+
+impl<'a> TargetTimes<'a> {
+    /// Adds shoot `ns`'s `targets`, given when it `crossed` and `recovered`; returns each
+    /// target's crossing → its first 0 (for the protection bound).
+    fn add_shoot(
+        &mut self,
+        world: &World,
+        ns: &str,
+        targets: &[(&'a str, u32, u32)],
+        o: &OutageRecord,
+        (crossed, recovered): (Option<DateTime<Utc>>, Option<DateTime<Utc>>),
+    ) -> Vec<(String, Option<f64>)> {
+        let mut shoot_down = Vec::new();
+        for &(target, down_level, _) in targets {
+            let went_down = first_change(world, ns, target, o.silenced_at, |r| r == 0);
+            shoot_down.push((
+                target.to_string(),
+                crossed.zip(went_down).map(|(c, t)| secs(c, t)),
+            ));
+            match (crossed, went_down) {
+                (Some(c), Some(t)) => {
+                    self.down.entry(target).or_default().push(secs(c, t));
+                    if down_level == 0 {
+                        self.level0_latest =
+                            Some(self.level0_latest.map_or(t, |l: DateTime<Utc>| l.max(t)));
+                    }
+                }
+                _ => {
+                    self.missing_down += 1;
+                    self.level0_missing += usize::from(down_level == 0);
+                }
+            }
+            // What never went down can't be restored (counted above).
+            if went_down.is_none() {
+                continue;
+            }
+            match (
+                recovered,
+                first_change(world, ns, target, o.resumed_at, |r| r > 0),
+            ) {
+                (Some(c), Some(t)) => self.up.entry(target).or_default().push(secs(c, t)),
+                _ => self.missing_up += 1,
+            }
+        }
+        shoot_down
+    }
+}
+
+/// When a shoot crossed its threshold and when it recovered, from its renewals `before` and
+/// `after` the resumption: down at the k-th lease to expire (k = fewest expired leases
+/// reaching the threshold; a lease expires `grace` after its renewal), up once more than
+/// m − k leases renewed after resumption (as the apiserver holds them: when each renewal
+/// landed), fewer than k then being expired.
+fn crossing_and_recovery(
+    cli: &Cli,
+    o: &OutageRecord,
+    (before, after): (&HashMap<String, DateTime<Utc>>, &RenewTimes),
+    (grace, k): (chrono::Duration, usize),
+) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+    // Down: the k-th lease to expire (k = fewest expired leases reaching the threshold).
+    let mut expiries: Vec<DateTime<Utc>> = before.values().map(|t| *t + grace).collect();
+    expiries.sort();
+    let crossed = expiries.get(k - 1).copied();
+    // Up: once more than m − k leases renewed after resumption (as the apiserver holds
+    // them: when each renewal landed), fewer than k are expired.
+    let mut renewed: Vec<DateTime<Utc>> = after
+        .values()
+        .filter_map(|times| times.first())
+        .filter(|r| r.at > o.resumed_at)
+        .map(|r| r.landed)
+        .collect();
+    renewed.sort();
+    let recovered = renewed.get(cli.nodes - k).copied();
+    (crossed, recovered)
+}
+
+/// The seed requests from the silence until every target was back, in the affected shoots'
+/// namespaces.
+fn requests_in_affected_namespaces<'r>(
+    seed_requests: &'r [audit::Request],
+    o: &OutageRecord,
+) -> Vec<&'r audit::Request> {
+    let affected: HashSet<String> = o
+        .before
+        .iter()
+        .map(|(i, _)| setup::shoot_namespace(*i))
+        .collect();
+    seed_requests
+        .iter()
+        .filter(|r| r.received >= o.silenced_at && r.received <= o.restored_by)
+        .filter(|r| r.namespace.as_ref().is_some_and(|ns| affected.contains(ns)))
+        .collect()
+}
+
+/// Per target, the summary of its samples.
+fn summarise_by_target(m: &BTreeMap<&str, Vec<f64>>) -> Value {
+    m.iter()
+        .map(|(k, v)| (k.to_string(), Summary::of(v).to_json()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// The storm's frame: its times, the intervals and qps, and what makes a shoot cross.
+fn storm_frame(
+    cli: &Cli,
+    config: &ProberConfig,
+    o: &OutageRecord,
+    grace: chrono::Duration,
+    k: usize,
+) -> storm::StormFrame {
+    storm::StormFrame {
+        silenced_at: o.silenced_at,
+        resumed_at: o.resumed_at,
+        restored_by: o.restored_by,
+        interval_s: cli.probe_interval.as_secs_f64(),
+        jitter: cli.jitter,
+        qps: cli.kube_api_qps,
+        scale_up_delays_s: scale_up_delays(config).as_secs_f64(),
+        lease_validity_s: grace.num_milliseconds() as f64 / 1000.0,
+        expired_needed: k,
+    }
+}
+
+/// Near 1: the machine was short of CPU throughout, and every latency above is as much the
+/// machine's as the binary's.
+fn cpu_pressure_json(o: &OutageRecord) -> Value {
+    match o.cpu_waiting_us {
+        (Some(a), Some(b)) => json!({
+            "share": (b.saturating_sub(a) as f64 / 1e6) / secs(o.silenced_at, o.restored_by).max(1e-3),
+            "means": "share of the storm (silence to every target back) in which at least one runnable task waited for a CPU (/proc/pressure/cpu, some)",
+        }),
+        _ => Value::Null,
+    }
+}
+
 /// The outage part of the result, and the raw crossing → 0 and recovery → restored samples.
 fn outage_results(
     cli: &Cli,
@@ -1311,34 +1457,16 @@ fn outage_results(
     let k = expired_needed(cli.nodes, config.node_lease_failure_fraction);
     let targets = targets(config);
     let level0 = targets.iter().filter(|(_, down, _)| *down == 0).count();
-    let mut down: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    let mut up: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    let mut level0_latest: Option<DateTime<Utc>> = None;
+    let mut times = TargetTimes::default();
     let mut first_crossing: Option<DateTime<Utc>> = None;
     let mut last_crossing: Option<DateTime<Utc>> = None;
-    let mut missing_down = 0usize;
-    let mut level0_missing = 0usize;
-    let mut missing_up = 0usize;
     let mut storm_shoots = Vec::new();
     // Per shoot, each target: crossing → its first 0 (for the protection bound; how it came
     // back is filled in from its storm record below).
     let mut protection_shoots: Vec<protection::ShootOutage> = Vec::new();
     for ((i, before), (_, after)) in o.before.iter().zip(&o.after) {
         let ns = setup::shoot_namespace(*i);
-        // Down: the k-th lease to expire (k = fewest expired leases reaching the threshold).
-        let mut expiries: Vec<DateTime<Utc>> = before.values().map(|t| *t + grace).collect();
-        expiries.sort();
-        let crossed = expiries.get(k - 1).copied();
-        // Up: once more than m − k leases renewed after resumption (as the apiserver holds
-        // them: when each renewal landed), fewer than k are expired.
-        let mut renewed: Vec<DateTime<Utc>> = after
-            .values()
-            .filter_map(|times| times.first())
-            .filter(|r| r.at > o.resumed_at)
-            .map(|r| r.landed)
-            .collect();
-        renewed.sort();
-        let recovered = renewed.get(cli.nodes - k).copied();
+        let (crossed, recovered) = crossing_and_recovery(cli, o, (before, after), (grace, k));
         // Every node's renew times: its last before the resumption, then each one after.
         let renewals = before
             .iter()
@@ -1361,76 +1489,21 @@ fn outage_results(
             first_crossing = Some(first_crossing.map_or(c, |f: DateTime<Utc>| f.min(c)));
             last_crossing = Some(last_crossing.map_or(c, |l: DateTime<Utc>| l.max(c)));
         }
-        let mut shoot_down = Vec::new();
-        for &(target, down_level, _) in &targets {
-            let went_down = first_change(world, &ns, target, o.silenced_at, |r| r == 0);
-            shoot_down.push((
-                target.to_string(),
-                crossed.zip(went_down).map(|(c, t)| secs(c, t)),
-            ));
-            match (crossed, went_down) {
-                (Some(c), Some(t)) => {
-                    down.entry(target).or_default().push(secs(c, t));
-                    if down_level == 0 {
-                        level0_latest = Some(level0_latest.map_or(t, |l: DateTime<Utc>| l.max(t)));
-                    }
-                }
-                _ => {
-                    missing_down += 1;
-                    level0_missing += usize::from(down_level == 0);
-                }
-            }
-            // What never went down can't be restored (counted above).
-            if went_down.is_none() {
-                continue;
-            }
-            match (
-                recovered,
-                first_change(world, &ns, target, o.resumed_at, |r| r > 0),
-            ) {
-                (Some(c), Some(t)) => up.entry(target).or_default().push(secs(c, t)),
-                _ => missing_up += 1,
-            }
-        }
+        let shoot_down = times.add_shoot(world, &ns, &targets, o, (crossed, recovered));
         protection_shoots.push(protection::ShootOutage {
             namespace: ns,
             down_s: shoot_down,
             restore: storm::Restore::NotDown,
         });
     }
-    let affected: HashSet<String> = o
-        .before
-        .iter()
-        .map(|(i, _)| setup::shoot_namespace(*i))
-        .collect();
-    let outage_seed: Vec<&audit::Request> = seed_requests
-        .iter()
-        .filter(|r| r.received >= o.silenced_at && r.received <= o.restored_by)
-        .filter(|r| r.namespace.as_ref().is_some_and(|ns| affected.contains(ns)))
-        .collect();
-    let summarise = |m: &BTreeMap<&str, Vec<f64>>| -> Value {
-        m.iter()
-            .map(|(k, v)| (k.to_string(), Summary::of(v).to_json()))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    };
-    let all_down: Vec<f64> = down.values().flatten().copied().collect();
-    let all_up: Vec<f64> = up.values().flatten().copied().collect();
+    let outage_seed = requests_in_affected_namespaces(&seed_requests, o);
+    let all_down: Vec<f64> = times.down.values().flatten().copied().collect();
+    let all_up: Vec<f64> = times.up.values().flatten().copied().collect();
     // The issue's bound, 1.2 × N × 2 writes ÷ qps, was set for one level-0 target per shoot
     // (the seeds' example: KCM); Gardener's level 0 holds MCM and CA, so it counts each.
     let bound = 1.2
         * (o.before.len() as f64 * level0 as f64 * WRITES_PER_TARGET / cli.kube_api_qps.max(0.1));
-    let frame = storm::StormFrame {
-        silenced_at: o.silenced_at,
-        resumed_at: o.resumed_at,
-        restored_by: o.restored_by,
-        interval_s: cli.probe_interval.as_secs_f64(),
-        jitter: cli.jitter,
-        qps: cli.kube_api_qps,
-        scale_up_delays_s: scale_up_delays(config).as_secs_f64(),
-        lease_validity_s: grace.num_milliseconds() as f64 / 1000.0,
-        expired_needed: k,
-    };
+    let frame = storm_frame(cli, config, o, grace, k);
     // Each shoot judged against the protection bound (issue 34).
     for (p, storm) in protection_shoots.iter_mut().zip(&storm_shoots) {
         p.restore = storm.restore(&frame);
@@ -1446,24 +1519,18 @@ fn outage_results(
         "expired_leases_needed": k,
         "all_scaled_down": o.all_down,
         "all_restored": o.all_up,
-        "scale_down_s": {"all": Summary::of(&all_down).to_json(), "by_target": summarise(&down)},
-        "restore_s": {"all": Summary::of(&all_up).to_json(), "by_target": summarise(&up)},
-        "targets_missing_down": missing_down,
-        "targets_missing_up": missing_up,
+        "scale_down_s": {"all": Summary::of(&all_down).to_json(), "by_target": summarise_by_target(&times.down)},
+        "restore_s": {"all": Summary::of(&all_up).to_json(), "by_target": summarise_by_target(&times.up)},
+        "targets_missing_down": times.missing_down,
+        "targets_missing_up": times.missing_up,
         // Near 1: the machine was short of CPU throughout, and every latency above is as much
         // the machine's as the binary's.
-        "storm_cpu_pressure_some": match o.cpu_waiting_us {
-            (Some(a), Some(b)) => json!({
-                "share": (b.saturating_sub(a) as f64 / 1e6) / secs(o.silenced_at, o.restored_by).max(1e-3),
-                "means": "share of the storm (silence to every target back) in which at least one runnable task waited for a CPU (/proc/pressure/cpu, some)",
-            }),
-            _ => Value::Null,
-        },
+        "storm_cpu_pressure_some": cpu_pressure_json(o),
         "last_renewals_written_after_silence_s": o.last_words_written.map(|t| secs(o.silenced_at, t)),
         "crossing_spread_s": match (first_crossing, last_crossing) { (Some(f), Some(l)) => json!(secs(f, l)), _ => Value::Null },
         // Only defined when every level-0 target got there.
-        "level0_all_zero_after_first_crossing_s": match (first_crossing, level0_latest, level0_missing) { (Some(c), Some(l), 0) => json!(secs(c, l)), _ => Value::Null },
-        "level0_targets_never_down": level0_missing,
+        "level0_all_zero_after_first_crossing_s": match (first_crossing, times.level0_latest, times.level0_missing) { (Some(c), Some(l), 0) => json!(secs(c, l)), _ => Value::Null },
+        "level0_targets_never_down": times.level0_missing,
         "level0_bound_s": bound,
         "seed_requests_in_affected_namespaces": {
             "total": outage_seed.len(),
