@@ -697,14 +697,7 @@ fn analyse_normal(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
             .iter()
             .filter(|r| r.received >= o.window_from && r.received <= o.window_to),
     );
-    let ProbeSchedule {
-        runs_per_shoot,
-        max_gap_per_shoot,
-        late_gaps,
-        missed,
-        shoots_missing_runs,
-        never,
-    } = ProbeSchedule::of(world, o, &probes, interval, on_schedule);
+    let schedule = ProbeSchedule::of(world, o, &probes, interval, on_schedule);
     let normal_namespaces: Vec<String> = world
         .shoots
         .iter()
@@ -717,18 +710,18 @@ fn analyse_normal(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
         "probe_interval_s": interval,
         "expected_runs_per_shoot": window_secs / (interval * (1.0 + cli.jitter / 2.0)),
         "runs_per_shoot": {
-            "min": runs_per_shoot.iter().copied().fold(f64::INFINITY, f64::min),
-            "p50": Summary::of(&runs_per_shoot).p50,
-            "max": Summary::of(&runs_per_shoot).max,
+            "min": schedule.runs_per_shoot.iter().copied().fold(f64::INFINITY, f64::min),
+            "p50": Summary::of(&schedule.runs_per_shoot).p50,
+            "max": Summary::of(&schedule.runs_per_shoot).max,
         },
-        "max_gap_per_shoot_s": Summary::of(&max_gap_per_shoot).to_json(),
-        "max_gap_s": max_gap_per_shoot.iter().copied().fold(0.0, f64::max),
+        "max_gap_per_shoot_s": Summary::of(&schedule.max_gap_per_shoot).to_json(),
+        "max_gap_s": schedule.max_gap_per_shoot.iter().copied().fold(0.0, f64::max),
         "on_schedule_gap_s": on_schedule,
-        "gaps_longer_than_on_schedule": late_gaps,
-        "missed_runs": missed,
+        "gaps_longer_than_on_schedule": schedule.late_gaps,
+        "missed_runs": schedule.missed,
         "missed_run_means": format!("a gap of g ≥ 2 × interval counts floor(g / interval) − 1 missed runs"),
-        "shoots_never_probed": never,
-        "shoots_with_missed_runs": shoots_missing_runs,
+        "shoots_never_probed": schedule.never,
+        "shoots_with_missed_runs": schedule.shoots_missing_runs,
         "failed_requests_by_code": failures,
         // With an outage, only what went down before it (the outage's own scaling is judged in
         // the run's `outage.protection`).
