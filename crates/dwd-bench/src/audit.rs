@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// One request as the audit log tells it.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     /// Authenticated user name.
     pub user: String,
     /// `get`, `list`, `watch`, `patch`, …
@@ -33,7 +33,7 @@ pub struct Request {
 
 impl Request {
     /// `verb what`, the key requests are counted under.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         format!("{} {}", self.verb, self.what)
     }
 }
@@ -41,7 +41,7 @@ impl Request {
 /// Reads the `ResponseComplete`/`Panic` events of `path` whose user `keep` accepts, received
 /// at or after `since`. Lines that aren't audit events are skipped: a log cut mid-line by
 /// teardown must not lose the rest.
-pub fn read(
+pub(crate) fn read(
     path: &Path,
     since: DateTime<Utc>,
     keep: impl Fn(&str) -> bool,
@@ -105,7 +105,7 @@ pub fn read(
 }
 
 /// Requests counted by `verb what`.
-pub fn by_key<'a>(requests: impl IntoIterator<Item = &'a Request>) -> BTreeMap<String, u64> {
+pub(crate) fn by_key<'a>(requests: impl IntoIterator<Item = &'a Request>) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
     for r in requests {
         *counts.entry(r.key()).or_insert(0) += 1;
@@ -114,7 +114,7 @@ pub fn by_key<'a>(requests: impl IntoIterator<Item = &'a Request>) -> BTreeMap<S
 }
 
 /// Requests that did not succeed, counted by HTTP code.
-pub fn failures_by_code<'a>(
+pub(crate) fn failures_by_code<'a>(
     requests: impl IntoIterator<Item = &'a Request>,
 ) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
@@ -127,7 +127,7 @@ pub fn failures_by_code<'a>(
 }
 
 /// Per user, the receive times of `GET /version` (the API server probe), sorted.
-pub fn version_probes(requests: &[Request]) -> HashMap<String, Vec<DateTime<Utc>>> {
+pub(crate) fn version_probes(requests: &[Request]) -> HashMap<String, Vec<DateTime<Utc>>> {
     received_by_user(
         requests
             .iter()
@@ -136,11 +136,11 @@ pub fn version_probes(requests: &[Request]) -> HashMap<String, Vec<DateTime<Utc>
 }
 
 /// A request's receive and completion times at the apiserver.
-pub type Span = (DateTime<Utc>, DateTime<Utc>);
+pub(crate) type Span = (DateTime<Utc>, DateTime<Utc>);
 
 /// Per user, each request's receive and completion times (completion as receive when not
 /// recorded), sorted by receive time.
-pub fn spans_by_user<'a>(
+pub(crate) fn spans_by_user<'a>(
     requests: impl Iterator<Item = &'a Request>,
 ) -> HashMap<String, Vec<Span>> {
     let mut by_user: HashMap<String, Vec<_>> = HashMap::new();
@@ -158,7 +158,7 @@ pub fn spans_by_user<'a>(
 }
 
 /// Per user, the receive times of all of `requests`, sorted.
-pub fn received_by_user<'a>(
+pub(crate) fn received_by_user<'a>(
     requests: impl Iterator<Item = &'a Request>,
 ) -> HashMap<String, Vec<DateTime<Utc>>> {
     spans_by_user(requests)

@@ -8,16 +8,16 @@ use std::fmt::Write as _;
 use crate::svg::{self, escape};
 
 /// Raw samples by metric name, in seconds.
-pub type Dists = BTreeMap<String, Vec<f64>>;
+pub(crate) type Dists = BTreeMap<String, Vec<f64>>;
 
 /// Probe lateness: gap between consecutive probes minus the interval.
-pub const PROBE_LATENESS: &str = "probe lateness";
+pub(crate) const PROBE_LATENESS: &str = "probe lateness";
 /// Outage: threshold crossing → target at 0.
-pub const SCALE_DOWN: &str = "crossing → target 0";
+pub(crate) const SCALE_DOWN: &str = "crossing → target 0";
 /// Outage: recovery → target restored.
-pub const RESTORE: &str = "recovery → target restored";
+pub(crate) const RESTORE: &str = "recovery → target restored";
 /// Weeder storm: slice ready → crash-looping pod deleted.
-pub const WEEDER_DELETION: &str = "slice ready → pod deleted";
+pub(crate) const WEEDER_DELETION: &str = "slice ready → pod deleted";
 
 /// Panel order (metrics not measured in the run are left out).
 const ORDER: [&str; 4] = [PROBE_LATENESS, SCALE_DOWN, RESTORE, WEEDER_DELETION];
@@ -75,7 +75,7 @@ fn grid_line(
 
 /// Renders `runs` (label, samples by metric) as an SVG document; `None` when no run has any
 /// sample to draw.
-pub fn render(title: &str, runs: &[(String, &Dists)]) -> Option<String> {
+pub(crate) fn render(title: &str, runs: &[(String, &Dists)]) -> Option<String> {
     // Pool rounds: label → metric → samples.
     let mut labels: Vec<String> = Vec::new();
     let mut pooled: BTreeMap<&str, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
@@ -136,6 +136,56 @@ pub fn render(title: &str, runs: &[(String, &Dists)]) -> Option<String> {
     Some(svg)
 }
 
+/// The fraction axis of a panel: grid lines at 0, ¼, ½, ¾ and 1, and a dashed line at p99
+/// (the issue's targets are p99s, so its level gets a line of its own).
+fn fraction_grid(svg: &mut String, x0: f64, w: f64, sy: impl Fn(f64) -> f64) {
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{x0}" y1="{y}" x2="{xr}" y2="{y}" stroke="#bbb" stroke-dasharray="4 3"/><text x="{tx}" y="{ty}" text-anchor="end" fill="#888">p99</text>"##,
+        y = sy(0.99),
+        xr = x0 + w,
+        tx = x0 + w - 3.0,
+        ty = sy(0.99) + 11.0
+    );
+    for f in [0.0, 0.25, 0.5, 0.75, 1.0] {
+        let y = sy(f);
+        grid_line(
+            svg,
+            (x0, y),
+            (x0 + w, y),
+            &tick_label(f),
+            (x0 - 4.0, y + 4.0),
+            "end",
+        );
+    }
+}
+
+/// The polyline points of `values`' CDF between `lo` and `hi`: a step function, flat until
+/// each sample, then up by 1/n.
+fn cdf_points(
+    values: &[f64],
+    sx: impl Fn(f64) -> f64,
+    sy: impl Fn(f64) -> f64,
+    (lo, hi): (f64, f64),
+) -> String {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len() as f64;
+    let mut points = format!("{:.1},{:.1}", sx(lo), sy(0.0));
+    for (k, value) in v.iter().enumerate() {
+        let _ = write!(
+            points,
+            " {:.1},{:.1} {:.1},{:.1}",
+            sx(*value),
+            sy(k as f64 / n),
+            sx(*value),
+            sy((k + 1) as f64 / n)
+        );
+    }
+    let _ = write!(points, " {:.1},{:.1}", sx(hi), sy(1.0));
+    points
+}
+
 /// One CDF panel at `(ox, oy)`.
 fn panel(
     svg: &mut String,
@@ -187,26 +237,7 @@ fn panel(
             "middle",
         );
     }
-    // p99: the issue's targets are p99s, so its level gets a line of its own.
-    let _ = writeln!(
-        svg,
-        r##"<line x1="{x0}" y1="{y}" x2="{xr}" y2="{y}" stroke="#bbb" stroke-dasharray="4 3"/><text x="{tx}" y="{ty}" text-anchor="end" fill="#888">p99</text>"##,
-        y = sy(0.99),
-        xr = x0 + w,
-        tx = x0 + w - 3.0,
-        ty = sy(0.99) + 11.0
-    );
-    for f in [0.0, 0.25, 0.5, 0.75, 1.0] {
-        let y = sy(f);
-        grid_line(
-            svg,
-            (x0, y),
-            (x0 + w, y),
-            &tick_label(f),
-            (x0 - 4.0, y + 4.0),
-            "end",
-        );
-    }
+    fraction_grid(svg, x0, w, sy);
     let _ = writeln!(
         svg,
         r#"<text x="{}" y="{}" text-anchor="middle">seconds</text>"#,
@@ -223,22 +254,7 @@ fn panel(
         let Some(values) = by_label.get(label).filter(|v| !v.is_empty()) else {
             continue;
         };
-        let mut v = values.clone();
-        v.sort_by(f64::total_cmp);
-        let n = v.len() as f64;
-        // A step function: flat until each sample, then up by 1/n.
-        let mut points = format!("{:.1},{:.1}", sx(lo), sy(0.0));
-        for (k, value) in v.iter().enumerate() {
-            let _ = write!(
-                points,
-                " {:.1},{:.1} {:.1},{:.1}",
-                sx(*value),
-                sy(k as f64 / n),
-                sx(*value),
-                sy((k + 1) as f64 / n)
-            );
-        }
-        let _ = write!(points, " {:.1},{:.1}", sx(hi), sy(1.0));
+        let points = cdf_points(values, sx, sy, (lo, hi));
         let _ = writeln!(
             svg,
             r#"<polyline points="{points}" fill="none" stroke="{}" stroke-width="1.8"/>"#,

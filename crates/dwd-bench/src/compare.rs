@@ -246,7 +246,7 @@ fn mean(runs: &[Value], label: &str, pointer: &str) -> Option<f64> {
 }
 
 /// `{labels, means: {A: {...}, B: {...}}, ratios: {...}}` over the runs of both binaries.
-pub fn summarise(subjects: &[Subject], runs: &[Value]) -> Value {
+pub(crate) fn summarise(subjects: &[Subject], runs: &[Value]) -> Value {
     let (a, b) = match subjects {
         [a, b, ..] => (a.label.as_str(), b.label.as_str()),
         _ => return Value::Null,
@@ -294,7 +294,7 @@ fn format(v: Option<f64>, unit: Unit) -> String {
 }
 
 /// Side-by-side table: one row per metric measured, A's mean, B's mean, A ÷ B.
-pub fn table(summary: &Value, runs: &[Value]) -> String {
+pub(crate) fn table(summary: &Value, runs: &[Value]) -> String {
     let a = summary["labels"]["a"].as_str().unwrap_or("A");
     let b = summary["labels"]["b"].as_str().unwrap_or("B");
     let rounds = runs

@@ -185,7 +185,7 @@ where
 }
 
 /// The slow shoots' server: every request answered after `delay`.
-pub struct Tarpit {
+pub(crate) struct Tarpit {
     /// Where the slow shoots' kubeconfigs point.
     pub addr: SocketAddr,
     /// How long each request waits for its answer.
@@ -196,7 +196,7 @@ pub struct Tarpit {
 
 impl Tarpit {
     /// Starts the tarpit on a loopback port.
-    pub async fn start(tls: Arc<rustls::ServerConfig>, delay: Duration) -> Result<Tarpit> {
+    pub(crate) async fn start(tls: Arc<rustls::ServerConfig>, delay: Duration) -> Result<Tarpit> {
         let counts = Arc::new(Counts::default());
         let c = counts.clone();
         let (addr, accept) = serve(tls, counts.clone(), move |request: Request<Incoming>| {
@@ -224,7 +224,7 @@ impl Tarpit {
     }
 
     /// What it saw.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let mut v = self.counts.to_json();
         v["answer_delay_s"] = json!(self.delay.as_secs_f64());
         v
@@ -233,7 +233,7 @@ impl Tarpit {
 
 /// How an [`Amplifier`] pages its lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pages {
+pub(crate) enum Pages {
     /// One page of this many empty items, whatever `limit` was asked.
     Oversized(usize),
     /// Exactly the `limit` asked (500 without one), with a `continue` token every time.
@@ -249,7 +249,7 @@ const ENDLESS_DEFAULT_LIMIT: usize = 500;
 const ENDLESS_MAX_LIMIT: usize = 10_000;
 
 /// An amplification shoot's server: lists of empty items, paged as [`Pages`] says.
-pub struct Amplifier {
+pub(crate) struct Amplifier {
     /// Where the amplification shoot's kubeconfig points.
     pub addr: SocketAddr,
     /// How it pages.
@@ -286,7 +286,7 @@ fn amplified_page(kind: &str, api_version: &str, items: usize) -> Bytes {
 
 impl Amplifier {
     /// Starts the amplifier on a loopback port (an oversized page is built once).
-    pub async fn start(tls: Arc<rustls::ServerConfig>, pages: Pages) -> Result<Amplifier> {
+    pub(crate) async fn start(tls: Arc<rustls::ServerConfig>, pages: Pages) -> Result<Amplifier> {
         let oversized = match pages {
             Pages::Oversized(items) => Some((
                 amplified_page("LeaseList", "coordination.k8s.io/v1", items),
@@ -341,7 +341,7 @@ impl Amplifier {
     }
 
     /// What it saw.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let mut v = self.counts.to_json();
         v["pages"] = match self.pages {
             Pages::Oversized(items) => json!({

@@ -17,7 +17,7 @@
 //! their codes and durations; and, where the binary serves them, its per-shoot metrics such
 //! as `dwd_prober_oversized_responses_total`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,18 +52,18 @@ const FAT_CREATE_CONCURRENCY: usize = 8;
 const CREATE_ATTEMPTS: usize = 6;
 
 /// How much later than the config's `probeTimeout` the slow shoots answer.
-pub const SLOW_MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const SLOW_MARGIN: Duration = Duration::from_secs(5);
 
 /// Slow shoots' seed objects created at once during setup (namespace, secret, Cluster each).
 const SLOW_CREATE_CONCURRENCY: usize = 24;
 
 /// With `--outage-normal`: probe intervals of the measured window before the normal shoots'
 /// kubelets go silent (they are probed next to the hostile ones for that long first).
-pub const OUTAGE_LEAD_INTERVALS: u32 = 3;
+pub(crate) const OUTAGE_LEAD_INTERVALS: u32 = 3;
 
 /// What the hostile shoots hold.
 #[derive(Debug, Clone, Copy)]
-pub struct HostileShape {
+pub(crate) struct HostileShape {
     /// Plain small leases of `hostile-many`.
     pub many_leases: usize,
     /// Fat leases of `hostile-fat`.
@@ -81,7 +81,7 @@ pub struct HostileShape {
 }
 
 /// Namespace of slow shoot `i`: project `tarpit`, apart from the normal shoots' `bench`.
-pub fn slow_namespace(i: usize) -> String {
+pub(crate) fn slow_namespace(i: usize) -> String {
     format!("shoot--tarpit--n{i:04}")
 }
 
@@ -89,7 +89,7 @@ pub fn slow_namespace(i: usize) -> String {
 const SLOW_PREFIX: &str = "shoot--tarpit--";
 
 /// The shoots behind fake apiservers: the slow ones and the amplification shoot.
-pub struct Fakes {
+pub(crate) struct Fakes {
     /// The slow shoots' server, if there are slow shoots.
     pub tarpit: Option<crate::fake_shoots::Tarpit>,
     /// How many slow shoots point at it.
@@ -106,6 +106,49 @@ pub struct Fakes {
 /// before the second binary ran).
 const AMPLIFIER_TARGETS: [(&str, i32); 3] = dwd_sim::seed::DEFAULT_DEPLOYMENTS;
 
+/// Creates `count` slow shoots in the seed (namespace, probe secret pointing at the tarpit by
+/// `kubeconfig`, and Cluster each), telling the progress every 2 s since `started`.
+async fn create_slow_shoots(
+    seed_client: &kube::Client,
+    count: usize,
+    kubeconfig: &str,
+    started: Instant,
+) -> Result<()> {
+    let mut done = 0usize;
+    let mut last_report = Instant::now();
+    let mut stream = futures::stream::iter(0..count)
+        .map(|i| {
+            let plane = SeedControlPlane::new(seed_client.clone(), slow_namespace(i));
+            let kubeconfig = kubeconfig.to_string();
+            async move {
+                plane.create_namespace().await?;
+                plane
+                    .create_probe_secret(dwd_sim::seed::DEFAULT_PROBE_SECRET, &kubeconfig)
+                    .await?;
+                plane
+                    .create_cluster(&ShootState::with_pools(&[DEFAULT_POOL]))
+                    .await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(SLOW_CREATE_CONCURRENCY);
+    while let Some(r) = stream.next().await {
+        r.context("create a slow shoot in the seed")?;
+        done += 1;
+        if last_report.elapsed() >= Duration::from_secs(2) || done == count {
+            last_report = Instant::now();
+            eprint!(
+                "\rsetup: {done}/{} slow shoots after {:.1}s   ",
+                count,
+                started.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    eprintln!();
+    Ok(())
+}
+
 /// Starts the fake apiservers and creates their shoots in the seed: `shape.slow_shoots` slow
 /// shoots (namespace, probe secret and Cluster each; no targets: their runs can only fail)
 /// and, unless `shape.amplify_items` is 0, two amplification shoots, one of each
@@ -113,7 +156,7 @@ const AMPLIFIER_TARGETS: [(&str, i32); 3] = dwd_sim::seed::DEFAULT_DEPLOYMENTS;
 /// show). `kubeconfig` is any kubeconfig of the
 /// environment served at `server` (its CA and a client certificate); each fake shoot's is
 /// that one pointed at its server.
-pub async fn build_fakes(
+pub(crate) async fn build_fakes(
     env: &TestEnv,
     seed_client: &kube::Client,
     shape: HostileShape,
@@ -131,39 +174,13 @@ pub async fn build_fakes(
         None
     };
     if let Some(tarpit) = &tarpit {
-        let slow_kubeconfig = pointed_at(tarpit.addr);
-        let mut done = 0usize;
-        let mut last_report = Instant::now();
-        let mut stream = futures::stream::iter(0..shape.slow_shoots)
-            .map(|i| {
-                let plane = SeedControlPlane::new(seed_client.clone(), slow_namespace(i));
-                let kubeconfig = slow_kubeconfig.clone();
-                async move {
-                    plane.create_namespace().await?;
-                    plane
-                        .create_probe_secret(dwd_sim::seed::DEFAULT_PROBE_SECRET, &kubeconfig)
-                        .await?;
-                    plane
-                        .create_cluster(&ShootState::with_pools(&[DEFAULT_POOL]))
-                        .await?;
-                    anyhow::Ok(())
-                }
-            })
-            .buffer_unordered(SLOW_CREATE_CONCURRENCY);
-        while let Some(r) = stream.next().await {
-            r.context("create a slow shoot in the seed")?;
-            done += 1;
-            if last_report.elapsed() >= Duration::from_secs(2) || done == shape.slow_shoots {
-                last_report = Instant::now();
-                eprint!(
-                    "\rsetup: {done}/{} slow shoots after {:.1}s   ",
-                    shape.slow_shoots,
-                    started.elapsed().as_secs_f64()
-                );
-                let _ = std::io::stderr().flush();
-            }
-        }
-        eprintln!();
+        create_slow_shoots(
+            seed_client,
+            shape.slow_shoots,
+            &pointed_at(tarpit.addr),
+            started,
+        )
+        .await?;
     }
     let mut amplifiers = Vec::new();
     if shape.amplify_items > 0 {
@@ -209,7 +226,7 @@ pub async fn build_fakes(
 
 /// One hostile shoot: its own apiserver, a simulated shoot with a few healthy nodes, and a
 /// tenant's filler leases.
-pub struct HostileShoot {
+pub(crate) struct HostileShoot {
     /// `many` or `fat`.
     pub kind: &'static str,
     /// Namespace in the seed (and Cluster name).
@@ -229,13 +246,13 @@ pub struct HostileShoot {
 }
 
 /// Namespace of hostile shoot `kind`.
-pub fn namespace(kind: &str) -> String {
+pub(crate) fn namespace(kind: &str) -> String {
     format!("shoot--bench--hostile-{kind}")
 }
 
 /// Starts the two hostile shoots' apiservers, creates the shoots and fills their
 /// `kube-node-lease` namespaces, printing progress to stderr.
-pub async fn build(
+pub(crate) async fn build(
     env: &TestEnv,
     seed_client: &kube::Client,
     shape: HostileShape,
@@ -382,7 +399,7 @@ async fn fill(client: &kube::Client, kind: &str, count: usize, bytes: usize) -> 
 
 /// How the watchdog's run ended.
 #[derive(Debug, Clone)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// It ran for the whole time.
     Completed,
     /// Its RSS passed the limit; the bench stopped it.
@@ -403,12 +420,12 @@ pub enum Ended {
 
 impl Ended {
     /// Whether the process still runs.
-    pub fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         matches!(self, Ended::Completed)
     }
 
     /// The `ended` object of the result.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         match self {
             Ended::Completed => json!({"how": "ran the whole time"}),
             Ended::KilledAtLimit { at, rss } => json!({
@@ -424,7 +441,7 @@ impl Ended {
 
 /// Lets the watchdog run for `d`, reading its RSS every 250 ms: past `limit` bytes it is
 /// stopped (a balloon is a finding, not a reason to take the shared machine down).
-pub async fn watch(watchdog: &mut Watchdog, d: Duration, limit: u64) -> Result<Ended> {
+pub(crate) async fn watch(watchdog: &mut Watchdog, d: Duration, limit: u64) -> Result<Ended> {
     let pid = watchdog.pid()?;
     let end = tokio::time::Instant::now() + d;
     while tokio::time::Instant::now() < end {
@@ -447,7 +464,7 @@ pub async fn watch(watchdog: &mut Watchdog, d: Duration, limit: u64) -> Result<E
 }
 
 /// The watchdog's own `/metrics` text (any binary serving Prometheus text there), or `None`.
-pub async fn scrape_watchdog(addr: SocketAddr) -> Option<String> {
+pub(crate) async fn scrape_watchdog(addr: SocketAddr) -> Option<String> {
     match dwd_testenv::http::get(addr, "/metrics", Duration::from_secs(10)).await {
         Ok((200, body)) => Some(body),
         _ => None,
@@ -560,7 +577,7 @@ fn scaled_down(world: &World, since: DateTime<Utc>, namespaces: &[String]) -> Ve
 }
 
 /// What the run measured besides the common prober numbers.
-pub struct Observed<'a> {
+pub(crate) struct Observed<'a> {
     /// When the watchdog was started.
     pub started: DateTime<Utc>,
     /// The measured window (after warm-up).
@@ -580,16 +597,93 @@ pub struct Observed<'a> {
     pub outage_silenced_at: Option<DateTime<Utc>>,
 }
 
-/// The `hostile` object of a run's result.
-pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
+/// How the normal shoots' probe runs kept to their schedule in the window: per shoot, the
+/// runs and the worst gap between two; over all, the late gaps and the missed runs.
+struct ProbeSchedule {
+    runs_per_shoot: Vec<f64>,
+    max_gap_per_shoot: Vec<f64>,
+    /// Gaps longer than a run on schedule takes.
+    late_gaps: usize,
+    /// Runs that should have started and did not (see `missed_run_means`).
+    missed: usize,
+    /// Namespaces of the shoots never probed or with a missed run.
+    shoots_missing_runs: Vec<String>,
+    /// Shoots not probed at all in the window.
+    never: usize,
+}
+
+impl ProbeSchedule {
+    /// The schedule of `world`'s normal shoots from their `probes` (times of `GET /version` by
+    /// user), a gap over `on_schedule` late, one of 2 × `interval` or more with missed runs.
+    fn of(
+        world: &World,
+        o: &Observed<'_>,
+        probes: &HashMap<String, Vec<DateTime<Utc>>>,
+        interval: f64,
+        on_schedule: f64,
+    ) -> ProbeSchedule {
+        let missed_from = 2.0 * interval;
+        let mut runs_per_shoot = Vec::new();
+        let mut max_gap_per_shoot = Vec::new();
+        let mut late_gaps = 0usize;
+        let mut missed = 0usize;
+        let mut shoots_missing_runs = Vec::new();
+        let mut never = 0usize;
+        for shoot in &world.shoots {
+            let times: Vec<DateTime<Utc>> = probes
+                .get(&shoot.user())
+                .map(|v| {
+                    v.iter()
+                        .copied()
+                        .filter(|t| *t >= o.window_from && *t <= o.window_to)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if times.is_empty() {
+                never += 1;
+                shoots_missing_runs.push(setup::shoot_namespace(shoot.index));
+                continue;
+            }
+            runs_per_shoot.push(times.len() as f64);
+            // The time before the first and after the last run count: a probe that stopped is late.
+            let mut gaps: Vec<f64> = times.windows(2).map(|w| secs(w[0], w[1])).collect();
+            gaps.push(secs(o.window_from, times[0]));
+            if let Some(last) = times.last() {
+                gaps.push(secs(*last, o.window_to));
+            }
+            let worst = gaps.iter().copied().fold(0.0, f64::max);
+            late_gaps += gaps.iter().filter(|g| **g > on_schedule).count();
+            let m = gaps
+                .iter()
+                .filter(|g| **g >= missed_from)
+                .map(|g| (g / interval).floor() as usize - 1)
+                .sum::<usize>();
+            if m > 0 {
+                shoots_missing_runs.push(setup::shoot_namespace(shoot.index));
+            }
+            missed += m;
+            max_gap_per_shoot.push(worst);
+        }
+        ProbeSchedule {
+            runs_per_shoot,
+            max_gap_per_shoot,
+            late_gaps,
+            missed,
+            shoots_missing_runs,
+            never,
+        }
+    }
+}
+
+/// The `normal` object: the normal shoots' probe runs against their schedule, their failed
+/// requests, what was scaled down, and the watchdog's metrics of them.
+fn analyse_normal(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
     let interval = cli.probe_interval.as_secs_f64();
     // The next run starts interval × (1 + rand·jitter) after the previous one ended: a gap
     // up to that (plus the run itself) is on schedule; one of 2 × interval or more means a run
     // that should have started did not.
     let on_schedule = interval * (1.0 + cli.jitter) + 1.0;
-    let missed_from = 2.0 * interval;
     let window_secs = secs(o.window_from, o.window_to).max(1e-3);
-
     // Normal shoots: every `GET /version` of user shoot-<i> on the shared apiservers.
     let mut requests = Vec::new();
     for api in &world.shoot_apis {
@@ -603,73 +697,31 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
             .iter()
             .filter(|r| r.received >= o.window_from && r.received <= o.window_to),
     );
-    let mut runs_per_shoot = Vec::new();
-    let mut max_gap_per_shoot = Vec::new();
-    let mut late_gaps = 0usize;
-    let mut missed = 0usize;
-    let mut shoots_missing_runs = Vec::new();
-    let mut never = 0usize;
-    for shoot in &world.shoots {
-        let times: Vec<DateTime<Utc>> = probes
-            .get(&shoot.user())
-            .map(|v| {
-                v.iter()
-                    .copied()
-                    .filter(|t| *t >= o.window_from && *t <= o.window_to)
-                    .collect()
-            })
-            .unwrap_or_default();
-        if times.is_empty() {
-            never += 1;
-            shoots_missing_runs.push(setup::shoot_namespace(shoot.index));
-            continue;
-        }
-        runs_per_shoot.push(times.len() as f64);
-        // The time before the first and after the last run count: a probe that stopped is late.
-        let mut gaps: Vec<f64> = times.windows(2).map(|w| secs(w[0], w[1])).collect();
-        gaps.push(secs(o.window_from, times[0]));
-        if let Some(last) = times.last() {
-            gaps.push(secs(*last, o.window_to));
-        }
-        let worst = gaps.iter().copied().fold(0.0, f64::max);
-        late_gaps += gaps.iter().filter(|g| **g > on_schedule).count();
-        let m = gaps
-            .iter()
-            .filter(|g| **g >= missed_from)
-            .map(|g| (g / interval).floor() as usize - 1)
-            .sum::<usize>();
-        if m > 0 {
-            shoots_missing_runs.push(setup::shoot_namespace(shoot.index));
-        }
-        missed += m;
-        max_gap_per_shoot.push(worst);
-    }
+    let schedule = ProbeSchedule::of(world, o, &probes, interval, on_schedule);
     let normal_namespaces: Vec<String> = world
         .shoots
         .iter()
         .map(|s| setup::shoot_namespace(s.index))
         .collect();
-    let hostile_namespaces: Vec<String> =
-        world.hostile.iter().map(|h| h.namespace.clone()).collect();
     let metrics = o.metrics.as_deref();
     let normal_metric = |name: &str| metrics.map(|m| sum_shoots(m, name, "shoot--bench--s"));
-    let normal = json!({
+    Ok(json!({
         "shoots": world.shoots.len(),
         "probe_interval_s": interval,
         "expected_runs_per_shoot": window_secs / (interval * (1.0 + cli.jitter / 2.0)),
         "runs_per_shoot": {
-            "min": runs_per_shoot.iter().copied().fold(f64::INFINITY, f64::min),
-            "p50": Summary::of(&runs_per_shoot).p50,
-            "max": Summary::of(&runs_per_shoot).max,
+            "min": schedule.runs_per_shoot.iter().copied().fold(f64::INFINITY, f64::min),
+            "p50": Summary::of(&schedule.runs_per_shoot).p50,
+            "max": Summary::of(&schedule.runs_per_shoot).max,
         },
-        "max_gap_per_shoot_s": Summary::of(&max_gap_per_shoot).to_json(),
-        "max_gap_s": max_gap_per_shoot.iter().copied().fold(0.0, f64::max),
+        "max_gap_per_shoot_s": Summary::of(&schedule.max_gap_per_shoot).to_json(),
+        "max_gap_s": schedule.max_gap_per_shoot.iter().copied().fold(0.0, f64::max),
         "on_schedule_gap_s": on_schedule,
-        "gaps_longer_than_on_schedule": late_gaps,
-        "missed_runs": missed,
+        "gaps_longer_than_on_schedule": schedule.late_gaps,
+        "missed_runs": schedule.missed,
         "missed_run_means": format!("a gap of g ≥ 2 × interval counts floor(g / interval) − 1 missed runs"),
-        "shoots_never_probed": never,
-        "shoots_with_missed_runs": shoots_missing_runs,
+        "shoots_never_probed": schedule.never,
+        "shoots_with_missed_runs": schedule.shoots_missing_runs,
         "failed_requests_by_code": failures,
         // With an outage, only what went down before it (the outage's own scaling is judged in
         // the run's `outage.protection`).
@@ -697,8 +749,14 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
             "shoots_waiting_for_room_at_end": normal_metric("dwd_prober_shoot_waiting_for_room"),
             "shoots_decision_pending_at_end": normal_metric("dwd_prober_shoot_decision_pending"),
         },
-    });
+    }))
+}
 
+/// The `hostile` shoots' objects by kind: the requests their apiservers saw (by verb,
+/// resource and code, and how long they took), the probe runs in the window, what was scaled
+/// down, and the watchdog's metrics of them.
+fn analyse_hostile(world: &World, o: &Observed<'_>) -> Result<serde_json::Map<String, Value>> {
+    let metrics = o.metrics.as_deref();
     let mut hostile = serde_json::Map::new();
     for h in &world.hostile {
         let reqs = timed_requests(&h.api.audit_log_path(), &h.user, o.started)?;
@@ -739,43 +797,56 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
             }),
         );
     }
+    Ok(hostile)
+}
 
-    // The fake shoots: what their servers saw and what the watchdog says of them.
-    let fakes = world.fakes.as_ref().map(|f| {
+/// `{label value: n}` of the metric family `name` in the scrape `m` by one label (`None`: the
+/// binary serves no such metrics); `since` subtracts an earlier scrape.
+fn by_label(
+    m: Option<&str>,
+    name: &str,
+    label: &str,
+    since: Option<&str>,
+) -> Option<BTreeMap<String, f64>> {
+    let read = |text: &str| {
+        let mut out: BTreeMap<String, f64> = BTreeMap::new();
+        for s in dwd_testenv::metrics::parse(text) {
+            if s.name == name {
+                let key = s.labels.get(label).cloned().unwrap_or_default();
+                *out.entry(key).or_insert(0.0) += s.value;
+            }
+        }
+        out
+    };
+    m.map(|m| {
+        let mut now = read(m);
+        if let Some(before) = since.map(read) {
+            for (k, v) in now.iter_mut() {
+                *v -= before.get(k).copied().unwrap_or(0.0);
+            }
+        }
+        now
+    })
+}
+
+/// The sum of every series of `name` in the scrape `metrics` (`None` without one).
+fn metric_sum(metrics: Option<&str>, name: &str) -> Option<f64> {
+    metrics.map(|m| {
+        dwd_testenv::metrics::parse(m)
+            .into_iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.value)
+            .sum::<f64>()
+            + 0.0
+    })
+}
+
+/// The `fakes` object: what the fake shoots' servers saw and what the watchdog says of them
+/// (`None` without fake shoots).
+fn analyse_fakes(world: &World, o: &Observed<'_>) -> Option<Value> {
+    let metrics = o.metrics.as_deref();
+    world.fakes.as_ref().map(|f| {
         let slow_metric = |name: &str| metrics.map(|m| sum_shoots(m, name, SLOW_PREFIX));
-        let budget = |name: &str| {
-            metrics.map(|m| {
-                dwd_testenv::metrics::parse(m)
-                    .into_iter()
-                    .filter(|s| s.name == name)
-                    .map(|s| s.value)
-                    .sum::<f64>()
-                    + 0.0
-            })
-        };
-        // `{label value: n}` of a family by one label (`None`: the binary serves no such
-        // metrics); `since` subtracts an earlier scrape.
-        let by_label = |m: Option<&str>, name: &str, label: &str, since: Option<&str>| {
-            let read = |text: &str| {
-                let mut out: BTreeMap<String, f64> = BTreeMap::new();
-                for s in dwd_testenv::metrics::parse(text) {
-                    if s.name == name {
-                        let key = s.labels.get(label).cloned().unwrap_or_default();
-                        *out.entry(key).or_insert(0.0) += s.value;
-                    }
-                }
-                out
-            };
-            m.map(|m| {
-                let mut now = read(m);
-                if let Some(before) = since.map(read) {
-                    for (k, v) in now.iter_mut() {
-                        *v -= before.get(k).copied().unwrap_or(0.0);
-                    }
-                }
-                now
-            })
-        };
         let start = o.metrics_at_window_start.as_deref();
         let amplification: serde_json::Map<String, Value> = f
             .amplifiers
@@ -806,18 +877,20 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
             "amplification": amplification,
             // Null for a binary without the budget (the reference).
             "run_memory_budget": metrics.filter(|m| m.contains("dwd_prober_run_memory_capacity_bytes")).map(|_| json!({
-                "capacity_bytes": budget("dwd_prober_run_memory_capacity_bytes"),
-                "held_bytes_at_end": budget("dwd_prober_run_memory_held_bytes"),
+                "capacity_bytes": metric_sum(metrics, "dwd_prober_run_memory_capacity_bytes"),
+                "held_bytes_at_end": metric_sum(metrics, "dwd_prober_run_memory_held_bytes"),
                 // dwd_prober_runs_not_made_total{cause}: since the start, and in the window.
                 "not_made_for_room": by_label(metrics, "dwd_prober_runs_not_made_total", "cause", None),
                 "not_made_for_room_in_window": start.and(by_label(metrics, "dwd_prober_runs_not_made_total", "cause", start)),
                 "waiting_runs_at_end": by_label(metrics, "dwd_prober_run_memory_waiting_runs", "level", None),
             })),
         })
-    });
+    })
+}
 
-    // RSS over time: every 5 s from the start, `[s, VmRSS MiB, VmHWM MiB]` (the peak so far
-    // tells when it was reached, between two samples too).
+/// RSS over time: every 5 s from the start, `[s, VmRSS MiB, VmHWM MiB]` (the peak so far
+/// tells when it was reached, between two samples too).
+fn rss_over_time(o: &Observed<'_>) -> Vec<Value> {
     let mut rss = Vec::new();
     let mut next = 0.0;
     // A sample taken before the process had mapped anything reads 0: not a measurement.
@@ -832,6 +905,13 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
             next = t + 5.0;
         }
     }
+    rss
+}
+
+/// The `hostile` object of a run's result.
+pub(crate) fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
+    let hostile_namespaces: Vec<String> =
+        world.hostile.iter().map(|h| h.namespace.clone()).collect();
     let window_rss: Vec<f64> = o
         .samples
         .iter()
@@ -842,23 +922,23 @@ pub fn analyse(cli: &Cli, world: &World, o: &Observed<'_>) -> Result<Value> {
         "ended": o.ended.to_json(),
         "rss_limit_mib": cli.rss_limit_mib,
         "rss_window_mib": Summary::of(&window_rss).to_json(),
-        "rss_hwm_over_time_s_mib": rss,
-        "normal": normal,
-        "hostile": hostile,
+        "rss_hwm_over_time_s_mib": rss_over_time(o),
+        "normal": analyse_normal(cli, world, o)?,
+        "hostile": analyse_hostile(world, o)?,
         "hostile_namespaces": hostile_namespaces,
-        "fakes": fakes,
+        "fakes": analyse_fakes(world, o),
     }))
 }
 
 /// Peak RSS the hostile run must stay under (issue 24): half of the 512 MiB limit Gardener
 /// sets on the prober, whatever the tenants do.
-pub const PEAK_RSS_BOUND_MIB: f64 = 256.0;
+pub(crate) const PEAK_RSS_BOUND_MIB: f64 = 256.0;
 
 /// Issue 24's verdict on a hostile run's result `r` (the common analysis with its `hostile`
 /// object): peak RSS within [`PEAK_RSS_BOUND_MIB`], the normal shoots' probe lateness p99
 /// within `probeInterval × jitter + 2 s`, and no target of any shoot scaled to 0 (nothing in
 /// this world should scale), with the process running to the end.
-pub fn done_when(cli: &Cli, r: &Value, ended: &Ended) -> Value {
+pub(crate) fn done_when(cli: &Cli, r: &Value, ended: &Ended) -> Value {
     let peak_mib = r["process"]["peak_rss_bytes"]
         .as_f64()
         .unwrap_or(f64::INFINITY)
@@ -893,10 +973,73 @@ pub fn done_when(cli: &Cli, r: &Value, ended: &Ended) -> Value {
     })
 }
 
+/// How many shoots a `scaled_down` list names.
+fn scaled_count(list: &Value) -> usize {
+    list.as_array().map_or(0, Vec::len)
+}
+
+/// Rows of the fake shoots (`f`, the `fakes` object): the slow shoots, each amplification
+/// shoot, and the run memory budget.
+fn fake_rows(rows: &mut Vec<(String, String)>, f: &Value) {
+    if !f.is_object() {
+        return;
+    }
+    let s = &f["slow"];
+    rows.push((
+        "slow shoots: shoots / requests answered / open connections max".into(),
+        format!(
+            "{} / {} / {}",
+            s["shoots"], s["server"]["requests_answered"], s["server"]["connections_open_max"]
+        ),
+    ));
+    report::counts(rows, "  ", &s["watchdog_metrics"]);
+    if let Some(amplifiers) = f["amplification"].as_object() {
+        for (ns, a) in amplifiers {
+            rows.push((
+                format!("{ns}: lease / node lists served, scaled"),
+                format!(
+                    "{} / {} / {}",
+                    a["server"]["requests_by_path"]["leases list"],
+                    a["server"]["requests_by_path"]["nodes list"],
+                    scaled_count(&a["scaled_down"])
+                ),
+            ));
+            report::counts(rows, "  ", &a["watchdog_metrics"]);
+        }
+    }
+    report::counts(rows, "run memory budget: ", &f["run_memory_budget"]);
+}
+
+/// Rows of issue 24's verdict (`d`, the `done_when` object).
+fn done_when_rows(rows: &mut Vec<(String, String)>, d: &Value) {
+    if !d.is_object() {
+        return;
+    }
+    rows.push((
+        "done when: peak RSS MiB (bound)".into(),
+        format!(
+            "{:.1} ({})",
+            d["peak_rss_mib"].as_f64().unwrap_or(0.0),
+            d["peak_rss_bound_mib"]
+        ),
+    ));
+    rows.push((
+        "done when: normal lateness p99 s (bound)".into(),
+        format!(
+            "{:.2} ({})",
+            d["normal_probe_lateness_p99_s"].as_f64().unwrap_or(0.0),
+            d["probe_lateness_bound_s"]
+        ),
+    ));
+    rows.push((
+        "done when: wrongly scaled".into(),
+        d["wrongly_scaled"].to_string(),
+    ));
+    rows.push(("done when: met".into(), d["met"].to_string()));
+}
+
 /// Rows of the summary table.
-pub fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
-    // How many shoots a `scaled_down` list names.
-    let scaled = |v: &Value| v.as_array().map_or(0, Vec::len);
+pub(crate) fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
     if !h.is_object() {
         return;
     }
@@ -935,59 +1078,10 @@ pub fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
     ));
     rows.push((
         "normal shoots: scaled down".into(),
-        scaled(&n["scaled_down"]).to_string(),
+        scaled_count(&n["scaled_down"]).to_string(),
     ));
-    let f = &h["fakes"];
-    if f.is_object() {
-        let s = &f["slow"];
-        rows.push((
-            "slow shoots: shoots / requests answered / open connections max".into(),
-            format!(
-                "{} / {} / {}",
-                s["shoots"], s["server"]["requests_answered"], s["server"]["connections_open_max"]
-            ),
-        ));
-        report::counts(rows, "  ", &s["watchdog_metrics"]);
-        if let Some(amplifiers) = f["amplification"].as_object() {
-            for (ns, a) in amplifiers {
-                rows.push((
-                    format!("{ns}: lease / node lists served, scaled"),
-                    format!(
-                        "{} / {} / {}",
-                        a["server"]["requests_by_path"]["leases list"],
-                        a["server"]["requests_by_path"]["nodes list"],
-                        scaled(&a["scaled_down"])
-                    ),
-                ));
-                report::counts(rows, "  ", &a["watchdog_metrics"]);
-            }
-        }
-        report::counts(rows, "run memory budget: ", &f["run_memory_budget"]);
-    }
-    let d = &h["done_when"];
-    if d.is_object() {
-        rows.push((
-            "done when: peak RSS MiB (bound)".into(),
-            format!(
-                "{:.1} ({})",
-                d["peak_rss_mib"].as_f64().unwrap_or(0.0),
-                d["peak_rss_bound_mib"]
-            ),
-        ));
-        rows.push((
-            "done when: normal lateness p99 s (bound)".into(),
-            format!(
-                "{:.2} ({})",
-                d["normal_probe_lateness_p99_s"].as_f64().unwrap_or(0.0),
-                d["probe_lateness_bound_s"]
-            ),
-        ));
-        rows.push((
-            "done when: wrongly scaled".into(),
-            d["wrongly_scaled"].to_string(),
-        ));
-        rows.push(("done when: met".into(), d["met"].to_string()));
-    }
+    fake_rows(rows, &h["fakes"]);
+    done_when_rows(rows, &h["done_when"]);
     if let Some(hs) = h["hostile"].as_object() {
         for (kind, v) in hs {
             rows.push((
@@ -995,7 +1089,7 @@ pub fn rows(rows: &mut Vec<(String, String)>, h: &Value) {
                 format!(
                     "{} / {}",
                     v["probe_runs_in_window"],
-                    scaled(&v["scaled_down"])
+                    scaled_count(&v["scaled_down"])
                 ),
             ));
             report::counts(rows, "  ", &v["watchdog_metrics"]);

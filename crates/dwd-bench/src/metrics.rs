@@ -22,7 +22,7 @@ const DISCOVERY: &str = "(aggregated discovery)";
 
 /// Response bytes and responses of one `verb resource` (`list leases`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Sizes {
+pub(crate) struct Sizes {
     /// Sum of response bytes.
     pub bytes: f64,
     /// Number of responses.
@@ -30,10 +30,10 @@ pub struct Sizes {
 }
 
 /// One reading of an apiserver's response-size counters, keyed like [`audit::Request::key`].
-pub type Snapshot = BTreeMap<String, Sizes>;
+pub(crate) type Snapshot = BTreeMap<String, Sizes>;
 
 /// Reads `/metrics` of the apiserver behind `client`.
-pub async fn scrape_text(client: &kube::Client) -> Result<String> {
+pub(crate) async fn scrape_text(client: &kube::Client) -> Result<String> {
     let request = kube::core::Request::new("")
         .get("metrics", &GetParams::default())
         .context("build GET /metrics")?;
@@ -41,13 +41,13 @@ pub async fn scrape_text(client: &kube::Client) -> Result<String> {
 }
 
 /// Reads the response-size counters of the apiserver behind `client`.
-pub async fn scrape(client: &kube::Client) -> Result<Snapshot> {
+pub(crate) async fn scrape(client: &kube::Client) -> Result<Snapshot> {
     Ok(response_sizes(&scrape_text(client).await?))
 }
 
 /// The size of the bench's own `GET path` response (for non-resource paths like
 /// `/version`, which the apiserver does not record in `apiserver_response_sizes`).
-pub async fn get_size(client: &kube::Client, path: &str) -> Result<usize> {
+pub(crate) async fn get_size(client: &kube::Client, path: &str) -> Result<usize> {
     let name = path.trim_start_matches('/');
     let request = kube::core::Request::new("")
         .get(name, &GetParams::default())
@@ -74,7 +74,7 @@ fn key_of(labels: &BTreeMap<String, String>) -> String {
 
 /// The `apiserver_response_sizes` sums and counts of a `/metrics` text, by verb and resource
 /// (summed over groups, versions, scopes and components).
-pub fn response_sizes(text: &str) -> Snapshot {
+pub(crate) fn response_sizes(text: &str) -> Snapshot {
     let mut out = Snapshot::new();
     for Series {
         name,
@@ -93,7 +93,7 @@ pub fn response_sizes(text: &str) -> Snapshot {
 }
 
 /// Open long-running requests (`apiserver_longrunning_requests`) of `verb` on `resource`.
-pub fn longrunning(text: &str, verb: &str, resource: &str) -> f64 {
+pub(crate) fn longrunning(text: &str, verb: &str, resource: &str) -> f64 {
     parse(text)
         .into_iter()
         .filter(|s| {
@@ -109,7 +109,7 @@ pub fn longrunning(text: &str, verb: &str, resource: &str) -> f64 {
 
 /// `after − before` per key (counters only grow while an apiserver runs; a key missing
 /// before started at zero).
-pub fn delta(before: &Snapshot, after: &Snapshot) -> Snapshot {
+pub(crate) fn delta(before: &Snapshot, after: &Snapshot) -> Snapshot {
     after
         .iter()
         .map(|(k, a)| {
@@ -127,7 +127,7 @@ pub fn delta(before: &Snapshot, after: &Snapshot) -> Snapshot {
 }
 
 /// Adds `more` into `into`.
-pub fn add(into: &mut Snapshot, more: &Snapshot) {
+pub(crate) fn add(into: &mut Snapshot, more: &Snapshot) {
     for (k, s) in more {
         let e = into.entry(k.clone()).or_default();
         e.bytes += s.bytes;
@@ -144,7 +144,7 @@ pub fn add(into: &mut Snapshot, more: &Snapshot) {
 /// others (`/version`, legacy `/apis/<group>/<version>`) get the size of the bench's own GET
 /// of that path from `non_resource_size` (exact for `/version`, which has one encoding).
 /// Writes and watches are not measured (the apiserver records GET and LIST sizes only).
-pub fn attribute(
+pub(crate) fn attribute(
     window: &Snapshot,
     requests: &BTreeMap<String, u64>,
     non_resource_size: &BTreeMap<String, usize>,
@@ -183,7 +183,7 @@ pub fn attribute(
 }
 
 /// Every non-resource path the watchdog GETs (`/version`, …), to be sized once.
-pub fn non_resource_paths<'a>(
+pub(crate) fn non_resource_paths<'a>(
     requests: impl IntoIterator<Item = &'a audit::Request>,
 ) -> Vec<String> {
     let mut paths: Vec<String> = requests
@@ -197,7 +197,7 @@ pub fn non_resource_paths<'a>(
 }
 
 /// A snapshot as JSON: `{key: {bytes, responses}}`.
-pub fn to_json(s: &Snapshot) -> Value {
+pub(crate) fn to_json(s: &Snapshot) -> Value {
     s.iter()
         .map(|(k, v)| (k.clone(), json!({"bytes": v.bytes, "responses": v.count})))
         .collect::<serde_json::Map<_, _>>()

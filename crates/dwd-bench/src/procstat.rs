@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 /// One reading of `/proc/<pid>`.
 #[derive(Debug, Clone, Copy)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// When it was taken.
     pub at: DateTime<Utc>,
     /// Resident set size (`VmRSS`), bytes.
@@ -20,7 +20,7 @@ pub struct Sample {
 }
 
 /// Reads one sample; `None` once the process is gone (or /proc is unreadable).
-pub fn read(pid: u32) -> Option<Sample> {
+pub(crate) fn read(pid: u32) -> Option<Sample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb = |key: &str| -> Option<u64> {
         status
@@ -49,7 +49,7 @@ pub fn read(pid: u32) -> Option<Sample> {
 
 /// The RSS of process `pid` when it passed `limit` bytes (said on stderr: the caller stops
 /// it), else `None`.
-pub fn rss_over(pid: u32, limit: u64) -> Option<u64> {
+pub(crate) fn rss_over(pid: u32, limit: u64) -> Option<u64> {
     let s = read(pid).filter(|s| s.rss > limit)?;
     eprintln!(
         "run: the watchdog's RSS {:.0} MiB passed the limit {:.0} MiB: stopping it",
@@ -60,14 +60,14 @@ pub fn rss_over(pid: u32, limit: u64) -> Option<u64> {
 }
 
 /// Samples a process every second in the background until dropped.
-pub struct Sampler {
+pub(crate) struct Sampler {
     samples: Arc<Mutex<Vec<Sample>>>,
     _task: dwd_sim::AbortOnDrop,
 }
 
 impl Sampler {
     /// Starts sampling `pid`.
-    pub fn start(pid: u32) -> Sampler {
+    pub(crate) fn start(pid: u32) -> Sampler {
         let samples = Arc::new(Mutex::new(Vec::new()));
         let sink = samples.clone();
         let task = dwd_sim::AbortOnDrop::spawn(async move {
@@ -87,7 +87,7 @@ impl Sampler {
     }
 
     /// Every sample so far.
-    pub fn samples(&self) -> Vec<Sample> {
+    pub(crate) fn samples(&self) -> Vec<Sample> {
         lock(&self.samples).clone()
     }
 }
@@ -97,7 +97,7 @@ impl Sampler {
 /// waited for a CPU (`/proc/pressure/cpu`, the `some` line's `total`); `None` where the kernel
 /// has no pressure stall information. Over a window, its growth ÷ the window's length is the
 /// share of the time the machine, not only the binary under test, was short of CPU.
-pub fn cpu_waiting_us() -> Option<u64> {
+pub(crate) fn cpu_waiting_us() -> Option<u64> {
     parse_cpu_waiting_us(&std::fs::read_to_string("/proc/pressure/cpu").ok()?)
 }
 
@@ -116,7 +116,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// What the samples say about a time window.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// Largest `VmHWM` seen over the whole run (the kernel's peak, between samples too).
     pub peak_rss: u64,
     /// Median RSS within the window.
@@ -131,7 +131,7 @@ pub struct Usage {
 
 impl Usage {
     /// The `process` object of a run's result.
-    pub fn to_json(self) -> serde_json::Value {
+    pub(crate) fn to_json(self) -> serde_json::Value {
         serde_json::json!({
             "peak_rss_bytes": self.peak_rss, "steady_rss_bytes": self.steady_rss,
             "cpu_seconds_per_minute": self.cpu_per_minute, "cpu_seconds_total": self.cpu_total,
@@ -141,7 +141,7 @@ impl Usage {
 }
 
 /// Summarises `samples` for the window `[from, to]`.
-pub fn usage(samples: &[Sample], from: DateTime<Utc>, to: DateTime<Utc>) -> Usage {
+pub(crate) fn usage(samples: &[Sample], from: DateTime<Utc>, to: DateTime<Utc>) -> Usage {
     let peak_rss = samples.iter().map(|s| s.hwm.max(s.rss)).max().unwrap_or(0);
     let cpu_total = samples.last().map(|s| s.cpu).unwrap_or(0.0);
     let window: Vec<&Sample> = samples

@@ -42,15 +42,15 @@ use crate::storm::Restore;
 
 /// The memory budget's prompt limit caps at this (`memory_budget::PROMPT_WITHIN` of the
 /// watchdog: a prompt shoot answers well within it).
-pub const PROMPT_WITHIN: Duration = Duration::from_secs(5);
+pub(crate) const PROMPT_WITHIN: Duration = Duration::from_secs(5);
 
 /// `F`: a run is prompt if it ends within half its `probeTimeout`, at most [`PROMPT_WITHIN`].
-pub fn prompt_limit(probe_timeout: Duration) -> Duration {
+pub(crate) fn prompt_limit(probe_timeout: Duration) -> Duration {
     (probe_timeout / 2).min(PROMPT_WITHIN)
 }
 
 /// How long a whole flow waits in `initialDelay`s: each level waits for its longest.
-pub fn level_delays(config: &ProberConfig, down: bool) -> Duration {
+pub(crate) fn level_delays(config: &ProberConfig, down: bool) -> Duration {
     let mut by_level: BTreeMap<u32, Duration> = BTreeMap::new();
     for i in &config.dependent_resource_infos {
         let info = if down { &i.scale_down } else { &i.scale_up };
@@ -62,7 +62,7 @@ pub fn level_delays(config: &ProberConfig, down: bool) -> Duration {
 
 /// The bound's terms.
 #[derive(Debug, Clone)]
-pub struct Terms {
+pub(crate) struct Terms {
     /// `probeInterval`, seconds.
     pub interval_s: f64,
     /// `backoffJitterFactor`.
@@ -83,7 +83,7 @@ pub struct Terms {
 
 impl Terms {
     /// The terms for `affected` shoots under `config`, with the seed's `qps`.
-    pub fn new(config: &ProberConfig, affected: usize, qps: f64) -> Terms {
+    pub(crate) fn new(config: &ProberConfig, affected: usize, qps: f64) -> Terms {
         let targets = config.dependent_resource_infos.len();
         Terms {
             interval_s: config.probe_interval.as_secs_f64(),
@@ -103,19 +103,19 @@ impl Terms {
     }
 
     /// Crossing → every target of the shoot at 0, seconds.
-    pub fn scale_down_s(&self) -> f64 {
+    pub(crate) fn scale_down_s(&self) -> f64 {
         self.run_s() + self.down_writes as f64 / self.qps + self.down_delays_s
     }
 
     /// Recovery → every target of the shoot back, seconds.
-    pub fn restore_s(&self) -> f64 {
+    pub(crate) fn restore_s(&self) -> f64 {
         self.run_s() + self.up_writes as f64 / self.qps + self.up_delays_s
     }
 }
 
 /// One affected shoot's outage.
 #[derive(Debug, Clone)]
-pub struct ShootOutage {
+pub(crate) struct ShootOutage {
     /// Its namespace.
     pub namespace: String,
     /// Each target: crossing → its first 0 after the silence, seconds (`None`: it never went
@@ -128,26 +128,52 @@ pub struct ShootOutage {
 /// Shoots named at most, per list of the result.
 const NAMED: usize = 20;
 
-/// The `protection` object: per shoot, crossing → each target 0 and recovery → restored,
-/// judged against the bound.
-pub fn judge(terms: &Terms, shoots: &[ShootOutage]) -> Value {
-    let down_bound = terms.scale_down_s();
-    let up_bound = terms.restore_s();
-    let mut by_target: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    let mut worst_per_shoot = Vec::new();
-    let mut not_down = Vec::new();
-    let mut down_over = Vec::new();
-    let mut restored = Vec::new();
-    let mut restored_from_first = Vec::new();
-    let mut not_restored = Vec::new();
-    let mut up_over = Vec::new();
-    for s in shoots {
+/// The `bound` object: the formula of the protection bound, its terms and its two values.
+fn bound_json(terms: &Terms) -> Value {
+    json!({
+        "formula": "from the crossing: (1 + j) × probeInterval + F + 3 × F + flow; from the recovery: the same with flow_up; F = min(probeTimeout / 2, 5 s); flow = every affected shoot's scale-down writes (one per target) ÷ qps + the scale-down levels' initialDelays; flow_up the same with the scale-up levels' initialDelays",
+        "probe_interval_s": terms.interval_s,
+        "jitter": terms.jitter,
+        "prompt_limit_s": terms.prompt_limit_s,
+        "qps": terms.qps,
+        "scale_down_writes": terms.down_writes,
+        "scale_down_initial_delays_s": terms.down_delays_s,
+        "scale_up_writes": terms.up_writes,
+        "scale_up_initial_delays_s": terms.up_delays_s,
+        "scale_down_s": terms.scale_down_s(),
+        "restore_s": terms.restore_s(),
+    })
+}
+
+/// The shoots' outcomes as [`judge`] gathers them, one shoot at a time.
+#[derive(Default)]
+struct Tally<'a> {
+    /// Per target: crossing → 0, seconds, of every shoot that took it down.
+    by_target: BTreeMap<&'a str, Vec<f64>>,
+    /// Per shoot scaled down: its slowest target's crossing → 0.
+    worst_per_shoot: Vec<f64>,
+    /// Shoots with a target never down.
+    not_down: Vec<Value>,
+    /// Shoots whose slowest target went down after the bound.
+    down_over: Vec<Value>,
+    /// Per shoot restored: last recovery → restored, and first recovery → restored.
+    restored: Vec<f64>,
+    restored_from_first: Vec<f64>,
+    /// Shoots not restored, or never recovered.
+    not_restored: Vec<Value>,
+    /// Shoots restored after the bound.
+    up_over: Vec<Value>,
+}
+
+impl<'a> Tally<'a> {
+    /// Shoot `s`'s scale-down: each target's crossing → 0, its slowest against `down_bound`.
+    fn scale_down(&mut self, s: &'a ShootOutage, down_bound: f64) {
         let mut worst: Option<(&str, f64)> = None;
         let mut missing = Vec::new();
         for (target, d) in &s.down_s {
             match d {
                 Some(d) => {
-                    by_target.entry(target).or_default().push(*d);
+                    self.by_target.entry(target).or_default().push(*d);
                     if worst.is_none_or(|(_, w)| *d > w) {
                         worst = Some((target, *d));
                     }
@@ -156,50 +182,64 @@ pub fn judge(terms: &Terms, shoots: &[ShootOutage]) -> Value {
             }
         }
         if !missing.is_empty() {
-            not_down.push(json!({"shoot": s.namespace, "targets_never_down": missing}));
+            self.not_down
+                .push(json!({"shoot": s.namespace, "targets_never_down": missing}));
         } else if let Some((target, w)) = worst {
-            worst_per_shoot.push(w);
+            self.worst_per_shoot.push(w);
             if w > down_bound {
-                down_over
+                self.down_over
                     .push(json!({"shoot": s.namespace, "target": target, "crossing_to_0_s": w}));
             }
         }
+    }
+
+    /// Shoot `s`'s restore against `up_bound`.
+    fn restore(&mut self, s: &ShootOutage, up_bound: f64) {
         match s.restore {
             Restore::Restored {
                 from_last_recovery_s,
                 from_first_recovery_s,
             } => {
-                restored.push(from_last_recovery_s);
-                restored_from_first.push(from_first_recovery_s);
+                self.restored.push(from_last_recovery_s);
+                self.restored_from_first.push(from_first_recovery_s);
                 if from_last_recovery_s > up_bound {
-                    up_over.push(json!({"shoot": s.namespace, "recovery_to_restored_s": from_last_recovery_s}));
+                    self.up_over.push(json!({"shoot": s.namespace, "recovery_to_restored_s": from_last_recovery_s}));
                 }
             }
             Restore::NotRestored | Restore::NeverRecovered => {
-                not_restored.push(json!({"shoot": s.namespace, "how": format!("{:?}", s.restore)}));
+                self.not_restored
+                    .push(json!({"shoot": s.namespace, "how": format!("{:?}", s.restore)}));
             }
             Restore::NotDown => {}
         }
     }
+}
+
+/// The `protection` object: per shoot, crossing → each target 0 and recovery → restored,
+/// judged against the bound.
+pub(crate) fn judge(terms: &Terms, shoots: &[ShootOutage]) -> Value {
+    let mut tally = Tally::default();
+    for s in shoots {
+        tally.scale_down(s, terms.scale_down_s());
+        tally.restore(s, terms.restore_s());
+    }
+    let Tally {
+        by_target,
+        worst_per_shoot,
+        not_down,
+        down_over,
+        restored,
+        restored_from_first,
+        not_restored,
+        up_over,
+    } = tally;
     let named = |v: &[Value]| v.iter().take(NAMED).cloned().collect::<Vec<_>>();
     let met = not_down.is_empty()
         && down_over.is_empty()
         && not_restored.is_empty()
         && up_over.is_empty();
     json!({
-        "bound": {
-            "formula": "from the crossing: (1 + j) × probeInterval + F + 3 × F + flow; from the recovery: the same with flow_up; F = min(probeTimeout / 2, 5 s); flow = every affected shoot's scale-down writes (one per target) ÷ qps + the scale-down levels' initialDelays; flow_up the same with the scale-up levels' initialDelays",
-            "probe_interval_s": terms.interval_s,
-            "jitter": terms.jitter,
-            "prompt_limit_s": terms.prompt_limit_s,
-            "qps": terms.qps,
-            "scale_down_writes": terms.down_writes,
-            "scale_down_initial_delays_s": terms.down_delays_s,
-            "scale_up_writes": terms.up_writes,
-            "scale_up_initial_delays_s": terms.up_delays_s,
-            "scale_down_s": down_bound,
-            "restore_s": up_bound,
-        },
+        "bound": bound_json(terms),
         "shoots": shoots.len(),
         "scale_down": {
             "crossing_to_0_by_target_s": by_target

@@ -24,7 +24,7 @@ fn mib(v: &Value) -> String {
 }
 
 /// One row per entry of the JSON object `map`, its key after `prefix`.
-pub fn counts(rows: &mut Vec<(String, String)>, prefix: &str, map: &Value) {
+pub(crate) fn counts(rows: &mut Vec<(String, String)>, prefix: &str, map: &Value) {
     if let Some(map) = map.as_object() {
         for (k, v) in map {
             rows.push((format!("{prefix}{k}"), v.to_string()));
@@ -53,8 +53,22 @@ fn gardener_changes(r: &Value) -> String {
     }
 }
 
+/// `rows` as two columns, the first as wide as its widest cell.
+fn two_columns(rows: Vec<(String, String)>) -> String {
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in rows {
+        out.push_str(&format!("{k:<width$}  {v}\n"));
+    }
+    out
+}
+
 /// Two-column table of the headline numbers.
-pub fn table(r: &Value) -> String {
+pub(crate) fn table(r: &Value) -> String {
     let mut rows: Vec<(String, String)> = vec![
         (
             "binary".into(),
@@ -126,20 +140,11 @@ pub fn table(r: &Value) -> String {
     outage_rows(&mut rows, &r["outage"]);
     weeder_rows(&mut rows, &r["weeder"]);
     crate::hostile::rows(&mut rows, &r["hostile"]);
-    let width = rows
-        .iter()
-        .map(|(k, _)| k.chars().count())
-        .max()
-        .unwrap_or(0);
-    let mut out = String::new();
-    for (k, v) in rows {
-        out.push_str(&format!("{k:<width$}  {v}\n"));
-    }
-    out
+    two_columns(rows)
 }
 
 /// `scenario / N×M / K`, or `WeederStorm / n namespaces`.
-pub fn shape(r: &Value) -> String {
+pub(crate) fn shape(r: &Value) -> String {
     let scenario = r["scenario"].as_str().unwrap_or_default();
     if let Some(n) = r["shape"]["namespaces"].as_u64() {
         return format!("{scenario} / {n} namespaces");
@@ -259,6 +264,44 @@ fn by_target_rows(rows: &mut Vec<(String, String)>, label: &str, latency: &Value
     }
 }
 
+/// The rows of the outage's protection verdict (`p`, its `protection` object; nothing without
+/// one): crossing → shoot at 0 and recovery → restored against their bounds.
+fn protection_rows(rows: &mut Vec<(String, String)>, p: &Value) {
+    if !p.is_object() {
+        return;
+    }
+    let b = &p["bound"];
+    let d = &p["scale_down"];
+    let u = &p["restore"];
+    rows.push((
+        "  protection: crossing → shoot at 0 (worst target), s".into(),
+        cell(&d["worst_target_per_shoot_s"]),
+    ));
+    rows.push((
+        "    bound / over it / not scaled down".into(),
+        format!(
+            "{} s / {} / {}",
+            num(&b["scale_down_s"], |v| format!("{v:.1}")),
+            d["shoots_over_bound"],
+            d["shoots_not_scaled_down"]
+        ),
+    ));
+    rows.push((
+        "  protection: recovery → shoot restored, s".into(),
+        cell(&u["recovery_to_restored_s"]),
+    ));
+    rows.push((
+        "    bound / over it / not restored".into(),
+        format!(
+            "{} s / {} / {}",
+            num(&b["restore_s"], |v| format!("{v:.1}")),
+            u["shoots_over_bound"],
+            u["shoots_not_restored"]
+        ),
+    ));
+    rows.push(("  protection: met".into(), p["met"].to_string()));
+}
+
 /// The outage rows (nothing when the run had no outage).
 fn outage_rows(rows: &mut Vec<(String, String)>, o: &Value) {
     if o.is_object() {
@@ -305,39 +348,7 @@ fn outage_rows(rows: &mut Vec<(String, String)>, o: &Value) {
                 ),
             ));
         }
-        let p = &o["protection"];
-        if p.is_object() {
-            let b = &p["bound"];
-            let d = &p["scale_down"];
-            let u = &p["restore"];
-            rows.push((
-                "  protection: crossing → shoot at 0 (worst target), s".into(),
-                cell(&d["worst_target_per_shoot_s"]),
-            ));
-            rows.push((
-                "    bound / over it / not scaled down".into(),
-                format!(
-                    "{} s / {} / {}",
-                    num(&b["scale_down_s"], |v| format!("{v:.1}")),
-                    d["shoots_over_bound"],
-                    d["shoots_not_scaled_down"]
-                ),
-            ));
-            rows.push((
-                "  protection: recovery → shoot restored, s".into(),
-                cell(&u["recovery_to_restored_s"]),
-            ));
-            rows.push((
-                "    bound / over it / not restored".into(),
-                format!(
-                    "{} s / {} / {}",
-                    num(&b["restore_s"], |v| format!("{v:.1}")),
-                    u["shoots_over_bound"],
-                    u["shoots_not_restored"]
-                ),
-            ));
-            rows.push(("  protection: met".into(), p["met"].to_string()));
-        }
+        protection_rows(rows, &o["protection"]);
         rows.push((
             "  seed requests in affected ns (outage)".into(),
             o["seed_requests_in_affected_namespaces"]["total"].to_string(),

@@ -97,7 +97,7 @@ fn stale_nodes(world: &World, max_age: Duration) -> usize {
 /// stopped): waits (with a deadline) for the kubelets to renew every lease, then repairs
 /// the targets the watchdog left scaled down (nobody else would restore them). Returns what
 /// had to be repaired (JSON, for the next run's result).
-pub async fn prober_world(cli: &Cli, world: &World) -> Result<Value> {
+pub(crate) async fn prober_world(cli: &Cli, world: &World) -> Result<Value> {
     let started = Instant::now();
     for (j, api) in world.shoot_apis.iter().enumerate() {
         api.set_latency(Duration::ZERO);

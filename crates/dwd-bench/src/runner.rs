@@ -3,6 +3,7 @@
 //! the JSON and the chart.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
@@ -11,13 +12,11 @@ use crate::scenario::RunOutput;
 use crate::setup::{self, Shape};
 use crate::{Cli, Scenario, Subject, chart, compare, gardener, report, reset, scenario, weeder};
 
-/// Runs the benchmark and prints/writes the results.
-pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
-    let storm = cli.scenario == Scenario::WeederStorm;
-    // Say what the binaries will run before the (long) setup: Gardener's config, and what the
-    // command line changed in it.
-    // The prober config's probe timeout (none for the weeder): the slow shoots answer after it.
-    let probe_timeout = if storm {
+/// Says what the binaries will run before the (long) setup: Gardener's config, and what the
+/// command line changed in it. Returns the prober config's probe timeout (none for the
+/// weeder): the slow shoots answer after it.
+fn announce_config(cli: &Cli, storm: bool) -> Result<Option<Duration>> {
+    Ok(if storm {
         let c = weeder::config()?;
         eprintln!(
             "weeder config: Gardener's ({}); changed (Gardener's → the bench's): {}",
@@ -33,8 +32,12 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
             gardener::changes_text(&c.changes)
         );
         Some(c.config.probe_timeout)
-    };
-    let shape = Shape {
+    })
+}
+
+/// The world the command line asks for (`storm`: the weeder's, on the seed alone).
+fn world_shape(cli: &Cli, storm: bool, probe_timeout: Option<Duration>) -> Shape {
+    Shape {
         shoots: cli.shoots,
         nodes: cli.nodes,
         // The weeder works on the seed alone.
@@ -53,13 +56,17 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
             slow_delay: probe_timeout.unwrap_or_default() + crate::hostile::SLOW_MARGIN,
             amplify_items: cli.amplify_items,
         }),
-    };
-    let mut world = setup::build(shape).await?;
-    if storm {
-        weeder::populate(&mut world, cli.shoots).await?;
     }
-    eprintln!("setup: world ready after {:.1}s", world.setup_seconds);
+}
 
+/// Runs the subject once, or in compare mode every subject `cli.rounds` times in turn, the
+/// world reset to steady state before each run but the first.
+async fn run_plan(
+    cli: &Cli,
+    subjects: &[Subject],
+    world: &setup::World,
+    storm: bool,
+) -> Result<Vec<RunOutput>> {
     let compare_mode = subjects.len() > 1;
     // A B A B …: drift of the shared machine (other load, disk, page cache) hits both.
     let plan: Vec<&Subject> = if compare_mode {
@@ -73,17 +80,17 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
         let reset = if k == 0 {
             None
         } else if storm {
-            Some(weeder::reset(&world).await?)
+            Some(weeder::reset(world).await?)
         } else {
-            Some(reset::prober_world(cli, &world).await?)
+            Some(reset::prober_world(cli, world).await?)
         };
         if compare_mode {
             eprintln!("=== run {run}/{}: {} ===", plan.len(), subject.label);
         }
         let mut out = if storm {
-            weeder::run_once(cli, subject, &world, run).await?
+            weeder::run_once(cli, subject, world, run).await?
         } else {
-            scenario::run_once(cli, subject, &world, run).await?
+            scenario::run_once(cli, subject, world, run).await?
         };
         if compare_mode {
             out.json["run"] = json!(run);
@@ -93,7 +100,54 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
         }
         outputs.push(out);
     }
+    Ok(outputs)
+}
 
+/// Writes the latency chart of the runs' `outputs`, if one is asked for.
+fn write_chart(cli: &Cli, subjects: &[Subject], outputs: &[RunOutput]) -> Result<()> {
+    let Some(path) = chart_path(cli) else {
+        return Ok(());
+    };
+    let title = format!(
+        "dwd-bench {:?}: {}",
+        cli.scenario,
+        subjects
+            .iter()
+            .map(|s| s.label.as_str())
+            .collect::<Vec<_>>()
+            .join(" vs ")
+    );
+    let series: Vec<(String, &chart::Dists)> = outputs
+        .iter()
+        .map(|o| {
+            (
+                o.json["label"].as_str().unwrap_or_default().to_string(),
+                &o.dists,
+            )
+        })
+        .collect();
+    match chart::render(&title, &series) {
+        Some(svg) => {
+            std::fs::write(&path, svg).with_context(|| format!("write {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => eprintln!("no latency samples: no chart written"),
+    }
+    Ok(())
+}
+
+/// Runs the benchmark and prints/writes the results.
+pub(crate) async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
+    let storm = cli.scenario == Scenario::WeederStorm;
+    let probe_timeout = announce_config(cli, storm)?;
+    let mut world = setup::build(world_shape(cli, storm, probe_timeout)).await?;
+    if storm {
+        weeder::populate(&mut world, cli.shoots).await?;
+    }
+    eprintln!("setup: world ready after {:.1}s", world.setup_seconds);
+
+    let outputs = run_plan(cli, subjects, &world, storm).await?;
+    let compare_mode = subjects.len() > 1;
     let runs: Vec<Value> = outputs.iter().map(|o| o.json.clone()).collect();
     let result = if compare_mode {
         let summary = compare::summarise(subjects, &runs);
@@ -115,33 +169,7 @@ pub async fn run(cli: &Cli, subjects: &[Subject]) -> Result<()> {
         std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
-    if let Some(path) = chart_path(cli) {
-        let title = format!(
-            "dwd-bench {:?}: {}",
-            cli.scenario,
-            subjects
-                .iter()
-                .map(|s| s.label.as_str())
-                .collect::<Vec<_>>()
-                .join(" vs ")
-        );
-        let series: Vec<(String, &chart::Dists)> = outputs
-            .iter()
-            .map(|o| {
-                (
-                    o.json["label"].as_str().unwrap_or_default().to_string(),
-                    &o.dists,
-                )
-            })
-            .collect();
-        match chart::render(&title, &series) {
-            Some(svg) => {
-                std::fs::write(&path, svg).with_context(|| format!("write {}", path.display()))?;
-                eprintln!("wrote {}", path.display());
-            }
-            None => eprintln!("no latency samples: no chart written"),
-        }
-    }
+    write_chart(cli, subjects, &outputs)?;
     eprintln!("teardown…");
     drop(world);
     Ok(())

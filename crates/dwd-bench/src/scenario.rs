@@ -34,7 +34,7 @@ const WRITES_PER_TARGET: f64 = 2.0;
 /// targets, levels, delays, threshold, timeouts), with the intervals of the command line
 /// (`--probe-interval`, `--initial-delay`, `--kcm-grace`, `--jitter`, `--scale-up-delay`)
 /// where they differ from Gardener's.
-pub fn prober_config(cli: &Cli) -> Result<Derived<ProberConfig>> {
+pub(crate) fn prober_config(cli: &Cli) -> Result<Derived<ProberConfig>> {
     gardener::prober(&ProberChanges {
         probe_interval: Some(cli.probe_interval),
         initial_delay: Some(cli.initial_delay),
@@ -59,7 +59,7 @@ fn scale_up_delays(config: &ProberConfig) -> Duration {
 }
 
 /// The watchdog subprocess; killed when dropped (and by the kernel if the bench dies).
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     /// The process.
     pub process: ManagedProcess,
     log: std::path::PathBuf,
@@ -74,7 +74,7 @@ pub struct Watchdog {
 
 impl Watchdog {
     /// Starts `bin args…`, its output appended to `log`.
-    pub fn spawn(bin: &Path, args: &[String], log: std::path::PathBuf) -> Result<Watchdog> {
+    pub(crate) fn spawn(bin: &Path, args: &[String], log: std::path::PathBuf) -> Result<Watchdog> {
         let process = ManagedProcess::spawn("watchdog", bin, args, &log)
             .with_context(|| format!("start {}", bin.display()))?;
         Ok(Watchdog {
@@ -103,7 +103,7 @@ impl Watchdog {
     }
 
     /// Pid of the running process.
-    pub fn pid(&self) -> Result<u32> {
+    pub(crate) fn pid(&self) -> Result<u32> {
         self.process
             .pid()
             .context("watchdog process has no pid (already stopped)")
@@ -111,7 +111,7 @@ impl Watchdog {
 
     /// Fails with the log's tail when the process has exited; with an [`Self::rss_limit`],
     /// stops it (and fails) once its RSS passes the limit.
-    pub fn check_alive(&mut self) -> Result<()> {
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
         if self.process.has_exited() {
             bail!(
                 "the watchdog exited; log {}:\n{}",
@@ -137,7 +137,7 @@ impl Watchdog {
 /// debug, and a storm at debug is mostly log writing (ours wrote 544 MB in 12 minutes, a line
 /// per node per run), load no seed carries. Leader election, gardenlet's other flag, is left
 /// out: rounds share one seed, and each would first wait out the previous binary's Lease.
-pub fn reference_args(
+pub(crate) fn reference_args(
     cli: &Cli,
     world: &World,
     component: &str,
@@ -163,7 +163,7 @@ pub fn reference_args(
 }
 
 /// Free loopback addresses for the watchdog's metrics and health endpoints.
-pub fn bind_addrs() -> Result<(SocketAddr, SocketAddr)> {
+pub(crate) fn bind_addrs() -> Result<(SocketAddr, SocketAddr)> {
     Ok((
         SocketAddr::from((Ipv4Addr::LOCALHOST, dwd_testenv::free_port()?)),
         SocketAddr::from((Ipv4Addr::LOCALHOST, dwd_testenv::free_port()?)),
@@ -171,7 +171,7 @@ pub fn bind_addrs() -> Result<(SocketAddr, SocketAddr)> {
 }
 
 /// `watchdog-<run>-<label>.log` in the run directory: one log per run, kept for a look.
-pub fn log_path(world: &World, subject: &Subject, run: usize) -> std::path::PathBuf {
+pub(crate) fn log_path(world: &World, subject: &Subject, run: usize) -> std::path::PathBuf {
     let safe: String = subject
         .label
         .chars()
@@ -188,7 +188,7 @@ pub fn log_path(world: &World, subject: &Subject, run: usize) -> std::path::Path
 
 /// Sleeps `d`, checking every few seconds that the watchdog is still alive (four times a
 /// second with an RSS limit).
-pub async fn sleep_watching(watchdog: &mut Watchdog, d: Duration) -> Result<()> {
+pub(crate) async fn sleep_watching(watchdog: &mut Watchdog, d: Duration) -> Result<()> {
     let end = tokio::time::Instant::now() + d;
     let tick = if watchdog.rss_limit.is_some() {
         Duration::from_millis(250)
@@ -345,7 +345,7 @@ struct OutageRecord {
 }
 
 /// What one run produced: the JSON result and the raw latency samples for the chart.
-pub struct RunOutput {
+pub(crate) struct RunOutput {
     /// The run's result (what `--output` holds in single-binary mode).
     pub json: Value,
     /// Raw latency samples by metric, for the chart.
@@ -355,7 +355,7 @@ pub struct RunOutput {
 /// Runs one prober binary on `world`: start it, warm up, play the scenario, stop it, and
 /// read the measurements back. Leaves the world as the scenario left it (see
 /// [`crate::reset`] for getting back to steady state).
-pub async fn run_once(
+pub(crate) async fn run_once(
     cli: &Cli,
     subject: &Subject,
     world: &World,
@@ -440,6 +440,30 @@ pub async fn run_once(
     analyse(cli, &prober, subject, world, &measured, outage.as_ref()).await
 }
 
+/// How the run ended when its outage failed with `e`: a binary that balloons or exits ends the
+/// run, not the bench (the normal shoots' kubelets resume); any other failure is the bench's.
+fn outage_ended_early(
+    watchdog: &mut Watchdog,
+    world: &World,
+    e: anyhow::Error,
+) -> Result<hostile::Ended> {
+    let ended = if let Some((at, rss)) = watchdog.killed_at_limit {
+        hostile::Ended::KilledAtLimit { at, rss }
+    } else if watchdog.process.has_exited() {
+        hostile::Ended::Exited {
+            at: Utc::now(),
+            log_tail: watchdog.process.log_tail(2000),
+        }
+    } else {
+        return Err(e);
+    };
+    eprintln!("run: the outage ended early: {e:#}");
+    for shoot in &world.shoots {
+        shoot.sim.kubelets().resume_all();
+    }
+    Ok(ended)
+}
+
 // The pieces of one run, handed over from `run_once` after the watchdog started.
 #[allow(clippy::too_many_arguments)]
 /// The hostile scenario's run: warm-up and window watched for the RSS limit (a binary that
@@ -496,23 +520,7 @@ async fn run_hostile(
                 watchdog.rss_limit = None;
                 match record {
                     Ok(o) => outage = Some(o),
-                    Err(e) => {
-                        // A binary that balloons or exits ends the run, not the bench.
-                        ended = if let Some((at, rss)) = watchdog.killed_at_limit {
-                            hostile::Ended::KilledAtLimit { at, rss }
-                        } else if watchdog.process.has_exited() {
-                            hostile::Ended::Exited {
-                                at: Utc::now(),
-                                log_tail: watchdog.process.log_tail(2000),
-                            }
-                        } else {
-                            return Err(e);
-                        };
-                        eprintln!("run: the outage ended early: {e:#}");
-                        for shoot in &world.shoots {
-                            shoot.sim.kubelets().resume_all();
-                        }
-                    }
+                    Err(e) => ended = outage_ended_early(&mut watchdog, world, e)?,
                 }
             }
         }
@@ -544,14 +552,14 @@ async fn run_hostile(
 }
 
 /// Response-size counters of the seed and every reachable shoot apiserver at one moment.
-pub struct WindowSizes {
+pub(crate) struct WindowSizes {
     seed: Option<metrics::Snapshot>,
     shoots: Vec<Option<metrics::Snapshot>>,
 }
 
 impl WindowSizes {
     /// Reads every apiserver's `/metrics`; a stopped apiserver reads as `None`.
-    pub async fn scrape(world: &World) -> WindowSizes {
+    pub(crate) async fn scrape(world: &World) -> WindowSizes {
         let seed = metrics::scrape(&world.seed_client).await.ok();
         let mut shoots = Vec::with_capacity(world.shoot_clients.len());
         for (j, client) in world.shoot_clients.iter().enumerate() {
@@ -566,7 +574,7 @@ impl WindowSizes {
 
     /// The window's deltas: the seed's, the shoot apiservers' summed, and which shoot
     /// apiservers could not be read at both ends.
-    pub fn delta(&self, to: &WindowSizes) -> SizeDeltas {
+    pub(crate) fn delta(&self, to: &WindowSizes) -> SizeDeltas {
         let seed = match (&self.seed, &to.seed) {
             (Some(a), Some(b)) => Some(metrics::delta(a, b)),
             _ => None,
@@ -588,7 +596,7 @@ impl WindowSizes {
 }
 
 /// Response-size deltas over the measured window.
-pub struct SizeDeltas {
+pub(crate) struct SizeDeltas {
     /// The seed's (`None`: not readable).
     pub seed: Option<metrics::Snapshot>,
     /// All readable shoot apiservers', summed.
@@ -598,14 +606,14 @@ pub struct SizeDeltas {
 }
 
 /// The end of a measured window, read while the watchdog still runs.
-pub struct WindowEnd {
+pub(crate) struct WindowEnd {
     at: DateTime<Utc>,
     sizes: SizeDeltas,
 }
 
 impl WindowEnd {
     /// Now, and the response sizes' growth since `sizes_from` (the window's start).
-    pub async fn now(world: &World, sizes_from: &WindowSizes) -> WindowEnd {
+    pub(crate) async fn now(world: &World, sizes_from: &WindowSizes) -> WindowEnd {
         let at = Utc::now();
         let sizes_to = WindowSizes::scrape(world).await;
         WindowEnd {
@@ -617,7 +625,7 @@ impl WindowEnd {
 
 /// Stops the watchdog after its measured window (`window_from` to `end`) and hands the run's
 /// measurements over once the apiservers' audit logs hold everything it did.
-pub async fn stop_watchdog(
+pub(crate) async fn stop_watchdog(
     watchdog: &mut Watchdog,
     sampler: procstat::Sampler,
     started: DateTime<Utc>,
@@ -638,7 +646,7 @@ pub async fn stop_watchdog(
 }
 
 /// What a run measured, handed to the analysis in one piece.
-pub struct Measured {
+pub(crate) struct Measured {
     /// When the watchdog was started.
     pub started: DateTime<Utc>,
     /// Start of the measured window (after warm-up).
@@ -665,14 +673,14 @@ async fn non_resource_sizes(client: &kube::Client, paths: &[String]) -> BTreeMap
 /// The watchdog's seed requests: everything from its start to the end of the run
 /// (`ResponseComplete` events; long watches are logged when they end, stamped with their
 /// start). Shared by the prober and the weeder analysis.
-pub fn seed_requests(world: &World, started: DateTime<Utc>) -> Result<Vec<audit::Request>> {
+pub(crate) fn seed_requests(world: &World, started: DateTime<Utc>) -> Result<Vec<audit::Request>> {
     audit::read(&world.seed.audit_log_path(), started, |u| {
         u == WATCHDOG_USER
     })
 }
 
 /// `{key: count per minute}` over a window of `window_secs`.
-pub fn per_minute(counts: BTreeMap<String, u64>, window_secs: f64) -> Value {
+pub(crate) fn per_minute(counts: BTreeMap<String, u64>, window_secs: f64) -> Value {
     counts
         .into_iter()
         .map(|(k, v)| {
@@ -687,7 +695,7 @@ pub fn per_minute(counts: BTreeMap<String, u64>, window_secs: f64) -> Value {
 
 /// The `seed_requests` object and the seed part of `response_bytes`, shared by both kinds of
 /// run. Requests at or after `window_to` belong to the next run and are left out.
-pub async fn seed_json(world: &World, m: &Measured) -> Result<(Value, Value)> {
+pub(crate) async fn seed_json(world: &World, m: &Measured) -> Result<(Value, Value)> {
     let window_secs = secs(m.window_from, m.window_to).max(1e-3);
     let requests = seed_requests(world, m.started)?;
     let window: Vec<&audit::Request> = requests
@@ -724,6 +732,268 @@ pub async fn seed_json(world: &World, m: &Measured) -> Result<(Value, Value)> {
     Ok((seed_requests, bytes))
 }
 
+/// How long the outage's targets may take to go down, and then to come back: leases expire
+/// 0.75 × grace after the stamp; then a probe run, then the flow; mass outages add the
+/// QPS-bound writes of `affected` shoots, and the scale-up waits out its levels'
+/// initialDelays (Gardener: MCM's 30 s) on top.
+fn outage_timeouts(cli: &Cli, config: &ProberConfig, affected: usize) -> (Duration, Duration) {
+    let writes = affected as f64 * targets(config).len() as f64 * WRITES_PER_TARGET;
+    let slack = cli.probe_interval * 3
+        + Duration::from_secs(60)
+        + Duration::from_secs_f64(writes / cli.kube_api_qps.max(0.1) * 2.0);
+    let down_timeout = cli.kcm_grace.mul_f64(0.75) + cli.renew_interval + slack;
+    let up_timeout = cli.renew_interval + slack + scale_up_delays(config);
+    (down_timeout, up_timeout)
+}
+
+/// The `(shoot, target)`s of `targets` scaled to 0 since `since`.
+fn gone_to_zero<'a>(
+    world: &World,
+    targets: &[(usize, &'a str)],
+    since: DateTime<Utc>,
+) -> Vec<(usize, &'a str)> {
+    targets
+        .iter()
+        .copied()
+        .filter(|(i, t)| {
+            first_change(world, &setup::shoot_namespace(*i), t, since, |r| r == 0).is_some()
+        })
+        .collect()
+}
+
+/// A storm of `outage` from `silenced_at` ends when it ends, flows done or not: waits it out
+/// (the watchdog alive, `on_tick` polled), then says whether every target went down by then.
+async fn wait_outage_over(
+    world: &World,
+    watchdog: &mut Watchdog,
+    every_target: &[(usize, &str)],
+    (silenced_at, outage): (DateTime<Utc>, Duration),
+    mut note_last_words: impl FnMut(),
+) -> Result<bool> {
+    let elapsed = (Utc::now() - silenced_at).to_std().unwrap_or_default();
+    let until = tokio::time::Instant::now() + outage.saturating_sub(elapsed);
+    while tokio::time::Instant::now() < until {
+        watchdog.check_alive()?;
+        note_last_words();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let down = gone_to_zero(world, every_target, silenced_at).len();
+    eprintln!(
+        "run: outage over after {outage:?}: {down}/{} targets went down by then",
+        every_target.len()
+    );
+    Ok(down == every_target.len())
+}
+
+/// What one outage works on: the affected shoots of the world, each of their targets, and
+/// how long it lasts (`None`: until every target is down) and may take.
+struct Outage<'a> {
+    cli: &'a Cli,
+    world: &'a World,
+    affected: &'a [usize],
+    /// Every `(shoot, target)` of the affected shoots.
+    every_target: Vec<(usize, &'a str)>,
+    outage_for: Option<Duration>,
+    /// How long the targets may take to go down, and then to come back.
+    down_timeout: Duration,
+    up_timeout: Duration,
+}
+
+/// How the silence went: when it began, when the last renewals stamped then were written, and
+/// whether every target went down.
+struct Silenced {
+    silenced_at: DateTime<Utc>,
+    cpu_waiting_at_silence: Option<u64>,
+    last_words_written: Option<DateTime<Utc>>,
+    all_down: bool,
+}
+
+/// How the recovery went: the renewals before and after the kubelets resumed, and whether
+/// every target came back.
+struct Resumed {
+    before: Vec<(usize, HashMap<String, DateTime<Utc>>)>,
+    resumed_at: DateTime<Utc>,
+    after: Vec<(usize, RenewTimes)>,
+    all_up: bool,
+}
+
+/// The affected shoots' renewals after the kubelets resumed. The kubelets keep only each
+/// node's latest renewal; recovery is decided by the first one after resumption, and a relapse
+/// by a later gap, so catch every one while polling: once a second is well within the renew
+/// interval (the times are the renewTimes written, not the poll's), and the copies of N × M
+/// renewals cost the shared machine little.
+struct RenewalLog<'a> {
+    world: &'a World,
+    resumed_at: DateTime<Utc>,
+    after: Vec<(usize, RenewTimes)>,
+    last_recorded: Option<tokio::time::Instant>,
+}
+
+impl<'a> RenewalLog<'a> {
+    fn new(world: &'a World, affected: &[usize], resumed_at: DateTime<Utc>) -> RenewalLog<'a> {
+        RenewalLog {
+            world,
+            resumed_at,
+            after: affected.iter().map(|&i| (i, HashMap::new())).collect(),
+            last_recorded: None,
+        }
+    }
+
+    /// Records the renewals since the last time, at most once a second unless `force`d.
+    fn record(&mut self, force: bool) {
+        if !force
+            && self
+                .last_recorded
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_recorded = Some(tokio::time::Instant::now());
+        for (i, seen) in self.after.iter_mut() {
+            for (node, (t, landed)) in self.world.shoots[*i].sim.kubelets().renewals_landed() {
+                if t > self.resumed_at {
+                    let times = seen.entry(node).or_default();
+                    if times.last().map(|r| r.at) != Some(t) {
+                        times.push(storm::Renewal { at: t, landed });
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Outage<'_> {
+    /// Silences every kubelet of the affected shoots and waits for their targets to go down
+    /// (or `outage_for` after the silence, flows done or not).
+    async fn silence_until_down(&self, watchdog: &mut Watchdog) -> Result<Silenced> {
+        let (cli, world, affected) = (self.cli, self.world, self.affected);
+        // Every silenced kubelet's last renewal is stamped `silenced_at` (written at once, in
+        // the background): all leases of all affected shoots expire at the same instant, the
+        // hardest case, and the crossing is exact instead of spread over a renew interval.
+        let silenced_at = dwd_sim::now_micros();
+        let cpu_waiting_at_silence = procstat::cpu_waiting_us();
+        for &i in affected {
+            world.shoots[i]
+                .sim
+                .kubelets()
+                .silence_count_stamped(cli.nodes, silenced_at);
+        }
+        eprintln!(
+            "run: silencing every kubelet of {} shoot(s) after a last renewal stamped {silenced_at}",
+            affected.len()
+        );
+        let mut last_words_written: Option<DateTime<Utc>> = None;
+        let mut note_last_words = || {
+            if last_words_written.is_none()
+                && affected
+                    .iter()
+                    .all(|&i| world.shoots[i].sim.kubelets().last_words_pending() == 0)
+            {
+                let now = Utc::now();
+                eprintln!(
+                    "run: last renewals written after {:.1}s",
+                    secs(silenced_at, now)
+                );
+                last_words_written = Some(now);
+            }
+        };
+        let every_target = &self.every_target;
+        let all_down = match self.outage_for {
+            // The storm ends when it ends, flows done or not.
+            Some(outage) => {
+                wait_outage_over(
+                    world,
+                    watchdog,
+                    every_target,
+                    (silenced_at, outage),
+                    &mut note_last_words,
+                )
+                .await?
+            }
+            None => {
+                wait_all(
+                    world,
+                    watchdog,
+                    every_target,
+                    silenced_at,
+                    |r| r == 0,
+                    self.down_timeout,
+                    "scaled down",
+                    &mut note_last_words,
+                )
+                .await?
+            }
+        };
+        note_last_words();
+        Ok(Silenced {
+            silenced_at,
+            cpu_waiting_at_silence,
+            last_words_written,
+            all_down,
+        })
+    }
+
+    /// Resumes the kubelets and waits for every target that went down since `silenced_at` to
+    /// be back (with `outage_for`, for every target up and settled), recording the renewals.
+    async fn resume_until_restored(
+        &self,
+        watchdog: &mut Watchdog,
+        silenced_at: DateTime<Utc>,
+    ) -> Result<Resumed> {
+        let (cli, world, affected) = (self.cli, self.world, self.affected);
+        let before = affected
+            .iter()
+            .map(|&i| (i, world.shoots[i].sim.kubelets().renewals()))
+            .collect();
+        let resumed_at = Utc::now();
+        for &i in affected {
+            world.shoots[i].sim.kubelets().resume_all();
+        }
+        eprintln!("run: kubelets of {} shoot(s) renew again", affected.len());
+        let mut renewals = RenewalLog::new(world, affected, resumed_at);
+        let all_up = match self.outage_for {
+            // Flows may still take targets down after the kubelets are back: wait until every
+            // target is up and nothing has changed for two probe intervals.
+            Some(_) => {
+                let quiet = cli
+                    .probe_interval
+                    .mul_f64(2.0 * (1.0 + cli.jitter.max(0.0)))
+                    + Duration::from_secs(5);
+                // The flows of the storm may still be under way (a binary that waits for them
+                // restores only after them).
+                let timeout = self.down_timeout + self.up_timeout;
+                wait_settled(world, watchdog, &self.every_target, quiet, timeout, || {
+                    renewals.record(false)
+                })
+                .await?
+            }
+            None => {
+                // Only what went down can be restored (a binary that missed some must not make
+                // the bench wait out the whole timeout for them).
+                let went_down = gone_to_zero(world, &self.every_target, silenced_at);
+                wait_all(
+                    world,
+                    watchdog,
+                    &went_down,
+                    resumed_at,
+                    |r| r > 0,
+                    self.up_timeout,
+                    "restored",
+                    || renewals.record(false),
+                )
+                .await?
+            }
+        };
+        renewals.record(true);
+        Ok(Resumed {
+            before,
+            resumed_at,
+            after: renewals.after,
+            all_up,
+        })
+    }
+}
+
 /// Silences every kubelet of the `affected` shoots, waits for their targets to go down (or
 /// `outage_for` after the silence, flows done or not), resumes the kubelets, waits for every
 /// target to be back, then measures steady state for what is left of `--duration` after
@@ -737,168 +1007,26 @@ async fn run_outage(
     outage_for: Option<Duration>,
     window_from: DateTime<Utc>,
 ) -> Result<OutageRecord> {
-    // Every silenced kubelet's last renewal is stamped `silenced_at` (written at once, in
-    // the background): all leases of all affected shoots expire at the same instant, the
-    // hardest case, and the crossing is exact instead of spread over a renew interval.
-    let silenced_at = dwd_sim::now_micros();
-    let cpu_waiting_at_silence = procstat::cpu_waiting_us();
-    for &i in affected {
-        world.shoots[i]
-            .sim
-            .kubelets()
-            .silence_count_stamped(cli.nodes, silenced_at);
-    }
-    eprintln!(
-        "run: silencing every kubelet of {} shoot(s) after a last renewal stamped {silenced_at}",
-        affected.len()
-    );
-    let mut last_words_written: Option<DateTime<Utc>> = None;
-    let mut note_last_words = || {
-        if last_words_written.is_none()
-            && affected
-                .iter()
-                .all(|&i| world.shoots[i].sim.kubelets().last_words_pending() == 0)
-        {
-            let now = Utc::now();
-            eprintln!(
-                "run: last renewals written after {:.1}s",
-                secs(silenced_at, now)
-            );
-            last_words_written = Some(now);
-        }
-    };
-    // Leases expire 0.75 × grace after the stamp; then a probe run, then the flow. Mass
-    // outages add the QPS-bound writes.
     let targets = targets(config);
-    let writes = affected.len() as f64 * targets.len() as f64 * WRITES_PER_TARGET;
-    let slack = cli.probe_interval * 3
-        + Duration::from_secs(60)
-        + Duration::from_secs_f64(writes / cli.kube_api_qps.max(0.1) * 2.0);
-    let down_timeout = cli.kcm_grace.mul_f64(0.75) + cli.renew_interval + slack;
-    let every_target: Vec<(usize, &str)> = affected
-        .iter()
-        .flat_map(|&i| targets.iter().map(move |(t, _, _)| (i, *t)))
-        .collect();
-    let all_down = match outage_for {
-        // The storm ends when it ends, flows done or not.
-        Some(outage) => {
-            let elapsed = (Utc::now() - silenced_at).to_std().unwrap_or_default();
-            let until = tokio::time::Instant::now() + outage.saturating_sub(elapsed);
-            while tokio::time::Instant::now() < until {
-                watchdog.check_alive()?;
-                note_last_words();
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            let down = every_target
-                .iter()
-                .filter(|(i, t)| {
-                    first_change(world, &setup::shoot_namespace(*i), t, silenced_at, |r| {
-                        r == 0
-                    })
-                    .is_some()
-                })
-                .count();
-            eprintln!(
-                "run: outage over after {outage:?}: {down}/{} targets went down by then",
-                every_target.len()
-            );
-            down == every_target.len()
-        }
-        None => {
-            wait_all(
-                world,
-                watchdog,
-                &every_target,
-                silenced_at,
-                |r| r == 0,
-                down_timeout,
-                "scaled down",
-                &mut note_last_words,
-            )
-            .await?
-        }
+    let (down_timeout, up_timeout) = outage_timeouts(cli, config, affected.len());
+    let outage = Outage {
+        cli,
+        world,
+        affected,
+        every_target: affected
+            .iter()
+            .flat_map(|&i| targets.iter().map(move |(t, _, _)| (i, *t)))
+            .collect(),
+        outage_for,
+        down_timeout,
+        up_timeout,
     };
-    note_last_words();
-
-    let before = affected
-        .iter()
-        .map(|&i| (i, world.shoots[i].sim.kubelets().renewals()))
-        .collect();
-    let resumed_at = Utc::now();
-    for &i in affected {
-        world.shoots[i].sim.kubelets().resume_all();
-    }
-    eprintln!("run: kubelets of {} shoot(s) renew again", affected.len());
-    // The kubelets keep only each node's latest renewal; recovery is decided by the first
-    // one after resumption, and a relapse by a later gap, so catch every one while polling:
-    // once a second is well within the renew interval (the times are the renewTimes written,
-    // not the poll's), and the copies of N × M renewals cost the shared machine little.
-    let mut after: Vec<(usize, RenewTimes)> =
-        affected.iter().map(|&i| (i, HashMap::new())).collect();
-    let mut last_recorded: Option<tokio::time::Instant> = None;
-    let mut record_renewals = |force: bool| {
-        if !force && last_recorded.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
-            return;
-        }
-        last_recorded = Some(tokio::time::Instant::now());
-        for (i, seen) in after.iter_mut() {
-            for (node, (t, landed)) in world.shoots[*i].sim.kubelets().renewals_landed() {
-                if t > resumed_at {
-                    let times = seen.entry(node).or_default();
-                    if times.last().map(|r| r.at) != Some(t) {
-                        times.push(storm::Renewal { at: t, landed });
-                    }
-                }
-            }
-        }
-    };
-    // The scale-up waits out its levels' initialDelays (Gardener: MCM's 30 s) on top.
-    let up_timeout = cli.renew_interval + slack + scale_up_delays(config);
-    let all_up = match outage_for {
-        // Flows may still take targets down after the kubelets are back: wait until every
-        // target is up and nothing has changed for two probe intervals.
-        Some(_) => {
-            let quiet = cli
-                .probe_interval
-                .mul_f64(2.0 * (1.0 + cli.jitter.max(0.0)))
-                + Duration::from_secs(5);
-            // The flows of the storm may still be under way (a binary that waits for them
-            // restores only after them).
-            let timeout = down_timeout + up_timeout;
-            wait_settled(world, watchdog, &every_target, quiet, timeout, || {
-                record_renewals(false)
-            })
-            .await?
-        }
-        None => {
-            // Only what went down can be restored (a binary that missed some must not make
-            // the bench wait out the whole timeout for them).
-            let went_down: Vec<(usize, &str)> = every_target
-                .iter()
-                .copied()
-                .filter(|(i, t)| {
-                    first_change(world, &setup::shoot_namespace(*i), t, silenced_at, |r| {
-                        r == 0
-                    })
-                    .is_some()
-                })
-                .collect();
-            wait_all(
-                world,
-                watchdog,
-                &went_down,
-                resumed_at,
-                |r| r > 0,
-                up_timeout,
-                "restored",
-                || record_renewals(false),
-            )
-            .await?
-        }
-    };
-    record_renewals(true);
+    let silenced = outage.silence_until_down(watchdog).await?;
+    let resumed = outage
+        .resume_until_restored(watchdog, silenced.silenced_at)
+        .await?;
     let restored_by = Utc::now();
-    let cpu_waiting_us = (cpu_waiting_at_silence, procstat::cpu_waiting_us());
+    let cpu_waiting_us = (silenced.cpu_waiting_at_silence, procstat::cpu_waiting_us());
 
     // Keep measuring steady state for whatever is left of --duration.
     let spent = (Utc::now() - window_from).to_std().unwrap_or_default();
@@ -907,21 +1035,170 @@ async fn run_outage(
         sleep_watching(watchdog, rest).await?;
     }
     Ok(OutageRecord {
-        silenced_at,
-        last_words_written,
-        resumed_at,
+        silenced_at: silenced.silenced_at,
+        last_words_written: silenced.last_words_written,
+        resumed_at: resumed.resumed_at,
         restored_by,
-        before,
+        before: resumed.before,
         cpu_waiting_us,
-        after,
-        all_down,
-        all_up,
+        after: resumed.after,
+        all_down: silenced.all_down,
+        all_up: resumed.all_up,
     })
 }
 
 /// Seconds from `a` to `b` (negative when `b` is earlier).
-pub fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
+pub(crate) fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
     (b - a).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6
+}
+
+/// Probe lateness: gaps between consecutive `GET /version` of one shoot, both in the window,
+/// minus the configured interval.
+struct ProbeLateness {
+    /// Every gap of the shoots on healthy apiservers.
+    gaps: Vec<f64>,
+    /// Per such shoot, its worst gap (the time since its last probe included).
+    worst_per_shoot: Vec<f64>,
+    /// The gaps of the shoots on the slow apiserver (slow by design: reported apart).
+    slow_gaps: Vec<f64>,
+    /// Shoots not probed at all in the window.
+    unprobed: usize,
+}
+
+impl ProbeLateness {
+    /// The lateness of `world`'s shoots from their `probes` in `(window_from, window_to)`.
+    fn of(
+        cli: &Cli,
+        world: &World,
+        probes: &TimesByUser,
+        (window_from, window_to): (DateTime<Utc>, DateTime<Utc>),
+    ) -> ProbeLateness {
+        let interval = cli.probe_interval.as_secs_f64();
+        let mut gaps = Vec::new();
+        let mut worst_per_shoot = Vec::new();
+        let mut slow_gaps = Vec::new();
+        let mut unprobed = 0usize;
+        for shoot in &world.shoots {
+            let j = shoot.index % cli.shoot_apiservers;
+            // A stopped apiserver logs nothing: its shoots' probes can't be timed.
+            if cli.stop_shoot_apiserver == Some(j) {
+                continue;
+            }
+            let slow = cli.slow_shoot_apiserver == Some(j);
+            let times: Vec<DateTime<Utc>> = probes
+                .get(&shoot.user())
+                .map(|v| {
+                    v.iter()
+                        .copied()
+                        .filter(|t| *t >= window_from && *t <= window_to)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if times.is_empty() {
+                unprobed += 1;
+                continue;
+            }
+            let lateness: Vec<f64> = times
+                .windows(2)
+                .map(|w| secs(w[0], w[1]) - interval)
+                .collect();
+            // The time since the last probe counts too: a shoot that stopped being probed is late.
+            let tail = times
+                .last()
+                .map(|t| secs(*t, window_to) - interval)
+                .unwrap_or(0.0)
+                .max(0.0);
+            if slow {
+                // Reported apart: these shoots are slow by design; the others must not be.
+                slow_gaps.extend(lateness);
+                continue;
+            }
+            worst_per_shoot.push(lateness.iter().copied().fold(tail, f64::max));
+            gaps.extend(lateness);
+        }
+        ProbeLateness {
+            gaps,
+            worst_per_shoot,
+            slow_gaps,
+            unprobed,
+        }
+    }
+
+    /// The `probe_lateness_s` object (with the count of shoots whose probes a stopped
+    /// apiserver could not log).
+    fn to_json(&self, cli: &Cli, world: &World) -> Value {
+        json!({
+            "all_gaps": Summary::of(&self.gaps).to_json(),
+            "worst_per_shoot": Summary::of(&self.worst_per_shoot).to_json(),
+            "shoots_never_probed_in_window": self.unprobed,
+            "slow_apiserver_gaps": Summary::of(&self.slow_gaps).to_json(),
+            "shoots_on_stopped_apiserver": cli.stop_shoot_apiserver.map(|j| world.shoots.iter().filter(|s| s.index % cli.shoot_apiservers == j).count()),
+        })
+    }
+}
+
+/// Whether the simulated kubelets kept up: at N × M in the tens of thousands a short renew
+/// interval is more than the shoot apiservers can take on a small machine, and leases then
+/// age towards expiry on their own.
+fn kubelets_json(cli: &Cli, world: &World) -> Value {
+    let now = Utc::now();
+    let mut ages: Vec<f64> = Vec::new();
+    let mut renew_failures = 0u64;
+    for shoot in &world.shoots {
+        let kubelets = shoot.sim.kubelets();
+        renew_failures += kubelets.failures();
+        let silenced: HashSet<String> = kubelets.silenced().into_iter().collect();
+        let renewals = kubelets.renewals();
+        ages.extend(
+            kubelets
+                .nodes()
+                .iter()
+                .filter(|n| !silenced.contains(*n))
+                .filter_map(|n| renewals.get(n))
+                .map(|t| secs(*t, now)),
+        );
+    }
+    json!({
+        "renew_interval_s": cli.renew_interval.as_secs_f64(),
+        "lease_age_at_end_s": Summary::of(&ages).to_json(),
+        "lease_validity_s": cli.kcm_grace.as_secs_f64() * 0.75,
+        "renew_failures_since_setup": renew_failures,
+    })
+}
+
+/// The `config` object: the intervals, qps and apiserver faults of the command line and the
+/// prober config both binaries ran.
+fn config_json(cli: &Cli, prober: &Derived<ProberConfig>) -> Value {
+    json!({
+        "probe_interval_s": cli.probe_interval.as_secs_f64(), "initial_delay_s": cli.initial_delay.as_secs_f64(),
+        "kcm_grace_s": cli.kcm_grace.as_secs_f64(), "jitter": cli.jitter,
+        "threshold": prober.config.node_lease_failure_fraction,
+        "prober_config": {
+            "from": gardener::PROBER_FIXTURE_PATH,
+            "changed_from_gardener": prober.changes.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+            "scale_down": flow(&prober.config, true),
+            "scale_up": flow(&prober.config, false),
+        },
+        "renew_interval_s": cli.renew_interval.as_secs_f64(),
+        "kube_api_qps": cli.kube_api_qps, "kube_api_burst": cli.kube_api_burst,
+        "stopped_shoot_apiserver": cli.stop_shoot_apiserver,
+        "slow_shoot_apiserver": cli.slow_shoot_apiserver.map(|j| json!({"index": j, "latency_s": cli.slow_latency.as_secs_f64()})),
+    })
+}
+
+/// The sizes of the non-resource `paths`, read on a healthy shoot apiserver (a slow one would
+/// only be slower, a stopped one mute); none without one.
+async fn healthy_non_resource_sizes(
+    cli: &Cli,
+    world: &World,
+    paths: &[String],
+) -> BTreeMap<String, usize> {
+    let healthy = (0..world.shoot_clients.len())
+        .find(|j| cli.stop_shoot_apiserver != Some(*j) && cli.slow_shoot_apiserver != Some(*j));
+    match healthy {
+        Some(j) => non_resource_sizes(&world.shoot_clients[j], paths).await,
+        None => BTreeMap::new(),
+    }
 }
 
 /// Reads the audit logs and samples back into the run's result.
@@ -956,13 +1233,7 @@ async fn analyse(
     // Shoot response bytes: the watchdog's reads times the window's mean response size.
     let shoot_counts = audit::by_key(shoot_window.iter().copied());
     let paths = metrics::non_resource_paths(shoot_window.iter().copied());
-    // Sized on a healthy shoot apiserver (a slow one would only be slower, a stopped one mute).
-    let healthy = (0..world.shoot_clients.len())
-        .find(|j| cli.stop_shoot_apiserver != Some(*j) && cli.slow_shoot_apiserver != Some(*j));
-    let sizes = match healthy {
-        Some(j) => non_resource_sizes(&world.shoot_clients[j], &paths).await,
-        None => BTreeMap::new(),
-    };
+    let sizes = healthy_non_resource_sizes(cli, world, &paths).await;
     let (shoot_rows, shoot_total) = metrics::attribute(&m.sizes.shoot, &shoot_counts, &sizes);
     let response_bytes = json!({
         "method": "per verb and resource: the watchdog's request count (audit log) × the mean \
@@ -978,81 +1249,11 @@ async fn analyse(
         "seed": seed_bytes,
     });
 
-    // Probe lateness: gaps between consecutive `GET /version` of one shoot, both in the
-    // window, minus the configured interval.
-    let interval = cli.probe_interval.as_secs_f64();
-    let mut gaps = Vec::new();
-    let mut worst_per_shoot = Vec::new();
-    let mut slow_gaps = Vec::new();
-    let mut unprobed = 0usize;
-    for shoot in &world.shoots {
-        let j = shoot.index % cli.shoot_apiservers;
-        // A stopped apiserver logs nothing: its shoots' probes can't be timed.
-        if cli.stop_shoot_apiserver == Some(j) {
-            continue;
-        }
-        let slow = cli.slow_shoot_apiserver == Some(j);
-        let times: Vec<DateTime<Utc>> = probes
-            .get(&shoot.user())
-            .map(|v| {
-                v.iter()
-                    .copied()
-                    .filter(|t| *t >= window_from && *t <= window_to)
-                    .collect()
-            })
-            .unwrap_or_default();
-        if times.is_empty() {
-            unprobed += 1;
-            continue;
-        }
-        let lateness: Vec<f64> = times
-            .windows(2)
-            .map(|w| secs(w[0], w[1]) - interval)
-            .collect();
-        // The time since the last probe counts too: a shoot that stopped being probed is late.
-        let tail = times
-            .last()
-            .map(|t| secs(*t, window_to) - interval)
-            .unwrap_or(0.0)
-            .max(0.0);
-        if slow {
-            // Reported apart: these shoots are slow by design; the others must not be.
-            slow_gaps.extend(lateness);
-            continue;
-        }
-        worst_per_shoot.push(lateness.iter().copied().fold(tail, f64::max));
-        gaps.extend(lateness);
-    }
-
-    // Whether the simulated kubelets kept up: at N × M in the tens of thousands a short
-    // renew interval is more than the shoot apiservers can take on a small machine, and
-    // leases then age towards expiry on their own.
-    let now = Utc::now();
-    let mut ages: Vec<f64> = Vec::new();
-    let mut renew_failures = 0u64;
-    for shoot in &world.shoots {
-        let kubelets = shoot.sim.kubelets();
-        renew_failures += kubelets.failures();
-        let silenced: HashSet<String> = kubelets.silenced().into_iter().collect();
-        let renewals = kubelets.renewals();
-        ages.extend(
-            kubelets
-                .nodes()
-                .iter()
-                .filter(|n| !silenced.contains(*n))
-                .filter_map(|n| renewals.get(n))
-                .map(|t| secs(*t, now)),
-        );
-    }
-    let kubelets_json = json!({
-        "renew_interval_s": cli.renew_interval.as_secs_f64(),
-        "lease_age_at_end_s": Summary::of(&ages).to_json(),
-        "lease_validity_s": cli.kcm_grace.as_secs_f64() * 0.75,
-        "renew_failures_since_setup": renew_failures,
-    });
+    let lateness = ProbeLateness::of(cli, world, &probes, (window_from, window_to));
+    let kubelets = kubelets_json(cli, world);
 
     let mut dists = Dists::default();
-    dists.insert(chart::PROBE_LATENESS.into(), gaps.clone());
+    dists.insert(chart::PROBE_LATENESS.into(), lateness.gaps.clone());
     let outage_json = outage.map(|o| {
         let requests = audit::spans_by_user(shoot_requests.iter());
         let (json, down, up) =
@@ -1071,21 +1272,7 @@ async fn analyse(
         "binary": subject.bin.display().to_string(),
         "scenario": format!("{:?}", cli.scenario),
         "shape": {"shoots": cli.shoots, "nodes_per_shoot": cli.nodes, "shoot_apiservers": cli.shoot_apiservers, "kubelet_sized_nodes": cli.kubelet_sized_nodes},
-        "config": {
-            "probe_interval_s": interval, "initial_delay_s": cli.initial_delay.as_secs_f64(),
-            "kcm_grace_s": cli.kcm_grace.as_secs_f64(), "jitter": cli.jitter,
-            "threshold": prober.config.node_lease_failure_fraction,
-            "prober_config": {
-                "from": gardener::PROBER_FIXTURE_PATH,
-                "changed_from_gardener": prober.changes.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
-                "scale_down": flow(&prober.config, true),
-                "scale_up": flow(&prober.config, false),
-            },
-            "renew_interval_s": cli.renew_interval.as_secs_f64(),
-            "kube_api_qps": cli.kube_api_qps, "kube_api_burst": cli.kube_api_burst,
-            "stopped_shoot_apiserver": cli.stop_shoot_apiserver,
-            "slow_shoot_apiserver": cli.slow_shoot_apiserver.map(|j| json!({"index": j, "latency_s": cli.slow_latency.as_secs_f64()})),
-        },
+        "config": config_json(cli, prober),
         "setup_s": world.setup_seconds,
         "window": {"from": window_from.to_rfc3339(), "to": window_to.to_rfc3339(), "seconds": window_secs},
         "process": usage.to_json(),
@@ -1097,19 +1284,159 @@ async fn analyse(
             "per_minute": per_minute(shoot_counts, window_secs),
             "failures_by_code": audit::failures_by_code(shoot_window.iter().copied()),
         },
-        "probe_lateness_s": {
-            "all_gaps": Summary::of(&gaps).to_json(),
-            "worst_per_shoot": Summary::of(&worst_per_shoot).to_json(),
-            "shoots_never_probed_in_window": unprobed,
-            "slow_apiserver_gaps": Summary::of(&slow_gaps).to_json(),
-            "shoots_on_stopped_apiserver": cli.stop_shoot_apiserver.map(|j| world.shoots.iter().filter(|s| s.index % cli.shoot_apiservers == j).count()),
-        },
+        "probe_lateness_s": lateness.to_json(cli, world),
         "storm": outage_json.get("storm").cloned().unwrap_or(Value::Null),
         "outage": outage_json,
         "response_bytes": response_bytes,
-        "kubelets": kubelets_json,
+        "kubelets": kubelets,
     });
     Ok(RunOutput { json, dists })
+}
+
+/// The outage's target timings, gathered shoot by shoot: crossing → 0 and recovery →
+/// restored by target, the last level-0 target down, and what never went down or came back.
+#[derive(Default)]
+struct TargetTimes<'a> {
+    down: BTreeMap<&'a str, Vec<f64>>,
+    up: BTreeMap<&'a str, Vec<f64>>,
+    level0_latest: Option<DateTime<Utc>>,
+    missing_down: usize,
+    level0_missing: usize,
+    missing_up: usize,
+}
+
+impl<'a> TargetTimes<'a> {
+    /// Adds shoot `ns`'s `targets`, given when it `crossed` and `recovered`; returns each
+    /// target's crossing → its first 0 (for the protection bound).
+    fn add_shoot(
+        &mut self,
+        world: &World,
+        ns: &str,
+        targets: &[(&'a str, u32, u32)],
+        o: &OutageRecord,
+        (crossed, recovered): (Option<DateTime<Utc>>, Option<DateTime<Utc>>),
+    ) -> Vec<(String, Option<f64>)> {
+        let mut shoot_down = Vec::new();
+        for &(target, down_level, _) in targets {
+            let went_down = first_change(world, ns, target, o.silenced_at, |r| r == 0);
+            shoot_down.push((
+                target.to_string(),
+                crossed.zip(went_down).map(|(c, t)| secs(c, t)),
+            ));
+            match (crossed, went_down) {
+                (Some(c), Some(t)) => {
+                    self.down.entry(target).or_default().push(secs(c, t));
+                    if down_level == 0 {
+                        self.level0_latest =
+                            Some(self.level0_latest.map_or(t, |l: DateTime<Utc>| l.max(t)));
+                    }
+                }
+                _ => {
+                    self.missing_down += 1;
+                    self.level0_missing += usize::from(down_level == 0);
+                }
+            }
+            // What never went down can't be restored (counted above).
+            if went_down.is_none() {
+                continue;
+            }
+            match (
+                recovered,
+                first_change(world, ns, target, o.resumed_at, |r| r > 0),
+            ) {
+                (Some(c), Some(t)) => self.up.entry(target).or_default().push(secs(c, t)),
+                _ => self.missing_up += 1,
+            }
+        }
+        shoot_down
+    }
+}
+
+/// When a shoot crossed its threshold and when it recovered, from its renewals `before` and
+/// `after` the resumption: down at the k-th lease to expire (k = fewest expired leases
+/// reaching the threshold; a lease expires `grace` after its renewal), up once more than
+/// m − k leases renewed after resumption (as the apiserver holds them: when each renewal
+/// landed), fewer than k then being expired.
+fn crossing_and_recovery(
+    cli: &Cli,
+    o: &OutageRecord,
+    (before, after): (&HashMap<String, DateTime<Utc>>, &RenewTimes),
+    (grace, k): (chrono::Duration, usize),
+) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+    // Down: the k-th lease to expire (k = fewest expired leases reaching the threshold).
+    let mut expiries: Vec<DateTime<Utc>> = before.values().map(|t| *t + grace).collect();
+    expiries.sort();
+    let crossed = expiries.get(k - 1).copied();
+    // Up: once more than m − k leases renewed after resumption (as the apiserver holds
+    // them: when each renewal landed), fewer than k are expired.
+    let mut renewed: Vec<DateTime<Utc>> = after
+        .values()
+        .filter_map(|times| times.first())
+        .filter(|r| r.at > o.resumed_at)
+        .map(|r| r.landed)
+        .collect();
+    renewed.sort();
+    let recovered = renewed.get(cli.nodes - k).copied();
+    (crossed, recovered)
+}
+
+/// The seed requests from the silence until every target was back, in the affected shoots'
+/// namespaces.
+fn requests_in_affected_namespaces<'r>(
+    seed_requests: &'r [audit::Request],
+    o: &OutageRecord,
+) -> Vec<&'r audit::Request> {
+    let affected: HashSet<String> = o
+        .before
+        .iter()
+        .map(|(i, _)| setup::shoot_namespace(*i))
+        .collect();
+    seed_requests
+        .iter()
+        .filter(|r| r.received >= o.silenced_at && r.received <= o.restored_by)
+        .filter(|r| r.namespace.as_ref().is_some_and(|ns| affected.contains(ns)))
+        .collect()
+}
+
+/// Per target, the summary of its samples.
+fn summarise_by_target(m: &BTreeMap<&str, Vec<f64>>) -> Value {
+    m.iter()
+        .map(|(k, v)| (k.to_string(), Summary::of(v).to_json()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// The storm's frame: its times, the intervals and qps, and what makes a shoot cross.
+fn storm_frame(
+    cli: &Cli,
+    config: &ProberConfig,
+    o: &OutageRecord,
+    grace: chrono::Duration,
+    k: usize,
+) -> storm::StormFrame {
+    storm::StormFrame {
+        silenced_at: o.silenced_at,
+        resumed_at: o.resumed_at,
+        restored_by: o.restored_by,
+        interval_s: cli.probe_interval.as_secs_f64(),
+        jitter: cli.jitter,
+        qps: cli.kube_api_qps,
+        scale_up_delays_s: scale_up_delays(config).as_secs_f64(),
+        lease_validity_s: grace.num_milliseconds() as f64 / 1000.0,
+        expired_needed: k,
+    }
+}
+
+/// Near 1: the machine was short of CPU throughout, and every latency above is as much the
+/// machine's as the binary's.
+fn cpu_pressure_json(o: &OutageRecord) -> Value {
+    match o.cpu_waiting_us {
+        (Some(a), Some(b)) => json!({
+            "share": (b.saturating_sub(a) as f64 / 1e6) / secs(o.silenced_at, o.restored_by).max(1e-3),
+            "means": "share of the storm (silence to every target back) in which at least one runnable task waited for a CPU (/proc/pressure/cpu, some)",
+        }),
+        _ => Value::Null,
+    }
 }
 
 /// The outage part of the result, and the raw crossing → 0 and recovery → restored samples.
@@ -1130,34 +1457,16 @@ fn outage_results(
     let k = expired_needed(cli.nodes, config.node_lease_failure_fraction);
     let targets = targets(config);
     let level0 = targets.iter().filter(|(_, down, _)| *down == 0).count();
-    let mut down: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    let mut up: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    let mut level0_latest: Option<DateTime<Utc>> = None;
+    let mut times = TargetTimes::default();
     let mut first_crossing: Option<DateTime<Utc>> = None;
     let mut last_crossing: Option<DateTime<Utc>> = None;
-    let mut missing_down = 0usize;
-    let mut level0_missing = 0usize;
-    let mut missing_up = 0usize;
     let mut storm_shoots = Vec::new();
     // Per shoot, each target: crossing → its first 0 (for the protection bound; how it came
     // back is filled in from its storm record below).
     let mut protection_shoots: Vec<protection::ShootOutage> = Vec::new();
     for ((i, before), (_, after)) in o.before.iter().zip(&o.after) {
         let ns = setup::shoot_namespace(*i);
-        // Down: the k-th lease to expire (k = fewest expired leases reaching the threshold).
-        let mut expiries: Vec<DateTime<Utc>> = before.values().map(|t| *t + grace).collect();
-        expiries.sort();
-        let crossed = expiries.get(k - 1).copied();
-        // Up: once more than m − k leases renewed after resumption (as the apiserver holds
-        // them: when each renewal landed), fewer than k are expired.
-        let mut renewed: Vec<DateTime<Utc>> = after
-            .values()
-            .filter_map(|times| times.first())
-            .filter(|r| r.at > o.resumed_at)
-            .map(|r| r.landed)
-            .collect();
-        renewed.sort();
-        let recovered = renewed.get(cli.nodes - k).copied();
+        let (crossed, recovered) = crossing_and_recovery(cli, o, (before, after), (grace, k));
         // Every node's renew times: its last before the resumption, then each one after.
         let renewals = before
             .iter()
@@ -1180,76 +1489,21 @@ fn outage_results(
             first_crossing = Some(first_crossing.map_or(c, |f: DateTime<Utc>| f.min(c)));
             last_crossing = Some(last_crossing.map_or(c, |l: DateTime<Utc>| l.max(c)));
         }
-        let mut shoot_down = Vec::new();
-        for &(target, down_level, _) in &targets {
-            let went_down = first_change(world, &ns, target, o.silenced_at, |r| r == 0);
-            shoot_down.push((
-                target.to_string(),
-                crossed.zip(went_down).map(|(c, t)| secs(c, t)),
-            ));
-            match (crossed, went_down) {
-                (Some(c), Some(t)) => {
-                    down.entry(target).or_default().push(secs(c, t));
-                    if down_level == 0 {
-                        level0_latest = Some(level0_latest.map_or(t, |l: DateTime<Utc>| l.max(t)));
-                    }
-                }
-                _ => {
-                    missing_down += 1;
-                    level0_missing += usize::from(down_level == 0);
-                }
-            }
-            // What never went down can't be restored (counted above).
-            if went_down.is_none() {
-                continue;
-            }
-            match (
-                recovered,
-                first_change(world, &ns, target, o.resumed_at, |r| r > 0),
-            ) {
-                (Some(c), Some(t)) => up.entry(target).or_default().push(secs(c, t)),
-                _ => missing_up += 1,
-            }
-        }
+        let shoot_down = times.add_shoot(world, &ns, &targets, o, (crossed, recovered));
         protection_shoots.push(protection::ShootOutage {
             namespace: ns,
             down_s: shoot_down,
             restore: storm::Restore::NotDown,
         });
     }
-    let affected: HashSet<String> = o
-        .before
-        .iter()
-        .map(|(i, _)| setup::shoot_namespace(*i))
-        .collect();
-    let outage_seed: Vec<&audit::Request> = seed_requests
-        .iter()
-        .filter(|r| r.received >= o.silenced_at && r.received <= o.restored_by)
-        .filter(|r| r.namespace.as_ref().is_some_and(|ns| affected.contains(ns)))
-        .collect();
-    let summarise = |m: &BTreeMap<&str, Vec<f64>>| -> Value {
-        m.iter()
-            .map(|(k, v)| (k.to_string(), Summary::of(v).to_json()))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    };
-    let all_down: Vec<f64> = down.values().flatten().copied().collect();
-    let all_up: Vec<f64> = up.values().flatten().copied().collect();
+    let outage_seed = requests_in_affected_namespaces(&seed_requests, o);
+    let all_down: Vec<f64> = times.down.values().flatten().copied().collect();
+    let all_up: Vec<f64> = times.up.values().flatten().copied().collect();
     // The issue's bound, 1.2 × N × 2 writes ÷ qps, was set for one level-0 target per shoot
     // (the seeds' example: KCM); Gardener's level 0 holds MCM and CA, so it counts each.
     let bound = 1.2
         * (o.before.len() as f64 * level0 as f64 * WRITES_PER_TARGET / cli.kube_api_qps.max(0.1));
-    let frame = storm::StormFrame {
-        silenced_at: o.silenced_at,
-        resumed_at: o.resumed_at,
-        restored_by: o.restored_by,
-        interval_s: cli.probe_interval.as_secs_f64(),
-        jitter: cli.jitter,
-        qps: cli.kube_api_qps,
-        scale_up_delays_s: scale_up_delays(config).as_secs_f64(),
-        lease_validity_s: grace.num_milliseconds() as f64 / 1000.0,
-        expired_needed: k,
-    };
+    let frame = storm_frame(cli, config, o, grace, k);
     // Each shoot judged against the protection bound (issue 34).
     for (p, storm) in protection_shoots.iter_mut().zip(&storm_shoots) {
         p.restore = storm.restore(&frame);
@@ -1265,24 +1519,18 @@ fn outage_results(
         "expired_leases_needed": k,
         "all_scaled_down": o.all_down,
         "all_restored": o.all_up,
-        "scale_down_s": {"all": Summary::of(&all_down).to_json(), "by_target": summarise(&down)},
-        "restore_s": {"all": Summary::of(&all_up).to_json(), "by_target": summarise(&up)},
-        "targets_missing_down": missing_down,
-        "targets_missing_up": missing_up,
+        "scale_down_s": {"all": Summary::of(&all_down).to_json(), "by_target": summarise_by_target(&times.down)},
+        "restore_s": {"all": Summary::of(&all_up).to_json(), "by_target": summarise_by_target(&times.up)},
+        "targets_missing_down": times.missing_down,
+        "targets_missing_up": times.missing_up,
         // Near 1: the machine was short of CPU throughout, and every latency above is as much
         // the machine's as the binary's.
-        "storm_cpu_pressure_some": match o.cpu_waiting_us {
-            (Some(a), Some(b)) => json!({
-                "share": (b.saturating_sub(a) as f64 / 1e6) / secs(o.silenced_at, o.restored_by).max(1e-3),
-                "means": "share of the storm (silence to every target back) in which at least one runnable task waited for a CPU (/proc/pressure/cpu, some)",
-            }),
-            _ => Value::Null,
-        },
+        "storm_cpu_pressure_some": cpu_pressure_json(o),
         "last_renewals_written_after_silence_s": o.last_words_written.map(|t| secs(o.silenced_at, t)),
         "crossing_spread_s": match (first_crossing, last_crossing) { (Some(f), Some(l)) => json!(secs(f, l)), _ => Value::Null },
         // Only defined when every level-0 target got there.
-        "level0_all_zero_after_first_crossing_s": match (first_crossing, level0_latest, level0_missing) { (Some(c), Some(l), 0) => json!(secs(c, l)), _ => Value::Null },
-        "level0_targets_never_down": level0_missing,
+        "level0_all_zero_after_first_crossing_s": match (first_crossing, times.level0_latest, times.level0_missing) { (Some(c), Some(l), 0) => json!(secs(c, l)), _ => Value::Null },
+        "level0_targets_never_down": times.level0_missing,
         "level0_bound_s": bound,
         "seed_requests_in_affected_namespaces": {
             "total": outage_seed.len(),

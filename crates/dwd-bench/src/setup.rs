@@ -28,7 +28,7 @@ use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
 /// User of the watchdog's seed kubeconfig: its seed requests are told apart by this name.
-pub const WATCHDOG_USER: &str = "dependency-watchdog";
+pub(crate) const WATCHDOG_USER: &str = "dependency-watchdog";
 
 /// Lease writes in flight at once across all shoots, at least: bounds the burst a small shape
 /// sends, so the watchdog, not the kubelets, is what the machine spends its cores on.
@@ -53,11 +53,11 @@ fn renew_permits(shoots: usize, nodes: usize, renew_interval: Duration) -> usize
 }
 
 /// Shoots created at once during setup (each one already keeps 16 writes in flight).
-pub const SETUP_CONCURRENCY: usize = 4;
+pub(crate) const SETUP_CONCURRENCY: usize = 4;
 
 /// The world's shape.
 #[derive(Debug, Clone, Copy)]
-pub struct Shape {
+pub(crate) struct Shape {
     /// N: shoots.
     pub shoots: usize,
     /// M: nodes per shoot.
@@ -81,7 +81,7 @@ pub struct Shape {
 }
 
 /// One shoot of the benchmark.
-pub struct BenchShoot {
+pub(crate) struct BenchShoot {
     /// Index i (user `shoot-<i>`).
     pub index: usize,
     /// The simulated shoot.
@@ -92,32 +92,32 @@ pub struct BenchShoot {
 
 impl BenchShoot {
     /// The client-certificate user its probe secret carries.
-    pub fn user(&self) -> String {
+    pub(crate) fn user(&self) -> String {
         shoot_user(self.index)
     }
 }
 
 /// User name of shoot `i`.
-pub fn shoot_user(i: usize) -> String {
+pub(crate) fn shoot_user(i: usize) -> String {
     format!("shoot-{i}")
 }
 
 /// Namespace (and Cluster name) of shoot `i`; `shoot--<project>--<name>` like Gardener's.
-pub fn shoot_namespace(i: usize) -> String {
+pub(crate) fn shoot_namespace(i: usize) -> String {
     format!("shoot--bench--s{i:04}")
 }
 
 /// `(namespace, deployment)` → every observed `spec.replicas` change, in order.
-pub type ReplicaLog = Arc<Mutex<HashMap<(String, String), Vec<(DateTime<Utc>, i32)>>>>;
+pub(crate) type ReplicaLog = Arc<Mutex<HashMap<(String, String), Vec<(DateTime<Utc>, i32)>>>>;
 
 /// Locks a mutex, recovering the data after a panic elsewhere (the log is always valid).
-pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Everything the benchmark runs against. Field order is drop order: background tasks
 /// (watch, status sim, kubelets) stop before the environment tears the apiservers down.
-pub struct World {
+pub(crate) struct World {
     /// Replica changes seen by the bench's own watch.
     pub replicas: ReplicaLog,
     _replica_watch: AbortOnDrop,
@@ -150,9 +150,12 @@ pub struct World {
     _env: TestEnv,
 }
 
-/// Builds the world, printing progress to stderr.
-pub async fn build(shape: Shape) -> Result<World> {
-    let started = Instant::now();
+/// Starts etcd, the seed apiserver and `shape.apiservers` shoot apiservers, each with an
+/// audit log (the seed with the CRDs; each shoot apiserver with its own etcd when asked).
+async fn start_control_plane(
+    shape: Shape,
+    started: Instant,
+) -> Result<(TestEnv, ApiServer, Vec<ApiServer>)> {
     eprintln!(
         "setup: starting etcd, a seed and {} shoot apiserver(s)…",
         shape.apiservers
@@ -183,9 +186,13 @@ pub async fn build(shape: Shape) -> Result<World> {
         "setup: control plane up after {:.1}s",
         started.elapsed().as_secs_f64()
     );
+    Ok((env, seed, shoot_apis))
+}
 
-    // Outside the environment's directory (removed at teardown): the watchdog's log and
-    // config stay for a look after the run.
+/// Writes the watchdog's seed kubeconfig to a directory of the bench's own, outside the
+/// environment's directory (removed at teardown): the watchdog's log and config stay for a
+/// look after the run. Returns the directory and the kubeconfig's path.
+fn write_watchdog_kubeconfig(seed: &ApiServer) -> Result<(PathBuf, PathBuf)> {
     let dir = std::env::temp_dir().join(format!("dwd-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let watchdog_kubeconfig = dir.join("watchdog-seed.kubeconfig");
@@ -195,12 +202,126 @@ pub async fn build(shape: Shape) -> Result<World> {
         .context("watchdog seed kubeconfig")?;
     std::fs::write(&watchdog_kubeconfig, kubeconfig)
         .with_context(|| format!("write {}", watchdog_kubeconfig.display()))?;
+    Ok((dir, watchdog_kubeconfig))
+}
+
+/// Shoot `i`'s kubeconfig for the watchdog: its own certificate (the shoot apiserver's audit
+/// log names the shoot), pointed at a front of its own when `front_tls` is given.
+async fn shoot_kubeconfig(
+    i: usize,
+    api: &ApiServer,
+    front_tls: Option<Arc<rustls::ServerConfig>>,
+) -> Result<(String, Option<ShootProxy>)> {
+    // Its own certificate: the shoot apiserver's audit log names the shoot.
+    let direct = api
+        .kubeconfig_for(&shoot_user(i), &["system:masters"])
+        .with_context(|| format!("kubeconfig of shoot {i}"))?;
+    Ok(match front_tls {
+        Some(tls) => {
+            let front = ShootProxy::start(i, api.addr(), &direct, tls).await?;
+            let via_front = direct.replace(
+                &format!("https://{}", api.addr()),
+                &format!("https://{}", front.addr),
+            );
+            (via_front, Some(front))
+        }
+        None => (direct, None),
+    })
+}
+
+/// Shoot `i`'s simulation: `shape.nodes` nodes (kubelet-sized when asked) and their leases
+/// labelled with the shoot's index, so its front can select them; renewals share `limiter`.
+fn sim_options(i: usize, shape: Shape, limiter: Arc<tokio::sync::Semaphore>) -> SimShootOptions {
+    let label = (shoot_proxy::SHOOT_LABEL, i.to_string());
+    let mut options = SimShootOptions::new(shoot_namespace(i))
+        .with_nodes(shape.nodes)
+        .with_renew_interval(shape.renew_interval);
+    options.node_specs = Some(
+        node_specs_with_prefix(&format!("s{i}-node-"), shape.nodes, &[DEFAULT_POOL])
+            .into_iter()
+            .map(|n| n.with_label(label.0, &label.1))
+            .map(|n| {
+                if shape.kubelet_sized_nodes {
+                    n.kubelet_sized()
+                } else {
+                    n
+                }
+            })
+            .collect(),
+    );
+    options.lease_labels = BTreeMap::from([(label.0.to_string(), label.1.clone())]);
+    options.renew_limiter = Some(limiter);
+    options.deployment_status_delay = None;
+    options
+}
+
+/// The progress line of the shoots' creation.
+fn report_progress(created: usize, shape: Shape, started: Instant) {
+    eprint!(
+        "\rsetup: {created}/{} shoots ({} {}nodes each) after {:.1}s   ",
+        shape.shoots,
+        shape.nodes,
+        if shape.kubelet_sized_nodes {
+            "kubelet-sized "
+        } else {
+            ""
+        },
+        started.elapsed().as_secs_f64()
+    );
+    let _ = std::io::stderr().flush();
+}
+
+/// The hostile scenario's shoots and fake shoots (none for the other scenarios).
+async fn build_hostile(
+    env: &TestEnv,
+    seed_client: &kube::Client,
+    shape: Shape,
+    limiter: Arc<tokio::sync::Semaphore>,
+) -> Result<(
+    Vec<crate::hostile::HostileShoot>,
+    Option<crate::hostile::Fakes>,
+)> {
+    Ok(match shape.hostile {
+        Some(h) => {
+            let hostile =
+                crate::hostile::build(env, seed_client, h, shape.renew_interval, limiter).await?;
+            // The fake shoots' kubeconfigs: a hostile shoot apiserver's (its CA, a client
+            // certificate of the environment), pointed at the fake servers.
+            let (kubeconfig, server) = match hostile.first() {
+                Some(s) => (
+                    s.api
+                        .kubeconfig_for("fake-shoot", &[])
+                        .context("kubeconfig of the fake shoots")?,
+                    s.api.addr(),
+                ),
+                None => anyhow::bail!("the hostile scenario has no hostile shoot apiserver"),
+            };
+            let fakes =
+                crate::hostile::build_fakes(env, seed_client, h, &kubeconfig, server).await?;
+            (hostile, Some(fakes))
+        }
+        None => (Vec::new(), None),
+    })
+}
+
+/// An admin client of each shoot apiserver, by index.
+async fn shoot_clients(shoot_apis: &[ApiServer]) -> Result<Vec<kube::Client>> {
+    let mut clients = Vec::with_capacity(shoot_apis.len());
+    for api in shoot_apis {
+        clients.push(api.client().await.context("shoot client")?);
+    }
+    Ok(clients)
+}
+
+/// Builds the world, printing progress to stderr.
+pub(crate) async fn build(shape: Shape) -> Result<World> {
+    let started = Instant::now();
+    let (env, seed, shoot_apis) = start_control_plane(shape, started).await?;
+
+    let (dir, watchdog_kubeconfig) = write_watchdog_kubeconfig(&seed)?;
 
     let seed_client = seed.client().await.context("seed client")?;
-    let mut shoot_clients = Vec::with_capacity(shoot_apis.len());
-    for api in &shoot_apis {
-        shoot_clients.push(api.client().await.context("shoot client")?);
-    }
+    let shoot_clients = shoot_clients(&shoot_apis).await?;
 
     // One status simulation and one replica watch for all namespaces: per-shoot watches
     // would cost the seed more than the watchdog under test.
@@ -231,42 +352,8 @@ pub async fn build(shape: Shape) -> Result<World> {
             let limiter = limiter.clone();
             let front_tls = front_tls.clone();
             async move {
-                // Its own certificate: the shoot apiserver's audit log names the shoot.
-                let direct = api
-                    .kubeconfig_for(&shoot_user(i), &["system:masters"])
-                    .with_context(|| format!("kubeconfig of shoot {i}"))?;
-                let (kubeconfig, front) = match front_tls {
-                    Some(tls) => {
-                        let front = ShootProxy::start(i, api.addr(), &direct, tls).await?;
-                        let via_front = direct.replace(
-                            &format!("https://{}", api.addr()),
-                            &format!("https://{}", front.addr),
-                        );
-                        (via_front, Some(front))
-                    }
-                    None => (direct, None),
-                };
-                // Labelled with the shoot's index, so its front can select them.
-                let label = (shoot_proxy::SHOOT_LABEL, i.to_string());
-                let mut options = SimShootOptions::new(shoot_namespace(i))
-                    .with_nodes(shape.nodes)
-                    .with_renew_interval(shape.renew_interval);
-                options.node_specs = Some(
-                    node_specs_with_prefix(&format!("s{i}-node-"), shape.nodes, &[DEFAULT_POOL])
-                        .into_iter()
-                        .map(|n| n.with_label(label.0, &label.1))
-                        .map(|n| {
-                            if shape.kubelet_sized_nodes {
-                                n.kubelet_sized()
-                            } else {
-                                n
-                            }
-                        })
-                        .collect(),
-                );
-                options.lease_labels = BTreeMap::from([(label.0.to_string(), label.1.clone())]);
-                options.renew_limiter = Some(limiter);
-                options.deployment_status_delay = None;
+                let (kubeconfig, front) = shoot_kubeconfig(i, &api, front_tls).await?;
+                let options = sim_options(i, shape, limiter);
                 let sim = SimShoot::create(seed_client, shoot_client, &kubeconfig, options)
                     .await
                     .with_context(|| format!("create shoot {i}"))?;
@@ -284,18 +371,7 @@ pub async fn build(shape: Shape) -> Result<World> {
         created += 1;
         if last_report.elapsed() >= Duration::from_secs(2) || created == shoot_count {
             last_report = Instant::now();
-            eprint!(
-                "\rsetup: {created}/{} shoots ({} {}nodes each) after {:.1}s   ",
-                shape.shoots,
-                shape.nodes,
-                if shape.kubelet_sized_nodes {
-                    "kubelet-sized "
-                } else {
-                    ""
-                },
-                started.elapsed().as_secs_f64()
-            );
-            let _ = std::io::stderr().flush();
+            report_progress(created, shape, started);
         }
     }
     drop(stream);
@@ -303,28 +379,7 @@ pub async fn build(shape: Shape) -> Result<World> {
         eprintln!();
     }
     shoots.sort_by_key(|s| s.index);
-    let (hostile, fakes) = match shape.hostile {
-        Some(h) => {
-            let hostile =
-                crate::hostile::build(&env, &seed_client, h, shape.renew_interval, limiter.clone())
-                    .await?;
-            // The fake shoots' kubeconfigs: a hostile shoot apiserver's (its CA, a client
-            // certificate of the environment), pointed at the fake servers.
-            let (kubeconfig, server) = match hostile.first() {
-                Some(s) => (
-                    s.api
-                        .kubeconfig_for("fake-shoot", &[])
-                        .context("kubeconfig of the fake shoots")?,
-                    s.api.addr(),
-                ),
-                None => anyhow::bail!("the hostile scenario has no hostile shoot apiserver"),
-            };
-            let fakes =
-                crate::hostile::build_fakes(&env, &seed_client, h, &kubeconfig, server).await?;
-            (hostile, Some(fakes))
-        }
-        None => (Vec::new(), None),
-    };
+    let (hostile, fakes) = build_hostile(&env, &seed_client, shape, limiter).await?;
     Ok(World {
         hostile,
         fakes,

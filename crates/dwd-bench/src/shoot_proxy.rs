@@ -37,7 +37,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// Label on every Node and Lease of a shoot; its value is the shoot's index.
-pub const SHOOT_LABEL: &str = "dwd-bench.local/shoot";
+pub(crate) const SHOOT_LABEL: &str = "dwd-bench.local/shoot";
 
 /// Collection paths whose requests get the shoot's label selector.
 const FILTERED: [&str; 2] = [
@@ -60,7 +60,7 @@ type Body = BoxBody<Bytes, hyper::Error>;
 
 /// The TLS server side shared by every shoot's front: the test environment's serving
 /// certificate (trusted by every kubeconfig it issues), HTTP/2 and HTTP/1.1.
-pub fn server_tls(env_dir: &Path) -> Result<Arc<rustls::ServerConfig>> {
+pub(crate) fn server_tls(env_dir: &Path) -> Result<Arc<rustls::ServerConfig>> {
     let cert_path = env_dir.join("serving.crt");
     let key_path = env_dir.join("serving.key");
     let cert = CertificateDer::from_pem_file(&cert_path)
@@ -84,7 +84,7 @@ pub fn server_tls(env_dir: &Path) -> Result<Arc<rustls::ServerConfig>> {
 }
 
 /// A running front for one shoot; stops accepting when dropped.
-pub struct ShootProxy {
+pub(crate) struct ShootProxy {
     /// Where the shoot's probe kubeconfig points.
     pub addr: SocketAddr,
     _accept: AbortOnDrop,
@@ -93,7 +93,7 @@ pub struct ShootProxy {
 impl ShootProxy {
     /// Starts a front for shoot `index`, forwarding to `upstream` (its apiserver's front door)
     /// as the user of `kubeconfig` (the shoot's own, pointing at `upstream`).
-    pub async fn start(
+    pub(crate) async fn start(
         index: usize,
         upstream: SocketAddr,
         kubeconfig: &str,

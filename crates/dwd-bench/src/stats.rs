@@ -2,7 +2,7 @@
 
 /// p50/p99/max (and count) of a sample, in the sample's unit.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Number of values.
     pub count: usize,
     /// Median (nearest rank).
@@ -15,7 +15,7 @@ pub struct Summary {
 
 impl Summary {
     /// Summarises `values` (NaNs are dropped: they come from nothing we measured).
-    pub fn of(values: &[f64]) -> Summary {
+    pub(crate) fn of(values: &[f64]) -> Summary {
         let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
         if v.is_empty() {
             return Summary::default();
@@ -30,7 +30,7 @@ impl Summary {
     }
 
     /// As JSON (`null` statistics when empty, so consumers don't mistake "none" for 0).
-    pub fn to_json(self) -> serde_json::Value {
+    pub(crate) fn to_json(self) -> serde_json::Value {
         if self.count == 0 {
             return serde_json::json!({"count": 0, "p50": null, "p99": null, "max": null});
         }

@@ -50,7 +50,7 @@ use crate::stats::Summary;
 
 /// One affected shoot's record of the storm.
 #[derive(Debug, Default)]
-pub struct ShootStorm {
+pub(crate) struct ShootStorm {
     /// The shoot's namespace.
     pub namespace: String,
     /// When fewer than the threshold's leases were expired again (`None`: never).
@@ -71,7 +71,7 @@ pub struct ShootStorm {
 
 /// One lease renewal of a simulated kubelet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Renewal {
+pub(crate) struct Renewal {
     /// The `renewTime` written (taken before the write was sent).
     pub at: DateTime<Utc>,
     /// When the apiserver acknowledged it: until then it served the renewal before.
@@ -152,13 +152,13 @@ impl ShootStorm {
 /// late: each is received before that run ends, and the next run starts at least
 /// 0.8 × the interval after that (ours, docs/behaviour.md §2.4; the reference waits the whole
 /// interval).
-pub fn sent_together(interval_s: f64) -> chrono::Duration {
+pub(crate) fn sent_together(interval_s: f64) -> chrono::Duration {
     chrono::Duration::milliseconds((interval_s * 500.0) as i64)
 }
 
 impl Renewal {
     /// A renewal that landed at its own time.
-    pub fn at_once(at: DateTime<Utc>) -> Renewal {
+    pub(crate) fn at_once(at: DateTime<Utc>) -> Renewal {
         Renewal { at, landed: at }
     }
 }
@@ -214,7 +214,7 @@ impl ShootStorm {
 
 /// The storm's frame and the bounds' terms.
 #[derive(Debug)]
-pub struct StormFrame {
+pub(crate) struct StormFrame {
     /// When every kubelet went silent.
     pub silenced_at: DateTime<Utc>,
     /// When they renewed again (`--outage-for` after the silence).
@@ -237,7 +237,7 @@ pub struct StormFrame {
 
 /// How a shoot came back after the outage.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Restore {
+pub(crate) enum Restore {
     /// No target of it went down after the silence.
     NotDown,
     /// A target that went down is still down (at the end of the storm's records).
@@ -259,7 +259,7 @@ impl ShootStorm {
     /// How the shoot came back: it is back when every target that went down after the
     /// silence is up again (its last replica change above 0), timed from its last recovery
     /// before that (a relapse was rightly scaled down again and recovered anew).
-    pub fn restore(&self, frame: &StormFrame) -> Restore {
+    pub(crate) fn restore(&self, frame: &StormFrame) -> Restore {
         let mut back: Option<DateTime<Utc>> = None;
         let mut still_down = false;
         let mut went_down = false;
@@ -333,32 +333,31 @@ fn secs(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
     (b - a).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6
 }
 
-/// The storm's results (the `storm` object of the run's JSON).
-pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
-    let interval = frame.interval_s;
-    let max_interval = interval * (1.0 + frame.jitter.max(0.0));
-    let lateness_bound = interval * frame.jitter.max(0.0) + 2.0;
-    // What ours takes back out of its wait after a run (one definition, dwd-core's).
-    let absorbed_s =
-        dwd_core::schedule::absorbed_run_time(std::time::Duration::from_secs_f64(interval))
-            .as_secs_f64();
-    let sent_together = sent_together(interval);
-    let mut gaps = Vec::new();
-    let mut gaps_after_run = Vec::new();
-    let mut run_spans = Vec::new();
-    let mut gaps_after_short_runs = Vec::new();
-    let mut gaps_after_long_runs = Vec::new();
-    let mut relapses = 0usize;
-    let mut relapse_examples: Vec<Value> = Vec::new();
-    let mut worst_per_shoot = Vec::new();
-    let mut restore_writes = 0usize;
-    let mut wasted_could_know = 0usize;
-    let mut wasted_before_knowing = 0usize;
-    let mut wasted_shoots: Vec<Value> = Vec::new();
-    let mut restored = Vec::new();
-    let mut restored_from_first = Vec::new();
-    let mut unrestored = 0usize;
-    for shoot in shoots {
+/// The probe runs' timing in the storm, over all shoots: the gaps between runs (and after
+/// each run's last request) past the interval, the runs' spans at the apiserver, and the gaps
+/// after runs short enough for ours to absorb and after longer ones.
+#[derive(Default)]
+struct ProbeTiming {
+    gaps: Vec<f64>,
+    gaps_after_run: Vec<f64>,
+    run_spans: Vec<f64>,
+    gaps_after_short_runs: Vec<f64>,
+    gaps_after_long_runs: Vec<f64>,
+    /// Per shoot, its worst gap.
+    worst_per_shoot: Vec<f64>,
+}
+
+impl ProbeTiming {
+    /// Adds `shoot`'s runs in the storm (requests `sent_together` make one run; a run of up
+    /// to `absorbed_s` is one ours takes out of its wait).
+    fn add_shoot(
+        &mut self,
+        shoot: &ShootStorm,
+        frame: &StormFrame,
+        sent_together: chrono::Duration,
+        absorbed_s: f64,
+    ) {
+        let interval = frame.interval_s;
         let in_storm: Vec<(DateTime<Utc>, &[crate::audit::Span])> = shoot
             .runs(sent_together)
             .filter(|(t, _)| *t >= frame.silenced_at && *t <= frame.restored_by)
@@ -367,12 +366,13 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
             .windows(2)
             .map(|w| secs(w[0].0, w[1].0) - interval)
             .collect();
-        worst_per_shoot.push(lateness.iter().copied().fold(0.0, f64::max));
+        self.worst_per_shoot
+            .push(lateness.iter().copied().fold(0.0, f64::max));
         for (w, lateness) in in_storm.windows(2).zip(&lateness) {
             let ((probe, requests), (next, _)) = (w[0], w[1]);
             // From the run's last request to the next run's `GET /version`.
             let last = requests.iter().map(|r| r.0).max().unwrap_or(probe);
-            gaps_after_run.push(secs(last, next) - interval);
+            self.gaps_after_run.push(secs(last, next) - interval);
             // The run's span at the apiserver: from its first request until its last answer
             // was sent (the run can't have ended sooner). Ours takes up to a fifth of the
             // interval of it out of the wait before the next run (docs/behaviour.md §2.4).
@@ -383,15 +383,40 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
                 .unwrap_or(probe)
                 .min(probe);
             let span = secs(first, requests.iter().map(|r| r.1).max().unwrap_or(probe));
-            run_spans.push(span);
+            self.run_spans.push(span);
             if span <= absorbed_s {
-                gaps_after_short_runs.push(*lateness);
+                self.gaps_after_short_runs.push(*lateness);
             } else {
-                gaps_after_long_runs.push(*lateness);
+                self.gaps_after_long_runs.push(*lateness);
             }
         }
-        gaps.extend(lateness);
+        self.gaps.extend(lateness);
+    }
+}
 
+/// The watchdog's writes to the targets in the storm, over all shoots: the restores, and the
+/// scale-downs after a shoot recovered, wasted (before or after the watchdog could know) or
+/// relapses (its leases had lapsed again), with up to 20 examples each.
+#[derive(Default)]
+struct WriteTally {
+    restore_writes: usize,
+    wasted_could_know: usize,
+    wasted_before_knowing: usize,
+    wasted_shoots: Vec<Value>,
+    relapses: usize,
+    relapse_examples: Vec<Value>,
+}
+
+impl WriteTally {
+    /// Adds `shoot`'s writes; the watchdog could know of a recovery a run (at most
+    /// `max_interval`) and 2 s after it.
+    fn add_shoot(
+        &mut self,
+        shoot: &ShootStorm,
+        frame: &StormFrame,
+        sent_together: chrono::Duration,
+        max_interval: f64,
+    ) {
         let could_know = shoot
             .recovered
             .map(|r| r + chrono::Duration::milliseconds(((max_interval + 2.0) * 1000.0) as i64));
@@ -399,7 +424,7 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
         for (t, target) in &shoot.writes {
             let changes = shoot.replicas.get(target).map_or(&[][..], Vec::as_slice);
             match classify(changes, *t) {
-                WriteKind::Up if *t >= frame.resumed_at => restore_writes += 1,
+                WriteKind::Up if *t >= frame.resumed_at => self.restore_writes += 1,
                 WriteKind::Down => match (shoot.recovered, could_know) {
                     (Some(r), Some(k)) if *t >= k => {
                         // What the leases said when the shoot's last run answered before the
@@ -412,25 +437,46 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
                             "expired_leases_at_the_last_probe": expired,
                         });
                         if expired.is_some_and(|e| e >= frame.expired_needed) {
-                            relapses += 1;
-                            if relapse_examples.len() < 20 {
-                                relapse_examples.push(example);
+                            self.relapses += 1;
+                            if self.relapse_examples.len() < 20 {
+                                self.relapse_examples.push(example);
                             }
                         } else {
-                            wasted_could_know += 1;
+                            self.wasted_could_know += 1;
                             wasted_here.push(example);
                         }
                     }
-                    (Some(r), _) if *t >= r => wasted_before_knowing += 1,
+                    (Some(r), _) if *t >= r => self.wasted_before_knowing += 1,
                     _ => {}
                 },
                 _ => {}
             }
         }
-        if !wasted_here.is_empty() && wasted_shoots.len() < 20 {
-            wasted_shoots.push(json!({"shoot": shoot.namespace, "writes": wasted_here}));
+        if !wasted_here.is_empty() && self.wasted_shoots.len() < 20 {
+            self.wasted_shoots
+                .push(json!({"shoot": shoot.namespace, "writes": wasted_here}));
         }
+    }
+}
 
+/// The storm's results (the `storm` object of the run's JSON).
+pub(crate) fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
+    let interval = frame.interval_s;
+    let max_interval = interval * (1.0 + frame.jitter.max(0.0));
+    let lateness_bound = interval * frame.jitter.max(0.0) + 2.0;
+    // What ours takes back out of its wait after a run (one definition, dwd-core's).
+    let absorbed_s =
+        dwd_core::schedule::absorbed_run_time(std::time::Duration::from_secs_f64(interval))
+            .as_secs_f64();
+    let sent_together = sent_together(interval);
+    let mut timing = ProbeTiming::default();
+    let mut writes = WriteTally::default();
+    let mut restored = Vec::new();
+    let mut restored_from_first = Vec::new();
+    let mut unrestored = 0usize;
+    for shoot in shoots {
+        timing.add_shoot(shoot, frame, sent_together, absorbed_s);
+        writes.add_shoot(shoot, frame, sent_together, max_interval);
         match shoot.restore(frame) {
             Restore::NotRestored => unrestored += 1,
             Restore::Restored {
@@ -444,40 +490,40 @@ pub fn analyse(frame: &StormFrame, shoots: &[ShootStorm]) -> Value {
         }
     }
     let restore_bound =
-        restore_writes as f64 / frame.qps.max(0.01) + frame.scale_up_delays_s + max_interval;
+        writes.restore_writes as f64 / frame.qps.max(0.01) + frame.scale_up_delays_s + max_interval;
     let over_bound = restored.iter().filter(|s| **s > restore_bound).count();
-    let lateness = Summary::of(&gaps);
-    let after_run = Summary::of(&gaps_after_run);
+    let lateness = Summary::of(&timing.gaps);
+    let after_run = Summary::of(&timing.gaps_after_run);
     json!({
         "window_s": secs(frame.silenced_at, frame.restored_by),
         "outage_s": secs(frame.silenced_at, frame.resumed_at),
         "probe_lateness_p99_s": lateness.to_json()["p99"],
         "probe_lateness_s": lateness.to_json(),
-        "probe_lateness_worst_per_shoot_s": Summary::of(&worst_per_shoot).to_json(),
+        "probe_lateness_worst_per_shoot_s": Summary::of(&timing.worst_per_shoot).to_json(),
         "probe_lateness_bound_s": lateness_bound,
         "probe_lateness_after_the_run_s": after_run.to_json(),
-        "run_span_at_the_apiserver_s": Summary::of(&run_spans).to_json(),
-        "probe_lateness_after_runs_up_to_a_fifth_of_the_interval_s": Summary::of(&gaps_after_short_runs).to_json(),
-        "probe_lateness_after_longer_runs_s": Summary::of(&gaps_after_long_runs).to_json(),
+        "run_span_at_the_apiserver_s": Summary::of(&timing.run_spans).to_json(),
+        "probe_lateness_after_runs_up_to_a_fifth_of_the_interval_s": Summary::of(&timing.gaps_after_short_runs).to_json(),
+        "probe_lateness_after_longer_runs_s": Summary::of(&timing.gaps_after_long_runs).to_json(),
         "restored_after_recovery_s": Summary::of(&restored).to_json(),
         "restored_after_first_recovery_s": Summary::of(&restored_from_first).to_json(),
         "shoots_restored_over_bound_from_first_recovery": restored_from_first
             .iter()
             .filter(|s| **s > restore_bound)
             .count(),
-        "restore_writes": restore_writes,
+        "restore_writes": writes.restore_writes,
         "restore_bound_s": restore_bound,
         "shoots_restored_over_bound": over_bound,
         "shoots_not_restored": unrestored,
         "wasted_scale_down_writes": {
-            "after_the_watchdog_could_know": wasted_could_know,
-            "before_the_watchdog_could_know": wasted_before_knowing,
-            "examples": wasted_shoots,
+            "after_the_watchdog_could_know": writes.wasted_could_know,
+            "before_the_watchdog_could_know": writes.wasted_before_knowing,
+            "examples": writes.wasted_shoots,
         },
         "relapse_scale_down_writes": {
-            "count": relapses,
+            "count": writes.relapses,
             "means": "scale-down writes after the recovery to a shoot whose leases had lapsed again: when its last run answered before the write (every request answered whole) asked for its leases, at least the threshold's leases were expired (a renewal counts from when the apiserver acknowledged it)",
-            "examples": relapse_examples,
+            "examples": writes.relapse_examples,
         },
     })
 }

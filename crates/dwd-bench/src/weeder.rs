@@ -50,7 +50,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The weeder config: Gardener's, unchanged (etcd-main-client releases kube-apiservers,
 /// kube-apiserver releases the other control-plane pods; watchDuration 5m0s).
-pub fn config() -> Result<gardener::Derived<dwd_core::WeederConfig>> {
+pub(crate) fn config() -> Result<gardener::Derived<dwd_core::WeederConfig>> {
     gardener::weeder(None)
 }
 
@@ -58,14 +58,14 @@ pub fn config() -> Result<gardener::Derived<dwd_core::WeederConfig>> {
 type DeletionLog = Arc<Mutex<HashMap<(String, String), Vec<DateTime<Utc>>>>>;
 
 /// The storm's namespaces and the bench's pod deletion watch.
-pub struct Storm {
+pub(crate) struct Storm {
     namespaces: Vec<String>,
     deletions: DeletionLog,
     _watch: AbortOnDrop,
 }
 
 /// Creates `n` namespaces with a not-ready slice, a crash-looping and a healthy pod each.
-pub async fn populate(world: &mut World, n: usize) -> Result<()> {
+pub(crate) async fn populate(world: &mut World, n: usize) -> Result<()> {
     let started = Instant::now();
     let deletions: DeletionLog = Arc::default();
     let watch = AbortOnDrop::spawn(watch_deletions(
@@ -172,7 +172,7 @@ async fn wait_watching(world: &World, watchdog: &mut Watchdog, health: SocketAdd
 }
 
 /// Runs one weeder binary on the storm world.
-pub async fn run_once(
+pub(crate) async fn run_once(
     cli: &Cli,
     subject: &Subject,
     world: &World,
@@ -343,7 +343,7 @@ async fn analyse(
 
 /// Back to the storm's start: every slice not ready, every pod present (the crash-looping
 /// ones recreated). Returns what was done.
-pub async fn reset(world: &World) -> Result<Value> {
+pub(crate) async fn reset(world: &World) -> Result<Value> {
     let storm = world
         .storm
         .as_ref()

@@ -297,6 +297,9 @@ fn weeder_one(selector: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // The table.
 
+// The parity table itself: one row a case with the reference's answer, data read and extended
+// as a table; cut into functions it would only gain boundaries that say nothing.
+#[allow(clippy::too_many_lines)]
 fn rows() -> Vec<Row> {
     use Reference::Panics;
     let mut rows = vec![
@@ -1411,8 +1414,13 @@ fn every_row_behaves_as_the_reference_or_as_argued() {
 
 #[test]
 fn gardeners_configs_load_to_the_documented_values_without_warnings() {
-    // gardener-deployment.md: probeInterval 30s, everything else defaulted; KCM down at level 1
-    // and up first, MCM and CA down first, MCM up 30 s later, CA last.
+    gardeners_prober_config_loads_to_the_documented_values();
+    gardeners_weeder_config_loads_to_the_documented_values();
+}
+
+/// gardener-deployment.md: probeInterval 30s, everything else defaulted; KCM down at level 1
+/// and up first, MCM and CA down first, MCM up 30 s later, CA last.
+fn gardeners_prober_config_loads_to_the_documented_values() {
     let loaded = ProberConfig::from_yaml(&gardener_config(GARDENER_PROBER)).unwrap();
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     let c = loaded.config;
@@ -1474,7 +1482,11 @@ fn gardeners_configs_load_to_the_documented_values_without_warnings() {
             ),
         ]
     );
+}
 
+/// Gardener's weeder config (deploy/gardener/weeder.yaml): a 300 s watch, and each service's
+/// dependants' selectors as written.
+fn gardeners_weeder_config_loads_to_the_documented_values() {
     let loaded = WeederConfig::from_yaml(&gardener_config(GARDENER_WEEDER)).unwrap();
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     assert_eq!(loaded.config.watch_duration, Duration::from_secs(300));

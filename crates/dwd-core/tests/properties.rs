@@ -442,26 +442,33 @@ fn property_the_replicas_annotation_reads_as_atoi_then_the_range() {
     });
 }
 
+/// A target's annotations as a plan may find them: a record (valid or replicas-like text), the
+/// meltdown marker and ignore-scaling, each present or not.
+fn random_scaling_annotations(rng: &mut Rng) -> BTreeMap<String, String> {
+    let mut a = BTreeMap::new();
+    if rng.chance(60) {
+        let record = if rng.chance(70) {
+            (1 + rng.below(1000)).to_string()
+        } else {
+            replicas_like(rng)
+        };
+        a.insert(REPLICAS_ANNOTATION.to_string(), record);
+    }
+    if rng.chance(50) {
+        a.insert(MELTDOWN_ANNOTATION.to_string(), String::new());
+    }
+    if rng.chance(20) {
+        let v = *rng.pick(&["true", "1", "T", "false", "0", "yes", ""]);
+        a.insert(IGNORE_SCALING_ANNOTATION.to_string(), v.to_string());
+    }
+    a
+}
+
 #[test]
 fn property_plans_never_lose_or_lower_a_valid_record() {
     property("plan_target", |rng| {
         let spec_replicas = rng.below(1_503) as i32 - 2;
-        let mut a = BTreeMap::new();
-        if rng.chance(60) {
-            let record = if rng.chance(70) {
-                (1 + rng.below(1000)).to_string()
-            } else {
-                replicas_like(rng)
-            };
-            a.insert(REPLICAS_ANNOTATION.to_string(), record);
-        }
-        if rng.chance(50) {
-            a.insert(MELTDOWN_ANNOTATION.to_string(), String::new());
-        }
-        if rng.chance(20) {
-            let v = *rng.pick(&["true", "1", "T", "false", "0", "yes", ""]);
-            a.insert(IGNORE_SCALING_ANNOTATION.to_string(), v.to_string());
-        }
+        let a = random_scaling_annotations(rng);
         let dir = if rng.chance(50) {
             Direction::Down
         } else {
@@ -668,105 +675,145 @@ fn duration_text(rng: &mut Rng, max_nanos: u64) -> (String, u64) {
     (text, nanos)
 }
 
+/// A generated prober config: its YAML and the values it says, for comparing with what loads.
+struct GeneratedProberConfig {
+    yaml: String,
+    interval_ns: u64,
+    delay_ns: u64,
+    timeout_ns: u64,
+    grace_ns: u64,
+    fraction: f64,
+    jitter: f64,
+    /// Per target, in the order written: (scale-up level, scale-down level, optional,
+    /// scale-up initial delay in ns).
+    levels: Vec<(u32, u32, bool, u64)>,
+}
+
+fn random_prober_config(rng: &mut Rng) -> GeneratedProberConfig {
+    let day = 86_400_000_000_000;
+    let (interval, interval_ns) = duration_text(rng, day);
+    let (delay, delay_ns) = duration_text(rng, day);
+    let (timeout, timeout_ns) = duration_text(rng, day);
+    // kcmNodeMonitorGraceDuration must not be zero when given.
+    let (grace, grace_ns) = loop {
+        let g = duration_text(rng, day);
+        if g.1 > 0 {
+            break g;
+        }
+    };
+    let fraction = rng.below(101) as f64 / 100.0;
+    let jitter = rng.below(101) as f64 / 100.0;
+    let n = 1 + rng.below(4) as usize;
+    let mut infos = String::new();
+    let mut levels = Vec::new();
+    for k in 0..n {
+        let (up, down) = (rng.below(4) as u32, rng.below(4) as u32);
+        let optional = rng.chance(50);
+        let (up_delay, up_delay_ns) = duration_text(rng, 3_600_000_000_000);
+        infos.push_str(&format!(
+            "  - ref: {{apiVersion: apps/v1, kind: Deployment, name: target-{k}}}\n    optional: {optional}\n    scaleUp: {{level: {up}, initialDelay: {up_delay}}}\n    scaleDown: {{level: {down}}}\n"
+        ));
+        levels.push((up, down, optional, up_delay_ns));
+    }
+    let yaml = format!(
+        "kubeConfigSecretName: secret-{}\nprobeInterval: {interval}\ninitialDelay: {delay}\nprobeTimeout: {timeout}\nkcmNodeMonitorGraceDuration: {grace}\nnodeLeaseFailureFraction: {fraction}\nbackoffJitterFactor: {jitter}\ndependentResourceInfos:\n{infos}",
+        rng.below(1000)
+    );
+    GeneratedProberConfig {
+        yaml,
+        interval_ns,
+        delay_ns,
+        timeout_ns,
+        grace_ns,
+        fraction,
+        jitter,
+        levels,
+    }
+}
+
+/// Where `loaded` differs from what `generated` says, one entry a value.
+fn prober_config_differences(
+    loaded: &ProberConfig,
+    generated: &GeneratedProberConfig,
+) -> Vec<String> {
+    let d = |ns: u64| Duration::from_nanos(ns);
+    let levels = &generated.levels;
+    let n = levels.len();
+    let mut wrong = Vec::new();
+    if loaded.probe_interval != d(generated.interval_ns) {
+        wrong.push(format!("probeInterval {:?}", loaded.probe_interval));
+    }
+    if loaded.initial_delay != d(generated.delay_ns) {
+        wrong.push(format!("initialDelay {:?}", loaded.initial_delay));
+    }
+    // Zero means no timeout.
+    if generated.timeout_ns > 0 && loaded.probe_timeout != d(generated.timeout_ns) {
+        wrong.push(format!("probeTimeout {:?}", loaded.probe_timeout));
+    }
+    if loaded.kcm_node_monitor_grace_duration != d(generated.grace_ns) {
+        wrong.push(format!(
+            "kcmNodeMonitorGraceDuration {:?}",
+            loaded.kcm_node_monitor_grace_duration
+        ));
+    }
+    if loaded.node_lease_failure_fraction != generated.fraction {
+        wrong.push(format!(
+            "nodeLeaseFailureFraction {}",
+            loaded.node_lease_failure_fraction
+        ));
+    }
+    if loaded.backoff_jitter_factor != generated.jitter {
+        wrong.push(format!(
+            "backoffJitterFactor {}",
+            loaded.backoff_jitter_factor
+        ));
+    }
+    if loaded.dependent_resource_infos.len() != n {
+        wrong.push(format!("{} targets", loaded.dependent_resource_infos.len()));
+    }
+    for (k, (info, (_, _, optional, up_delay_ns))) in loaded
+        .dependent_resource_infos
+        .iter()
+        .zip(levels)
+        .enumerate()
+    {
+        if info.target.name != format!("target-{k}") || info.optional != *optional {
+            wrong.push(format!("target {k}: {info:?}"));
+        }
+        if info.scale_up.initial_delay != d(*up_delay_ns) {
+            wrong.push(format!(
+                "target {k} scaleUp.initialDelay {:?}",
+                info.scale_up.initial_delay
+            ));
+        }
+    }
+    // Levels: the same order as written.
+    for i in 0..n {
+        for j in 0..n {
+            let (ui, di) = (levels[i].0, levels[i].1);
+            let (uj, dj) = (levels[j].0, levels[j].1);
+            let li = &loaded.dependent_resource_infos[i];
+            let lj = &loaded.dependent_resource_infos[j];
+            if (ui < uj) != (li.scale_up.level < lj.scale_up.level)
+                || (di < dj) != (li.scale_down.level < lj.scale_down.level)
+            {
+                wrong.push(format!("level order of targets {i} and {j} changed"));
+            }
+        }
+    }
+    wrong
+}
+
 #[test]
 fn property_generated_prober_configs_load_with_their_values() {
     property("prober_config_values", |rng| {
-        let day = 86_400_000_000_000;
-        let (interval, interval_ns) = duration_text(rng, day);
-        let (delay, delay_ns) = duration_text(rng, day);
-        let (timeout, timeout_ns) = duration_text(rng, day);
-        // kcmNodeMonitorGraceDuration must not be zero when given.
-        let (grace, grace_ns) = loop {
-            let g = duration_text(rng, day);
-            if g.1 > 0 {
-                break g;
-            }
-        };
-        let fraction = rng.below(101) as f64 / 100.0;
-        let jitter = rng.below(101) as f64 / 100.0;
-        let n = 1 + rng.below(4) as usize;
-        let mut infos = String::new();
-        let mut levels = Vec::new();
-        for k in 0..n {
-            let (up, down) = (rng.below(4) as u32, rng.below(4) as u32);
-            let optional = rng.chance(50);
-            let (up_delay, up_delay_ns) = duration_text(rng, 3_600_000_000_000);
-            infos.push_str(&format!(
-                "  - ref: {{apiVersion: apps/v1, kind: Deployment, name: target-{k}}}\n    optional: {optional}\n    scaleUp: {{level: {up}, initialDelay: {up_delay}}}\n    scaleDown: {{level: {down}}}\n"
-            ));
-            levels.push((up, down, optional, up_delay_ns));
-        }
-        let yaml = format!(
-            "kubeConfigSecretName: secret-{}\nprobeInterval: {interval}\ninitialDelay: {delay}\nprobeTimeout: {timeout}\nkcmNodeMonitorGraceDuration: {grace}\nnodeLeaseFailureFraction: {fraction}\nbackoffJitterFactor: {jitter}\ndependentResourceInfos:\n{infos}",
-            rng.below(1000)
-        );
-        let loaded = match guarded("ProberConfig::from_yaml", &yaml, ProberConfig::from_yaml)? {
+        let generated = random_prober_config(rng);
+        let yaml = &generated.yaml;
+        let loaded = match guarded("ProberConfig::from_yaml", yaml, ProberConfig::from_yaml)? {
             Ok(l) => l.config,
             Err(e) => return Err(format!("refused:\n{yaml}\n{e}")),
         };
-        let d = |ns: u64| Duration::from_nanos(ns);
-        let mut wrong = Vec::new();
-        if loaded.probe_interval != d(interval_ns) {
-            wrong.push(format!("probeInterval {:?}", loaded.probe_interval));
-        }
-        if loaded.initial_delay != d(delay_ns) {
-            wrong.push(format!("initialDelay {:?}", loaded.initial_delay));
-        }
-        // Zero means no timeout.
-        if timeout_ns > 0 && loaded.probe_timeout != d(timeout_ns) {
-            wrong.push(format!("probeTimeout {:?}", loaded.probe_timeout));
-        }
-        if loaded.kcm_node_monitor_grace_duration != d(grace_ns) {
-            wrong.push(format!(
-                "kcmNodeMonitorGraceDuration {:?}",
-                loaded.kcm_node_monitor_grace_duration
-            ));
-        }
-        if loaded.node_lease_failure_fraction != fraction {
-            wrong.push(format!(
-                "nodeLeaseFailureFraction {}",
-                loaded.node_lease_failure_fraction
-            ));
-        }
-        if loaded.backoff_jitter_factor != jitter {
-            wrong.push(format!(
-                "backoffJitterFactor {}",
-                loaded.backoff_jitter_factor
-            ));
-        }
-        if loaded.dependent_resource_infos.len() != n {
-            wrong.push(format!("{} targets", loaded.dependent_resource_infos.len()));
-        }
-        for (k, (info, (_, _, optional, up_delay_ns))) in loaded
-            .dependent_resource_infos
-            .iter()
-            .zip(&levels)
-            .enumerate()
-        {
-            if info.target.name != format!("target-{k}") || info.optional != *optional {
-                wrong.push(format!("target {k}: {info:?}"));
-            }
-            if info.scale_up.initial_delay != d(*up_delay_ns) {
-                wrong.push(format!(
-                    "target {k} scaleUp.initialDelay {:?}",
-                    info.scale_up.initial_delay
-                ));
-            }
-        }
-        // Levels: the same order as written.
-        for i in 0..n {
-            for j in 0..n {
-                let (ui, di) = (levels[i].0, levels[i].1);
-                let (uj, dj) = (levels[j].0, levels[j].1);
-                let li = &loaded.dependent_resource_infos[i];
-                let lj = &loaded.dependent_resource_infos[j];
-                if (ui < uj) != (li.scale_up.level < lj.scale_up.level)
-                    || (di < dj) != (li.scale_down.level < lj.scale_down.level)
-                {
-                    wrong.push(format!("level order of targets {i} and {j} changed"));
-                }
-            }
-        }
+        let wrong = prober_config_differences(&loaded, &generated);
         if wrong.is_empty() {
             Ok(())
         } else {

@@ -50,26 +50,7 @@ fn check_one(expect: &Expect, tl: &Timeline) -> Result<(), String> {
                 ))
             }
         }
-        Expect::Gap(a, ra, b, rb, min, max) => {
-            let (Some(ta), Some(tb)) = (tl.first_replicas(a, *ra), tl.first_replicas(b, *rb))
-            else {
-                return Err(format!(
-                    "gap {}→{ra} to {}→{rb}: one of them never happened",
-                    short(a),
-                    short(b)
-                ));
-            };
-            let gap = tb - ta;
-            if gap >= *min && gap <= *max {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{}→{rb} came {gap:.1}s after {}→{ra}, expected within [{min}, {max}]s",
-                    short(b),
-                    short(a)
-                ))
-            }
-        }
+        Expect::Gap(a, ra, b, rb, min, max) => check_gap(tl, (a, *ra), (b, *rb), (*min, *max)),
         Expect::PodDeleted(p, from, to) => match tl.pod_deleted(p) {
             Some(t) if t >= *from && t <= *to => Ok(()),
             Some(t) => Err(format!(
@@ -97,20 +78,50 @@ fn check_one(expect: &Expect, tl: &Timeline) -> Result<(), String> {
                 ))
             }
         }
-        Expect::LeaseReleasedWithin(secs) => {
-            let Some(term) = tl.terminated_at() else {
-                return Err("the scenario sent no SIGTERM".to_string());
-            };
-            match tl.lease_released_after(term) {
-                Some(t) if t - term <= *secs => Ok(()),
-                Some(t) => Err(format!(
-                    "leader lease released {:.1}s after SIGTERM, expected within {secs}s",
-                    t - term
-                )),
-                None => Err(format!(
-                    "leader lease not released after SIGTERM, expected within {secs}s"
-                )),
-            }
-        }
+        Expect::LeaseReleasedWithin(secs) => check_lease_released(tl, *secs),
+    }
+}
+
+/// [`Expect::Gap`]: the time from the first "`a` reaches `ra`" to the first "`b` reaches `rb`"
+/// lies within `[min, max]` seconds.
+fn check_gap(
+    tl: &Timeline,
+    (a, ra): (&str, i32),
+    (b, rb): (&str, i32),
+    (min, max): (f64, f64),
+) -> Result<(), String> {
+    let (Some(ta), Some(tb)) = (tl.first_replicas(a, ra), tl.first_replicas(b, rb)) else {
+        return Err(format!(
+            "gap {}→{ra} to {}→{rb}: one of them never happened",
+            short(a),
+            short(b)
+        ));
+    };
+    let gap = tb - ta;
+    if gap >= min && gap <= max {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}→{rb} came {gap:.1}s after {}→{ra}, expected within [{min}, {max}]s",
+            short(b),
+            short(a)
+        ))
+    }
+}
+
+/// [`Expect::LeaseReleasedWithin`]: the Lease has no holder within `secs` of the SIGTERM.
+fn check_lease_released(tl: &Timeline, secs: f64) -> Result<(), String> {
+    let Some(term) = tl.terminated_at() else {
+        return Err("the scenario sent no SIGTERM".to_string());
+    };
+    match tl.lease_released_after(term) {
+        Some(t) if t - term <= secs => Ok(()),
+        Some(t) => Err(format!(
+            "leader lease released {:.1}s after SIGTERM, expected within {secs}s",
+            t - term
+        )),
+        None => Err(format!(
+            "leader lease not released after SIGTERM, expected within {secs}s"
+        )),
     }
 }

@@ -3,11 +3,13 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use dwd_parity::scenario::Scenario;
+use dwd_parity::world::Lane;
 use dwd_parity::{Lanes, catalogue, check, compare, render_checked, runner, select};
 
 /// Scripted scenarios on a simulated seed and shoot, run on one or two dependency-watchdog
@@ -81,37 +83,56 @@ async fn run(cli: Cli) -> Result<bool> {
     let lanes = Lanes::start(lanes_wanted, cli.keep.as_deref()).await?;
     eprintln!("environment in {}", lanes.env.dir().display());
 
-    let Some(reference) = cli.reference else {
-        let results = dwd_parity::run_checked(&lanes.lanes, &scenarios, &ours, &|c| {
-            println!("{}", render_checked(c));
-        })
-        .await;
-        let failed: Vec<&str> = results
-            .iter()
-            .filter(|c| !c.failures.is_empty())
-            .map(|c| c.scenario.name)
-            .collect();
-        println!(
-            "{} scenarios, {} passed{}",
-            results.len(),
-            results.len() - failed.len(),
-            if failed.is_empty() {
-                String::new()
-            } else {
-                format!(", failed: {}", failed.join(", "))
-            }
-        );
-        return Ok(failed.is_empty());
-    };
+    match cli.reference {
+        None => Ok(run_ours_checked(&lanes.lanes, &scenarios, &ours).await),
+        Some(reference) => {
+            run_side_by_side(&lanes.lanes, &scenarios, &ours, &reference, cli.tolerance).await
+        }
+    }
+}
 
-    let (a, b) = (&lanes.lanes[0], &lanes.lanes[1]);
+/// Each scenario on our binary alone, checked against its expectations (lanes in parallel);
+/// true when all are met.
+async fn run_ours_checked(lanes: &[Lane], scenarios: &[Scenario], ours: &Path) -> bool {
+    let results = dwd_parity::run_checked(lanes, scenarios, ours, &|c| {
+        println!("{}", render_checked(c));
+    })
+    .await;
+    let failed: Vec<&str> = results
+        .iter()
+        .filter(|c| !c.failures.is_empty())
+        .map(|c| c.scenario.name)
+        .collect();
+    println!(
+        "{} scenarios, {} passed{}",
+        results.len(),
+        results.len() - failed.len(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(", failed: {}", failed.join(", "))
+        }
+    );
+    failed.is_empty()
+}
+
+/// Each scenario on ours and on the reference at once (lanes 0 and 1), their timelines printed
+/// side by side, with ours' missed expectations; true when ours met them all.
+async fn run_side_by_side(
+    lanes: &[Lane],
+    scenarios: &[Scenario],
+    ours: &Path,
+    reference: &Path,
+    tolerance: f64,
+) -> Result<bool> {
+    let (a, b) = (&lanes[0], &lanes[1]);
     let mut differing = Vec::new();
     let mut ours_failed = Vec::new();
-    for s in &scenarios {
+    for s in scenarios {
         eprintln!("running {} on both…", s.name);
         let (ra, rb) = tokio::join!(
-            runner::run(a, s, &ours, "ours"),
-            runner::run(b, s, &reference, "reference")
+            runner::run(a, s, ours, "ours"),
+            runner::run(b, s, reference, "reference")
         );
         let ra = ra.with_context(|| format!("{}: ours", s.name))?;
         let rb = rb.with_context(|| format!("{}: reference", s.name))?;
@@ -120,7 +141,7 @@ async fn run(cli: Cli) -> Result<bool> {
             &ra.timeline,
             &format!("reference ({})", reference.display()),
             &rb.timeline,
-            cli.tolerance,
+            tolerance,
         );
         println!("== {} — {}", s.name, s.about);
         print!("{}", sbs.text);

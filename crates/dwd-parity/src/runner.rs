@@ -106,6 +106,50 @@ fn reset_doors(lane: &Lane) -> Result<()> {
     Ok(())
 }
 
+/// The scenario's role's config, shortened and with the scenario's edits, written to `path`.
+fn write_config(scenario: &Scenario, path: &Path) -> Result<PathBuf> {
+    let mut config = shortened(scenario.role)?;
+    for edit in &scenario.config_edits {
+        config = edit.apply(&config)?;
+    }
+    std::fs::write(path, &config).with_context(|| format!("write {}", path.display()))?;
+    Ok(path.to_path_buf())
+}
+
+/// Waits up to [`EXIT_TIMEOUT`] for `child` to exit; its exit (seconds since `start`, code),
+/// or `None` when it is still running then.
+async fn wait_for_exit(child: &mut Binary, start: Instant) -> Option<(f64, Option<i32>)> {
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    loop {
+        if let Some(code) = child.exited() {
+            return Some((start.elapsed().as_secs_f64(), code));
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The run's timeline: what the recorder saw, the binary's exit and the warnings its log at
+/// `log` wrote (their times from `start_utc`; a line without one at `elapsed`), in time order.
+fn timeline_of(
+    mut events: Vec<(f64, Event)>,
+    exit: Option<(f64, Option<i32>)>,
+    log: &Path,
+    start_utc: chrono::DateTime<chrono::Utc>,
+    elapsed: f64,
+) -> Timeline {
+    if let Some((t, code)) = exit {
+        events.push((t, Event::Exit(code)));
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    events.extend(log_warnings(&text, start_utc, elapsed));
+    let mut timeline = Timeline { events };
+    timeline.sort();
+    timeline
+}
+
 async fn run_in(
     lane: &Lane,
     scenario: &Scenario,
@@ -113,14 +157,8 @@ async fn run_in(
     label: &str,
     world: &ScenarioWorld,
 ) -> Result<RunResult> {
-    let mut config = shortened(scenario.role)?;
-    for edit in &scenario.config_edits {
-        config = edit.apply(&config)?;
-    }
     let stem = format!("{}-{}", world.namespace, sanitize(label));
-    let config_path = lane.dir.join(format!("{stem}.yaml"));
-    std::fs::write(&config_path, &config)
-        .with_context(|| format!("write {}", config_path.display()))?;
+    let config_path = write_config(scenario, &lane.dir.join(format!("{stem}.yaml")))?;
     let ports = [
         dwd_testenv::free_port()?,
         dwd_testenv::free_port()?,
@@ -180,28 +218,16 @@ async fn run_in(
     if !terminated && exit.is_none() {
         child.sigterm();
     }
-    let deadline = Instant::now() + EXIT_TIMEOUT;
-    while exit.is_none() {
-        if let Some(code) = child.exited() {
-            exit = Some((start.elapsed().as_secs_f64(), code));
-        } else if Instant::now() >= deadline {
-            break;
-        } else {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    if exit.is_none() {
+        exit = wait_for_exit(&mut child, start).await;
     }
-    let mut events = recorder.finish();
-    if let Some((t, code)) = exit {
-        events.push((t, Event::Exit(code)));
-    }
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    events.extend(log_warnings(
-        &text,
+    let timeline = timeline_of(
+        recorder.finish(),
+        exit,
+        &log,
         start_utc,
         start.elapsed().as_secs_f64(),
-    ));
-    let mut timeline = Timeline { events };
-    timeline.sort();
+    );
     Ok(RunResult {
         label: label.to_string(),
         timeline,

@@ -24,7 +24,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::scenario::{PodSpec, PodState, Role, Scenario};
+use crate::scenario::{PodSpec, PodState, Role, Scenario, WorldSpec};
 
 /// Kubelets renew every second (the kubelet's 10 s, shortened like the other intervals).
 pub const RENEW_INTERVAL: Duration = Duration::from_secs(1);
@@ -98,26 +98,7 @@ impl Lane {
         let seed = SeedControlPlane::new(self.seed_direct.clone(), &namespace);
         let sim = match scenario.role {
             Role::Prober => {
-                let mut options = SimShootOptions::new(&namespace);
-                options.node_specs = Some(w.nodes.clone());
-                options.pools =
-                    w.nodes
-                        .iter()
-                        .map(|n| n.pool.clone())
-                        .fold(Vec::new(), |mut v, p| {
-                            if !v.contains(&p) {
-                                v.push(p);
-                            }
-                            v
-                        });
-                options.renew_interval = RENEW_INTERVAL;
-                options.shoot_state = w.shoot_state.clone();
-                options.deployments = w
-                    .deployments
-                    .iter()
-                    .map(|(d, r)| (d.to_string(), *r))
-                    .collect();
-                options.deployment_status_delay = Some(w.status_delay);
+                let options = sim_shoot_options(&namespace, w);
                 let sim = SimShoot::create(
                     self.seed_direct.clone(),
                     self.shoot_direct.clone(),
@@ -145,30 +126,7 @@ impl Lane {
         if scenario.role == Role::Prober {
             // The status simulation writes the Deployments' first status; wait for it, so the
             // binary starts on a settled world.
-            let api: Api<Deployment> = Api::namespaced(self.seed_direct.clone(), &namespace);
-            dwd_testenv::eventually(Duration::from_secs(30), "Deployments ready", || {
-                let api = api.clone();
-                async move {
-                    let list = api
-                        .list(&ListParams::default())
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    Ok(list
-                        .items
-                        .iter()
-                        .all(|d| {
-                            let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-                            d.status
-                                .as_ref()
-                                .and_then(|s| s.ready_replicas)
-                                .unwrap_or(0)
-                                == want
-                        })
-                        .then_some(()))
-                }
-            })
-            .await
-            .map_err(|e| anyhow!(e))?;
+            deployments_ready(&self.seed_direct, &namespace).await?;
         }
         Ok(ScenarioWorld {
             namespace,
@@ -178,6 +136,61 @@ impl Lane {
             shoot_direct: self.shoot_direct.clone(),
         })
     }
+}
+
+/// The simulated shoot of a prober scenario's world: its nodes (their pools, in order of first
+/// use), shoot state and Deployments with their status delay, leases renewed every
+/// [`RENEW_INTERVAL`].
+fn sim_shoot_options(namespace: &str, w: &WorldSpec) -> SimShootOptions {
+    let mut options = SimShootOptions::new(namespace);
+    options.node_specs = Some(w.nodes.clone());
+    options.pools = w
+        .nodes
+        .iter()
+        .map(|n| n.pool.clone())
+        .fold(Vec::new(), |mut v, p| {
+            if !v.contains(&p) {
+                v.push(p);
+            }
+            v
+        });
+    options.renew_interval = RENEW_INTERVAL;
+    options.shoot_state = w.shoot_state.clone();
+    options.deployments = w
+        .deployments
+        .iter()
+        .map(|(d, r)| (d.to_string(), *r))
+        .collect();
+    options.deployment_status_delay = Some(w.status_delay);
+    options
+}
+
+/// Waits (up to 30 s) until every Deployment in `namespace` has its wanted replicas ready.
+async fn deployments_ready(seed: &kube::Client, namespace: &str) -> Result<()> {
+    let api: Api<Deployment> = Api::namespaced(seed.clone(), namespace);
+    dwd_testenv::eventually(Duration::from_secs(30), "Deployments ready", || {
+        let api = api.clone();
+        async move {
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(list
+                .items
+                .iter()
+                .all(|d| {
+                    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                    d.status
+                        .as_ref()
+                        .and_then(|s| s.ready_replicas)
+                        .unwrap_or(0)
+                        == want
+                })
+                .then_some(()))
+        }
+    })
+    .await
+    .map_err(|e| anyhow!(e))
 }
 
 /// One scenario's objects; [`ScenarioWorld::clean_up`] removes them.

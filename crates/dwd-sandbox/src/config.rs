@@ -30,29 +30,29 @@ const WATCH_DURATION: Duration = Duration::from_secs(15);
 /// ours: Gardener's config has no zonal fields). KCM stays off: a zone's outage is the
 /// replacement of its machines (MCM) and scale-ups into it (CA), not the evictions KCM would
 /// make everywhere.
-pub const ZONAL_TARGETS: [&str; 2] = ["machine-controller-manager", "cluster-autoscaler"];
+pub(crate) const ZONAL_TARGETS: [&str; 2] = ["machine-controller-manager", "cluster-autoscaler"];
 
 /// Labels of the simulated kube-apiserver pods, as Gardener labels them.
-pub const KUBE_APISERVER_LABELS: [(&str, &str); 3] = [
+pub(crate) const KUBE_APISERVER_LABELS: [(&str, &str); 3] = [
     ("app", "kubernetes"),
     ("role", "apiserver"),
     ("gardener.cloud/role", "controlplane"),
 ];
 /// Labels of the simulated kube-scheduler pod, as Gardener labels it: a control-plane pod that
 /// needs the kube-apiserver (and that the prober never scales, unlike KCM).
-pub const KUBE_SCHEDULER_LABELS: [(&str, &str); 3] = [
+pub(crate) const KUBE_SCHEDULER_LABELS: [(&str, &str); 3] = [
     ("app", "kubernetes"),
     ("role", "scheduler"),
     ("gardener.cloud/role", "controlplane"),
 ];
 /// The weeder's service for etcd.
-pub const ETCD_SERVICE: &str = "etcd-main-client";
+pub(crate) const ETCD_SERVICE: &str = "etcd-main-client";
 /// The weeder's service for the kube-apiserver.
-pub const KUBE_APISERVER_SERVICE: &str = "kube-apiserver";
+pub(crate) const KUBE_APISERVER_SERVICE: &str = "kube-apiserver";
 
 /// One scalable controller as the prober config has it.
 #[derive(Debug, Clone)]
-pub struct Controller {
+pub(crate) struct Controller {
     /// Deployment name.
     pub name: String,
     /// `KCM`, `MCM`, `CA`.
@@ -73,7 +73,7 @@ pub struct Controller {
 
 /// The configs the sandbox runs and what it says about them.
 #[derive(Debug, Clone)]
-pub struct SandboxConfig {
+pub(crate) struct SandboxConfig {
     /// The prober's.
     pub prober: Derived<ProberConfig>,
     /// The weeder's.
@@ -102,7 +102,7 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 impl SandboxConfig {
     /// Gardener's configs with the sandbox's intervals; fails when the fixtures no longer fit
     /// what the sandbox simulates (a target it lacks, pods the weeder would not pick).
-    pub fn derive() -> Result<SandboxConfig> {
+    pub(crate) fn derive() -> Result<SandboxConfig> {
         let prober = gardener::prober(&ProberChanges {
             probe_interval: Some(PROBE_INTERVAL),
             initial_delay: Some(INITIAL_DELAY),
@@ -163,7 +163,7 @@ impl SandboxConfig {
     }
 
     /// The pod selectors of a weeder service (none when the service is not configured).
-    pub fn selectors(&self, service: &str) -> &[PodSelector] {
+    pub(crate) fn selectors(&self, service: &str) -> &[PodSelector] {
         self.weeder
             .config
             .services_and_dependant_selectors
@@ -172,23 +172,23 @@ impl SandboxConfig {
     }
 
     /// `nodeLeaseFailureFraction`.
-    pub fn threshold(&self) -> f64 {
+    pub(crate) fn threshold(&self) -> f64 {
         self.prober.config.node_lease_failure_fraction
     }
 
     /// `zoneLeaseFailureFraction` (ours; defaults to `nodeLeaseFailureFraction`).
-    pub fn zone_threshold(&self) -> f64 {
+    pub(crate) fn zone_threshold(&self) -> f64 {
         self.prober.config.zone_lease_failure_fraction
     }
 
     /// `minCandidatesPerZone` (ours).
-    pub fn min_candidates_per_zone(&self) -> u32 {
+    pub(crate) fn min_candidates_per_zone(&self) -> u32 {
         self.prober.config.min_candidates_per_zone
     }
 
     /// The zonal scale-down: only the `scaleDownOnZoneOutage` targets, in level order, e.g.
     /// `MCM + CA (level 0); KCM not scaled`.
-    pub fn zonal_flow_text(&self) -> String {
+    pub(crate) fn zonal_flow_text(&self) -> String {
         let mut levels: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
         for c in self.controllers.iter().filter(|c| c.zonal) {
             levels.entry(c.down).or_default().push(&c.short);
@@ -212,12 +212,12 @@ impl SandboxConfig {
     }
 
     /// Every field added that Gardener's config does not have.
-    pub fn additions(&self) -> &[Change] {
+    pub(crate) fn additions(&self) -> &[Change] {
         &self.prober.additions
     }
 
     /// `kcmNodeMonitorGraceDuration` in seconds.
-    pub fn grace_seconds(&self) -> f64 {
+    pub(crate) fn grace_seconds(&self) -> f64 {
         self.prober
             .config
             .kcm_node_monitor_grace_duration
@@ -225,27 +225,27 @@ impl SandboxConfig {
     }
 
     /// How long after its last renewal a lease counts as expired (0.75 × grace), in seconds.
-    pub fn lease_validity_seconds(&self) -> f64 {
+    pub(crate) fn lease_validity_seconds(&self) -> f64 {
         0.75 * self.grace_seconds()
     }
 
     /// `probeInterval` as Go prints it.
-    pub fn probe_interval(&self) -> String {
+    pub(crate) fn probe_interval(&self) -> String {
         format_go_duration(self.prober.config.probe_interval)
     }
 
     /// `watchDuration`.
-    pub fn watch_duration(&self) -> Duration {
+    pub(crate) fn watch_duration(&self) -> Duration {
         self.weeder.config.watch_duration
     }
 
     /// The controller named so.
-    pub fn controller(&self, name: &str) -> Option<&Controller> {
+    pub(crate) fn controller(&self, name: &str) -> Option<&Controller> {
         self.controllers.iter().find(|c| c.name == name)
     }
 
     /// The levels of a flow in order, each with its controllers.
-    pub fn levels(&self, down: bool) -> Vec<(u32, Vec<&Controller>)> {
+    pub(crate) fn levels(&self, down: bool) -> Vec<(u32, Vec<&Controller>)> {
         let mut levels: BTreeMap<u32, Vec<&Controller>> = BTreeMap::new();
         for c in &self.controllers {
             levels
@@ -258,7 +258,7 @@ impl SandboxConfig {
 
     /// `MCM + CA (level 0) → KCM (level 1)`; a scale-up names its delays:
     /// `KCM (level 0) → MCM (level 1, after 5s) → CA (level 2)`.
-    pub fn flow_text(&self, down: bool) -> String {
+    pub(crate) fn flow_text(&self, down: bool) -> String {
         self.levels(down)
             .iter()
             .map(|(level, cs)| {
@@ -283,7 +283,7 @@ impl SandboxConfig {
     }
 
     /// Every change from Gardener's configs, prober then weeder.
-    pub fn changes(&self) -> Vec<Change> {
+    pub(crate) fn changes(&self) -> Vec<Change> {
         self.prober
             .changes
             .iter()
@@ -294,7 +294,7 @@ impl SandboxConfig {
 
     /// The lines the sandbox prints at start (and the report repeats): whose config, what
     /// was shortened, the flows.
-    pub fn summary_lines(&self) -> Vec<String> {
+    pub(crate) fn summary_lines(&self) -> Vec<String> {
         vec![
             format!(
                 "config: Gardener's, as gardenlet generates it ({} and {}): same targets, levels, delays, threshold and selectors",

@@ -17,9 +17,9 @@ use dwd_core::{
 use serde_json::{Map, Value};
 
 /// The prober fixture, relative to the workspace root (for what we print).
-pub const PROBER_FIXTURE_PATH: &str = "deploy/gardener/prober.yaml";
+pub(crate) const PROBER_FIXTURE_PATH: &str = "deploy/gardener/prober.yaml";
 /// The weeder fixture, relative to the workspace root.
-pub const WEEDER_FIXTURE_PATH: &str = "deploy/gardener/weeder.yaml";
+pub(crate) const WEEDER_FIXTURE_PATH: &str = "deploy/gardener/weeder.yaml";
 // Compiled in rather than read at run time: the binaries then run from any directory, and a
 // change to the fixtures rebuilds them.
 const PROBER_FIXTURE: &str = include_str!("../../../deploy/gardener/prober.yaml");
@@ -27,7 +27,7 @@ const WEEDER_FIXTURE: &str = include_str!("../../../deploy/gardener/weeder.yaml"
 
 /// One field whose value differs from Gardener's.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Change {
+pub(crate) struct Change {
     /// Where, e.g. `probeInterval` or `machine-controller-manager scaleUp.initialDelay`.
     pub field: String,
     /// Gardener's effective value, e.g. `30s` or `30s (default)` when gardenlet leaves it out.
@@ -43,7 +43,7 @@ impl fmt::Display for Change {
 }
 
 /// `a → b, c → d`, or `none` when nothing changed.
-pub fn changes_text(changes: &[Change]) -> String {
+pub(crate) fn changes_text(changes: &[Change]) -> String {
     if changes.is_empty() {
         return "none".into();
     }
@@ -56,7 +56,7 @@ pub fn changes_text(changes: &[Change]) -> String {
 
 /// A config derived from Gardener's.
 #[derive(Debug, Clone)]
-pub struct Derived<T> {
+pub(crate) struct Derived<T> {
     /// Gardener's config as the watchdog loads it (defaults filled in).
     pub gardener: T,
     /// Ours, loaded by the same loader.
@@ -72,7 +72,7 @@ pub struct Derived<T> {
 
 /// The prober intervals to change; `None` keeps Gardener's.
 #[derive(Debug, Clone, Default)]
-pub struct ProberChanges {
+pub(crate) struct ProberChanges {
     /// `probeInterval` (Gardener: 30 s).
     pub probe_interval: Option<Duration>,
     /// `initialDelay` (Gardener leaves the default, 30 s).
@@ -208,13 +208,59 @@ fn render(what: &str, path: &str, changes: &[Change], map: Map<String, Value>) -
     Ok(out)
 }
 
+/// Every non-zero `scaleUp.initialDelay` of the prober's targets set to `d`, in the config
+/// text (`map`), in `expected` and, where it differs from Gardener's, in `done`. A zero delay
+/// (the first level's) stays zero.
+fn set_scale_up_delays(
+    map: &mut Map<String, Value>,
+    done: &mut Vec<Change>,
+    expected: &mut ProberConfig,
+    d: Duration,
+) -> Result<()> {
+    let infos = map
+        .get_mut("dependentResourceInfos")
+        .and_then(Value::as_array_mut)
+        .with_context(|| format!("{PROBER_FIXTURE_PATH}: no dependentResourceInfos list"))?;
+    for info in infos {
+        let name = info["ref"]["name"].as_str().unwrap_or("?").to_string();
+        let Some(delay) = info
+            .get_mut("scaleUp")
+            .and_then(|s| s.get_mut("initialDelay"))
+        else {
+            continue;
+        };
+        let gardener_delay = delay
+            .as_str()
+            .and_then(|s| parse_go_duration(s).ok())
+            .with_context(|| {
+                format!("{PROBER_FIXTURE_PATH}: {name} scaleUp.initialDelay is no duration")
+            })?;
+        if gardener_delay.is_zero() {
+            continue;
+        }
+        *delay = Value::String(format_go_duration(d));
+        if gardener_delay != d {
+            done.push(Change {
+                field: format!("{name} scaleUp.initialDelay"),
+                gardener: format_go_duration(gardener_delay),
+                ours: format_go_duration(d),
+            });
+        }
+        for e in &mut expected.dependent_resource_infos {
+            if e.target.name == name {
+                e.scale_up.initial_delay = d;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Gardener's prober config with `changes` applied.
-pub fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
+pub(crate) fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
     let path = PROBER_FIXTURE_PATH;
     let (gardener, mut map) = gardeners(PROBER_FIXTURE, path, ProberConfig::from_yaml)?;
     let mut done = Vec::new();
     let mut expected = gardener.clone();
-    let duration = |d: Duration| Value::String(format_go_duration(d));
     // `expected` starts as Gardener's: each field holds Gardener's value until it is set.
     let intervals = [
         (
@@ -253,39 +299,7 @@ pub fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
         expected.backoff_jitter_factor = j;
     }
     if let Some(d) = changes.scale_up_delay {
-        let infos = map
-            .get_mut("dependentResourceInfos")
-            .and_then(Value::as_array_mut)
-            .with_context(|| format!("{path}: no dependentResourceInfos list"))?;
-        for info in infos {
-            let name = info["ref"]["name"].as_str().unwrap_or("?").to_string();
-            let Some(delay) = info
-                .get_mut("scaleUp")
-                .and_then(|s| s.get_mut("initialDelay"))
-            else {
-                continue;
-            };
-            let gardener_delay = delay
-                .as_str()
-                .and_then(|s| parse_go_duration(s).ok())
-                .with_context(|| format!("{path}: {name} scaleUp.initialDelay is no duration"))?;
-            if gardener_delay.is_zero() {
-                continue;
-            }
-            *delay = duration(d);
-            if gardener_delay != d {
-                done.push(Change {
-                    field: format!("{name} scaleUp.initialDelay"),
-                    gardener: format_go_duration(gardener_delay),
-                    ours: format_go_duration(d),
-                });
-            }
-            for e in &mut expected.dependent_resource_infos {
-                if e.target.name == name {
-                    e.scale_up.initial_delay = d;
-                }
-            }
-        }
+        set_scale_up_delays(&mut map, &mut done, &mut expected, d)?;
     }
     derive(
         "prober",
@@ -302,7 +316,7 @@ pub fn prober(changes: &ProberChanges) -> Result<Derived<ProberConfig>> {
 /// ours: Gardener's config has no zonal fields, so nothing of Gardener's changes); the other
 /// zonal fields keep their defaults. Checked with the watchdog's loader like the intervals:
 /// the result differs from `derived` in exactly these flags.
-pub fn with_zonal_protection(
+pub(crate) fn with_zonal_protection(
     derived: Derived<ProberConfig>,
     targets: &[&str],
 ) -> Result<Derived<ProberConfig>> {
@@ -376,7 +390,7 @@ pub fn with_zonal_protection(
 }
 
 /// Gardener's weeder config, `watchDuration` replaced when given.
-pub fn weeder(watch_duration: Option<Duration>) -> Result<Derived<WeederConfig>> {
+pub(crate) fn weeder(watch_duration: Option<Duration>) -> Result<Derived<WeederConfig>> {
     let path = WEEDER_FIXTURE_PATH;
     let (gardener, mut map) = gardeners(WEEDER_FIXTURE, path, WeederConfig::from_yaml)?;
     let mut done = Vec::new();

@@ -7,6 +7,7 @@ use anyhow::{Result, bail};
 use tokio::sync::mpsc;
 
 use crate::journal::MarkerKind;
+use crate::monitor::ShootView;
 use crate::sandbox::Sandbox;
 
 const HELP: &str = "\
@@ -84,71 +85,79 @@ fn print_hints(sb: &Sandbox, dir: &std::path::Path) {
     j.say(&format!("\n{}\n", help(sb)));
 }
 
+/// One shoot's lines of the `status` text: the prober's finding, the controllers' replicas,
+/// the zones, and the weeder's services and pods.
+fn shoot_status(sb: &Sandbox, s: &ShootView) -> String {
+    let mut out = String::new();
+    let fraction = s.fraction.map_or("no probe result yet".into(), |f| {
+        format!("the prober found {}", s.leases_text(f))
+    });
+    out.push_str(&format!(
+        "  {} ({}): {fraction}; {} probe runs, {} API-server probe failures; {} of {} kubelets silenced; kube-apiserver {}\n",
+        s.name,
+        s.namespace,
+        s.probe_runs.unwrap_or(0),
+        s.api_failures,
+        s.silenced,
+        s.nodes,
+        if s.apiserver_up { "up" } else { "stopped" },
+    ));
+    let controllers: Vec<String> = sb
+        .config
+        .controllers
+        .iter()
+        .map(|c| {
+            let spec = s.replicas.get(&c.name).copied().unwrap_or(-1);
+            let ready = s.ready.get(&c.name).copied().unwrap_or(-1);
+            let protected = s
+                .annotations
+                .get(&c.name)
+                .and_then(|a| a.get(crate::monitor::REPLICAS_ANNOTATION))
+                .map_or(String::new(), |r| format!(", recorded {r}"));
+            format!("{} {spec} (ready {ready}{protected})", c.short)
+        })
+        .collect();
+    out.push_str(&format!("      controllers: {}\n", controllers.join(", ")));
+    if let Some(zones) = s.zones_text() {
+        out.push_str(&format!(
+            "      zones (expired fraction the prober found, zoneLeaseFailureFraction {:.2}): {zones}\n",
+            s.zone_threshold
+        ));
+    }
+    let pods: Vec<String> = s
+        .pods
+        .iter()
+        .filter(|(_, p)| !p.deleted)
+        .map(|(n, p)| {
+            format!(
+                "{n} {}",
+                if p.crashlooping {
+                    "CrashLoopBackOff"
+                } else {
+                    "Running"
+                }
+            )
+        })
+        .collect();
+    out.push_str(&format!(
+        "      etcd-main-client {}, kube-apiserver {}; pods: {}\n",
+        if s.etcd_ready { "ready" } else { "not ready" },
+        if s.kube_apiserver_ready {
+            "ready"
+        } else {
+            "not ready"
+        },
+        pods.join(", ")
+    ));
+    out
+}
+
 /// The `status` text.
 fn status(sb: &Sandbox) -> String {
     let v = sb.view();
     let mut out = String::new();
     for s in &v.shoots {
-        let fraction = s.fraction.map_or("no probe result yet".into(), |f| {
-            format!("the prober found {}", s.leases_text(f))
-        });
-        out.push_str(&format!(
-            "  {} ({}): {fraction}; {} probe runs, {} API-server probe failures; {} of {} kubelets silenced; kube-apiserver {}\n",
-            s.name,
-            s.namespace,
-            s.probe_runs.unwrap_or(0),
-            s.api_failures,
-            s.silenced,
-            s.nodes,
-            if s.apiserver_up { "up" } else { "stopped" },
-        ));
-        let controllers: Vec<String> = sb
-            .config
-            .controllers
-            .iter()
-            .map(|c| {
-                let spec = s.replicas.get(&c.name).copied().unwrap_or(-1);
-                let ready = s.ready.get(&c.name).copied().unwrap_or(-1);
-                let protected = s
-                    .annotations
-                    .get(&c.name)
-                    .and_then(|a| a.get(crate::monitor::REPLICAS_ANNOTATION))
-                    .map_or(String::new(), |r| format!(", recorded {r}"));
-                format!("{} {spec} (ready {ready}{protected})", c.short)
-            })
-            .collect();
-        out.push_str(&format!("      controllers: {}\n", controllers.join(", ")));
-        if let Some(zones) = s.zones_text() {
-            out.push_str(&format!(
-                "      zones (expired fraction the prober found, zoneLeaseFailureFraction {:.2}): {zones}\n",
-                s.zone_threshold
-            ));
-        }
-        let pods: Vec<String> = s
-            .pods
-            .iter()
-            .filter(|(_, p)| !p.deleted)
-            .map(|(n, p)| {
-                format!(
-                    "{n} {}",
-                    if p.crashlooping {
-                        "CrashLoopBackOff"
-                    } else {
-                        "Running"
-                    }
-                )
-            })
-            .collect();
-        out.push_str(&format!(
-            "      etcd-main-client {}, kube-apiserver {}; pods: {}\n",
-            if s.etcd_ready { "ready" } else { "not ready" },
-            if s.kube_apiserver_ready {
-                "ready"
-            } else {
-                "not ready"
-            },
-            pods.join(", ")
-        ));
+        out.push_str(&shoot_status(sb, s));
     }
     out.push_str(&format!(
         "  prober {} (threshold {:.2}), weeder {}: {} active weeder(s), {} pod(s) deleted",
@@ -175,6 +184,24 @@ enum Next {
     Quit,
 }
 
+/// `silence <shoot> <percent>`: that share of the shoot's kubelets stop renewing their leases.
+fn silence(sb: &Sandbox, shoot: &str, percent: Option<&str>) -> Result<()> {
+    let Some(percent) = percent.and_then(|p| p.trim_end_matches('%').parse::<f64>().ok()) else {
+        bail!("usage: silence <shoot> <percent>, e.g. silence alpha 80");
+    };
+    if !(0.0..=100.0).contains(&percent) {
+        bail!("percent must be between 0 and 100");
+    }
+    let nodes = sb.shoot(shoot)?.nodes;
+    let n = (percent / 100.0 * nodes as f64).round() as usize;
+    sb.journal.marker(
+        Some(shoot),
+        &format!("silence {percent}%"),
+        MarkerKind::Step,
+    );
+    sb.silence(shoot, n, &format!("you: silence {shoot} {percent}%"))
+}
+
 /// Runs one command line.
 async fn execute(sb: &Sandbox, line: &str) -> Result<Next> {
     let words: Vec<&str> = line.split_whitespace().collect();
@@ -194,22 +221,7 @@ async fn execute(sb: &Sandbox, line: &str) -> Result<Next> {
         sb.journal.marker(Some(shoot), label, MarkerKind::Step);
     };
     match command {
-        "silence" => {
-            let shoot = shoot_arg()?;
-            let Some(percent) = args
-                .get(1)
-                .and_then(|p| p.trim_end_matches('%').parse::<f64>().ok())
-            else {
-                bail!("usage: silence <shoot> <percent>, e.g. silence alpha 80");
-            };
-            if !(0.0..=100.0).contains(&percent) {
-                bail!("percent must be between 0 and 100");
-            }
-            let nodes = sb.shoot(shoot)?.nodes;
-            let n = (percent / 100.0 * nodes as f64).round() as usize;
-            mark(&format!("silence {percent}%"), shoot);
-            sb.silence(shoot, n, &format!("you: silence {shoot} {percent}%"))?;
-        }
+        "silence" => silence(sb, shoot_arg()?, args.get(1).copied())?,
         "heal" => {
             let shoot = shoot_arg()?;
             mark("heal", shoot);
@@ -268,7 +280,7 @@ async fn execute(sb: &Sandbox, line: &str) -> Result<Next> {
 }
 
 /// Prints the hints, then runs commands from stdin until `quit` or end of input.
-pub async fn run(sb: &Sandbox, dir: &std::path::Path) -> Result<()> {
+pub(crate) async fn run(sb: &Sandbox, dir: &std::path::Path) -> Result<()> {
     print_hints(sb, dir);
     let (tx, mut rx) = mpsc::channel::<String>(16);
     // A plain thread: a blocking read of stdin cannot be cancelled, and tokio's stdin would

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 /// One line of the timeline.
 #[derive(Debug, Clone)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Seconds since the clock started (0 for setup entries).
     pub t: f64,
     /// Logged during setup, before the clock started.
@@ -32,7 +32,7 @@ pub struct Entry {
 
 /// What a vertical marker on the charts stands for (it picks the colour).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MarkerKind {
+pub(crate) enum MarkerKind {
     /// A step of the story (or an interactive command).
     Step,
     /// The prober decided to scale down.
@@ -45,7 +45,7 @@ pub enum MarkerKind {
 
 /// A vertical line on the charts.
 #[derive(Debug, Clone)]
-pub struct Marker {
+pub(crate) struct Marker {
     /// Seconds since start.
     pub t: f64,
     /// Shoot it belongs to; `None`: every chart.
@@ -57,11 +57,11 @@ pub struct Marker {
 }
 
 /// Zone → `(t, fraction)` samples of one shoot.
-pub type ZoneSamples = BTreeMap<String, Vec<(f64, Option<f64>)>>;
+pub(crate) type ZoneSamples = BTreeMap<String, Vec<(f64, Option<f64>)>>;
 
 /// Everything recorded, as the report needs it.
 #[derive(Debug, Clone, Default)]
-pub struct Record {
+pub(crate) struct Record {
     /// Timeline entries in order.
     pub entries: Vec<Entry>,
     /// Markers in order.
@@ -92,7 +92,7 @@ struct Terminal {
 }
 
 /// The journal; share it as `Arc<Journal>`.
-pub struct Journal {
+pub(crate) struct Journal {
     /// When the journal was made: the start of setup.
     created: Instant,
     /// When the clock started: t = 0 of the timeline.
@@ -104,7 +104,7 @@ pub struct Journal {
 
 /// Locks a mutex, recovering the data if a panic poisoned it: the journal must keep working
 /// while the sandbox reports a failure.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -117,7 +117,7 @@ const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "�
 
 impl Journal {
     /// A journal in setup; its clock starts with [`Journal::start_clock`].
-    pub fn new() -> Arc<Journal> {
+    pub(crate) fn new() -> Arc<Journal> {
         Self::created_at(Instant::now())
     }
 
@@ -138,20 +138,20 @@ impl Journal {
 
     /// Starts the timeline's clock (once; later calls change nothing) and returns how long
     /// setup took.
-    pub fn start_clock(&self) -> Duration {
+    pub(crate) fn start_clock(&self) -> Duration {
         let origin = *self.origin.get_or_init(Instant::now);
         origin.saturating_duration_since(self.created)
     }
 
     /// How long setup took, once the clock runs.
-    pub fn setup_took(&self) -> Option<Duration> {
+    pub(crate) fn setup_took(&self) -> Option<Duration> {
         self.origin
             .get()
             .map(|o| o.saturating_duration_since(self.created))
     }
 
     /// Seconds on the timeline's clock; 0 during setup.
-    pub fn now(&self) -> f64 {
+    pub(crate) fn now(&self) -> f64 {
         self.origin.get().map_or(0.0, |o| o.elapsed().as_secs_f64())
     }
 
@@ -161,7 +161,7 @@ impl Journal {
     }
 
     /// Prints a line as is (setup notes, hints), erasing the spinner first.
-    pub fn say(&self, text: &str) {
+    pub(crate) fn say(&self, text: &str) {
         let mut term = lock(&self.terminal);
         let mut out = std::io::stdout().lock();
         if term.spinner_shown {
@@ -173,7 +173,7 @@ impl Journal {
     }
 
     /// Adds a timeline entry and prints it.
-    pub fn log(&self, shoot: &str, what: impl Into<String>, why: Option<String>) {
+    pub(crate) fn log(&self, shoot: &str, what: impl Into<String>, why: Option<String>) {
         let entry = Entry {
             t: self.now(),
             setup: self.in_setup(),
@@ -191,7 +191,7 @@ impl Journal {
     }
 
     /// Starts a numbered step: a heading in the terminal, a timeline entry, a chart marker.
-    pub fn step(&self, label: &str, title: &str) {
+    pub(crate) fn step(&self, label: &str, title: &str) {
         let t = self.now();
         self.say(&format!("\n── {title} ──"));
         let mut record = lock(&self.record);
@@ -211,7 +211,7 @@ impl Journal {
     }
 
     /// Adds a chart marker.
-    pub fn marker(&self, shoot: Option<&str>, label: &str, kind: MarkerKind) {
+    pub(crate) fn marker(&self, shoot: Option<&str>, label: &str, kind: MarkerKind) {
         let t = self.now();
         lock(&self.record).markers.push(Marker {
             t,
@@ -222,17 +222,17 @@ impl Journal {
     }
 
     /// Records a fraction sample.
-    pub fn sample_fraction(&self, shoot: &str, fraction: Option<f64>) {
+    pub(crate) fn sample_fraction(&self, shoot: &str, fraction: Option<f64>) {
         self.push_sample(|r| series(&mut r.fraction, shoot), fraction);
     }
 
     /// Records a fraction computed from the leases.
-    pub fn sample_lease_truth(&self, shoot: &str, fraction: Option<f64>) {
+    pub(crate) fn sample_lease_truth(&self, shoot: &str, fraction: Option<f64>) {
         self.push_sample(|r| series(&mut r.lease_truth, shoot), fraction);
     }
 
     /// Records a zone's fraction as the prober reported it.
-    pub fn sample_zone_fraction(&self, shoot: &str, zone: &str, fraction: Option<f64>) {
+    pub(crate) fn sample_zone_fraction(&self, shoot: &str, zone: &str, fraction: Option<f64>) {
         self.push_sample(
             |r| series(series(&mut r.zone_fraction, shoot), zone),
             fraction,
@@ -240,7 +240,7 @@ impl Journal {
     }
 
     /// Records a zone's fraction computed from its leases.
-    pub fn sample_zone_truth(&self, shoot: &str, zone: &str, fraction: Option<f64>) {
+    pub(crate) fn sample_zone_truth(&self, shoot: &str, zone: &str, fraction: Option<f64>) {
         self.push_sample(|r| series(series(&mut r.zone_truth, shoot), zone), fraction);
     }
 
@@ -251,7 +251,7 @@ impl Journal {
     }
 
     /// Records a controller's replicas (call on every change).
-    pub fn sample_replicas(&self, shoot: &str, controller: &str, replicas: i32) {
+    pub(crate) fn sample_replicas(&self, shoot: &str, controller: &str, replicas: i32) {
         self.push_sample(
             |r| series(series(&mut r.replicas, shoot), controller),
             replicas,
@@ -259,27 +259,27 @@ impl Journal {
     }
 
     /// Records how many kubelets of a shoot are silenced (call on every change).
-    pub fn sample_silenced(&self, shoot: &str, silenced: usize) {
+    pub(crate) fn sample_silenced(&self, shoot: &str, silenced: usize) {
         self.push_sample(|r| series(&mut r.silenced, shoot), silenced);
     }
 
     /// Records whether a shoot's etcd-main-client is ready (call on every change).
-    pub fn sample_etcd(&self, shoot: &str, ready: bool) {
+    pub(crate) fn sample_etcd(&self, shoot: &str, ready: bool) {
         self.push_sample(|r| series(&mut r.etcd_ready, shoot), ready);
     }
 
     /// A copy of everything recorded so far.
-    pub fn record(&self) -> Record {
+    pub(crate) fn record(&self) -> Record {
         lock(&self.record).clone()
     }
 
     /// Shows a spinner with `what` until [`Journal::done_waiting`] (only on a terminal).
-    pub fn waiting(&self, what: &str, timeout: Duration) {
+    pub(crate) fn waiting(&self, what: &str, timeout: Duration) {
         lock(&self.terminal).waiting = Some((what.to_string(), Instant::now() + timeout));
     }
 
     /// Removes the spinner.
-    pub fn done_waiting(&self) {
+    pub(crate) fn done_waiting(&self) {
         let mut term = lock(&self.terminal);
         term.waiting = None;
         if term.spinner_shown {
@@ -317,7 +317,7 @@ impl Journal {
     }
 
     /// Animates the spinner until the task is dropped.
-    pub async fn run_spinner(self: Arc<Self>) {
+    pub(crate) async fn run_spinner(self: Arc<Self>) {
         if !self.tty {
             return;
         }
@@ -330,7 +330,7 @@ impl Journal {
 }
 
 /// The time column of a timeline line: `   12.3s`, or `   setup` before the clock started.
-pub fn time_column(entry: &Entry) -> String {
+pub(crate) fn time_column(entry: &Entry) -> String {
     if entry.setup {
         format!("{:>8}", "setup")
     } else {

@@ -125,17 +125,8 @@ async fn run(args: Args) -> ExitCode {
     // Setup starts now; the timeline's clock starts only when the watchdog does (see
     // `Sandbox::start`), so neither a build nor the control plane's start-up counts.
     let journal = Journal::new();
-    let config = match SandboxConfig::derive() {
-        Ok(c) => Arc::new(c),
-        Err(e) => {
-            eprintln!("dwd-sandbox: Gardener's config: {e:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    // Find (or build) the watchdog before anything starts: a build failure should not wait
-    // for apiservers.
-    let bin = match watchdog::locate_binary(&journal) {
-        Ok(bin) => bin,
+    let (config, bin) = match config_and_binary(&journal) {
+        Ok(found) => found,
         Err(e) => {
             eprintln!("dwd-sandbox: {e:#}");
             return ExitCode::FAILURE;
@@ -187,20 +178,7 @@ async fn run(args: Args) -> ExitCode {
     };
     journal.done_waiting();
 
-    if let Outcome::Failed(e) = &outcome {
-        // The logs are what explains a failure: keep them.
-        workdir.keep();
-        journal.say(&format!(
-            "\nFAILED: {e:#}\n\n  prober log: {}\n  weeder log: {}\n  files kept in {}\n\nlast lines of the prober log:\n{}",
-            sandbox.prober.log.display(),
-            sandbox.weeder.log.display(),
-            workdir.path.display(),
-            tail_lines(&sandbox.prober.log_tail(6000), 15)
-        ));
-    }
-    if let Outcome::Interrupted(signal) = &outcome {
-        journal.say(&format!("\n{signal}: stopping"));
-    }
+    say_how_it_ended(&sandbox, &journal, &mut workdir, &outcome);
 
     let report_path = args
         .report
@@ -216,6 +194,45 @@ async fn run(args: Args) -> ExitCode {
         workdir.is_kept(),
     );
 
+    tear_down(sandbox, &journal).await;
+
+    final_words(&journal, report_written, &report_path, &workdir, outcome)
+}
+
+/// Gardener's config as the sandbox runs it, and the watchdog binary (found or built) — both
+/// before anything starts: a build failure should not wait for apiservers.
+fn config_and_binary(journal: &Journal) -> Result<(Arc<SandboxConfig>, PathBuf)> {
+    let config = SandboxConfig::derive().context("Gardener's config")?;
+    let bin = watchdog::locate_binary(journal)?;
+    Ok((Arc::new(config), bin))
+}
+
+/// Says how the run ended when it did not finish: a failure with the logs that explain it
+/// (the files are then kept), or the signal that stopped it.
+fn say_how_it_ended(
+    sandbox: &Sandbox,
+    journal: &Journal,
+    workdir: &mut Workdir,
+    outcome: &Outcome,
+) {
+    if let Outcome::Failed(e) = outcome {
+        // The logs are what explains a failure: keep them.
+        workdir.keep();
+        journal.say(&format!(
+            "\nFAILED: {e:#}\n\n  prober log: {}\n  weeder log: {}\n  files kept in {}\n\nlast lines of the prober log:\n{}",
+            sandbox.prober.log.display(),
+            sandbox.weeder.log.display(),
+            workdir.path.display(),
+            tail_lines(&sandbox.prober.log_tail(6000), 15)
+        ));
+    }
+    if let Outcome::Interrupted(signal) = outcome {
+        journal.say(&format!("\n{signal}: stopping"));
+    }
+}
+
+/// Stops everything the sandbox started and says whether any process outlived it.
+async fn tear_down(sandbox: Sandbox, journal: &Journal) {
     journal.say("tearing down: watchdog processes, kube-apiservers, etcd");
     let pids = sandbox.pids();
     sandbox.teardown().await;
@@ -236,7 +253,17 @@ async fn run(args: Args) -> ExitCode {
             "warning: processes still alive after teardown: {left:?}"
         ));
     }
+}
 
+/// The run's last lines (where the report is, whether files are kept, the story's summary)
+/// and its exit code.
+fn final_words(
+    journal: &Journal,
+    report_written: Result<()>,
+    report_path: &std::path::Path,
+    workdir: &Workdir,
+    outcome: Outcome,
+) -> ExitCode {
     match report_written {
         Ok(()) => journal.say(&format!(
             "report: {}  (open it in a browser)",

@@ -12,29 +12,29 @@ use anyhow::{Result, bail};
 
 /// One series and its current value (the workspace's one Prometheus text reader,
 /// `dwd_testenv::metrics`, on `prometheus-parse`).
-pub use dwd_testenv::metrics::Series;
+pub(crate) use dwd_testenv::metrics::Series;
 
 /// A whole scrape, searchable by name and labels.
 #[derive(Debug, Clone, Default)]
-pub struct Scrape {
+pub(crate) struct Scrape {
     series: Vec<Series>,
 }
 
 impl Scrape {
     /// Parses a scrape; lines that are no sample (comments, garbage) are skipped.
-    pub fn parse(text: &str) -> Scrape {
+    pub(crate) fn parse(text: &str) -> Scrape {
         Scrape {
             series: dwd_testenv::metrics::parse(text),
         }
     }
 
     /// The value of `name` whose labels include every `(label, value)` pair in `labels`.
-    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    pub(crate) fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         self.all(name, labels).next().map(|s| s.value)
     }
 
     /// Every series of `name` whose labels include every pair in `labels`.
-    pub fn all<'a>(
+    pub(crate) fn all<'a>(
         &'a self,
         name: &'a str,
         labels: &'a [(&'a str, &'a str)],
@@ -45,7 +45,7 @@ impl Scrape {
     }
 
     /// The sum over every series of `name` (e.g. a counter over all its label values).
-    pub fn sum(&self, name: &str) -> f64 {
+    pub(crate) fn sum(&self, name: &str) -> f64 {
         self.series
             .iter()
             .filter(|s| s.name == name)
@@ -56,12 +56,16 @@ impl Scrape {
 
 /// `GET path` on a loopback HTTP server; returns `(status code, body)` (the workspace's one
 /// HTTP GET, `dwd_testenv::http`).
-pub async fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, String)> {
+pub(crate) async fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String)> {
     Ok(dwd_testenv::http::get(addr, path, timeout).await?)
 }
 
 /// Scrapes `/metrics` at `addr`.
-pub async fn scrape(addr: SocketAddr) -> Result<Scrape> {
+pub(crate) async fn scrape(addr: SocketAddr) -> Result<Scrape> {
     let (status, body) = http_get(addr, "/metrics", Duration::from_secs(2)).await?;
     if status != 200 {
         bail!("GET /metrics from {addr}: HTTP {status}");

@@ -39,15 +39,15 @@ use crate::journal::{Journal, MarkerKind, lock};
 use crate::metrics::{Scrape, scrape};
 
 /// The annotations the prober writes on a target it holds at 0 (the protocol's constants).
-pub use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
+pub(crate) use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 /// Endpoints of the simulated etcd-main-client (Gardener runs etcd-main with 3 in HA).
-pub const ETCD_ENDPOINTS: usize = 3;
+pub(crate) const ETCD_ENDPOINTS: usize = 3;
 /// Endpoints of the simulated kube-apiserver service: one per kube-apiserver pod.
-pub const KUBE_APISERVER_ENDPOINTS: usize = crate::sandbox::KUBE_APISERVER_PODS;
+pub(crate) const KUBE_APISERVER_ENDPOINTS: usize = crate::sandbox::KUBE_APISERVER_PODS;
 
 /// One simulated control-plane pod as last seen.
 #[derive(Debug, Clone)]
-pub struct PodView {
+pub(crate) struct PodView {
     /// Label `role`.
     pub role: String,
     /// Whether a container waits in CrashLoopBackOff.
@@ -58,7 +58,7 @@ pub struct PodView {
 
 /// A replica change of one controller.
 #[derive(Debug, Clone)]
-pub struct ReplicaChange {
+pub(crate) struct ReplicaChange {
     /// Seconds since start.
     pub t: f64,
     /// Controller (Deployment) name.
@@ -69,7 +69,7 @@ pub struct ReplicaChange {
 
 /// One zone of a shoot (nodes labelled `topology.kubernetes.io/zone`).
 #[derive(Debug, Clone, Default)]
-pub struct ZoneView {
+pub(crate) struct ZoneView {
     /// Its nodes.
     pub nodes: Vec<String>,
     /// Last expired fraction the prober reported for it.
@@ -82,7 +82,7 @@ pub struct ZoneView {
 
 /// What the sandbox knows about one shoot.
 #[derive(Debug, Clone)]
-pub struct ShootView {
+pub(crate) struct ShootView {
     /// Short name (`alpha`).
     pub name: String,
     /// Shoot namespace in the seed.
@@ -143,7 +143,7 @@ pub struct ShootView {
 
 impl ShootView {
     /// A fresh view of a shoot.
-    pub fn new(name: &str, namespace: &str, nodes: usize, config: &SandboxConfig) -> Self {
+    pub(crate) fn new(name: &str, namespace: &str, nodes: usize, config: &SandboxConfig) -> Self {
         ShootView {
             name: name.into(),
             namespace: namespace.into(),
@@ -181,7 +181,7 @@ impl ShootView {
     }
 
     /// The same shoot with its nodes in zones (zone → node names).
-    pub fn with_zones(mut self, zones: &BTreeMap<String, Vec<String>>) -> Self {
+    pub(crate) fn with_zones(mut self, zones: &BTreeMap<String, Vec<String>>) -> Self {
         self.zones = zones
             .iter()
             .map(|(z, nodes)| {
@@ -199,7 +199,7 @@ impl ShootView {
 
     /// `eu-1a 1.00 ≥ 0.60 (disrupted), eu-1b 0.00, eu-1c 0.00` as the prober reported them;
     /// `None` for a shoot without zones.
-    pub fn zones_text(&self) -> Option<String> {
+    pub(crate) fn zones_text(&self) -> Option<String> {
         if self.zones.is_empty() {
             return None;
         }
@@ -221,7 +221,7 @@ impl ShootView {
     }
 
     /// `KCM 2 (ready 2), MCM 1 (ready 1), CA 1 (ready 1)`.
-    pub fn replicas_text(&self) -> String {
+    pub(crate) fn replicas_text(&self) -> String {
         self.controllers
             .iter()
             .map(|(c, short)| {
@@ -234,7 +234,7 @@ impl ShootView {
     }
 
     /// `4/5 leases expired, 0.80 ≥ 0.60` for a fraction the prober reported.
-    pub fn leases_text(&self, fraction: f64) -> String {
+    pub(crate) fn leases_text(&self, fraction: f64) -> String {
         let expired = (fraction * self.nodes as f64).round() as usize;
         let threshold = self.threshold;
         let cmp = if fraction >= threshold { "≥" } else { "<" };
@@ -245,7 +245,7 @@ impl ShootView {
     }
 
     /// Whether every controller is at `want` replicas (spec and ready).
-    pub fn controllers_at(&self, want: &[(&str, i32)]) -> bool {
+    pub(crate) fn controllers_at(&self, want: &[(&str, i32)]) -> bool {
         want.iter().all(|(c, n)| {
             self.replicas.get(*c) == Some(n)
                 && (if *n == 0 {
@@ -259,7 +259,7 @@ impl ShootView {
 
 /// What the sandbox knows, shared between the monitor tasks and the story.
 #[derive(Debug, Clone, Default)]
-pub struct View {
+pub(crate) struct View {
     /// Shoots in order.
     pub shoots: Vec<ShootView>,
     /// `dwd_weeder_active_weeders`.
@@ -274,12 +274,12 @@ pub struct View {
 
 impl View {
     /// The shoot with this short name.
-    pub fn shoot(&self, name: &str) -> Option<&ShootView> {
+    pub(crate) fn shoot(&self, name: &str) -> Option<&ShootView> {
         self.shoots.iter().find(|s| s.name == name)
     }
 
     /// The shoot with this short name, mutable.
-    pub fn shoot_mut(&mut self, name: &str) -> Option<&mut ShootView> {
+    pub(crate) fn shoot_mut(&mut self, name: &str) -> Option<&mut ShootView> {
         self.shoots.iter_mut().find(|s| s.name == name)
     }
 
@@ -289,12 +289,12 @@ impl View {
 }
 
 /// Shared handle on the view.
-pub type SharedView = Arc<Mutex<View>>;
+pub(crate) type SharedView = Arc<Mutex<View>>;
 
 /// Brings the view up to date with the watchdog's metrics and the shoots' leases, and
 /// narrates what changed. Refreshes are serialised: narration must follow the order in which
 /// things were observed, and a slow scrape must never be processed after a newer one.
-pub struct Refresher {
+pub(crate) struct Refresher {
     journal: Arc<Journal>,
     config: Arc<SandboxConfig>,
     view: SharedView,
@@ -307,7 +307,7 @@ pub struct Refresher {
 
 impl Refresher {
     /// Scrapes both watchdogs, reads the leases, updates the view and narrates.
-    pub async fn refresh(&self) {
+    pub(crate) async fn refresh(&self) {
         let _turn = self.serial.lock().await;
         let validity = self.config.lease_validity_seconds();
         let leases =
@@ -348,7 +348,7 @@ impl Refresher {
 }
 
 /// Starts every monitor task; they stop when the returned handles are dropped.
-pub fn start(
+pub(crate) fn start(
     journal: Arc<Journal>,
     config: Arc<SandboxConfig>,
     view: SharedView,
@@ -499,7 +499,7 @@ fn on_leases(
 }
 
 /// `4/5 expired (0.80 ≥ 0.60)`.
-pub fn fraction_text(expired: usize, candidates: usize, threshold: f64) -> String {
+pub(crate) fn fraction_text(expired: usize, candidates: usize, threshold: f64) -> String {
     let fraction = if candidates == 0 {
         0.0
     } else {
@@ -509,26 +509,17 @@ pub fn fraction_text(expired: usize, candidates: usize, threshold: f64) -> Strin
     format!("{expired}/{candidates} expired ({fraction:.2} {cmp} {threshold:.2})")
 }
 
-fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut ShootView, s: &Scrape) {
+/// Takes the prober's per-zone fractions and disruptions from a scrape into `shoot` (each zone
+/// charted; a zone's state taken only when a new probe run, `runs`, came); returns the
+/// disrupted zones, each as a line of why.
+fn update_zones(
+    journal: &Journal,
+    shoot: &mut ShootView,
+    s: &Scrape,
+    runs: Option<u64>,
+) -> Vec<String> {
     let ns = shoot.namespace.clone();
     let label = [("shoot", ns.as_str())];
-    let count = |name: &str, labels: &[(&str, &str)]| s.value(name, labels).map(|v| v as u64);
-    let runs = count("dwd_prober_shoot_probe_runs_total", &label);
-    let fraction = s.value("dwd_prober_expired_lease_fraction", &label);
-    let api_failures = count("dwd_prober_api_server_probe_failures_total", &label).unwrap_or(0);
-    let lease_failures = count("dwd_prober_lease_probe_failures_total", &label).unwrap_or(0);
-    let down = count(
-        "dwd_prober_scaling_attempts_total",
-        &[("shoot", ns.as_str()), ("direction", "Down")],
-    )
-    .unwrap_or(0);
-    let up = count(
-        "dwd_prober_scaling_attempts_total",
-        &[("shoot", ns.as_str()), ("direction", "Up")],
-    )
-    .unwrap_or(0);
-    let name = shoot.name.clone();
-    journal.sample_fraction(&name, fraction);
     let zone_fractions: BTreeMap<String, f64> = s
         .all("dwd_prober_zone_expired_lease_fraction", &label)
         .filter_map(|x| x.labels.get("zone").map(|z| (z.clone(), x.value)))
@@ -543,13 +534,13 @@ fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut Shoot
     }
     for (zone, z) in &mut shoot.zones {
         let f = zone_fractions.get(zone).copied();
-        journal.sample_zone_fraction(&name, zone, f);
+        journal.sample_zone_fraction(&shoot.name, zone, f);
         if runs.unwrap_or(0) > shoot.probe_runs.unwrap_or(0) {
             z.fraction = f.or(z.fraction);
             z.disrupted = disrupted.get(zone).copied().unwrap_or(false);
         }
     }
-    let disrupted_zones: Vec<String> = shoot
+    shoot
         .zones
         .iter()
         .filter(|(_, z)| z.disrupted)
@@ -560,7 +551,56 @@ fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut Shoot
                 shoot.zone_threshold
             )
         })
-        .collect();
+        .collect()
+}
+
+/// What the prober's metrics say of one shoot in a scrape.
+struct ProberCounts {
+    /// Probe runs (none before the first).
+    runs: Option<u64>,
+    /// The expired-lease fraction of the last run.
+    fraction: Option<f64>,
+    api_failures: u64,
+    lease_failures: u64,
+    /// Scaling attempts down and up.
+    down: u64,
+    up: u64,
+}
+
+impl ProberCounts {
+    fn of(s: &Scrape, namespace: &str) -> ProberCounts {
+        let label = [("shoot", namespace)];
+        let count = |name: &str, labels: &[(&str, &str)]| s.value(name, labels).map(|v| v as u64);
+        let attempts = |direction: &str| {
+            count(
+                "dwd_prober_scaling_attempts_total",
+                &[("shoot", namespace), ("direction", direction)],
+            )
+            .unwrap_or(0)
+        };
+        ProberCounts {
+            runs: count("dwd_prober_shoot_probe_runs_total", &label),
+            fraction: s.value("dwd_prober_expired_lease_fraction", &label),
+            api_failures: count("dwd_prober_api_server_probe_failures_total", &label).unwrap_or(0),
+            lease_failures: count("dwd_prober_lease_probe_failures_total", &label).unwrap_or(0),
+            down: attempts("Down"),
+            up: attempts("Up"),
+        }
+    }
+}
+
+fn on_prober_scrape(journal: &Journal, config: &SandboxConfig, shoot: &mut ShootView, s: &Scrape) {
+    let ProberCounts {
+        runs,
+        fraction,
+        api_failures,
+        lease_failures,
+        down,
+        up,
+    } = ProberCounts::of(s, &shoot.namespace);
+    let name = shoot.name.clone();
+    journal.sample_fraction(&name, fraction);
+    let disrupted_zones = update_zones(journal, shoot, s, runs);
 
     if api_failures > shoot.api_failures && !shoot.api_failing {
         shoot.api_failing = true;
@@ -916,19 +956,66 @@ fn role_info(role: &str) -> Option<RoleInfo> {
     }
 }
 
+/// Tells a pod's deletion: the weeder's (with why, `weeders_why`) when it was crash-looping,
+/// else someone else's.
+fn narrate_deletion(journal: &Journal, shoot: &str, pod: &str, weeders_why: Option<String>) {
+    match weeders_why {
+        Some(why) => {
+            journal.log(shoot, format!("{pod} deleted by the weeder"), Some(why));
+            journal.marker(Some(shoot), "weeder deletes", MarkerKind::Weeder);
+        }
+        None => journal.log(
+            shoot,
+            format!("{pod} deleted"),
+            Some("it was not crash-looping: not the weeder's doing".into()),
+        ),
+    }
+}
+
+/// Tells the simulated ReplicaSet's replacement of a deleted pod, which crash-loops too while
+/// the service it `needs` is not ready.
+fn narrate_replacement(
+    journal: &Journal,
+    shoot: &str,
+    replacement: &str,
+    crashloop: bool,
+    needs: &str,
+) {
+    journal.log(
+        shoot,
+        format!(
+            "{replacement} replaces it{}",
+            if crashloop {
+                ", and crash-loops too"
+            } else {
+                " and runs"
+            }
+        ),
+        Some(if crashloop {
+            format!("simulated ReplicaSet; {needs} is still not ready")
+        } else {
+            format!("simulated ReplicaSet; {needs} is ready, so the new pod starts at once")
+        }),
+    );
+}
+
+/// The pod's `role` label (empty when it has none).
+fn pod_role(pod: &Pod) -> String {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("role"))
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Updates the view; returns the replacement pod to create, if any.
 fn on_pod(journal: &Journal, v: &mut View, pod: &Pod, state: PodState) -> Option<Replacement> {
     let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
         return None;
     };
     let shoot = v.by_namespace(ns)?;
-    let role = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("role"))
-        .cloned()
-        .unwrap_or_default();
+    let role = pod_role(pod);
     let crashlooping = is_crashlooping(pod);
     let known = shoot.pods.get(name).cloned();
     if state == PodState::Present {
@@ -972,28 +1059,17 @@ fn on_pod(journal: &Journal, v: &mut View, pod: &Pod, state: PodState) -> Option
         Some(_) => (shoot.kube_apiserver_ready, shoot.kube_apiserver_ready_since),
         None => (true, None),
     };
-    if was_crashlooping {
+    let weeders_why = was_crashlooping.then(|| {
         let service = info.as_ref().map_or("its service", |i| i.needs);
-        let why = match (needed_ready, ready_since) {
+        match (needed_ready, ready_since) {
             (true, Some(since)) => format!(
                 "CrashLoopBackOff; {service} ready again {:.1}s before",
                 (t - since).max(0.0)
             ),
             _ => format!("CrashLoopBackOff; {service} is ready"),
-        };
-        journal.log(
-            &shoot_name,
-            format!("{name} deleted by the weeder"),
-            Some(why),
-        );
-        journal.marker(Some(&shoot_name), "weeder deletes", MarkerKind::Weeder);
-    } else {
-        journal.log(
-            &shoot_name,
-            format!("{name} deleted"),
-            Some("it was not crash-looping: not the weeder's doing".into()),
-        );
-    }
+        }
+    });
+    narrate_deletion(journal, &shoot_name, name, weeders_why);
     let info = info?;
     let next = shoot.next_pod.entry(role.clone()).or_insert(0);
     let replacement = format!("{}-{next}", info.prefix);
@@ -1004,25 +1080,7 @@ fn on_pod(journal: &Journal, v: &mut View, pod: &Pod, state: PodState) -> Option
     if apiserver_back {
         shoot.kube_apiserver_ready = true;
     }
-    journal.log(
-        &shoot_name,
-        format!(
-            "{replacement} replaces it{}",
-            if crashloop {
-                ", and crash-loops too"
-            } else {
-                " and runs"
-            }
-        ),
-        Some(if crashloop {
-            format!("simulated ReplicaSet; {} is still not ready", info.needs)
-        } else {
-            format!(
-                "simulated ReplicaSet; {} is ready, so the new pod starts at once",
-                info.needs
-            )
-        }),
-    );
+    narrate_replacement(journal, &shoot_name, &replacement, crashloop, info.needs);
     Some(Replacement {
         namespace: ns.clone(),
         shoot: shoot_name,

@@ -7,11 +7,11 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::config::SandboxConfig;
-use crate::journal::{Marker, MarkerKind, Record, time_column};
+use crate::journal::{Marker, MarkerKind, Record, ZoneSamples, time_column};
 use crate::svg::{self, escape};
 
 /// What the report says besides the recorded data.
-pub struct ReportMeta {
+pub(crate) struct ReportMeta {
     /// `Ok(summary)` when the run did what it should, `Err(what went wrong)` otherwise.
     pub outcome: Result<String, String>,
     /// Mode (`story` or `interactive`).
@@ -181,24 +181,53 @@ fn legend_entry(s: &mut String, lx: &mut f64, ly: f64, color: &str, text: &str, 
     *lx += 34.0 + text.chars().count() as f64 * 6.2;
 }
 
-/// The chart of one shoot as an inline SVG.
-fn chart(
-    record: &Record,
-    config: &SandboxConfig,
-    shoot: &str,
-    namespace: &str,
-    nodes: usize,
-    range: (f64, f64),
-) -> String {
-    let threshold = config.threshold();
-    let width = 1100.0;
-    let frame = Frame::new(range, width);
-    let markers = markers_for(record, shoot);
+/// Vertical geometry of a shoot's chart: the title, the rows of marker labels, panel A (the
+/// expired-lease fraction) and panel B (replicas), then the time axis and the legend.
+#[derive(Clone, Copy)]
+struct ChartLayout {
+    title_h: f64,
+    row_h: f64,
+    a_top: f64,
+    a_h: f64,
+    b_top: f64,
+    b_h: f64,
+    axis_y: f64,
+    height: f64,
+}
 
-    // Marker labels in rows above the panels, each in the first row where it fits.
+impl ChartLayout {
+    /// The layout of a chart with `label_rows` rows of marker labels.
+    fn new(label_rows: usize) -> ChartLayout {
+        let title_h = 26.0;
+        let row_h = 14.0;
+        let labels_h = label_rows as f64 * row_h + 6.0;
+        let a_top = title_h + labels_h;
+        let a_h = 150.0;
+        let b_top = a_top + a_h + 34.0;
+        let b_h = 130.0;
+        let axis_y = b_top + b_h;
+        ChartLayout {
+            title_h,
+            row_h,
+            a_top,
+            a_h,
+            b_top,
+            b_h,
+            axis_y,
+            height: axis_y + 76.0,
+        }
+    }
+}
+
+/// Marker labels in rows above the panels, each in the first row where it fits: each marker
+/// with its x and its row, and how many rows that takes.
+fn place_marker_labels<'a>(
+    markers: &[&'a Marker],
+    frame: &Frame,
+) -> (Vec<(&'a Marker, f64, usize)>, usize) {
     let mut rows: Vec<f64> = Vec::new();
     let mut placed = Vec::new();
-    for m in &markers {
+    for m in markers.iter().copied() {
         let x = frame.x(m.t);
         let w = m.label.chars().count() as f64 * 6.4 + 6.0;
         let row = match rows.iter().position(|end| x > *end + 4.0) {
@@ -211,28 +240,21 @@ fn chart(
         rows[row] = x + w;
         placed.push((m, x, row));
     }
-    let title_h = 26.0;
-    let row_h = 14.0;
-    let labels_h = rows.len() as f64 * row_h + 6.0;
-    let a_top = title_h + labels_h;
-    let a_h = 150.0;
-    let b_top = a_top + a_h + 34.0;
-    let b_h = 130.0;
-    let axis_y = b_top + b_h;
-    let height = axis_y + 76.0;
+    (placed, rows.len())
+}
 
-    let mut s = svg::open(width, height);
-    let _ = write!(
-        s,
-        r##"<text x="4" y="17" font-size="15" font-weight="bold">{}</text><text x="{:.0}" y="17" fill="#555">{} · {nodes} nodes</text>"##,
-        escape(shoot),
-        12.0 + shoot.len() as f64 * 9.0,
-        escape(namespace)
-    );
-
-    // Backgrounds: silenced kubelets and etcd outages.
+/// The backgrounds of both panels: silenced kubelets and etcd outages.
+fn chart_backgrounds(
+    record: &Record,
+    shoot: &str,
+    nodes: usize,
+    frame: &Frame,
+    layout: ChartLayout,
+) -> String {
+    let ChartLayout { a_top, axis_y, .. } = layout;
+    let mut s = String::new();
     let silenced = record.silenced.get(shoot).cloned().unwrap_or_default();
-    for (from, to, n) in intervals(&silenced, range.1, |n| n > 0) {
+    for (from, to, n) in intervals(&silenced, frame.t1, |n| n > 0) {
         let (x0, x1) = (frame.x(from), frame.x(to));
         let _ = write!(
             s,
@@ -244,7 +266,7 @@ fn chart(
         );
     }
     let etcd = record.etcd_ready.get(shoot).cloned().unwrap_or_default();
-    for (from, to, _) in intervals(&etcd, range.1, |ready| !ready) {
+    for (from, to, _) in intervals(&etcd, frame.t1, |ready| !ready) {
         let (x0, x1) = (frame.x(from), frame.x(to));
         let _ = write!(
             s,
@@ -255,18 +277,30 @@ fn chart(
             a_top + 12.0
         );
     }
+    s
+}
 
-    // Panel A: expired-lease fraction.
+/// Panel A: the expired-lease fraction the prober found and the one the leases say, against
+/// the threshold.
+fn fraction_panel(
+    record: &Record,
+    shoot: &str,
+    threshold: f64,
+    frame: &Frame,
+    layout: ChartLayout,
+) -> String {
+    let ChartLayout { a_top, a_h, .. } = layout;
+    let mut s = String::new();
     let ya = |f: f64| a_top + a_h - f.clamp(0.0, 1.0) * a_h;
-    fraction_grid(&mut s, &frame, ya);
+    fraction_grid(&mut s, frame, ya);
     let _ = write!(
         s,
         r##"<text x="14" y="{:.1}" transform="rotate(-90 14 {:.1})" text-anchor="middle" fill="#333">expired leases</text>"##,
         a_top + a_h / 2.0,
         a_top + a_h / 2.0
     );
-    threshold_line(&mut s, &frame, ya(threshold), "", "threshold", threshold);
-    let path_of = |samples: &[(f64, Option<f64>)]| step_path(&frame, ya, samples);
+    threshold_line(&mut s, frame, ya(threshold), "", "threshold", threshold);
+    let path_of = |samples: &[(f64, Option<f64>)]| step_path(frame, ya, samples);
     // What the leases say (the sandbox reads them), then what the prober found in its runs:
     // the gap between the two is the prober's reaction time.
     let truth = path_of(record.lease_truth.get(shoot).map_or(&[][..], Vec::as_slice));
@@ -283,8 +317,19 @@ fn chart(
             r##"<path d="{seen}" fill="none" stroke="#1f4e9c" stroke-width="2"/>"##
         );
     }
+    s
+}
 
-    // Panel B: replicas.
+/// Panel B: each controller's replicas.
+fn replicas_panel(
+    record: &Record,
+    config: &SandboxConfig,
+    shoot: &str,
+    frame: &Frame,
+    layout: ChartLayout,
+) -> String {
+    let ChartLayout { b_top, b_h, .. } = layout;
+    let mut s = String::new();
     let max_replicas = record
         .replicas
         .get(shoot)
@@ -331,16 +376,26 @@ fn chart(
                 let _ = write!(path, " H{x:.1} V{y:.1}");
             }
         }
-        let _ = write!(path, " H{:.1}", frame.x(range.1));
+        let _ = write!(path, " H{:.1}", frame.x(frame.t1));
         let _ = write!(
             s,
             r##"<path d="{path}" fill="none" stroke="{}" stroke-width="2.5"/>"##,
             CONTROLLER_COLORS[i]
         );
     }
+    s
+}
 
-    // Markers: vertical lines from their label row down to the time axis.
-    for (m, x, row) in &placed {
+/// The markers: vertical lines from their label row down to the time axis.
+fn marker_lines(placed: &[(&Marker, f64, usize)], layout: ChartLayout) -> String {
+    let ChartLayout {
+        title_h,
+        row_h,
+        axis_y,
+        ..
+    } = layout;
+    let mut s = String::new();
+    for (m, x, row) in placed {
         let color = marker_color(m.kind);
         let label_y = title_h + (*row as f64 + 1.0) * row_h;
         let dash = if m.kind == MarkerKind::Step {
@@ -356,12 +411,14 @@ fn chart(
             escape(&m.label)
         );
     }
+    s
+}
 
-    // Time axis.
-    time_axis(&mut s, &frame, axis_y);
-
-    // Legend.
-    let ly = axis_y + 36.0;
+/// The legend below the time axis: the fraction lines, then the controllers on a line of
+/// their own.
+fn chart_legend(config: &SandboxConfig, frame: &Frame, layout: ChartLayout) -> String {
+    let mut s = String::new();
+    let ly = layout.axis_y + 36.0;
     let mut lx = frame.left;
     let mut legend = |s: &mut String, color: &str, text: &str, dashed: bool| {
         legend_entry(s, &mut lx, ly, color, text, dashed);
@@ -400,6 +457,43 @@ fn chart(
         frame.left,
         ly + 16.0
     );
+    s
+}
+
+/// The chart of one shoot as an inline SVG.
+fn chart(
+    record: &Record,
+    config: &SandboxConfig,
+    shoot: &str,
+    namespace: &str,
+    nodes: usize,
+    range: (f64, f64),
+) -> String {
+    let width = 1100.0;
+    let frame = Frame::new(range, width);
+    let markers = markers_for(record, shoot);
+    let (placed, label_rows) = place_marker_labels(&markers, &frame);
+    let layout = ChartLayout::new(label_rows);
+    let mut s = svg::open(width, layout.height);
+    let _ = write!(
+        s,
+        r##"<text x="4" y="17" font-size="15" font-weight="bold">{}</text><text x="{:.0}" y="17" fill="#555">{} · {nodes} nodes</text>"##,
+        escape(shoot),
+        12.0 + shoot.len() as f64 * 9.0,
+        escape(namespace)
+    );
+    s.push_str(&chart_backgrounds(record, shoot, nodes, &frame, layout));
+    s.push_str(&fraction_panel(
+        record,
+        shoot,
+        config.threshold(),
+        &frame,
+        layout,
+    ));
+    s.push_str(&replicas_panel(record, config, shoot, &frame, layout));
+    s.push_str(&marker_lines(&placed, layout));
+    time_axis(&mut s, &frame, layout.axis_y);
+    s.push_str(&chart_legend(config, &frame, layout));
     s.push_str("</svg>");
     s
 }
@@ -427,6 +521,44 @@ fn step_path(frame: &Frame, y: impl Fn(f64) -> f64, samples: &[(f64, Option<f64>
         }
     }
     path
+}
+
+/// Each zone's step lines in its colour: dotted, the fraction its leases say; solid, the
+/// fraction the prober reported (`y` maps a fraction to its height).
+fn zone_paths(
+    frame: &Frame,
+    y: impl Fn(f64) -> f64,
+    zones: &[&String],
+    truth: Option<&ZoneSamples>,
+    reported: Option<&ZoneSamples>,
+) -> String {
+    let mut s = String::new();
+    for (i, zone) in zones.iter().enumerate() {
+        let color = ZONE_COLORS[i % ZONE_COLORS.len()];
+        // Zones at the same fraction stay distinguishable.
+        let offset = i as f64 * 2.5;
+        let shifted = |f: f64| y(f) - offset;
+        if let Some(samples) = truth.and_then(|m| m.get(*zone)) {
+            let d = step_path(frame, shifted, samples);
+            if !d.is_empty() {
+                let _ = write!(
+                    s,
+                    r##"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.2" stroke-dasharray="3 3" opacity="0.7"/>"##
+                );
+            }
+        }
+        if let Some(samples) = reported.and_then(|m| m.get(*zone)) {
+            let d = step_path(frame, shifted, samples);
+            if !d.is_empty() {
+                let _ = write!(
+                    s,
+                    r##"<path class="zone-fraction" data-zone="{}" d="{d}" fill="none" stroke="{color}" stroke-width="2"/>"##,
+                    escape(zone)
+                );
+            }
+        }
+    }
+    s
 }
 
 /// The per-zone chart of a shoot whose nodes are in zones: each zone's expired-lease fraction
@@ -488,31 +620,7 @@ fn zone_chart(
             marker_color(m.kind)
         );
     }
-    for (i, zone) in zones.iter().enumerate() {
-        let color = ZONE_COLORS[i % ZONE_COLORS.len()];
-        // Zones at the same fraction stay distinguishable.
-        let offset = i as f64 * 2.5;
-        let shifted = |f: f64| y(f) - offset;
-        if let Some(samples) = truth.and_then(|m| m.get(*zone)) {
-            let d = step_path(&frame, shifted, samples);
-            if !d.is_empty() {
-                let _ = write!(
-                    s,
-                    r##"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.2" stroke-dasharray="3 3" opacity="0.7"/>"##
-                );
-            }
-        }
-        if let Some(samples) = reported.and_then(|m| m.get(*zone)) {
-            let d = step_path(&frame, shifted, samples);
-            if !d.is_empty() {
-                let _ = write!(
-                    s,
-                    r##"<path class="zone-fraction" data-zone="{}" d="{d}" fill="none" stroke="{color}" stroke-width="2"/>"##,
-                    escape(zone)
-                );
-            }
-        }
-    }
+    s.push_str(&zone_paths(&frame, y, &zones, truth, reported));
     time_axis(&mut s, &frame, axis_y);
     let ly = axis_y + 38.0;
     let mut lx = frame.left;
@@ -562,9 +670,8 @@ fn chart_range(record: &Record) -> (f64, f64) {
     (start, last.max(start + 1.0))
 }
 
-/// Renders the whole report.
-pub fn render(record: &Record, meta: &ReportMeta) -> String {
-    let mut h = String::new();
+/// The page's head and style, the run's title line, the configuration summary and the outcome.
+fn write_header(h: &mut String, meta: &ReportMeta) {
     h.push_str(r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>dependency-watchdog sandbox report</title><style>
 body{font-family:sans-serif;margin:24px;color:#222;max-width:1160px}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px}
@@ -589,9 +696,8 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
         );
     }
     h.push_str("</div>");
-    let config = &meta.config;
     let _ = write!(h, "<ul class=\"config\">");
-    for line in config.summary_lines() {
+    for line in meta.config.summary_lines() {
         let _ = write!(h, "<li>{}</li>", escape(&line));
     }
     h.push_str("</ul>");
@@ -607,6 +713,11 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
             );
         }
     }
+}
+
+/// The shoots' section: what the charts show, then each shoot's chart (and zone chart).
+fn write_shoots(h: &mut String, record: &Record, meta: &ReportMeta) {
+    let config = &meta.config;
     let range = chart_range(record);
     let _ = write!(
         h,
@@ -628,6 +739,10 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
             let _ = write!(h, "<div class=\"chart zones\">{zones}</div>");
         }
     }
+}
+
+/// The timeline as a table, story steps in bold.
+fn write_timeline(h: &mut String, record: &Record) {
     h.push_str("<h2>Timeline</h2><table><tr><th>time</th><th>shoot</th><th>what happened</th><th>why</th></tr>");
     for e in &record.entries {
         let class = if e.what.starts_with("──") {
@@ -645,6 +760,12 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
         );
     }
     h.push_str("</table>");
+}
+
+/// The configuration the watchdog ran (Gardener's, what was shortened, what was added) and the
+/// log files.
+fn write_configuration_and_logs(h: &mut String, meta: &ReportMeta) {
+    let config = &meta.config;
     let _ = write!(
         h,
         "<h2>Configuration</h2><p>Gardener's, as gardenlet generates it, with only these intervals shortened (Gardener's value → the sandbox's): {}.</p><p>Added on top, ours (Gardener's config has no zonal fields): zonal protection, {}; zoneLeaseFailureFraction {:.2} and minCandidatesPerZone {} are their defaults.</p><details><summary>prober (<code>--config-file</code>)</summary><pre>{}</pre></details><details><summary>weeder (<code>--config-file</code>)</summary><pre>{}</pre></details>",
@@ -666,6 +787,15 @@ pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}
         }
         h.push_str("</ul>");
     }
+}
+
+/// Renders the whole report.
+pub(crate) fn render(record: &Record, meta: &ReportMeta) -> String {
+    let mut h = String::new();
+    write_header(&mut h, meta);
+    write_shoots(&mut h, record, meta);
+    write_timeline(&mut h, record);
+    write_configuration_and_logs(&mut h, meta);
     h.push_str("</body></html>\n");
     h
 }

@@ -28,7 +28,7 @@ use crate::watchdog::Watchdog;
 
 /// One simulated shoot to create.
 #[derive(Debug, Clone, Copy)]
-pub struct ShootSpec {
+pub(crate) struct ShootSpec {
     /// Short name.
     pub name: &'static str,
     /// Nodes without a zone label (when `zones` is empty).
@@ -41,7 +41,7 @@ pub struct ShootSpec {
 
 impl ShootSpec {
     /// Node count.
-    pub fn node_count(&self) -> usize {
+    pub(crate) fn node_count(&self) -> usize {
         if self.zones.is_empty() {
             self.nodes
         } else {
@@ -51,7 +51,7 @@ impl ShootSpec {
 }
 
 /// The simulated shoots: `alpha` and `beta` without zones, `gamma` in three zones.
-pub const SHOOTS: [ShootSpec; 3] = [
+pub(crate) const SHOOTS: [ShootSpec; 3] = [
     ShootSpec {
         name: "alpha",
         nodes: 5,
@@ -72,18 +72,18 @@ pub const SHOOTS: [ShootSpec; 3] = [
     },
 ];
 /// Kubelet lease renew interval of the simulated nodes.
-pub const RENEW_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const RENEW_INTERVAL: Duration = Duration::from_secs(1);
 /// How long simulated pods take to start or stop after a Deployment is scaled: long enough
 /// that the levels of a flow are visible one after another on the chart.
-pub const POD_START_DELAY: Duration = Duration::from_secs(1);
+pub(crate) const POD_START_DELAY: Duration = Duration::from_secs(1);
 /// kube-apiserver pods per shoot.
-pub const KUBE_APISERVER_PODS: usize = 2;
+pub(crate) const KUBE_APISERVER_PODS: usize = 2;
 /// kube-scheduler pods per shoot.
-pub const KUBE_SCHEDULER_PODS: usize = 1;
+pub(crate) const KUBE_SCHEDULER_PODS: usize = 1;
 
 /// The pods [`Sandbox::crashloop`] put into CrashLoopBackOff.
 #[derive(Debug, Clone)]
-pub struct Crashlooped {
+pub(crate) struct Crashlooped {
     /// kube-apiserver pods (they need etcd).
     pub apiservers: Vec<String>,
     /// Pods that need the kube-apiserver (the kube-scheduler).
@@ -91,12 +91,12 @@ pub struct Crashlooped {
 }
 
 /// The shoot namespace of a short shoot name.
-pub fn namespace_of(shoot: &str) -> String {
+pub(crate) fn namespace_of(shoot: &str) -> String {
     format!("shoot--sandbox--{shoot}")
 }
 
 /// One simulated shoot.
-pub struct Shoot {
+pub(crate) struct Shoot {
     /// Short name.
     pub name: String,
     /// Shoot namespace in the seed.
@@ -114,7 +114,7 @@ pub struct Shoot {
 }
 
 /// Where the sandbox keeps its files.
-pub struct Workdir {
+pub(crate) struct Workdir {
     /// The directory.
     pub path: PathBuf,
     /// Removes the directory on drop unless kept.
@@ -123,7 +123,7 @@ pub struct Workdir {
 
 impl Workdir {
     /// A fresh temporary directory.
-    pub fn new() -> Result<Workdir> {
+    pub(crate) fn new() -> Result<Workdir> {
         let temp = tempfile::Builder::new()
             .prefix("dwd-sandbox-")
             .tempdir()
@@ -135,20 +135,20 @@ impl Workdir {
     }
 
     /// Keeps the directory after exit.
-    pub fn keep(&mut self) {
+    pub(crate) fn keep(&mut self) {
         if let Some(temp) = self.temp.take() {
             let _ = temp.keep();
         }
     }
 
     /// Whether the directory will be kept.
-    pub fn is_kept(&self) -> bool {
+    pub(crate) fn is_kept(&self) -> bool {
         self.temp.is_none()
     }
 }
 
 /// The running sandbox.
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     /// The journal (timeline and samples).
     pub journal: Arc<Journal>,
     /// The configs the watchdog runs.
@@ -177,60 +177,13 @@ fn write(path: &Path, content: &str) -> Result<()> {
 
 impl Sandbox {
     /// Brings everything up with the watchdog binary `bin`, narrating as it goes.
-    pub async fn start(
+    pub(crate) async fn start(
         journal: Arc<Journal>,
         dir: &Path,
         bin: &Path,
         config: Arc<SandboxConfig>,
     ) -> Result<Sandbox> {
-        // Located (or, on a machine's first run, built) before the spinner starts: the build
-        // reports its progress on stderr and a spinner would overwrite it.
-        let binaries = tokio::task::spawn_blocking(dwd_testenv::binaries)
-            .await
-            .context("locate the control-plane binaries")?
-            .context(
-                "locate the control-plane binaries (built once per machine from pinned Go modules)",
-            )?;
-        journal.log(
-            "-",
-            "starting etcd and the kube-apiservers seed, alpha, beta and gamma",
-            Some(format!(
-                "the real binaries, on loopback: {}",
-                binaries.kube_apiserver.display()
-            )),
-        );
-        journal.waiting(
-            "etcd and four kube-apiservers to be ready",
-            Duration::from_secs(120),
-        );
-        let started = async {
-            let env = TestEnv::start()
-                .await
-                .context("start the test environment")?;
-            let servers = tokio::try_join!(
-                env.start_apiserver_with("seed", ApiServerOptions::seed()),
-                env.start_apiserver(SHOOTS[0].name),
-                env.start_apiserver(SHOOTS[1].name),
-                env.start_apiserver(SHOOTS[2].name),
-            )
-            .context("start the kube-apiservers")?;
-            anyhow::Ok((env, servers))
-        }
-        .await;
-        journal.done_waiting();
-        let (env, (seed, alpha, beta, gamma)) = started?;
-        journal.log(
-            "-",
-            "control plane ready",
-            Some(format!(
-                "etcd {}, seed {}, alpha {}, beta {}, gamma {}",
-                env.etcd_url(),
-                seed.url(),
-                alpha.url(),
-                beta.url(),
-                gamma.url()
-            )),
-        );
+        let (env, [seed, alpha, beta, gamma]) = start_control_plane(&journal).await?;
 
         let seed_client = seed.client().await.context("seed client")?;
         let seed_kubeconfig = dir.join("seed.kubeconfig");
@@ -248,31 +201,7 @@ impl Sandbox {
             view.next_pod
                 .insert("scheduler".into(), KUBE_SCHEDULER_PODS);
             views.push(view);
-            journal.log(
-                name,
-                format!(
-                    "simulated shoot {}: {nodes} nodes, controllers KCM 2 / MCM 1 / CA 1, {KUBE_APISERVER_PODS} kube-apiserver pods and a kube-scheduler, {ETCD_SERVICE} and {KUBE_APISERVER_SERVICE} ready",
-                    shoot.namespace
-                ),
-                Some(format!(
-                    "kubelets renew their node leases every {}s{}",
-                    RENEW_INTERVAL.as_secs(),
-                    if shoot.zones.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; nodes in zones {} (label {})",
-                            shoot
-                                .zones
-                                .iter()
-                                .map(|(z, n)| format!("{z}: {}", n.join(", ")))
-                                .collect::<Vec<_>>()
-                                .join("; "),
-                            dwd_sim::ZONE_LABEL
-                        )
-                    }
-                )),
-            );
+            narrate_shoot(&journal, &shoot);
             journal.sample_silenced(name, 0);
             journal.sample_etcd(name, true);
             shoots.push(shoot);
@@ -323,37 +252,13 @@ impl Sandbox {
             env,
         };
         for w in [&sandbox.prober, &sandbox.weeder] {
-            if let Some(answer) = w.wait_ready(Duration::from_secs(10)).await? {
-                journal.log(
-                    "-",
-                    format!(
-                        "warning: dependency-watchdog {} alive but not ready after 10s",
-                        w.component
-                    ),
-                    Some(format!(
-                        "/readyz answers {answer}; going on, the story checks what it does"
-                    )),
-                );
-            }
-            journal.log(
-                "-",
-                format!(
-                    "dependency-watchdog {} running (pid {})",
-                    w.component,
-                    w.pid().map_or("?".into(), |p| p.to_string())
-                ),
-                Some(format!(
-                    "metrics http://{}/metrics, log {}",
-                    w.metrics,
-                    w.log.display()
-                )),
-            );
+            narrate_running(&journal, w).await?;
         }
         Ok(sandbox)
     }
 
     /// The shoot with this short name.
-    pub fn shoot(&self, name: &str) -> Result<&Shoot> {
+    pub(crate) fn shoot(&self, name: &str) -> Result<&Shoot> {
         self.shoots
             .iter()
             .find(|s| s.name == name)
@@ -361,7 +266,7 @@ impl Sandbox {
     }
 
     /// The shoots' short names, `alpha, beta, gamma`.
-    pub fn shoot_names(&self) -> String {
+    pub(crate) fn shoot_names(&self) -> String {
         self.shoots
             .iter()
             .map(|s| s.name.as_str())
@@ -370,12 +275,12 @@ impl Sandbox {
     }
 
     /// A copy of the monitor's view.
-    pub fn view(&self) -> View {
+    pub(crate) fn view(&self) -> View {
         lock(&self.view).clone()
     }
 
     /// Whether both watchdog processes still run; the error names the one that does not.
-    pub fn check_watchdogs(&self) -> Result<()> {
+    pub(crate) fn check_watchdogs(&self) -> Result<()> {
         for w in [&self.prober, &self.weeder] {
             w.check_running("")?;
         }
@@ -389,7 +294,7 @@ impl Sandbox {
     }
 
     /// Silences the first `n` kubelets of a shoot (and resumes the others).
-    pub fn silence(&self, shoot: &str, n: usize, why: &str) -> Result<()> {
+    pub(crate) fn silence(&self, shoot: &str, n: usize, why: &str) -> Result<()> {
         let s = self.shoot(shoot)?;
         let n = n.min(s.nodes);
         let kubelets = s.sim.kubelets();
@@ -426,12 +331,12 @@ impl Sandbox {
 
     /// Silences every kubelet of one zone of a shoot (a zone's NAT gateway fails); the other
     /// zones' kubelets keep their state.
-    pub fn silence_zone(&self, shoot: &str, zone: &str, why: &str) -> Result<()> {
+    pub(crate) fn silence_zone(&self, shoot: &str, zone: &str, why: &str) -> Result<()> {
         self.switch_zone(shoot, zone, true, why)
     }
 
     /// Lets the kubelets of one zone of a shoot renew again.
-    pub fn heal_zone(&self, shoot: &str, zone: &str, why: &str) -> Result<()> {
+    pub(crate) fn heal_zone(&self, shoot: &str, zone: &str, why: &str) -> Result<()> {
         self.switch_zone(shoot, zone, false, why)
     }
 
@@ -464,7 +369,7 @@ impl Sandbox {
     }
 
     /// Lets every kubelet of a shoot renew again.
-    pub fn heal(&self, shoot: &str, why: &str) -> Result<()> {
+    pub(crate) fn heal(&self, shoot: &str, why: &str) -> Result<()> {
         let s = self.shoot(shoot)?;
         s.sim.kubelets().resume_all();
         self.set_view(shoot, |v| v.silenced = 0);
@@ -478,7 +383,7 @@ impl Sandbox {
     }
 
     /// Stops a shoot's kube-apiserver (connections refused).
-    pub async fn stop_apiserver(&self, shoot: &str) -> Result<()> {
+    pub(crate) async fn stop_apiserver(&self, shoot: &str) -> Result<()> {
         let s = self.shoot(shoot)?;
         // Told first: the front door closes at once, the process takes a moment to exit.
         self.journal.log(
@@ -492,7 +397,7 @@ impl Sandbox {
     }
 
     /// Starts a stopped shoot kube-apiserver again.
-    pub async fn start_apiserver(&self, shoot: &str) -> Result<()> {
+    pub(crate) async fn start_apiserver(&self, shoot: &str) -> Result<()> {
         let s = self.shoot(shoot)?;
         s.api.start().await.context("start the kube-apiserver")?;
         self.set_view(shoot, |v| v.apiserver_up = true);
@@ -524,7 +429,7 @@ impl Sandbox {
     /// Puts every kube-apiserver pod of a shoot into CrashLoopBackOff, and with them what
     /// needs them: the kube-apiserver service loses its ready endpoints and the kube-scheduler
     /// crash-loops too (as in a seed whose etcd is gone).
-    pub async fn crashloop(&self, shoot: &str, why: &str) -> Result<Crashlooped> {
+    pub(crate) async fn crashloop(&self, shoot: &str, why: &str) -> Result<Crashlooped> {
         let s = self.shoot(shoot)?;
         let pods_of = |role: &str| -> Vec<String> {
             self.view()
@@ -568,12 +473,12 @@ impl Sandbox {
     }
 
     /// Makes etcd-main-client of a shoot not ready (etcd down).
-    pub async fn etcd_down(&self, shoot: &str, why: &str) -> Result<()> {
+    pub(crate) async fn etcd_down(&self, shoot: &str, why: &str) -> Result<()> {
         self.switch_etcd(shoot, false, why).await
     }
 
     /// Makes etcd-main-client of a shoot ready again (etcd back).
-    pub async fn etcd_up(&self, shoot: &str, why: &str) -> Result<()> {
+    pub(crate) async fn etcd_up(&self, shoot: &str, why: &str) -> Result<()> {
         self.switch_etcd(shoot, true, why).await
     }
 
@@ -611,7 +516,7 @@ impl Sandbox {
     }
 
     /// Pids of every process the sandbox runs.
-    pub fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         let mut pids = self.env.pids();
         pids.extend(self.prober.pid());
         pids.extend(self.weeder.pid());
@@ -620,7 +525,7 @@ impl Sandbox {
 
     /// Stops everything: watchdogs (SIGTERM, then SIGKILL), monitor, simulators, apiservers
     /// and etcd.
-    pub async fn teardown(self) {
+    pub(crate) async fn teardown(self) {
         let Sandbox {
             prober,
             weeder,
@@ -644,6 +549,121 @@ impl Sandbox {
         drop(shoots);
         env.teardown();
     }
+}
+
+/// Starts etcd and the kube-apiservers (seed, then the shoots in [`SHOOTS`]' order) from
+/// the real binaries, narrating; returns the environment and the four apiservers.
+async fn start_control_plane(journal: &Journal) -> Result<(TestEnv, [ApiServer; 4])> {
+    // Located (or, on a machine's first run, built) before the spinner starts: the build
+    // reports its progress on stderr and a spinner would overwrite it.
+    let binaries = tokio::task::spawn_blocking(dwd_testenv::binaries)
+        .await
+        .context("locate the control-plane binaries")?
+        .context(
+            "locate the control-plane binaries (built once per machine from pinned Go modules)",
+        )?;
+    journal.log(
+        "-",
+        "starting etcd and the kube-apiservers seed, alpha, beta and gamma",
+        Some(format!(
+            "the real binaries, on loopback: {}",
+            binaries.kube_apiserver.display()
+        )),
+    );
+    journal.waiting(
+        "etcd and four kube-apiservers to be ready",
+        Duration::from_secs(120),
+    );
+    let started = async {
+        let env = TestEnv::start()
+            .await
+            .context("start the test environment")?;
+        let servers = tokio::try_join!(
+            env.start_apiserver_with("seed", ApiServerOptions::seed()),
+            env.start_apiserver(SHOOTS[0].name),
+            env.start_apiserver(SHOOTS[1].name),
+            env.start_apiserver(SHOOTS[2].name),
+        )
+        .context("start the kube-apiservers")?;
+        anyhow::Ok((env, servers))
+    }
+    .await;
+    journal.done_waiting();
+    let (env, (seed, alpha, beta, gamma)) = started?;
+    journal.log(
+        "-",
+        "control plane ready",
+        Some(format!(
+            "etcd {}, seed {}, alpha {}, beta {}, gamma {}",
+            env.etcd_url(),
+            seed.url(),
+            alpha.url(),
+            beta.url(),
+            gamma.url()
+        )),
+    );
+    Ok((env, [seed, alpha, beta, gamma]))
+}
+
+/// Tells what a simulated shoot has: its nodes (and zones), controllers, pods and services.
+fn narrate_shoot(journal: &Journal, shoot: &Shoot) {
+    let nodes = shoot.nodes;
+    journal.log(
+        &shoot.name,
+        format!(
+            "simulated shoot {}: {nodes} nodes, controllers KCM 2 / MCM 1 / CA 1, {KUBE_APISERVER_PODS} kube-apiserver pods and a kube-scheduler, {ETCD_SERVICE} and {KUBE_APISERVER_SERVICE} ready",
+            shoot.namespace
+        ),
+        Some(format!(
+            "kubelets renew their node leases every {}s{}",
+            RENEW_INTERVAL.as_secs(),
+            if shoot.zones.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; nodes in zones {} (label {})",
+                    shoot
+                        .zones
+                        .iter()
+                        .map(|(z, n)| format!("{z}: {}", n.join(", ")))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    dwd_sim::ZONE_LABEL
+                )
+            }
+        )),
+    );
+}
+
+/// Waits (up to 10 s) for a watchdog process to be ready and tells that it runs, with a
+/// warning when it is alive but not ready.
+async fn narrate_running(journal: &Journal, w: &Watchdog) -> Result<()> {
+    if let Some(answer) = w.wait_ready(Duration::from_secs(10)).await? {
+        journal.log(
+            "-",
+            format!(
+                "warning: dependency-watchdog {} alive but not ready after 10s",
+                w.component
+            ),
+            Some(format!(
+                "/readyz answers {answer}; going on, the story checks what it does"
+            )),
+        );
+    }
+    journal.log(
+        "-",
+        format!(
+            "dependency-watchdog {} running (pid {})",
+            w.component,
+            w.pid().map_or("?".into(), |p| p.to_string())
+        ),
+        Some(format!(
+            "metrics http://{}/metrics, log {}",
+            w.metrics,
+            w.log.display()
+        )),
+    );
+    Ok(())
 }
 
 /// Creates one simulated shoot with its weeder-relevant objects.

@@ -18,7 +18,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use crate::config::{ETCD_SERVICE, KUBE_APISERVER_SERVICE, SandboxConfig};
 use crate::monitor::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION, ShootView, View};
-use crate::sandbox::{KUBE_APISERVER_PODS, KUBE_SCHEDULER_PODS, Sandbox};
+use crate::sandbox::{Crashlooped, KUBE_APISERVER_PODS, KUBE_SCHEDULER_PODS, Sandbox};
 
 const ALPHA: &str = "alpha";
 const BETA: &str = "beta";
@@ -48,7 +48,7 @@ const ZERO: [(&str, i32); 3] = [
 /// Polls `check` on the monitor's view every 100 ms until it returns `Ok`, showing a spinner
 /// with `what`; fails after `timeout` with what was expected and what was last seen, or as
 /// soon as a watchdog process dies.
-pub async fn wait_for<T>(
+pub(crate) async fn wait_for<T>(
     sb: &Sandbox,
     what: &str,
     timeout: Duration,
@@ -273,7 +273,7 @@ async fn wait_restored(sb: &Sandbox, name: &str, who: &str, timeout: Duration) -
 }
 
 /// Runs the story; returns its duration in seconds.
-pub async fn run(sb: &Sandbox) -> Result<f64> {
+pub(crate) async fn run(sb: &Sandbox) -> Result<f64> {
     let started = sb.journal.now();
     step1(sb).await.context("step 1/5 (all healthy)")?;
     step2(sb).await.context("step 2/5 (NAT outage in alpha)")?;
@@ -422,6 +422,20 @@ async fn step4(sb: &Sandbox) -> Result<()> {
         "4 etcd outage",
         "4/5  etcd outage: alpha's kube-apiserver pods crash-loop, and the kube-scheduler with them, until etcd is back",
     );
+    let looping = etcd_outage(sb).await?;
+    sb.etcd_up(ALPHA, "etcd is back").await?;
+    let back = sb.journal.now();
+    weeder_deletes_apiservers(sb, &looping.apiservers, back).await?;
+    if !looping.dependants.is_empty() {
+        weeder_deletes_dependants(sb, &looping.dependants, back).await?;
+    }
+    replacements_run(sb).await
+}
+
+/// Step 4's outage: once the weeders started at setup have ended, alpha's etcd goes down and
+/// its kube-apiservers and kube-scheduler crash-loop; the weeder leaves them alone while etcd
+/// is down. Returns the crash-looping pods.
+async fn etcd_outage(sb: &Sandbox) -> Result<Crashlooped> {
     let watch = sb.config.watch_duration();
     wait_for(
         sb,
@@ -484,22 +498,25 @@ async fn step4(sb: &Sandbox) -> Result<()> {
             "{ETCD_SERVICE} and {KUBE_APISERVER_SERVICE} have no ready endpoint: a restart would crash again"
         )),
     );
-    sb.etcd_up(ALPHA, "etcd is back").await?;
-    let back = sb.journal.now();
+    Ok(looping)
+}
+
+/// The weeder deletes the crash-looping kube-apiserver pods once etcd is back (at `back`).
+async fn weeder_deletes_apiservers(sb: &Sandbox, apiservers: &[String], back: f64) -> Result<()> {
     let deleted_at = wait_deleted(
         sb,
         "the weeder to delete the crash-looping kube-apiserver pods",
-        &looping.apiservers,
+        apiservers,
     )
     .await?;
     sb.journal.log(
         ALPHA,
         format!(
             "{} crash-looping kube-apiserver pods deleted {:.1}s after etcd came back",
-            if looping.apiservers.len() == 2 {
+            if apiservers.len() == 2 {
                 "both".to_string()
             } else {
-                format!("all {}", looping.apiservers.len())
+                format!("all {}", apiservers.len())
             },
             (deleted_at - back).max(0.0)
         ),
@@ -508,38 +525,47 @@ async fn step4(sb: &Sandbox) -> Result<()> {
                 .into(),
         ),
     );
-    if !looping.dependants.is_empty() {
-        let apiserver_back = wait_for(
-            sb,
-            &format!("{KUBE_APISERVER_SERVICE} to be ready again (a new kube-apiserver pod runs)"),
-            Duration::from_secs(15),
-            |v| {
-                let s = shoot(v, ALPHA)?;
-                match s.kube_apiserver_ready_since {
-                    Some(t) if s.kube_apiserver_ready && t >= back => Ok(t),
-                    _ => Err(format!("{KUBE_APISERVER_SERVICE} not ready")),
-                }
-            },
-        )
-        .await?;
-        let deleted_at = wait_deleted(
-            sb,
-            "the weeder to delete the crash-looping kube-scheduler",
-            &looping.dependants,
-        )
-        .await?;
-        sb.journal.log(
-            ALPHA,
-            format!(
-                "crash-looping {} deleted {:.1}s after {KUBE_APISERVER_SERVICE} was back",
-                looping.dependants.join(", "),
-                (deleted_at - apiserver_back).max(0.0)
-            ),
-            Some(format!(
-                "Gardener's weeder restarts control-plane pods whose role is neither main nor apiserver once the {KUBE_APISERVER_SERVICE} is back"
-            )),
-        );
-    }
+    Ok(())
+}
+
+/// The weeder deletes the crash-looping `dependants` (the kube-scheduler) once a new
+/// kube-apiserver runs and its service is ready again (after etcd came back at `back`).
+async fn weeder_deletes_dependants(sb: &Sandbox, dependants: &[String], back: f64) -> Result<()> {
+    let apiserver_back = wait_for(
+        sb,
+        &format!("{KUBE_APISERVER_SERVICE} to be ready again (a new kube-apiserver pod runs)"),
+        Duration::from_secs(15),
+        |v| {
+            let s = shoot(v, ALPHA)?;
+            match s.kube_apiserver_ready_since {
+                Some(t) if s.kube_apiserver_ready && t >= back => Ok(t),
+                _ => Err(format!("{KUBE_APISERVER_SERVICE} not ready")),
+            }
+        },
+    )
+    .await?;
+    let deleted_at = wait_deleted(
+        sb,
+        "the weeder to delete the crash-looping kube-scheduler",
+        dependants,
+    )
+    .await?;
+    sb.journal.log(
+        ALPHA,
+        format!(
+            "crash-looping {} deleted {:.1}s after {KUBE_APISERVER_SERVICE} was back",
+            dependants.join(", "),
+            (deleted_at - apiserver_back).max(0.0)
+        ),
+        Some(format!(
+            "Gardener's weeder restarts control-plane pods whose role is neither main nor apiserver once the {KUBE_APISERVER_SERVICE} is back"
+        )),
+    );
+    Ok(())
+}
+
+/// Step 4's end: the replacement pods run and alpha is healthy again, the others calm.
+async fn replacements_run(sb: &Sandbox) -> Result<()> {
     wait_for(
         sb,
         "the replacement kube-apiserver and kube-scheduler pods to run",
@@ -600,6 +626,13 @@ fn event_seen(sb: &Sandbox, reason: &str, since: f64) -> Result<(), String> {
 }
 
 async fn step5(sb: &Sandbox) -> Result<()> {
+    zone_outage(sb).await?;
+    zone_recovery(sb).await
+}
+
+/// Step 5's outage: gamma's zone [`ZONE`] cut off; its zonal controllers scaled down (and no
+/// other), the ZoneDisrupted Event written.
+async fn zone_outage(sb: &Sandbox) -> Result<()> {
     let zone_threshold = sb.config.zone_threshold();
     let threshold = sb.config.threshold();
     sb.journal.step(
@@ -675,7 +708,12 @@ async fn step5(sb: &Sandbox) -> Result<()> {
         ),
         Some("the zone's machines are not replaced and no new node is ordered into it, while the healthy zones keep their controllers".into()),
     );
+    Ok(())
+}
 
+/// Step 5's recovery: the zone healed; gamma's zonal controllers restored in level order, the
+/// ZoneRecovered Event written, the non-zonal ones never scaled.
+async fn zone_recovery(sb: &Sandbox) -> Result<()> {
     let healed = sb.journal.now();
     sb.heal_zone(
         GAMMA,

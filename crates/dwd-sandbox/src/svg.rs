@@ -4,7 +4,7 @@
 //! plotting dependency; this module keeps their common ground in one place.
 
 /// Escapes text for HTML and SVG, in element content and in quoted attribute values.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -20,7 +20,7 @@ pub fn escape(s: &str) -> String {
 }
 
 /// The opening tag of a chart's SVG, `width` × `height` (the height rounded to whole pixels).
-pub fn open(width: f64, height: f64) -> String {
+pub(crate) fn open(width: f64, height: f64) -> String {
     format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height:.0}" viewBox="0 0 {width} {height:.0}" font-family="sans-serif" font-size="11">"#
     )

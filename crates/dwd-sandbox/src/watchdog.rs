@@ -57,7 +57,7 @@ fn is_stale(bin: &Path, root: &Path) -> bool {
 /// Finds the `dependency-watchdog` binary: `$DWD_WATCHDOG_BIN`, else next to this
 /// executable (where cargo puts both); builds it with cargo when it is missing or older than
 /// its sources and the workspace is at hand.
-pub fn locate_binary(journal: &Journal) -> Result<PathBuf> {
+pub(crate) fn locate_binary(journal: &Journal) -> Result<PathBuf> {
     if let Some(bin) = std::env::var_os("DWD_WATCHDOG_BIN") {
         let bin = PathBuf::from(bin);
         if !bin.is_file() {
@@ -112,7 +112,7 @@ pub fn locate_binary(journal: &Journal) -> Result<PathBuf> {
 }
 
 /// One running `dependency-watchdog` subcommand; killed when dropped.
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     /// `prober` or `weeder`.
     pub component: &'static str,
     /// Combined stdout and stderr.
@@ -127,7 +127,7 @@ pub struct Watchdog {
 impl Watchdog {
     /// Starts `dependency-watchdog <component>` with `config` against the seed `kubeconfig`,
     /// metrics and health on free loopback ports, output to `<dir>/<component>.log`.
-    pub fn spawn(
+    pub(crate) fn spawn(
         bin: &Path,
         component: &'static str,
         config: &Path,
@@ -165,17 +165,17 @@ impl Watchdog {
     }
 
     /// Process id while running.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         lock(&self.process).pid()
     }
 
     /// Whether the process has exited.
-    pub fn has_exited(&self) -> bool {
+    pub(crate) fn has_exited(&self) -> bool {
         lock(&self.process).has_exited()
     }
 
     /// The end of its log, for error messages.
-    pub fn log_tail(&self, bytes: usize) -> String {
+    pub(crate) fn log_tail(&self, bytes: usize) -> String {
         log_tail(&self.log, bytes)
     }
 
@@ -186,7 +186,7 @@ impl Watchdog {
 
     /// Fails, naming the process and ending with its log, if it has exited; `when` says when
     /// it was found exited (e.g. ` during startup`, or nothing).
-    pub fn check_running(&self, when: &str) -> Result<()> {
+    pub(crate) fn check_running(&self, when: &str) -> Result<()> {
         if self.has_exited() {
             bail!(
                 "dependency-watchdog {} exited{when}; {}",
@@ -202,7 +202,7 @@ impl Watchdog {
     /// Returns `Ok(None)` when ready, `Ok(Some(last answer))` when `/readyz` still refused
     /// after `timeout` but the process is alive (`/healthz` 200): readiness is a secondary
     /// signal, so the sandbox goes on and lets the story judge what the watchdog does.
-    pub async fn wait_ready(&self, timeout: Duration) -> Result<Option<String>> {
+    pub(crate) async fn wait_ready(&self, timeout: Duration) -> Result<Option<String>> {
         let deadline = Instant::now() + timeout;
         let mut last = String::from("no answer yet");
         while Instant::now() < deadline {
@@ -225,7 +225,7 @@ impl Watchdog {
     }
 
     /// SIGTERM, then SIGKILL after a short grace period; reaps the process.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         lock(&self.process).stop(Duration::from_secs(3));
     }
 }

@@ -131,32 +131,40 @@ fn desired_status(d: &Deployment) -> Option<(i32, Option<i64>)> {
     (!matches).then_some((replicas, generation))
 }
 
-async fn run(client: kube::Client, options: DeploymentStatusOptions, counters: Arc<Counters>) {
+/// One watch of the Deployments `options` selects: one for all namespaces, or one a namespace
+/// listed.
+fn deployment_watches(
+    client: &kube::Client,
+    options: &DeploymentStatusOptions,
+) -> Vec<BoxStream<'static, Result<Deployment, watcher::Error>>> {
     let mut config = watcher::Config::default();
     if let Some(sel) = &options.label_selector {
         config = config.labels(sel);
     }
-    let streams: Vec<BoxStream<'static, Result<Deployment, watcher::Error>>> =
-        match &options.namespaces {
-            None => vec![
-                watcher(Api::<Deployment>::all(client.clone()), config)
-                    .default_backoff()
-                    .applied_objects()
-                    .boxed(),
-            ],
-            Some(namespaces) => namespaces
-                .iter()
-                .map(|ns| {
-                    watcher(
-                        Api::<Deployment>::namespaced(client.clone(), ns),
-                        config.clone(),
-                    )
-                    .default_backoff()
-                    .applied_objects()
-                    .boxed()
-                })
-                .collect(),
-        };
+    match &options.namespaces {
+        None => vec![
+            watcher(Api::<Deployment>::all(client.clone()), config)
+                .default_backoff()
+                .applied_objects()
+                .boxed(),
+        ],
+        Some(namespaces) => namespaces
+            .iter()
+            .map(|ns| {
+                watcher(
+                    Api::<Deployment>::namespaced(client.clone(), ns),
+                    config.clone(),
+                )
+                .default_backoff()
+                .applied_objects()
+                .boxed()
+            })
+            .collect(),
+    }
+}
+
+async fn run(client: kube::Client, options: DeploymentStatusOptions, counters: Arc<Counters>) {
+    let streams = deployment_watches(&client, &options);
     // An empty namespace list would make select_all end at once; that is fine: nothing to do.
     let mut events = futures::stream::select_all(streams);
     let concurrency = options.concurrency.max(1);

@@ -546,11 +546,73 @@ fn kubelet_status(spec: &NodeSpec, facts: &Facts) -> Map<String, Value> {
     }
 }
 
+/// The kubelet's create of the node: its labels, its annotations (the spec's on top of the
+/// kubelet's, CSI's and attach-detach's), its provider ID and `status_conditions`. Status
+/// written on create is kept for Nodes but owned by no one: owners come from the status writes
+/// after it.
+fn kubelet_create(spec: &NodeSpec, facts: &Facts, status_conditions: Vec<Value>) -> Value {
+    let mut annotations: BTreeMap<String, String> = [
+        ("alpha.kubernetes.io/provided-node-ip", facts.internal_ip()),
+        (
+            "csi.volume.kubernetes.io/nodeid",
+            json!({CSI_DRIVER: facts.instance_id}).to_string(),
+        ),
+        (
+            "volumes.kubernetes.io/controller-managed-attach-detach",
+            "true".into(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    annotations.extend(spec.annotations.clone());
+    let labels = labels(spec, facts);
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": spec.name, "labels": labels, "annotations": annotations},
+        "spec": {
+            "providerID": format!("aws:///{}/{}", facts.provider_zone, facts.instance_id),
+        },
+        "status": {"conditions": status_conditions},
+    })
+}
+
+/// The machine-controller-manager's last-applied annotation: the labels it puts on the node.
+fn mcm_last_applied(spec: &NodeSpec) -> Value {
+    let mcm_labels: BTreeMap<&str, &str> = [
+        ("node.kubernetes.io/role", "node"),
+        ("worker.garden.sapcloud.io/group", spec.pool.as_str()),
+        (POOL_LABEL, spec.pool.as_str()),
+        ("worker.gardener.cloud/system-components", "true"),
+    ]
+    .into_iter()
+    .collect();
+    json!({
+        "metadata": {"creationTimestamp": null, "labels": mcm_labels}, "spec": {}
+    })
+}
+
+/// The kube-controller-manager's status write of the volumes attached to the node, if any.
+fn volumes_attached(facts: &Facts) -> Option<NodeWrite> {
+    if facts.volumes.is_empty() {
+        return None;
+    }
+    let attached: Vec<Value> = facts
+        .volumes
+        .iter()
+        .map(|v| json!({"name": v, "devicePath": ""}))
+        .collect();
+    Some(NodeWrite {
+        manager: KUBE_CONTROLLER_MANAGER,
+        target: Target::Status,
+        body: json!({"status": {"volumesAttached": attached}}),
+    })
+}
+
 /// The writes that make the kubelet-sized node of `spec` at `now`, in order: the kubelet's
 /// create first; after it, each writer's patch.
 fn writes(spec: &NodeSpec, now: DateTime<Utc>) -> Vec<NodeWrite> {
     let facts = Facts::of(spec, now);
-    let ip = facts.internal_ip();
     let registered = facts.boot + Duration::seconds(20);
     let conditions = conditions(spec);
     let transition = |owner: &str| match owner {
@@ -578,51 +640,16 @@ fn writes(spec: &NodeSpec, now: DateTime<Utc>) -> Vec<NodeWrite> {
     };
 
     // The kubelet registers the node with the spec's conditions (what the watchdog reads is
-    // there from the first moment), its last heartbeat a while ago. Status written on create
-    // is kept for Nodes but owned by no one: owners come from the status writes below.
-    let mut annotations: BTreeMap<String, String> = [
-        ("alpha.kubernetes.io/provided-node-ip", ip.clone()),
-        (
-            "csi.volume.kubernetes.io/nodeid",
-            json!({CSI_DRIVER: facts.instance_id}).to_string(),
-        ),
-        (
-            "volumes.kubernetes.io/controller-managed-attach-detach",
-            "true".into(),
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    annotations.extend(spec.annotations.clone());
+    // there from the first moment), its last heartbeat a while ago.
     let spec_conditions: Vec<Value> = conditions
         .iter()
         .filter(|(_, c, _)| spec.conditions.contains(c))
         .map(|(owner, c, message)| condition_of(owner, c, message, now - Duration::seconds(40)))
         .collect();
-    let labels = labels(spec, &facts);
-    let create = json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": spec.name, "labels": labels, "annotations": annotations},
-        "spec": {
-            "providerID": format!("aws:///{}/{}", facts.provider_zone, facts.instance_id),
-        },
-        "status": {"conditions": spec_conditions},
-    });
+    let create = kubelet_create(spec, &facts, spec_conditions);
 
     let mut kubelet = kubelet_status(spec, &facts);
     kubelet.insert("conditions".into(), json!(owned_by(KUBELET_MANAGER)));
-    let mcm_labels: BTreeMap<&str, &str> = [
-        ("node.kubernetes.io/role", "node"),
-        ("worker.garden.sapcloud.io/group", spec.pool.as_str()),
-        (POOL_LABEL, spec.pool.as_str()),
-        ("worker.gardener.cloud/system-components", "true"),
-    ]
-    .into_iter()
-    .collect();
-    let last_applied = json!({
-        "metadata": {"creationTimestamp": null, "labels": mcm_labels}, "spec": {}
-    });
     let mut out = vec![
         NodeWrite {
             manager: KUBELET_MANAGER,
@@ -656,7 +683,7 @@ fn writes(spec: &NodeSpec, now: DateTime<Utc>) -> Vec<NodeWrite> {
             manager: MACHINE_CONTROLLER_MANAGER,
             target: Target::Node,
             body: json!({"metadata": {"annotations": {
-                MCM_LAST_APPLIED_ANNOTATION: last_applied.to_string()
+                MCM_LAST_APPLIED_ANNOTATION: mcm_last_applied(spec).to_string()
             }}}),
         },
         NodeWrite {
@@ -667,18 +694,7 @@ fn writes(spec: &NodeSpec, now: DateTime<Utc>) -> Vec<NodeWrite> {
             }}}),
         },
     ];
-    if !facts.volumes.is_empty() {
-        let attached: Vec<Value> = facts
-            .volumes
-            .iter()
-            .map(|v| json!({"name": v, "devicePath": ""}))
-            .collect();
-        out.push(NodeWrite {
-            manager: KUBE_CONTROLLER_MANAGER,
-            target: Target::Status,
-            body: json!({"status": {"volumesAttached": attached}}),
-        });
-    }
+    out.extend(volumes_attached(&facts));
     out
 }
 

@@ -256,6 +256,9 @@ async fn kubelets_survive_a_stopped_apiserver_and_stop_when_dropped() -> Result<
     Ok(())
 }
 
+// One shared apiserver-backed shoot walked through what it creates, then each node mutation on
+// it; the mutations build on the state the creation checks left.
+#[allow(clippy::too_many_lines)]
 #[tokio::test]
 async fn sim_shoot_creates_everything_and_node_mutations_apply() -> Result<()> {
     let shoot = shared_shoot().await?;

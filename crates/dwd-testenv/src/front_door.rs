@@ -575,6 +575,27 @@ fn trickled(body: hyper::body::Incoming, trickle: Trickle) -> ProxyBody {
     http_body_util::StreamBody::new(stream).boxed()
 }
 
+/// This client connection's own HTTP/1.1 connection to the apiserver at `backend`, driven on a
+/// task of its own; `None` when it cannot be opened (the client's connection is then dropped).
+async fn connect_upstream(
+    backend: SocketAddr,
+    upstream: Arc<rustls::ClientConfig>,
+) -> Option<hyper::client::conn::http1::SendRequest<ProxyBody>> {
+    let tcp = TcpStream::connect(backend).await.ok()?;
+    let _ = tcp.set_nodelay(true);
+    let server_name = rustls::pki_types::ServerName::IpAddress(backend.ip().into());
+    let up = tokio_rustls::TlsConnector::from(upstream)
+        .connect(server_name, tcp)
+        .await
+        .ok()?;
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake::<_, ProxyBody>(hyper_util::rt::TokioIo::new(up))
+            .await
+            .ok()?;
+    tokio::spawn(connection);
+    Some(sender)
+}
+
 /// Conflict-on-first-write and trickled-bodies modes: TLS terminated here, each request
 /// forwarded over a connection of our own to the apiserver (one per client connection,
 /// HTTP/1.1), the first write to each object answered 409 (when that mode is on) and
@@ -589,24 +610,9 @@ async fn serve_terminated(
     let Ok(tls) = acceptor.accept(client).await else {
         return;
     };
-    let Ok(tcp) = TcpStream::connect(backend).await else {
+    let Some(sender) = connect_upstream(backend, upstream).await else {
         return;
     };
-    let _ = tcp.set_nodelay(true);
-    let server_name = rustls::pki_types::ServerName::IpAddress(backend.ip().into());
-    let Ok(up) = tokio_rustls::TlsConnector::from(upstream)
-        .connect(server_name, tcp)
-        .await
-    else {
-        return;
-    };
-    let Ok((sender, connection)) =
-        hyper::client::conn::http1::handshake::<_, ProxyBody>(hyper_util::rt::TokioIo::new(up))
-            .await
-    else {
-        return;
-    };
-    tokio::spawn(connection);
     let sender = Arc::new(tokio::sync::Mutex::new(sender));
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let (sender, state) = (sender.clone(), state.clone());

@@ -486,6 +486,24 @@ struct ApiServerInner {
     own_etcd: Mutex<Option<ManagedProcess>>,
 }
 
+/// The kube-apiserver flags of [`ApiServerOptions::audit_log`]: every request at Metadata
+/// level, written as JSON to `dir/audit.log` in batches at most a second apart; the policy
+/// file is written to `dir`.
+fn audit_log_args(dir: &Path) -> Result<[String; 5], TestEnvError> {
+    let policy = dir.join("audit-policy.yaml");
+    write_file(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
+    )?;
+    Ok([
+        format!("--audit-policy-file={}", policy.display()),
+        format!("--audit-log-path={}", dir.join("audit.log").display()),
+        "--audit-log-format=json".into(),
+        "--audit-log-mode=batch".into(),
+        "--audit-log-batch-max-wait=1s".into(),
+    ])
+}
+
 /// Handle to one kube-apiserver of a [`TestEnv`]; cheap to clone.
 #[derive(Clone)]
 pub struct ApiServer {
@@ -511,14 +529,7 @@ impl ApiServer {
         let front_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, free_port()?));
         let d = &env.dir;
         let (own_etcd, etcd_url) = if options.own_etcd {
-            let (binary, data, log) = (
-                env.binaries.etcd.clone(),
-                dir.join("etcd"),
-                dir.join("etcd.log"),
-            );
-            let (etcd, url) = tokio::task::spawn_blocking(move || start_etcd(&binary, &data, &log))
-                .await
-                .map_err(|e| TestEnvError::Spawn(format!("etcd of {name}"), e.to_string()))??;
+            let (etcd, url) = Self::start_own_etcd(&env, &name, &dir).await?;
             (Some(etcd), url)
         } else {
             (None, env.etcd_url.clone())
@@ -550,19 +561,7 @@ impl ApiServer {
             "--profiling=false".into(),
         ];
         if options.audit_log {
-            let policy = dir.join("audit-policy.yaml");
-            write_file(
-                &policy,
-                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
-            )?;
-            args.push(format!("--audit-policy-file={}", policy.display()));
-            args.push(format!(
-                "--audit-log-path={}",
-                dir.join("audit.log").display()
-            ));
-            args.push("--audit-log-format=json".into());
-            args.push("--audit-log-mode=batch".into());
-            args.push("--audit-log-batch-max-wait=1s".into());
+            args.extend(audit_log_args(&dir)?);
         }
         args.extend(options.extra_args.iter().cloned());
 
@@ -593,6 +592,22 @@ impl ApiServer {
             server.install_crds().await?;
         }
         Ok(server)
+    }
+
+    /// An etcd of this apiserver's own, its data and log in `dir`; returns it and its URL.
+    async fn start_own_etcd(
+        env: &EnvInner,
+        name: &str,
+        dir: &Path,
+    ) -> Result<(ManagedProcess, String), TestEnvError> {
+        let (binary, data, log) = (
+            env.binaries.etcd.clone(),
+            dir.join("etcd"),
+            dir.join("etcd.log"),
+        );
+        tokio::task::spawn_blocking(move || start_etcd(&binary, &data, &log))
+            .await
+            .map_err(|e| TestEnvError::Spawn(format!("etcd of {name}"), e.to_string()))?
     }
 
     /// Name (and etcd prefix) of this apiserver.

@@ -151,6 +151,9 @@ async fn measure_watchdog(
 /// A Shoot as a production seed's Cluster embeds it: a few workers pools, the usual
 /// extensions and a status with Gardener's conditions, constraints and addresses. About
 /// 10 KiB of JSON.
+// One JSON literal shaped like a production Shoot, kept in that shape so it can be compared
+// with a real one field by field; cut up, its parts would no longer read as the object.
+#[allow(clippy::too_many_lines)]
 fn shoot(i: usize) -> Value {
     let name = format!("s{i:05}");
     let condition = |kind: &str| {
@@ -363,6 +366,31 @@ fn form_urlencode(token: &str) -> String {
         .collect()
 }
 
+/// Creates `cli.clusters` Clusters embedding `seed` and `cloud_profile`, `cli.parallel` at a
+/// time.
+async fn create_clusters(
+    api: &Api<DynamicObject>,
+    cli: &Cli,
+    seed: &Value,
+    cloud_profile: &Value,
+) -> Result<()> {
+    futures::stream::iter(0..cli.clusters)
+        .map(|i| {
+            let (api, object) = (api.clone(), cluster(i, seed, cloud_profile));
+            async move {
+                let object: DynamicObject = serde_json::from_value(object)?;
+                api.create(&PostParams::default(), &object)
+                    .await
+                    .with_context(|| format!("creating Cluster {i}"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(cli.parallel)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -383,20 +411,7 @@ async fn main() -> Result<()> {
     });
     eprintln!("one Cluster: {sizes}");
     let started = Instant::now();
-    futures::stream::iter(0..cli.clusters)
-        .map(|i| {
-            let (api, object) = (api.clone(), cluster(i, &seed, &cloud_profile));
-            async move {
-                let object: DynamicObject = serde_json::from_value(object)?;
-                api.create(&PostParams::default(), &object)
-                    .await
-                    .with_context(|| format!("creating Cluster {i}"))?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(cli.parallel)
-        .try_collect::<Vec<()>>()
-        .await?;
+    create_clusters(&api, &cli, &seed, &cloud_profile).await?;
     let created_s = started.elapsed().as_secs_f64();
     eprintln!("{} Clusters created in {created_s:.1}s", cli.clusters);
 

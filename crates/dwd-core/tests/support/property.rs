@@ -14,10 +14,10 @@
 use std::time::{Duration, Instant};
 
 /// SplitMix64: small, fast, good enough to explore inputs, reproducible from one `u64`.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -26,20 +26,20 @@ impl Rng {
     }
 
     /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
 
-    pub fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
 
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+    pub(crate) fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len() as u64) as usize]
     }
 
     /// A number spread over magnitudes: small ones often, huge ones sometimes.
-    pub fn magnitude(&mut self, max: u64) -> u64 {
+    pub(crate) fn magnitude(&mut self, max: u64) -> u64 {
         let bits = self.below(65);
         let v = if bits == 64 {
             self.next_u64()
@@ -52,7 +52,7 @@ impl Rng {
 
 /// The seed of this run: `DWD_PROPTEST_SEED`, else the clock; printed once so a failure can be
 /// replayed.
-pub fn run_seed() -> u64 {
+pub(crate) fn run_seed() -> u64 {
     static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *SEED.get_or_init(|| {
         let seed = std::env::var("DWD_PROPTEST_SEED")
@@ -70,7 +70,7 @@ pub fn run_seed() -> u64 {
 }
 
 /// How long each property runs: `DWD_PROPTEST_MILLIS`, default 1000 ms.
-pub fn budget() -> Duration {
+pub(crate) fn budget() -> Duration {
     let millis = std::env::var("DWD_PROPTEST_MILLIS")
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -79,7 +79,7 @@ pub fn budget() -> Duration {
 }
 
 /// FNV-1a of a property's name, so each property draws its own cases from the one run seed.
-pub fn fnv(s: &str) -> u64 {
+pub(crate) fn fnv(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.bytes() {
         h ^= u64::from(b);
@@ -90,7 +90,7 @@ pub fn fnv(s: &str) -> u64 {
 
 /// The cases of one property: at least `at_least` of them, then more until the budget is spent.
 /// Each case gets a seed of its own, named in a failure so the case can be found again.
-pub struct Cases {
+pub(crate) struct Cases {
     name: String,
     seeds: Rng,
     started: Instant,
@@ -101,7 +101,7 @@ pub struct Cases {
 }
 
 impl Cases {
-    pub fn new(name: &str, at_least: u64) -> Cases {
+    pub(crate) fn new(name: &str, at_least: u64) -> Cases {
         Cases {
             name: name.to_owned(),
             seeds: Rng(run_seed() ^ fnv(name)),
@@ -114,7 +114,7 @@ impl Cases {
 
     /// The next case's seed, or `None` (after printing how many cases ran) once there were
     /// enough cases and the budget is spent.
-    pub fn next_seed(&mut self) -> Option<u64> {
+    pub(crate) fn next_seed(&mut self) -> Option<u64> {
         if self.done >= self.at_least && self.started.elapsed() >= self.budget {
             eprintln!(
                 "property {}: {} cases in {:.2}s",
@@ -129,7 +129,7 @@ impl Cases {
     }
 
     /// Fails the test on the current case, which returned `failure`.
-    pub fn failed(&self, case_seed: u64, failure: &str) -> ! {
+    pub(crate) fn failed(&self, case_seed: u64, failure: &str) -> ! {
         panic!(
             "property {} failed on case {} (run seed {}, case seed {case_seed}):\n{failure}",
             self.name,
@@ -139,7 +139,7 @@ impl Cases {
     }
 
     /// Fails the test on the current case, which panicked (its input is printed above).
-    pub fn panicked(&self, case_seed: u64) -> ! {
+    pub(crate) fn panicked(&self, case_seed: u64) -> ! {
         panic!(
             "property {} panicked on case {} (run seed {}, case seed {case_seed}); the input is printed above",
             self.name,
@@ -152,7 +152,7 @@ impl Cases {
 // --- the edits the text mutators share ------------------------------------------------------
 
 /// A text's lines (one empty line for an empty text) and one of them picked to edit.
-pub fn lines_to_edit(rng: &mut Rng, text: &str) -> (Vec<String>, usize) {
+pub(crate) fn lines_to_edit(rng: &mut Rng, text: &str) -> (Vec<String>, usize) {
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     if lines.is_empty() {
         lines.push(String::new());
@@ -164,7 +164,7 @@ pub fn lines_to_edit(rng: &mut Rng, text: &str) -> (Vec<String>, usize) {
 /// The edits every mutator makes, its `choice`s 0 to 2: remove line `i`, duplicate it, swap it
 /// with a random line. Returns whether `choice` was one of them (for other choices, nothing is
 /// done and nothing drawn).
-pub fn move_line(rng: &mut Rng, lines: &mut Vec<String>, i: usize, choice: u64) -> bool {
+pub(crate) fn move_line(rng: &mut Rng, lines: &mut Vec<String>, i: usize, choice: u64) -> bool {
     match choice {
         0 => {
             lines.remove(i);
@@ -183,7 +183,7 @@ pub fn move_line(rng: &mut Rng, lines: &mut Vec<String>, i: usize, choice: u64) 
 }
 
 /// Inserts one of `chars` (YAML syntax) at a random place of `line`.
-pub fn insert_char(rng: &mut Rng, line: &mut String, chars: &[char]) {
+pub(crate) fn insert_char(rng: &mut Rng, line: &mut String, chars: &[char]) {
     let c = *rng.pick(chars);
     let at = (0..=line.len())
         .filter(|&k| line.is_char_boundary(k))
