@@ -369,8 +369,22 @@ pub(crate) struct DeletionFailureLabels {
 impl Metrics {
     /// Registers every metric under the `dwd` prefix.
     pub fn register(&self, registry: &mut Registry) {
-        let r = registry.sub_registry_with_prefix("dwd");
-        let p = r.sub_registry_with_prefix("prober");
+        let p = registry
+            .sub_registry_with_prefix("dwd")
+            .sub_registry_with_prefix("prober");
+        self.register_probe_runs(p);
+        self.register_run_memory(p);
+        self.register_per_shoot(p);
+        self.register_zones_and_flows(p);
+        let w = registry
+            .sub_registry_with_prefix("dwd")
+            .sub_registry_with_prefix("weeder");
+        self.register_weeder(w);
+        self.register_common(registry);
+    }
+
+    /// The prober's runs (`dwd_prober_*`): durations, results, scale operations, failures.
+    fn register_probe_runs(&self, p: &mut Registry) {
         p.register(
             "probe_run_duration_seconds",
             "Duration of probe runs (the scaling flows run beside them)",
@@ -411,6 +425,10 @@ impl Metrics {
             "Shoot responses cut off past the response size limits, per shoot",
             self.oversized_responses.clone(),
         );
+    }
+
+    /// The probe runs' memory budget (`dwd_prober_run_memory_*`, `dwd_prober_runs_not_made`).
+    fn register_run_memory(&self, p: &mut Registry) {
         p.register(
             "run_memory_held_bytes",
             "Bytes the probe runs in flight hold of the memory budget (reserves and responses)",
@@ -431,6 +449,10 @@ impl Metrics {
             "Probe runs not made, or ended, for want of room in the memory budget, by cause (the prober's doing, not the shoot's)",
             self.run_memory.not_made.clone(),
         );
+    }
+
+    /// Each shoot's last finding and its place in the memory budget's line.
+    fn register_per_shoot(&self, p: &mut Registry) {
         p.register(
             "expired_lease_fraction",
             "Last expired node-lease fraction per shoot",
@@ -456,6 +478,10 @@ impl Metrics {
             "1 while a decision is pending for the shoot (its probe runs get room first)",
             self.shoot_decision_pending.clone(),
         );
+    }
+
+    /// Zones, scaling flows, probe supervision and the Cluster loop.
+    fn register_zones_and_flows(&self, p: &mut Registry) {
         p.register(
             "zone_expired_lease_fraction",
             "Last expired node-lease fraction per shoot and zone (node label topology.kubernetes.io/zone)",
@@ -486,9 +512,10 @@ impl Metrics {
             "Cluster reconcile errors",
             self.reconcile_errors.clone(),
         );
-        let w = registry
-            .sub_registry_with_prefix("dwd")
-            .sub_registry_with_prefix("weeder");
+    }
+
+    /// The weeder's (`dwd_weeder_*`).
+    fn register_weeder(&self, w: &mut Registry) {
         w.register(
             "active_weeders",
             "Weeders running now",
@@ -504,6 +531,11 @@ impl Metrics {
             "Deletions of crash-looping pods that failed all their attempts, by service and reason",
             self.pod_deletion_failures.clone(),
         );
+    }
+
+    /// Both subcommands' (`dwd_*`), and the standard families, without prefix and with
+    /// client-go's help texts.
+    fn register_common(&self, registry: &mut Registry) {
         let c = registry.sub_registry_with_prefix("dwd");
         c.register(
             "leader",
@@ -525,7 +557,6 @@ impl Metrics {
             "Kubernetes Events by outcome: published, dropped (queue full) or failed",
             self.events.clone(),
         );
-        // The standard families, without prefix and with client-go's help texts.
         registry.register(
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",

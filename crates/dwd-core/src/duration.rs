@@ -89,12 +89,55 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, DurationError> {
     }
 }
 
+/// The largest magnitude of a Go duration, in nanoseconds (`1 << 63`).
+const LIMIT: u64 = 1 << 63;
+
+/// Go's `leadingInt`: the digits at the start of `s` as a number, whether there were any, and
+/// the rest; `None` once the number passes `1 << 63`.
+fn leading_int(s: &str) -> Option<(u64, bool, &str)> {
+    let len = s.bytes().take_while(u8::is_ascii_digit).count();
+    let (digits, rest) = s.split_at(len);
+    let mut whole: u64 = 0;
+    for d in digits.bytes() {
+        if whole > LIMIT / 10 {
+            return None;
+        }
+        whole = whole * 10 + u64::from(d - b'0');
+        if whole > LIMIT {
+            return None;
+        }
+    }
+    Some((whole, !digits.is_empty(), rest))
+}
+
+/// Go's `leadingFraction` of `s` (after the dot): `(fraction, scale, whether there were
+/// digits)` and the rest; digits that no longer fit are skipped, not an error.
+fn leading_fraction(s: &str) -> ((u64, f64, bool), &str) {
+    let len = s.bytes().take_while(u8::is_ascii_digit).count();
+    let (digits, rest) = s.split_at(len);
+    let (mut frac, mut scale) = (0u64, 1.0f64);
+    let mut skipping = false;
+    for d in digits.bytes() {
+        if skipping || frac > (LIMIT - 1) / 10 {
+            skipping = true;
+            continue;
+        }
+        let next = frac * 10 + u64::from(d - b'0');
+        if next > LIMIT {
+            skipping = true;
+            continue;
+        }
+        frac = next;
+        scale *= 10.0;
+    }
+    ((frac, scale, !digits.is_empty()), rest)
+}
+
 /// Parses a duration exactly as Go's `time.ParseDuration` does, negative values included, into
 /// Go's `time.Duration` (signed nanoseconds). The reference's config fields are
 /// `metav1.Duration`s, which accept whatever `ParseDuration` accepts; the caller decides what a
 /// negative value means.
 pub fn parse_go_duration_nanos(s: &str) -> Result<i64, DurationError> {
-    const LIMIT: u64 = 1 << 63;
     let input = s;
     let syntax = || DurationError::Syntax {
         input: input.to_owned(),
@@ -124,44 +167,18 @@ pub fn parse_go_duration_nanos(s: &str) -> Result<i64, DurationError> {
             return Err(syntax());
         }
         // Integer part (Go's leadingInt: an error once it passes 1<<63).
-        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let (int_digits, after_int) = rest.split_at(int_len);
+        let (whole, int_digits, after_int) = leading_int(rest).ok_or_else(overflow)?;
         rest = after_int;
-        let mut whole: u64 = 0;
-        for d in int_digits.bytes() {
-            if whole > LIMIT / 10 {
-                return Err(overflow());
-            }
-            whole = whole * 10 + u64::from(d - b'0');
-            if whole > LIMIT {
-                return Err(overflow());
-            }
-        }
         // Fraction (Go's leadingFraction: digits that no longer fit are skipped, not an error).
-        let mut frac: u64 = 0;
-        let mut scale: f64 = 1.0;
-        let mut has_frac = false;
-        if let Some(after_dot) = rest.strip_prefix('.') {
-            let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
-            let (digits, after_frac) = after_dot.split_at(frac_len);
-            has_frac = !digits.is_empty();
-            let mut skipping = false;
-            for d in digits.bytes() {
-                if skipping || frac > (LIMIT - 1) / 10 {
-                    skipping = true;
-                    continue;
-                }
-                let next = frac * 10 + u64::from(d - b'0');
-                if next > LIMIT {
-                    skipping = true;
-                    continue;
-                }
-                frac = next;
-                scale *= 10.0;
+        let (frac, scale, has_frac) = match rest.strip_prefix('.') {
+            Some(after_dot) => {
+                let (fraction, after_frac) = leading_fraction(after_dot);
+                rest = after_frac;
+                fraction
             }
-            rest = after_frac;
-        }
-        if int_digits.is_empty() && !has_frac {
+            None => (0, 1.0, false),
+        };
+        if !int_digits && !has_frac {
             return Err(syntax());
         }
         // Unit: everything up to the next digit or dot.

@@ -229,72 +229,11 @@ impl ProberConfig {
             }
         });
 
-        let backoff_jitter_factor = f
-            .float("backoffJitterFactor", &mut cx)
-            .or(DEFAULT_BACKOFF_JITTER_FACTOR);
-        if let Some(j) = backoff_jitter_factor {
-            if j < 0.0 {
-                cx.warn(
-                    "backoffJitterFactor",
-                    format_args!(
-                        "{j} is negative and means no jitter, like 0 (as in the reference)"
-                    ),
-                );
-            }
-            if probe_interval.is_some_and(|i| crate::schedule::jitter_can_overflow(i, j)) {
-                cx.warn(
-                    "backoffJitterFactor",
-                    format_args!(
-                        "{j} times probeInterval can exceed Go's largest duration (about 292 years): as in the reference, every run whose random delay overflows follows the previous one at once, without pause"
-                    ),
-                );
-            }
-        }
+        let backoff_jitter_factor = backoff_jitter_factor(&mut f, &mut cx, probe_interval);
 
-        // validate: MustNotBeZeroDuration("KCMNodeMonitorGraceDuration") rejects exactly zero;
-        // a negative value passes and makes every lease count as expired.
-        let kcm_grace = match f.duration("kcmNodeMonitorGraceDuration", &mut cx) {
-            Got::Absent => Some(DEFAULT_KCM_NODE_MONITOR_GRACE),
-            Got::Invalid => None,
-            Got::Value(0) => {
-                cx.problem(
-                    "kcmNodeMonitorGraceDuration",
-                    "must not be zero (every lease would count as expired at once); the reference refuses it too",
-                );
-                None
-            }
-            Got::Value(ns) => {
-                if ns < 0 {
-                    cx.warn(
-                        "kcmNodeMonitorGraceDuration",
-                        format_args!(
-                            "{} is negative: every lease counts as expired at once, so every shoot with at least 2 candidate nodes is scaled down (the reference does the same); set KCM's node-monitor-grace-period (40s by default)",
-                            go_string(ns)
-                        ),
-                    );
-                }
-                Some(nanos_to_duration(ns))
-            }
-        };
+        let kcm_grace = kcm_grace(&mut f, &mut cx);
 
-        let node_lease_failure_fraction = f
-            .float("nodeLeaseFailureFraction", &mut cx)
-            .or(DEFAULT_NODE_LEASE_FAILURE_FRACTION);
-        match node_lease_failure_fraction {
-            Some(x) if x <= 0.0 => cx.warn(
-                "nodeLeaseFailureFraction",
-                format_args!(
-                    "{x} is reached even when no lease has expired: every shoot with at least 2 candidate nodes is scaled down on every run (the reference does the same); use a fraction in (0, 1] such as 0.6"
-                ),
-            ),
-            Some(x) if x > 1.0 => cx.warn(
-                "nodeLeaseFailureFraction",
-                format_args!(
-                    "{x} is above 1 and can never be reached: no shoot is ever scaled down, so there is no meltdown protection (the reference does the same); use a fraction in (0, 1] such as 0.6"
-                ),
-            ),
-            _ => {}
-        }
+        let node_lease_failure_fraction = node_lease_failure_fraction(&mut f, &mut cx);
 
         let success_threshold = threshold(&mut f, "successThreshold", &mut cx);
         let failure_threshold = threshold(&mut f, "failureThreshold", &mut cx);
@@ -310,18 +249,11 @@ impl ProberConfig {
 
         if let Some(infos) = &infos {
             warn_duplicate_targets(infos, &mut cx);
-            let zonal = infos.iter().any(|i| i.scale_down_on_zone_outage);
-            for (given, key) in [
+            let given = [
                 (zone_fraction_given, "zoneLeaseFailureFraction"),
                 (min_candidates_given, "minCandidatesPerZone"),
-            ] {
-                if given && !zonal {
-                    cx.warn(
-                        key,
-                        "no target has scaleDownOnZoneOutage: true, so zonal protection is not configured: disrupted zones are reported (events, metrics, explain) but nothing is scaled for them",
-                    );
-                }
-            }
+            ];
+            warn_zone_fields_without_zonal_targets(infos, given, &mut cx);
         }
 
         let config = (|| {
@@ -345,6 +277,104 @@ impl ProberConfig {
 }
 
 /// Our hysteresis thresholds: absent means 1; when given, an integer from 1 up.
+/// `backoffJitterFactor`, warned about when negative or when it can overflow the schedule of
+/// `probe_interval`.
+fn backoff_jitter_factor(
+    f: &mut Fields<'_>,
+    cx: &mut Ctx,
+    probe_interval: Option<Duration>,
+) -> Option<f64> {
+    let backoff_jitter_factor = f
+        .float("backoffJitterFactor", cx)
+        .or(DEFAULT_BACKOFF_JITTER_FACTOR);
+    if let Some(j) = backoff_jitter_factor {
+        if j < 0.0 {
+            cx.warn(
+                "backoffJitterFactor",
+                format_args!("{j} is negative and means no jitter, like 0 (as in the reference)"),
+            );
+        }
+        if probe_interval.is_some_and(|i| crate::schedule::jitter_can_overflow(i, j)) {
+            cx.warn(
+                "backoffJitterFactor",
+                format_args!(
+                    "{j} times probeInterval can exceed Go's largest duration (about 292 years): as in the reference, every run whose random delay overflows follows the previous one at once, without pause"
+                ),
+            );
+        }
+    }
+    backoff_jitter_factor
+}
+
+/// `kcmNodeMonitorGraceDuration`.
+fn kcm_grace(f: &mut Fields<'_>, cx: &mut Ctx) -> Option<Duration> {
+    // validate: MustNotBeZeroDuration("KCMNodeMonitorGraceDuration") rejects exactly zero;
+    // a negative value passes and makes every lease count as expired.
+    match f.duration("kcmNodeMonitorGraceDuration", cx) {
+        Got::Absent => Some(DEFAULT_KCM_NODE_MONITOR_GRACE),
+        Got::Invalid => None,
+        Got::Value(0) => {
+            cx.problem(
+                "kcmNodeMonitorGraceDuration",
+                "must not be zero (every lease would count as expired at once); the reference refuses it too",
+            );
+            None
+        }
+        Got::Value(ns) => {
+            if ns < 0 {
+                cx.warn(
+                    "kcmNodeMonitorGraceDuration",
+                    format_args!(
+                        "{} is negative: every lease counts as expired at once, so every shoot with at least 2 candidate nodes is scaled down (the reference does the same); set KCM's node-monitor-grace-period (40s by default)",
+                        go_string(ns)
+                    ),
+                );
+            }
+            Some(nanos_to_duration(ns))
+        }
+    }
+}
+
+/// `nodeLeaseFailureFraction`, warned about when it scales every shoot down or none.
+fn node_lease_failure_fraction(f: &mut Fields<'_>, cx: &mut Ctx) -> Option<f64> {
+    let node_lease_failure_fraction = f
+        .float("nodeLeaseFailureFraction", cx)
+        .or(DEFAULT_NODE_LEASE_FAILURE_FRACTION);
+    match node_lease_failure_fraction {
+        Some(x) if x <= 0.0 => cx.warn(
+            "nodeLeaseFailureFraction",
+            format_args!(
+                "{x} is reached even when no lease has expired: every shoot with at least 2 candidate nodes is scaled down on every run (the reference does the same); use a fraction in (0, 1] such as 0.6"
+            ),
+        ),
+        Some(x) if x > 1.0 => cx.warn(
+            "nodeLeaseFailureFraction",
+            format_args!(
+                "{x} is above 1 and can never be reached: no shoot is ever scaled down, so there is no meltdown protection (the reference does the same); use a fraction in (0, 1] such as 0.6"
+            ),
+        ),
+        _ => {}
+    }
+    node_lease_failure_fraction
+}
+
+/// Warns about each zonal field `given` (whether, which) when no target of `infos` is zonal.
+fn warn_zone_fields_without_zonal_targets(
+    infos: &[DependentResourceInfo],
+    given: [(bool, &'static str); 2],
+    cx: &mut Ctx,
+) {
+    let zonal = infos.iter().any(|i| i.scale_down_on_zone_outage);
+    for (given, key) in given {
+        if given && !zonal {
+            cx.warn(
+                key,
+                "no target has scaleDownOnZoneOutage: true, so zonal protection is not configured: disrupted zones are reported (events, metrics, explain) but nothing is scaled for them",
+            );
+        }
+    }
+}
+
 fn threshold(f: &mut Fields<'_>, key: &'static str, cx: &mut Ctx) -> Option<u32> {
     let got = f.int(key, cx);
     u32_from(got, (key, DEFAULT_THRESHOLD), 1, "", cx)
