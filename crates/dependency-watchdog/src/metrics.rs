@@ -1031,25 +1031,20 @@ where
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_metric_is_exposed_and_per_shoot_series_are_forgotten() {
-        let m = Metrics::default();
-        let mut registry = Registry::default();
-        m.register(&mut registry);
-        let shoot = ShootLabels {
-            shoot: "shoot--p--s".into(),
-        };
-        m.shoot_probe_runs.get_or_create(&shoot).inc();
-        m.api_server_probe_failures.get_or_create(&shoot).inc();
-        m.lease_probe_failures.get_or_create(&shoot).inc();
-        m.oversized_responses.get_or_create(&shoot).inc();
-        m.expired_lease_fraction.get_or_create(&shoot).set(0.5);
+    /// Gives every family a series (families without series are not encoded at all), the
+    /// per-shoot ones for `shoot`.
+    fn one_series_in_every_family(m: &Metrics, shoot: &ShootLabels) {
+        m.shoot_probe_runs.get_or_create(shoot).inc();
+        m.api_server_probe_failures.get_or_create(shoot).inc();
+        m.lease_probe_failures.get_or_create(shoot).inc();
+        m.oversized_responses.get_or_create(shoot).inc();
+        m.expired_lease_fraction.get_or_create(shoot).set(0.5);
         m.expired_lease_fraction_timestamp
-            .get_or_create(&shoot)
+            .get_or_create(shoot)
             .set(1.7e9);
-        m.shoot_waiting_for_room.get_or_create(&shoot).set(1);
-        m.shoot_decision_pending.get_or_create(&shoot).set(1);
-        m.shoot_slow_runs.get_or_create(&shoot).set(2);
+        m.shoot_waiting_for_room.get_or_create(shoot).set(1);
+        m.shoot_decision_pending.get_or_create(shoot).set(1);
+        m.shoot_slow_runs.get_or_create(shoot).set(2);
         m.run_memory
             .waiting
             .get_or_create(&crate::memory_budget::LevelLabels {
@@ -1068,7 +1063,6 @@ mod tests {
                 direction: DirectionLabel::Down,
             })
             .inc();
-        // Families without series are not encoded at all; give each one a series.
         m.probe_runs
             .get_or_create(&RunLabels {
                 result: RunResult::ScaleUp,
@@ -1108,6 +1102,17 @@ mod tests {
                 outcome: EventOutcome::Dropped,
             })
             .inc();
+    }
+
+    #[test]
+    fn every_metric_is_exposed_and_per_shoot_series_are_forgotten() {
+        let m = Metrics::default();
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        let shoot = ShootLabels {
+            shoot: "shoot--p--s".into(),
+        };
+        one_series_in_every_family(&m, &shoot);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
         for name in [
@@ -1308,6 +1313,31 @@ mod tests {
         assert_eq!(max_open_files("nothing"), None);
     }
 
+    /// An apiserver for the request counter: `/fail` fails, `/hang` never answers, a `PATCH`
+    /// is answered 429, anything else 200.
+    async fn answer(req: http::Request<()>) -> Result<http::Response<()>, &'static str> {
+        match req.uri().path() {
+            "/fail" => Err("connection refused"),
+            "/hang" => std::future::pending().await,
+            _ => Ok(http::Response::builder()
+                .status(if req.method() == http::Method::PATCH {
+                    429
+                } else {
+                    200
+                })
+                .body(())
+                .expect("response")),
+        }
+    }
+
+    fn request(method: http::Method, path: &str) -> http::Request<()> {
+        http::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(())
+            .expect("request")
+    }
+
     #[tokio::test]
     async fn requests_are_counted_by_code_method_and_host_once_each() {
         use tower::{Layer, Service, ServiceExt};
@@ -1326,29 +1356,7 @@ mod tests {
             "10.0.0.1"
         );
         let layer = CountRequestsLayer::new(host);
-        let mut svc = layer.layer(tower::service_fn(|req: http::Request<()>| async move {
-            match req.uri().path() {
-                "/fail" => Err("connection refused"),
-                "/hang" => std::future::pending().await,
-                _ => Ok::<_, &str>(
-                    http::Response::builder()
-                        .status(if req.method() == http::Method::PATCH {
-                            429
-                        } else {
-                            200
-                        })
-                        .body(())
-                        .expect("response"),
-                ),
-            }
-        }));
-        let request = |method: http::Method, path: &str| {
-            http::Request::builder()
-                .method(method)
-                .uri(path)
-                .body(())
-                .expect("request")
-        };
+        let mut svc = layer.layer(tower::service_fn(answer));
         // (method, path, whether the request fails: no answer)
         let sent = [
             (http::Method::GET, "/version", false),

@@ -596,6 +596,36 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
 
+    /// The book of [`an_agreement_and_an_expired_sighting_are_counted_kept_and_rendered`], as
+    /// text and JSON, whole and selected.
+    fn check_rendered(shadow: &Shadow) {
+        let text = shadow.render_text(&Selection::parse(None));
+        assert!(
+            text.contains(
+                "shoot--p--a: scale down: both agree; the acting watchdog 7.0 s after us"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("our latest finding: 0/3 node leases expired"),
+            "{text}"
+        );
+        assert!(
+            shadow
+                .render_json(&Selection::parse(None))
+                .contains("\"only_reference\"")
+        );
+        // The disagreements alone, the newest first cut to `last`.
+        let only = shadow.render_text(&Selection::parse(Some("only=disagreements&last=5")));
+        assert!(only.contains("the last 1 disagreements:"), "{only}");
+        assert!(!only.contains("both agree"), "{only}");
+        let json = shadow.render_json(&Selection::parse(Some("last=1")));
+        assert!(
+            json.contains("only_reference") && !json.contains("\"agree\""),
+            "{json}"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_agreement_and_an_expired_sighting_are_counted_kept_and_rendered() {
         let shadow = Shadow::new(Component::Prober, Duration::from_secs(60));
@@ -643,31 +673,7 @@ mod tests {
             records[1].our_latest_finding.as_deref(),
             Some("0/3 node leases expired: no scaling")
         );
-        let text = shadow.render_text(&Selection::parse(None));
-        assert!(
-            text.contains(
-                "shoot--p--a: scale down: both agree; the acting watchdog 7.0 s after us"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("our latest finding: 0/3 node leases expired"),
-            "{text}"
-        );
-        assert!(
-            shadow
-                .render_json(&Selection::parse(None))
-                .contains("\"only_reference\"")
-        );
-        // The disagreements alone, the newest first cut to `last`.
-        let only = shadow.render_text(&Selection::parse(Some("only=disagreements&last=5")));
-        assert!(only.contains("the last 1 disagreements:"), "{only}");
-        assert!(!only.contains("both agree"), "{only}");
-        let json = shadow.render_json(&Selection::parse(Some("last=1")));
-        assert!(
-            json.contains("only_reference") && !json.contains("\"agree\""),
-            "{json}"
-        );
+        check_rendered(&shadow);
         let count = |verdict: &str| {
             shadow
                 .metrics

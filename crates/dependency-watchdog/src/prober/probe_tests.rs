@@ -84,6 +84,43 @@ struct Harness {
     t0: Instant,
 }
 
+/// The seed (the two targets as `mode` wants them, a running Machine per node) and the shoot
+/// (a Ready node and its lease per age in `ages`, named `n1`…).
+fn world(mode: Mode, ages: [Duration; 3]) -> (FakeSeed, FakeSeed) {
+    let seed = FakeSeed::default();
+    seed.lock().status_delay = Some(Duration::from_secs(1));
+    for name in ["kcm", "mcm"] {
+        match mode {
+            Mode::ShadowOfMarkedTargets => seed.create(
+                &DEPLOYMENT,
+                NS,
+                name,
+                0,
+                &[(MELTDOWN_ANNOTATION, ""), (REPLICAS_ANNOTATION, "2")],
+            ),
+            _ => seed.create(&DEPLOYMENT, NS, name, 2, &[]),
+        }
+    }
+    let shoot = FakeSeed::default();
+    for (i, age) in ages.into_iter().enumerate() {
+        let node = format!("n{}", i + 1);
+        seed.insert(
+            "machines",
+            json!({"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+                "metadata": {"name": format!("m-{node}"), "namespace": NS,
+                             "labels": {"node": node}},
+                "status": {"currentStatus": {"phase": "Running"}}}),
+        );
+        shoot.insert(
+            "nodes",
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
+        shoot.insert("leases", lease(&node, age));
+    }
+    (seed, shoot)
+}
+
 fn settings(grace: Duration) -> ProbeSpec {
     ProbeSpec {
         settings: EffectiveProbeSettings {
@@ -145,37 +182,7 @@ impl Harness {
         ))
         .expect("config")
         .config;
-        let seed = FakeSeed::default();
-        seed.lock().status_delay = Some(Duration::from_secs(1));
-        for name in ["kcm", "mcm"] {
-            match mode {
-                Mode::ShadowOfMarkedTargets => seed.create(
-                    &DEPLOYMENT,
-                    NS,
-                    name,
-                    0,
-                    &[(MELTDOWN_ANNOTATION, ""), (REPLICAS_ANNOTATION, "2")],
-                ),
-                _ => seed.create(&DEPLOYMENT, NS, name, 2, &[]),
-            }
-        }
-        let shoot = FakeSeed::default();
-        for (i, age) in ages.into_iter().enumerate() {
-            let node = format!("n{}", i + 1);
-            seed.insert(
-                "machines",
-                json!({"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
-                    "metadata": {"name": format!("m-{node}"), "namespace": NS,
-                                 "labels": {"node": node}},
-                    "status": {"currentStatus": {"phase": "Running"}}}),
-            );
-            shoot.insert(
-                "nodes",
-                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-            );
-            shoot.insert("leases", lease(&node, age));
-        }
+        let (seed, shoot) = world(mode, ages);
         let caches = caches(&seed, &config).await;
         let metrics = Arc::new(Metrics::default());
         let shadow = match mode {
