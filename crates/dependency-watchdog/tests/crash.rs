@@ -12,7 +12,7 @@ use std::time::Duration;
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::process::ManagedProcess;
-use dwd_testenv::{ApiServerOptions, TestEnv, eventually};
+use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};
 use harness::in_process::deployment_state;
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -70,6 +70,26 @@ async fn wait_for(client: &kube::Client, ns: &str, want: &[(&str, i32)]) {
     .expect("replicas");
 }
 
+/// The shoot of this test: 5 nodes renewing every 250 ms, KCM at 3, MCM and CA at 2 replicas.
+async fn create_shoot(client: &kube::Client, shoot_api: &ApiServer) -> SimShoot {
+    let mut options = SimShootOptions::new("shoot--crash--one")
+        .with_nodes(5)
+        .with_renew_interval(Duration::from_millis(250));
+    options.deployments = vec![
+        ("kube-controller-manager".into(), 3),
+        ("machine-controller-manager".into(), 2),
+        ("cluster-autoscaler".into(), 2),
+    ];
+    SimShoot::create(
+        client.clone(),
+        shoot_api.client().await.expect("c"),
+        shoot_api.kubeconfig(),
+        options,
+    )
+    .await
+    .expect("shoot")
+}
+
 #[tokio::test]
 async fn sigkill_mid_flow_then_restart_finishes_and_restores_recorded_replicas() {
     let env = TestEnv::shared().await.expect("env");
@@ -80,22 +100,7 @@ async fn sigkill_mid_flow_then_restart_finishes_and_restores_recorded_replicas()
         .expect("seed");
     let shoot_api = env.start_apiserver("crash-shoot").await.expect("shoot");
     let client = seed.client().await.expect("client");
-    let mut options = SimShootOptions::new("shoot--crash--one")
-        .with_nodes(5)
-        .with_renew_interval(Duration::from_millis(250));
-    options.deployments = vec![
-        ("kube-controller-manager".into(), 3),
-        ("machine-controller-manager".into(), 2),
-        ("cluster-autoscaler".into(), 2),
-    ];
-    let shoot = SimShoot::create(
-        client.clone(),
-        shoot_api.client().await.expect("c"),
-        shoot_api.kubeconfig(),
-        options,
-    )
-    .await
-    .expect("shoot");
+    let shoot = create_shoot(&client, &shoot_api).await;
     let ns = shoot.namespace().to_string();
     let dir = std::env::temp_dir().join(format!("dwd-crash-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

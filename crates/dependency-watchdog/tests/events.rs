@@ -74,6 +74,73 @@ async fn uid_of_deployment(client: &kube::Client, ns: &str, name: &str) -> Strin
         .expect("uid")
 }
 
+/// Checks every scale-down decision on the Cluster: the first names every target in order, a
+/// retried flow's later ones a tail of that order; all are `Normal` `Scale` events from the
+/// prober, on the cluster-scoped Cluster (so in `default`, with no namespace in `regarding`).
+fn assert_scale_down_decisions(decisions: &[Event], cluster_uid: &str) {
+    let all = "kube-controller-manager, machine-controller-manager, cluster-autoscaler";
+    for (i, e) in decisions.iter().enumerate() {
+        let (reason, scaled) = note(e)
+            .split_once(": ")
+            .unwrap_or_else(|| panic!("{:?}", note(e)));
+        assert_down_reason(reason);
+        let targets = scaled
+            .strip_prefix("scaling down ")
+            .unwrap_or_else(|| panic!("{scaled:?}"));
+        if i == 0 {
+            assert_eq!(targets, all);
+        } else {
+            assert!(all.ends_with(targets), "retry decision {scaled:?}");
+        }
+        assert_eq!(e.type_.as_deref(), Some("Normal"));
+        assert_eq!(e.action.as_deref(), Some("Scale"));
+        assert_eq!(e.reporting_controller.as_deref(), Some(PROBER));
+        assert_eq!(e.metadata.namespace.as_deref(), Some("default"));
+        let r = e.regarding.as_ref().expect("regarding");
+        assert_eq!(
+            r.api_version.as_deref(),
+            Some("extensions.gardener.cloud/v1alpha1")
+        );
+        assert_eq!(r.namespace, None);
+        assert_eq!(r.uid.as_deref(), Some(cluster_uid));
+    }
+}
+
+/// Waits for the one scale-down event on target `name`'s Deployment and checks it names the
+/// replicas it came `from`, the lease reason, and that Deployment by UID.
+async fn assert_scaled_down_event(seed: &kube::Client, ns: &str, name: &str, from: i32) {
+    let found = wait_events(seed, ns, "Deployment", name, REASON_SCALED_DOWN).await;
+    assert_eq!(found.len(), 1, "{name}: {found:?}");
+    let text = note(&found[0]);
+    let prefix = format!("scaled down from {from} to 0: ");
+    let reason = text
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{name}: {text:?}"));
+    assert_down_reason(reason);
+    let r = found[0].regarding.as_ref().expect("regarding");
+    assert_eq!(r.namespace.as_deref(), Some(ns));
+    assert_eq!(
+        r.uid.as_deref(),
+        Some(uid_of_deployment(seed, ns, name).await.as_str()),
+        "{name}"
+    );
+    assert_eq!(found[0].reporting_controller.as_deref(), Some(PROBER));
+}
+
+/// Waits for the one scale-up event on target `name`'s Deployment and checks it names the
+/// replicas it went `to` and the lease reason.
+async fn assert_scaled_up_event(seed: &kube::Client, ns: &str, name: &str, to: i32) {
+    let found = wait_events(seed, ns, "Deployment", name, REASON_SCALED_UP).await;
+    assert_eq!(found.len(), 1, "{name}: {found:?}");
+    let text = note(&found[0]);
+    assert!(
+        text.starts_with(&format!("scaled up from 0 to {to}: "))
+            && text.contains(" node leases expired (")
+            && text.ends_with(" < 0.60)"),
+        "{name}: {text:?}"
+    );
+}
+
 #[tokio::test]
 async fn scaling_decisions_are_events_on_the_cluster_and_on_every_target() {
     let h = harness().await;
@@ -106,32 +173,7 @@ async fn scaling_decisions_are_events_on_the_cluster_and_on_every_target() {
     // stopped at a slow target is retried by a later run, whose decision lists only what is
     // left: the first decision names every target, later ones a tail of the same order.
     let decisions = wait_events(&seed, "default", "Cluster", &ns, REASON_SCALE_DOWN).await;
-    let all = "kube-controller-manager, machine-controller-manager, cluster-autoscaler";
-    for (i, e) in decisions.iter().enumerate() {
-        let (reason, scaled) = note(e)
-            .split_once(": ")
-            .unwrap_or_else(|| panic!("{:?}", note(e)));
-        assert_down_reason(reason);
-        let targets = scaled
-            .strip_prefix("scaling down ")
-            .unwrap_or_else(|| panic!("{scaled:?}"));
-        if i == 0 {
-            assert_eq!(targets, all);
-        } else {
-            assert!(all.ends_with(targets), "retry decision {scaled:?}");
-        }
-        assert_eq!(e.type_.as_deref(), Some("Normal"));
-        assert_eq!(e.action.as_deref(), Some("Scale"));
-        assert_eq!(e.reporting_controller.as_deref(), Some(PROBER));
-        assert_eq!(e.metadata.namespace.as_deref(), Some("default"));
-        let r = e.regarding.as_ref().expect("regarding");
-        assert_eq!(
-            r.api_version.as_deref(),
-            Some("extensions.gardener.cloud/v1alpha1")
-        );
-        assert_eq!(r.namespace, None);
-        assert_eq!(r.uid.as_deref(), Some(cluster_uid.as_str()));
-    }
+    assert_scale_down_decisions(&decisions, &cluster_uid);
     if decisions.len() > 1 {
         eprintln!(
             "{} scale-down decisions (a flow was retried): {:?}",
@@ -157,22 +199,7 @@ async fn scaling_decisions_are_events_on_the_cluster_and_on_every_target() {
 
     // One event per target, on the Deployment, with the replicas and the reason.
     for (name, from) in [(KCM, 3), (MCM, 2), (CA, 2)] {
-        let found = wait_events(&seed, &ns, "Deployment", name, REASON_SCALED_DOWN).await;
-        assert_eq!(found.len(), 1, "{name}: {found:?}");
-        let text = note(&found[0]);
-        let prefix = format!("scaled down from {from} to 0: ");
-        let reason = text
-            .strip_prefix(&prefix)
-            .unwrap_or_else(|| panic!("{name}: {text:?}"));
-        assert_down_reason(reason);
-        let r = found[0].regarding.as_ref().expect("regarding");
-        assert_eq!(r.namespace.as_deref(), Some(ns.as_str()));
-        assert_eq!(
-            r.uid.as_deref(),
-            Some(uid_of_deployment(&seed, &ns, name).await.as_str()),
-            "{name}"
-        );
-        assert_eq!(found[0].reporting_controller.as_deref(), Some(PROBER));
+        assert_scaled_down_event(&seed, &ns, name, from).await;
     }
 
     shoot.kubelets().resume_all();
@@ -185,15 +212,7 @@ async fn scaling_decisions_are_events_on_the_cluster_and_on_every_target() {
     );
     eprintln!("Cluster event: {last}");
     for (name, to) in [(KCM, 3), (MCM, 2), (CA, 2)] {
-        let found = wait_events(&seed, &ns, "Deployment", name, REASON_SCALED_UP).await;
-        assert_eq!(found.len(), 1, "{name}: {found:?}");
-        let text = note(&found[0]);
-        assert!(
-            text.starts_with(&format!("scaled up from 0 to {to}: "))
-                && text.contains(" node leases expired (")
-                && text.ends_with(" < 0.60)"),
-            "{name}: {text:?}"
-        );
+        assert_scaled_up_event(&seed, &ns, name, to).await;
     }
 
     let metrics = h.metrics_text();

@@ -419,6 +419,28 @@ struct ShootSpec {
     renew_every: Duration,
 }
 
+impl ShootSpec {
+    /// The simulated shoot of this spec in namespace `ns`, in scenario `name`: the targets at
+    /// their replicas, Node names of its own, and its grace period in its Cluster.
+    fn sim_options(&self, name: &str, ns: &str) -> SimShootOptions {
+        let mut options = SimShootOptions::new(ns)
+            .with_nodes(self.nodes)
+            .with_renew_interval(self.renew_every);
+        if self.kubelet_sized {
+            options = options.with_kubelet_sized_nodes();
+        }
+        options.node_prefix = format!("{name}-{}-", self.name);
+        options.deployments = TARGETS.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+        options.deployment_status_delay = Some(Duration::from_millis(150));
+        if let Some(grace) = self.grace {
+            let mut state = options.resolved_shoot_state();
+            state.node_monitor_grace_period = Some(grace.to_string());
+            options.shoot_state = Some(state);
+        }
+        options
+    }
+}
+
 fn shoot(name: &'static str) -> ShootSpec {
     ShootSpec {
         name,
@@ -535,20 +557,7 @@ impl World {
         let mut shoots = Vec::new();
         for spec in specs {
             let ns = format!("shoot--{name}--{}", spec.name);
-            let mut options = SimShootOptions::new(&ns)
-                .with_nodes(spec.nodes)
-                .with_renew_interval(spec.renew_every);
-            if spec.kubelet_sized {
-                options = options.with_kubelet_sized_nodes();
-            }
-            options.node_prefix = format!("{name}-{}-", spec.name);
-            options.deployments = TARGETS.iter().map(|(n, r)| (n.to_string(), *r)).collect();
-            options.deployment_status_delay = Some(Duration::from_millis(150));
-            if let Some(grace) = spec.grace {
-                let mut state = options.resolved_shoot_state();
-                state.node_monitor_grace_period = Some(grace.to_string());
-                options.shoot_state = Some(state);
-            }
+            let options = spec.sim_options(name, &ns);
             let kubeconfig = spec
                 .kubeconfig
                 .unwrap_or_else(|| shoots_api.kubeconfig().to_string());
@@ -1305,6 +1314,10 @@ async fn shoot_apiserver_flapping() -> Result<()> {
 /// nothing else; a throttled shoot run scales nothing (no scale-up while every run is
 /// answered 429, though the kubelets are back) and, after a 429 that ended a run, the next
 /// run waits 10 s (SPEC 2.2.6); once the storm ends the shoot is restored.
+// A round is a seed storm mid scale-down, then a shoot storm while o recovers; the 10 s spacing
+// is judged from run ends timed against that same storm's start and end, so each round reads
+// as one timeline.
+#[allow(clippy::too_many_lines)]
 #[tokio::test]
 async fn retry_after_storms_on_seed_and_shoot() -> Result<()> {
     let (_serial, mut rng, w) = World::outage_and_healthy_scenario("storms", CONFIG).await?;
@@ -1513,6 +1526,10 @@ const TRICKLE_GRACE: &str = "4s";
 /// (`probeTimeout` raised to 6 s, the shoot's leases expiring 3 s after renewal): the lists
 /// succeed, lease expiry is judged at the moment each list was asked for, and the healthy
 /// shoot is never scaled down although every list ends after its leases' expiry.
+// Two phases through one door: every body trickling (nothing scaled, o scaled on schedule),
+// then, after a restart, only lease lists trickling; the second phase starts from the world
+// the first left recovered, so the two read in order.
+#[allow(clippy::too_many_lines)]
 #[tokio::test]
 async fn trickling_response_bodies_from_a_shoot_apiserver() -> Result<()> {
     let _serial = serial().await;
@@ -1847,6 +1864,10 @@ async fn retry_after_longer_than_the_calls_deadline() -> Result<()> {
 /// and exits; the other replica takes the lease after it expired and finishes the flow
 /// (restoring the recorded replicas after a partition mid scale-up). Then the partition heals
 /// and what the old leader had sent into it reaches the seed late — it must change nothing.
+// The replica that takes over after one partition is the leader partitioned next (mid
+// scale-down, then mid scale-up, round after round): the handover threads through the loop,
+// which reads best as one sequence of partitions and late writes.
+#[allow(clippy::too_many_lines)]
 #[tokio::test]
 async fn leader_partitioned_from_the_seed_past_its_renew_deadline_mid_flow() -> Result<()> {
     let (_serial, mut rng, w) = World::outage_and_healthy_scenario("leader", CONFIG).await?;
@@ -2064,6 +2085,10 @@ fn pod_deletions(audit_log: &Path) -> Result<BTreeMap<(String, String), (u32, u3
 /// started again: it finds the slices ready at start). Every crash-looping dependant is
 /// deleted, exactly once by the seed's audit log; healthy pods and pods of other roles never
 /// are.
+// Each round lays out its namespaces, strikes one fault mid-deletion and carries the pods to
+// keep and the deletions seen into the closing audit-log count; the rounds and that final
+// exactly-once check are one ledger, read top to bottom.
+#[allow(clippy::too_many_lines)]
 #[tokio::test]
 async fn weeder_under_seed_restarts_storms_and_sigkill() -> Result<()> {
     let _serial = serial().await;
@@ -2396,6 +2421,10 @@ fn counted_at_least(metrics: &str, family: &str, prefix: &str, at_least: f64) ->
         .count()
 }
 
+// Baseline, bulk shoots added and removed while a shoot in outage is protected, then back to
+// the baseline: the last checks compare series, connections, fds and threads with what the
+// first step measured, so the steps keep their order in one function.
+#[allow(clippy::too_many_lines)]
 #[tokio::test]
 async fn thousands_of_shoots_added_and_removed() -> Result<()> {
     let _serial = serial().await;
@@ -2730,6 +2759,10 @@ fn not_made(metrics: &str) -> BTreeMap<String, f64> {
 /// kubelet-sized Nodes (about 20 KiB each) whose one run hangs (so it is classed slow), which
 /// then loses its kubelets: it is scaled down within the protection bound, and restored
 /// within it once they renew. With `starved`, the prober gets 200 millicores.
+// Issue 34's story in order: the hanging shoots are first classed slow, then o hangs once,
+// loses its kubelets and must be scaled down, then restored, each within the bound from the
+// moment before; every check's message carries what the watchdog said about o so far.
+#[allow(clippy::too_many_lines)]
 async fn a_once_slow_shoot_among_hanging_shoots_is_protected_within_the_bound(
     name: &'static str,
     starved: Starved,

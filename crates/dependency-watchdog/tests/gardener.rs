@@ -391,6 +391,112 @@ async fn replicas(
 
 // --- the prober -----------------------------------------------------------------------------
 
+/// Waits until shoot `ns` has had `min` probe runs.
+async fn wait_probe_runs(wd: &Watchdog, ns: &str, min: f64) -> Result<()> {
+    wd.until(&format!("{min} probe runs"), || async {
+        let m = wd.metrics().await?;
+        Ok((sum(&m, "dwd_prober_shoot_probe_runs_total", &[("shoot", ns)]) >= min).then_some(()))
+    })
+    .await
+}
+
+/// MCM and CA (scale-down level 0) went down no later than KCM (level 1), as the replica log
+/// saw it: its times are what the order is judged by.
+fn check_scale_down_order(replica_log: &ReplicaLog) -> Result<()> {
+    let down = |t: &str| {
+        replica_log
+            .when(t, |r| r == 0)
+            .context("no scale-down seen")
+    };
+    let (kcm_down, mcm_down, ca_down) = (down(KCM)?, down(MCM)?, down(CA)?);
+    ensure!(
+        mcm_down <= kcm_down && ca_down <= kcm_down,
+        "scale-down order: MCM {:?}, CA {:?} after KCM",
+        mcm_down.saturating_duration_since(kcm_down),
+        ca_down.saturating_duration_since(kcm_down)
+    );
+    Ok(())
+}
+
+/// KCM (scale-up level 0) came back first, MCM (level 1) at least its initialDelay later, CA
+/// last, as the replica log saw it.
+fn check_scale_up_order(replica_log: &ReplicaLog) -> Result<()> {
+    let up = |t: &str| replica_log.when(t, |r| r > 0).context("no scale-up seen");
+    let (kcm_up, mcm_up, ca_up) = (up(KCM)?, up(MCM)?, up(CA)?);
+    ensure!(
+        mcm_up.duration_since(kcm_up) >= MCM_UP_DELAY.saturating_sub(Duration::from_millis(200))
+            && ca_up >= mcm_up,
+        "scale-up order: KCM, then MCM {:?} later (want ≥ {MCM_UP_DELAY:?}), then CA {:?} after MCM",
+        mcm_up.saturating_duration_since(kcm_up),
+        ca_up.saturating_duration_since(mcm_up)
+    );
+    Ok(())
+}
+
+/// Not one API-server or lease probe of shoot `ns` failed over `rotations` token rotations
+/// (which only the message reports).
+async fn check_no_probe_failures(wd: &Watchdog, ns: &str, rotations: u64) -> Result<()> {
+    let m = wd.metrics().await?;
+    let runs = sum(&m, "dwd_prober_shoot_probe_runs_total", &[("shoot", ns)]);
+    let api_failures = sum(
+        &m,
+        "dwd_prober_api_server_probe_failures_total",
+        &[("shoot", ns)],
+    );
+    let lease_failures = sum(
+        &m,
+        "dwd_prober_lease_probe_failures_total",
+        &[("shoot", ns)],
+    );
+    ensure!(
+        api_failures == 0.0 && lease_failures == 0.0,
+        "{api_failures} API-server and {lease_failures} lease probe failures in {runs} runs over \
+         {rotations} token rotations\n{}",
+        wd.tail()
+    );
+    Ok(())
+}
+
+/// The scaling story as core/v1 Events about the prober's `pod` in garden (a ScaledDown one
+/// naming each target), and the refused events.k8s.io ones counted, none failed.
+async fn check_scaling_events(
+    wd: &Watchdog,
+    admin: &kube::Client,
+    pod: &str,
+    ns: &str,
+) -> Result<()> {
+    for reason in ["ScaleDown", "ScaledDown", "ScaleUp", "ScaledUp"] {
+        wd.until(&format!("a {reason} event about pod {pod}"), || async {
+            Ok((!pod_events(admin, pod, reason).await?.is_empty()).then_some(()))
+        })
+        .await?;
+    }
+    let scaled_down = pod_events(admin, pod, "ScaledDown").await?;
+    let messages: Vec<&str> = scaled_down
+        .iter()
+        .filter_map(|e| e.message.as_deref())
+        .collect();
+    for target in [KCM, MCM, CA] {
+        ensure!(
+            messages
+                .iter()
+                .any(|m| m.starts_with(&format!("Deployment {ns}/{target}: scaled down"))),
+            "no ScaledDown event naming {target}: {messages:?}"
+        );
+    }
+    let m = wd.metrics().await?;
+    ensure!(
+        sum(&m, "dwd_events_total", &[("outcome", "Refused")]) > 0.0
+            && sum(&m, "dwd_events_total", &[("outcome", "Failed")]) == 0.0,
+        "events: {}",
+        m.lines()
+            .filter(|l| l.starts_with("dwd_events_total"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_tokens() -> Result<()> {
     let _ports = PORTS.lock().await;
@@ -427,17 +533,7 @@ async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_token
     .await?;
 
     // Healthy: probe runs succeed while the token is replaced under them.
-    let runs = |min: f64| {
-        let wd = &wd;
-        move || async move {
-            let m = wd.metrics().await?;
-            Ok(
-                (sum(&m, "dwd_prober_shoot_probe_runs_total", &[("shoot", ns)]) >= min)
-                    .then_some(()),
-            )
-        }
-    };
-    wd.until("5 probe runs", runs(5.0)).await?;
+    wait_probe_runs(&wd, ns, 5.0).await?;
     let rotated_before_outage = requestor.rotations();
 
     // Outage: 4 of 5 kubelets silent → MCM and CA (level 0) down before KCM (level 1).
@@ -451,18 +547,7 @@ async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_token
         Ok(all.then_some(()))
     })
     .await?;
-    let down = |t: &str| {
-        replica_log
-            .when(t, |r| r == 0)
-            .context("no scale-down seen")
-    };
-    let (kcm_down, mcm_down, ca_down) = (down(KCM)?, down(MCM)?, down(CA)?);
-    ensure!(
-        mcm_down <= kcm_down && ca_down <= kcm_down,
-        "scale-down order: MCM {:?}, CA {:?} after KCM",
-        mcm_down.saturating_duration_since(kcm_down),
-        ca_down.saturating_duration_since(kcm_down)
-    );
+    check_scale_down_order(&replica_log)?;
     for (target, recorded) in [(KCM, "2"), (MCM, "1"), (CA, "1")] {
         let (_, annotations) = replicas(&w.admin, ns, target).await?;
         ensure!(
@@ -486,15 +571,7 @@ async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_token
         Ok(all.then_some(()))
     })
     .await?;
-    let up = |t: &str| replica_log.when(t, |r| r > 0).context("no scale-up seen");
-    let (kcm_up, mcm_up, ca_up) = (up(KCM)?, up(MCM)?, up(CA)?);
-    ensure!(
-        mcm_up.duration_since(kcm_up) >= MCM_UP_DELAY.saturating_sub(Duration::from_millis(200))
-            && ca_up >= mcm_up,
-        "scale-up order: KCM, then MCM {:?} later (want ≥ {MCM_UP_DELAY:?}), then CA {:?} after MCM",
-        mcm_up.saturating_duration_since(kcm_up),
-        ca_up.saturating_duration_since(mcm_up)
-    );
+    check_scale_up_order(&replica_log)?;
 
     // The token was replaced all along, old ones revoked, and not one probe run failed.
     requestor.check()?;
@@ -503,56 +580,11 @@ async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_token
         rotations >= rotated_before_outage + 3 && rotations >= 5,
         "only {rotations} token rotations"
     );
-    let m = wd.metrics().await?;
-    let runs = sum(&m, "dwd_prober_shoot_probe_runs_total", &[("shoot", ns)]);
-    let api_failures = sum(
-        &m,
-        "dwd_prober_api_server_probe_failures_total",
-        &[("shoot", ns)],
-    );
-    let lease_failures = sum(
-        &m,
-        "dwd_prober_lease_probe_failures_total",
-        &[("shoot", ns)],
-    );
-    ensure!(
-        api_failures == 0.0 && lease_failures == 0.0,
-        "{api_failures} API-server and {lease_failures} lease probe failures in {runs} runs over \
-         {rotations} token rotations\n{}",
-        wd.tail()
-    );
+    check_no_probe_failures(&wd, ns, rotations).await?;
 
     // The story as core/v1 Events about the pod in garden; the refused events.k8s.io ones
     // counted and warned about once; nothing else at warn or above.
-    for reason in ["ScaleDown", "ScaledDown", "ScaleUp", "ScaledUp"] {
-        wd.until(&format!("a {reason} event about pod {pod}"), || async {
-            Ok((!pod_events(&w.admin, pod, reason).await?.is_empty()).then_some(()))
-        })
-        .await?;
-    }
-    let scaled_down = pod_events(&w.admin, pod, "ScaledDown").await?;
-    let messages: Vec<&str> = scaled_down
-        .iter()
-        .filter_map(|e| e.message.as_deref())
-        .collect();
-    for target in [KCM, MCM, CA] {
-        ensure!(
-            messages
-                .iter()
-                .any(|m| m.starts_with(&format!("Deployment {ns}/{target}: scaled down"))),
-            "no ScaledDown event naming {target}: {messages:?}"
-        );
-    }
-    let m = wd.metrics().await?;
-    ensure!(
-        sum(&m, "dwd_events_total", &[("outcome", "Refused")]) > 0.0
-            && sum(&m, "dwd_events_total", &[("outcome", "Failed")]) == 0.0,
-        "events: {}",
-        m.lines()
-            .filter(|l| l.starts_with("dwd_events_total"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    );
+    check_scaling_events(&wd, &w.admin, pod, ns).await?;
     only_the_refused_events_warning(&wd)?;
 
     // Shutdown: exit 0, Lease handed over.
@@ -560,6 +592,35 @@ async fn prober_runs_under_gardeners_rbac_config_command_line_and_rotating_token
 }
 
 // --- the weeder -----------------------------------------------------------------------------
+
+/// Waits for the two deletions as core/v1 Events about the weeder's `pod` in garden, one
+/// naming each deleted pod.
+async fn wait_deletion_events(
+    wd: &Watchdog,
+    admin: &kube::Client,
+    pod: &str,
+    ns: &str,
+) -> Result<()> {
+    let deleted = wd
+        .until("two deletion events about the pod", || async {
+            let found = pod_events(admin, pod, "CrashLoopingPodDeleted").await?;
+            Ok((found.len() >= 2).then_some(found))
+        })
+        .await?;
+    let messages: Vec<&str> = deleted
+        .iter()
+        .filter_map(|e| e.message.as_deref())
+        .collect();
+    for victim in ["kube-apiserver-7d9c", "kube-controller-manager-5f6d"] {
+        ensure!(
+            messages
+                .iter()
+                .any(|m| m.starts_with(&format!("Pod {ns}/{victim}: deleted"))),
+            "no deletion event naming {victim}: {messages:?}"
+        );
+    }
+    Ok(())
+}
 
 #[tokio::test]
 async fn weeder_runs_under_gardeners_rbac_config_and_command_line() -> Result<()> {
@@ -640,24 +701,7 @@ async fn weeder_runs_under_gardeners_rbac_config_and_command_line() -> Result<()
     ensure!(exists("etcd-main-0").await?, "the etcd pod was deleted");
 
     // Both deletions as core/v1 Events about the weeder's pod in garden.
-    let deleted = wd
-        .until("two deletion events about the pod", || async {
-            let found = pod_events(&w.admin, pod, "CrashLoopingPodDeleted").await?;
-            Ok((found.len() >= 2).then_some(found))
-        })
-        .await?;
-    let messages: Vec<&str> = deleted
-        .iter()
-        .filter_map(|e| e.message.as_deref())
-        .collect();
-    for victim in ["kube-apiserver-7d9c", "kube-controller-manager-5f6d"] {
-        ensure!(
-            messages
-                .iter()
-                .any(|m| m.starts_with(&format!("Pod {ns}/{victim}: deleted"))),
-            "no deletion event naming {victim}: {messages:?}"
-        );
-    }
+    wait_deletion_events(&wd, &w.admin, pod, ns).await?;
     only_the_refused_events_warning(&wd)?;
     stops_cleanly(&wd).await
 }

@@ -406,6 +406,46 @@ struct PodSpec<'a> {
     env: &'a TestEnv,
 }
 
+/// Writes into `rootfs` what the kubelet mounts for the pod of `spec`: the projected
+/// ServiceAccount volume, the ConfigMap volume, and the `/proc` mount point.
+fn write_volumes(rootfs: &Path, spec: &PodSpec<'_>) -> Result<()> {
+    // The projected ServiceAccount volume (fsGroup 65532: group-readable) and the
+    // ConfigMap volume (0644).
+    let sa = rootfs.join(SERVICE_ACCOUNT_DIR);
+    std::fs::create_dir_all(&sa)?;
+    let ca = std::fs::read_to_string(spec.env.dir().join("ca.crt"))?;
+    for (file, content) in [
+        ("token", spec.token),
+        ("ca.crt", &ca),
+        ("namespace", GARDEN),
+    ] {
+        let path = sa.join(file);
+        std::fs::write(&path, content)?;
+        std::os::unix::fs::chown(&path, Some(0), Some(NONROOT))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640))?;
+    }
+    let config_dir = rootfs.join(CONFIG_DIR);
+    std::fs::create_dir_all(&config_dir)?;
+    std::fs::write(config_dir.join("dep-config.yaml"), spec.config)?;
+    std::fs::create_dir_all(rootfs.join("proc"))?;
+    Ok(())
+}
+
+/// What to execute in `rootfs` for `command`: its binary, or (for an image of another
+/// architecture) the emulator, copied into the root filesystem, with the binary as argument.
+fn program_in<'a>(rootfs: &Path, command: &'a [String]) -> Result<(&'a str, Option<&'a String>)> {
+    Ok(match emulator() {
+        None => (command[0].as_str(), None),
+        Some(emulator) => {
+            let inside = rootfs.join(&EMULATOR_IN_ROOTFS[1..]);
+            std::fs::copy(&emulator, &inside)
+                .with_context(|| format!("copying {}", emulator.display()))?;
+            std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o755))?;
+            (EMULATOR_IN_ROOTFS, Some(&command[0]))
+        }
+    })
+}
+
 /// The image's binary running in a chroot of the unpacked image; killed on drop. Watched as
 /// any other binary under test (`until`, `metrics`, `stop`, `tail`: [`Watchdog`]'s).
 struct PodProcess {
@@ -421,6 +461,36 @@ impl std::ops::Deref for PodProcess {
 }
 
 impl PodProcess {
+    /// Waits until the pod holds leader-election Lease `lease` (its holder is
+    /// `<host name>_<uuid>`: the pod's name, as controller-runtime's) and answers `/readyz`.
+    async fn wait_leading_and_ready(
+        &self,
+        who: &str,
+        admin: &kube::Client,
+        lease: &str,
+    ) -> Result<()> {
+        self.until(&format!("{who} leads and is ready"), || async {
+            let leads = lease_holder(admin, GARDEN, lease)
+                .await?
+                .is_some_and(|h| h.starts_with(&format!("{}_", self.name)));
+            let ready = http_get(HEALTH_PORT, "/readyz")
+                .await
+                .map(|(s, _)| s == 200)
+                .unwrap_or(false);
+            Ok((leads && ready).then_some(()))
+        })
+        .await
+    }
+
+    /// Stops the pod with SIGTERM: it exits 0 and never logged an error.
+    async fn stop_cleanly(&self) -> Result<()> {
+        let status = self.stop().await?;
+        ensure!(status.success(), "exit status {status}\n{}", self.tail());
+        let errors = self.errors();
+        ensure!(errors.is_empty(), "error lines:\n{}", errors.join("\n"));
+        Ok(())
+    }
+
     // `pre_exec` has no safe form: namespaces, chroot and the image's user are set between
     // fork and exec.
     #[allow(unsafe_code)]
@@ -428,25 +498,7 @@ impl PodProcess {
         let rootfs = dir.join(format!("{}-rootfs", spec.name));
         image.unpack(&rootfs)?;
 
-        // The projected ServiceAccount volume (fsGroup 65532: group-readable) and the
-        // ConfigMap volume (0644).
-        let sa = rootfs.join(SERVICE_ACCOUNT_DIR);
-        std::fs::create_dir_all(&sa)?;
-        let ca = std::fs::read_to_string(spec.env.dir().join("ca.crt"))?;
-        for (file, content) in [
-            ("token", spec.token),
-            ("ca.crt", &ca),
-            ("namespace", GARDEN),
-        ] {
-            let path = sa.join(file);
-            std::fs::write(&path, content)?;
-            std::os::unix::fs::chown(&path, Some(0), Some(NONROOT))?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640))?;
-        }
-        let config_dir = rootfs.join(CONFIG_DIR);
-        std::fs::create_dir_all(&config_dir)?;
-        std::fs::write(config_dir.join("dep-config.yaml"), spec.config)?;
-        std::fs::create_dir_all(rootfs.join("proc"))?;
+        write_volumes(&rootfs, &spec)?;
 
         let command = spec.command;
         ensure!(
@@ -455,16 +507,7 @@ impl PodProcess {
             command.first()
         );
         let (uid, gid) = image.user()?;
-        let (program, emulated) = match emulator() {
-            None => (command[0].as_str(), None),
-            Some(emulator) => {
-                let inside = rootfs.join(&EMULATOR_IN_ROOTFS[1..]);
-                std::fs::copy(&emulator, &inside)
-                    .with_context(|| format!("copying {}", emulator.display()))?;
-                std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o755))?;
-                (EMULATOR_IN_ROOTFS, Some(&command[0]))
-            }
-        };
+        let (program, emulated) = program_in(&rootfs, command)?;
         let builder = ManagedProcess::builder(spec.name, program)
             .args(emulated)
             .args(&command[1..])
@@ -655,6 +698,31 @@ async fn seed_for(
 
 // --- the tests ------------------------------------------------------------------------------
 
+/// `binary` is a 64-bit little-endian ELF for `arch` that needs no program interpreter.
+fn check_static_binary(binary: &Path, arch: &str) -> Result<()> {
+    // A static binary: no program interpreter (PT_INTERP) to find in a root filesystem
+    // without libc.
+    let elf = std::fs::read(binary)?;
+    ensure!(elf.starts_with(b"\x7fELF\x02\x01"), "not a 64-bit ELF");
+    let machine = u16::from_le_bytes(elf[0x12..0x14].try_into()?);
+    let want_machine = if arch == "amd64" { 0x3e } else { 0xb7 };
+    ensure!(
+        machine == want_machine,
+        "ELF machine {machine:#x}, want {want_machine:#x} for {arch}"
+    );
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into()?) as usize;
+    let phentsize = u16::from_le_bytes(elf[0x36..0x38].try_into()?) as usize;
+    let phnum = u16::from_le_bytes(elf[0x38..0x3a].try_into()?) as usize;
+    for i in 0..phnum {
+        let p_type = u32::from_le_bytes(elf[phoff + i * phentsize..][..4].try_into()?);
+        ensure!(
+            p_type != 3,
+            "the binary asks for a program interpreter (not static)"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn image_is_a_distroless_like_nonroot_image_with_the_binary_at_gardeners_path() -> Result<()> {
     let image = image()?;
@@ -724,26 +792,7 @@ fn image_is_a_distroless_like_nonroot_image_with_the_binary_at_gardeners_path() 
         "the CA bundle holds {} certificates",
         bundle.matches("BEGIN CERTIFICATE").count()
     );
-    // A static binary: no program interpreter (PT_INTERP) to find in a root filesystem
-    // without libc.
-    let elf = std::fs::read(rootfs.join(&BINARY[1..]))?;
-    ensure!(elf.starts_with(b"\x7fELF\x02\x01"), "not a 64-bit ELF");
-    let machine = u16::from_le_bytes(elf[0x12..0x14].try_into()?);
-    let want_machine = if arch == "amd64" { 0x3e } else { 0xb7 };
-    ensure!(
-        machine == want_machine,
-        "ELF machine {machine:#x}, want {want_machine:#x} for {arch}"
-    );
-    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into()?) as usize;
-    let phentsize = u16::from_le_bytes(elf[0x36..0x38].try_into()?) as usize;
-    let phnum = u16::from_le_bytes(elf[0x38..0x3a].try_into()?) as usize;
-    for i in 0..phnum {
-        let p_type = u32::from_le_bytes(elf[phoff + i * phentsize..][..4].try_into()?);
-        ensure!(
-            p_type != 3,
-            "the binary asks for a program interpreter (not static)"
-        );
-    }
+    check_static_binary(&rootfs.join(&BINARY[1..]), &arch)?;
     eprintln!(
         "image {} for linux/{arch}: {found:#?}",
         image.layout.display()
@@ -772,6 +821,38 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Shoot `ns`'s failed API-server and lease probes in the /metrics text `m`.
+fn probe_failures(m: &str, ns: &str) -> f64 {
+    sum(
+        m,
+        "dwd_prober_api_server_probe_failures_total",
+        &[("shoot", ns)],
+    ) + sum(m, "dwd_prober_lease_probe_failures_total", &[("shoot", ns)])
+}
+
+/// The leader gauge, and process_* read from the /proc a container has, are above 0. (Under an
+/// emulator /proc/self/stat is qemu's synthetic one, with no RSS; /proc/self/fd is real.)
+async fn check_prober_leader_and_process_metrics(pod: &PodProcess) -> Result<()> {
+    let m = pod.metrics().await?;
+    let mut positive = vec![
+        (
+            "leader_election_master_status",
+            &[("name", "dwd-prober-leader-election")][..],
+        ),
+        ("process_open_fds", &[][..]),
+    ];
+    if emulator().is_none() {
+        positive.push(("process_resident_memory_bytes", &[][..]));
+    }
+    for (metric, labels) in positive {
+        ensure!(
+            sum(&m, metric, labels) > 0.0,
+            "{metric} {labels:?} not above 0"
+        );
+    }
+    Ok(())
 }
 
 #[tokio::test]
@@ -811,18 +892,8 @@ async fn prober_from_the_image_protects_a_shoot_under_gardeners_rbac_and_command
             env,
         },
     )?;
-    pod.until("the prober leads and is ready", || async {
-        // The holder is `<host name>_<uuid>`: the pod's name, as controller-runtime's.
-        let leads = lease_holder(&admin, GARDEN, "dwd-prober-leader-election")
-            .await?
-            .is_some_and(|h| h.starts_with(&format!("{}_", pod.name)));
-        let ready = http_get(HEALTH_PORT, "/readyz")
-            .await
-            .map(|(s, _)| s == 200)
-            .unwrap_or(false);
-        Ok((leads && ready).then_some(()))
-    })
-    .await?;
+    pod.wait_leading_and_ready("the prober", &admin, "dwd-prober-leader-election")
+        .await?;
     pod.check_confinement()?;
 
     // Healthy: successful probe runs (the leases alone show all is well: result ScaleUp).
@@ -833,25 +904,7 @@ async fn prober_from_the_image_protects_a_shoot_under_gardeners_rbac_and_command
         Ok((runs >= 3.0 && healthy >= 3.0).then_some(()))
     })
     .await?;
-    // The leader gauge, and process_* read from the /proc a container has. (Under an emulator
-    // /proc/self/stat is qemu's synthetic one, with no RSS; /proc/self/fd is real.)
-    let m = pod.metrics().await?;
-    let mut positive = vec![
-        (
-            "leader_election_master_status",
-            &[("name", "dwd-prober-leader-election")][..],
-        ),
-        ("process_open_fds", &[][..]),
-    ];
-    if emulator().is_none() {
-        positive.push(("process_resident_memory_bytes", &[][..]));
-    }
-    for (metric, labels) in positive {
-        ensure!(
-            sum(&m, metric, labels) > 0.0,
-            "{metric} {labels:?} not above 0"
-        );
-    }
+    check_prober_leader_and_process_metrics(&pod).await?;
 
     // Outage: 4 of 5 kubelets silent → KCM, MCM and CA scaled to 0, their replicas recorded.
     let silenced = shoot.kubelets().silence_count(4);
@@ -887,22 +940,10 @@ async fn prober_from_the_image_protects_a_shoot_under_gardeners_rbac_and_command
     })
     .await?;
     let m = pod.metrics().await?;
-    let failures = sum(
-        &m,
-        "dwd_prober_api_server_probe_failures_total",
-        &[("shoot", ns)],
-    ) + sum(
-        &m,
-        "dwd_prober_lease_probe_failures_total",
-        &[("shoot", ns)],
-    );
+    let failures = probe_failures(&m, ns);
     ensure!(failures == 0.0, "{failures} probe failures\n{}", pod.tail());
 
-    let status = pod.stop().await?;
-    ensure!(status.success(), "exit status {status}\n{}", pod.tail());
-    let errors = pod.errors();
-    ensure!(errors.is_empty(), "error lines:\n{}", errors.join("\n"));
-    Ok(())
+    pod.stop_cleanly().await
 }
 
 #[tokio::test]
@@ -953,17 +994,8 @@ async fn weeder_from_the_image_restarts_crash_looping_dependants_under_gardeners
             env,
         },
     )?;
-    pod.until("the weeder leads and is ready", || async {
-        let leads = lease_holder(&admin, GARDEN, "dwd-weeder-leader-election")
-            .await?
-            .is_some_and(|h| h.starts_with(&format!("{}_", pod.name)));
-        let ready = http_get(HEALTH_PORT, "/readyz")
-            .await
-            .map(|(s, _)| s == 200)
-            .unwrap_or(false);
-        Ok((leads && ready).then_some(()))
-    })
-    .await?;
+    pod.wait_leading_and_ready("the weeder", &admin, "dwd-weeder-leader-election")
+        .await?;
     pod.check_confinement()?;
 
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
@@ -999,9 +1031,5 @@ async fn weeder_from_the_image_restarts_crash_looping_dependants_under_gardeners
     })
     .await?;
 
-    let status = pod.stop().await?;
-    ensure!(status.success(), "exit status {status}\n{}", pod.tail());
-    let errors = pod.errors();
-    ensure!(errors.is_empty(), "error lines:\n{}", errors.join("\n"));
-    Ok(())
+    pod.stop_cleanly().await
 }

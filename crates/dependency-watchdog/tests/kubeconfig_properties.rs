@@ -49,10 +49,10 @@ struct Material {
 
 mod tempdir {
     /// A directory of this test process, removed on drop.
-    pub struct Dir(pub std::path::PathBuf);
+    pub(crate) struct Dir(pub std::path::PathBuf);
 
     impl Dir {
-        pub fn new(name: &str) -> Dir {
+        pub(crate) fn new(name: &str) -> Dir {
             let dir = std::env::temp_dir().join(format!("dwd-{name}-{}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("temp dir");
             Dir(dir)

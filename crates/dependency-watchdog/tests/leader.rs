@@ -435,6 +435,67 @@ fn assert_history(log: &ChangeLog, want: &[History<'_>]) -> Result<()> {
     Ok(())
 }
 
+/// When the holder of the prober's Lease says it acquired it.
+async fn acquire_time(admin: &kube::Client) -> Result<Timestamp> {
+    Ok(Api::<Lease>::namespaced(admin.clone(), LEASE_NAMESPACE)
+        .get(PROBER_LEASE)
+        .await?
+        .spec
+        .and_then(|s| s.acquire_time)
+        .context("new holder wrote no acquireTime")?
+        .0)
+}
+
+/// Writes the prober's Lease over to `intruder_0`, renewed now, as a replica that missed the
+/// leader's renewals would; returns when the write went through.
+async fn steal_lease(admin: &kube::Client) -> Result<Instant> {
+    let api: Api<Lease> = Api::namespaced(admin.clone(), LEASE_NAMESPACE);
+    // The leader renews every 300 ms: retry while our write races with a renewal (409).
+    eventually(DEADLINE, "taking the Lease over", || async {
+        let mut stolen = api.get(PROBER_LEASE).await.map_err(|e| e.to_string())?;
+        if let Some(spec) = stolen.spec.as_mut() {
+            spec.holder_identity = Some("intruder_0".into());
+            spec.renew_time = Some(MicroTime(Timestamp::now()));
+        }
+        match api
+            .replace(PROBER_LEASE, &PostParams::default(), &stolen)
+            .await
+        {
+            Ok(_) => Ok(Some(Instant::now())),
+            Err(kube::Error::Api(s)) if s.code == 409 => Err("conflict with a renewal".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+    .map_err(|e| anyhow!(e))
+}
+
+/// `leader` sees a Lease written over by someone else at its next renewal, stops acting at
+/// once and exits non-zero (to restart fresh), within its retry period and a margin.
+async fn exits_once_its_lease_is_taken(
+    admin: &kube::Client,
+    leader: &Candidate,
+    timing: Timing,
+) -> Result<()> {
+    let stolen_at = steal_lease(admin).await?;
+    let status = leader
+        .wait_exit(timing.renew + Duration::from_secs(1))
+        .await?;
+    let gone = stolen_at.elapsed();
+    println!("leader exited ({status}) {gone:?} after its Lease was taken");
+    ensure!(!status.success(), "losing leadership must exit non-zero");
+    ensure!(
+        gone <= timing.retry + Duration::from_millis(700),
+        "the leader noticed the lost Lease only after {gone:?}"
+    );
+    ensure!(
+        leader.tail().contains("leadership lost"),
+        "{}",
+        leader.tail()
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn only_the_leader_acts_and_a_killed_leader_is_replaced_without_double_scaling() -> Result<()>
 {
@@ -474,13 +535,7 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_without_double_sca
     wait_for_holder(&admin, &dogs[follower], DEADLINE).await?;
     // The new holder's acquireTime is when it decided to take over (same host, same clock):
     // unlike this test's polling, it measures the election alone.
-    let acquired = Api::<Lease>::namespaced(admin.clone(), LEASE_NAMESPACE)
-        .get(PROBER_LEASE)
-        .await?
-        .spec
-        .and_then(|s| s.acquire_time)
-        .context("new holder wrote no acquireTime")?
-        .0;
+    let acquired = acquire_time(&admin).await?;
     let takeover = Duration::try_from(acquired.duration_since(killed))
         .map_err(|e| anyhow!("acquireTime {acquired} before the kill at {killed}: {e}"))?;
     println!(
@@ -526,39 +581,32 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_without_double_sca
 
     // Someone else writes the Lease (as a replica that missed our renewals would): the leader
     // sees it at its next renewal, stops acting at once and exits non-zero to restart fresh.
-    let api: Api<Lease> = Api::namespaced(admin.clone(), LEASE_NAMESPACE);
-    // The leader renews every 300 ms: retry while our write races with a renewal (409).
-    let stolen_at = eventually(DEADLINE, "taking the Lease over", || async {
-        let mut stolen = api.get(PROBER_LEASE).await.map_err(|e| e.to_string())?;
-        if let Some(spec) = stolen.spec.as_mut() {
-            spec.holder_identity = Some("intruder_0".into());
-            spec.renew_time = Some(MicroTime(Timestamp::now()));
-        }
-        match api
-            .replace(PROBER_LEASE, &PostParams::default(), &stolen)
-            .await
-        {
-            Ok(_) => Ok(Some(Instant::now())),
-            Err(kube::Error::Api(s)) if s.code == 409 => Err("conflict with a renewal".into()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await
-    .map_err(|e| anyhow!(e))?;
-    let status = dogs[follower]
-        .wait_exit(timing.renew + Duration::from_secs(1))
-        .await?;
-    let gone = stolen_at.elapsed();
-    println!("leader exited ({status}) {gone:?} after its Lease was taken");
-    ensure!(!status.success(), "losing leadership must exit non-zero");
+    exits_once_its_lease_is_taken(&admin, &dogs[follower], timing).await
+}
+
+/// A watchdog without leader election, probing shoot `ns`: it exports no leader-election
+/// series, and SIGTERM makes it exit 0 within 2 s.
+async fn sigterm_without_leader_election_exits_zero_promptly(
+    dir: &Path,
+    seed: &ApiServer,
+    ns: &str,
+) -> Result<()> {
+    let alone = Candidate::spawn("term-alone", dir, seed, None)?;
+    wait_probe_runs(&alone, ns, 2).await?;
+    let text = alone.metrics().await?;
     ensure!(
-        gone <= timing.retry + Duration::from_millis(700),
-        "the leader noticed the lost Lease only after {gone:?}"
+        !text.contains("leader_election_master_status{"),
+        "no leader-election series without leader election (client-go has none):\n{text}"
     );
+    let stopped = Instant::now();
+    alone.signal(Signal::TERM)?;
+    let status = alone.wait_exit(Duration::from_secs(5)).await?;
+    let exited = stopped.elapsed();
+    println!("watchdog without leader election exited ({status}) after SIGTERM in {exited:?}");
+    ensure!(status.success(), "exit: {status}\n{}", alone.tail());
     ensure!(
-        dogs[follower].tail().contains("leadership lost"),
-        "{}",
-        dogs[follower].tail()
+        exited < Duration::from_secs(2),
+        "graceful exit took {exited:?}"
     );
     Ok(())
 }
@@ -644,24 +692,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
     );
 
     // Without leader election too: SIGTERM while probing → exit 0, promptly.
-    let alone = Candidate::spawn("term-alone", &dir, &seed, None)?;
-    wait_probe_runs(&alone, &ns, 2).await?;
-    let text = alone.metrics().await?;
-    ensure!(
-        !text.contains("leader_election_master_status{"),
-        "no leader-election series without leader election (client-go has none):\n{text}"
-    );
-    let stopped = Instant::now();
-    alone.signal(Signal::TERM)?;
-    let status = alone.wait_exit(Duration::from_secs(5)).await?;
-    let exited = stopped.elapsed();
-    println!("watchdog without leader election exited ({status}) after SIGTERM in {exited:?}");
-    ensure!(status.success(), "exit: {status}\n{}", alone.tail());
-    ensure!(
-        exited < Duration::from_secs(2),
-        "graceful exit took {exited:?}"
-    );
-    Ok(())
+    sigterm_without_leader_election_exits_zero_promptly(&dir, &seed, &ns).await
 }
 
 /// Two candidates of the library's elector on the real apiserver, the follower's wall clock

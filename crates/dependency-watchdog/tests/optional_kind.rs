@@ -56,11 +56,102 @@ impl Captured {
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().expect("log")).into_owned()
     }
+
+    /// The lines that warn of a target whose kind the seed does not serve.
+    fn unserved_kind_warnings(&self) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("not served"))
+            .map(str::to_string)
+            .collect()
+    }
 }
 
 fn runs(registry: &Mutex<Registry>, ns: &str) -> u64 {
     let text = metrics_text_of(registry);
     shoot_sample(&text, "dwd_prober_shoot_probe_runs_total", ns).unwrap_or(0.0) as u64
+}
+
+/// The prober's start for the shared config plus the widget, `optional` or not.
+fn prober_start(
+    seed: &kube::Client,
+    optional: bool,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+) -> ProberStart {
+    ProberStart {
+        config: config_with_widget(optional),
+        run_memory_capacity: dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
+        seed: seed.clone(),
+        metrics,
+        health,
+        own_pod: dependency_watchdog::events::PodRef {
+            namespace: "default".into(),
+            name: "dwd-prober-test".into(),
+        },
+        shadow: None,
+    }
+}
+
+/// A mandatory widget ends startup at once with an error naming the target and its kind.
+async fn assert_mandatory_widget_stops_startup(seed: &kube::Client) {
+    let start = prober_start(
+        seed,
+        false,
+        Arc::new(Metrics::default()),
+        Arc::new(Health::default()),
+    );
+    let mandatory = tokio::time::timeout(
+        Duration::from_secs(60),
+        dependency_watchdog::prober::run(start, CancellationToken::new()),
+    )
+    .await
+    .expect("a mandatory target of an unserved kind ends startup at once");
+    let error = mandatory
+        .expect_err("a mandatory target of an unserved kind must stop startup")
+        .to_string();
+    assert!(
+        error.contains("target widget")
+            && error.contains("example.com/v1/Widget")
+            && error.contains("not optional"),
+        "{error}"
+    );
+}
+
+/// A shoot of 5 nodes named `widget-*`, with the three targets at 3, 2 and 2 replicas.
+async fn create_widget_shoot(seed: &kube::Client, shoots: &dwd_testenv::ApiServer) -> SimShoot {
+    let mut options = SimShootOptions::new("shoot--it--widget")
+        .with_nodes(5)
+        .with_renew_interval(RENEW);
+    options.node_prefix = "widget-".into();
+    options.deployments = vec![(KCM.into(), 3), (MCM.into(), 2), (CA.into(), 2)];
+    SimShoot::create(
+        seed.clone(),
+        shoots.client().await.expect("shoot client"),
+        shoots.kubeconfig(),
+        options,
+    )
+    .await
+    .expect("simulated shoot")
+}
+
+/// `explain` shows that every flow skips the optional widget because the seed does not serve it.
+async fn assert_explain_skips_widget(seed: &kube::Client, ns: &str) {
+    let explanation = dependency_watchdog::explain::explain(seed, &config_with_widget(true), ns)
+        .await
+        .expect("explain");
+    let widget = explanation
+        .flow
+        .iter()
+        .flat_map(|level| &level.targets)
+        .find(|t| t.target.contains("Widget"))
+        .unwrap_or_else(|| panic!("the widget in explain's flow: {explanation:?}"));
+    assert!(
+        widget
+            .action
+            .contains("kind not served by the seed; optional, so every flow skips it"),
+        "{widget:?}"
+    );
 }
 
 #[tokio::test]
@@ -81,38 +172,9 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
         .await
         .expect("shoot apiserver");
     let seed = seed_api.client().await.expect("seed client");
-    let own_pod = || dependency_watchdog::events::PodRef {
-        namespace: "default".into(),
-        name: "dwd-prober-test".into(),
-    };
 
     // Not optional: startup stops, naming the target and its kind.
-    let mandatory = tokio::time::timeout(
-        Duration::from_secs(60),
-        dependency_watchdog::prober::run(
-            ProberStart {
-                config: config_with_widget(false),
-                run_memory_capacity: dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
-                seed: seed.clone(),
-                metrics: Arc::new(Metrics::default()),
-                health: Arc::new(Health::default()),
-                own_pod: own_pod(),
-                shadow: None,
-            },
-            CancellationToken::new(),
-        ),
-    )
-    .await
-    .expect("a mandatory target of an unserved kind ends startup at once");
-    let error = mandatory
-        .expect_err("a mandatory target of an unserved kind must stop startup")
-        .to_string();
-    assert!(
-        error.contains("target widget")
-            && error.contains("example.com/v1/Widget")
-            && error.contains("not optional"),
-        "{error}"
-    );
+    assert_mandatory_widget_stops_startup(&seed).await;
 
     // Optional: the prober starts and gets ready.
     let metrics = Arc::new(Metrics::default());
@@ -120,15 +182,7 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     metrics.register(&mut registry);
     let health = Arc::new(Health::default());
     let shutdown = CancellationToken::new();
-    let start = ProberStart {
-        config: config_with_widget(true),
-        run_memory_capacity: dependency_watchdog::memory_budget::DEFAULT_CAPACITY,
-        seed: seed.clone(),
-        metrics,
-        health: health.clone(),
-        own_pod: own_pod(),
-        shadow: None,
-    };
+    let start = prober_start(&seed, true, metrics, health.clone());
     let prober = tokio::spawn(dependency_watchdog::prober::run(start, shutdown.clone()));
     eventually(Duration::from_secs(90), "prober ready", || {
         let (health, done) = (health.clone(), prober.is_finished());
@@ -141,31 +195,14 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     })
     .await
     .expect("prober ready with an optional target of an unserved kind");
-    let warnings: Vec<String> = logs
-        .text()
-        .lines()
-        .filter(|l| l.contains("WARN") && l.contains("not served"))
-        .map(str::to_string)
-        .collect();
+    let warnings = logs.unserved_kind_warnings();
     assert_eq!(warnings.len(), 1, "one startup warning: {warnings:?}");
     assert!(
         warnings[0].contains("widget") && warnings[0].contains("example.com/v1/Widget"),
         "the warning names the target and its kind: {warnings:?}"
     );
 
-    let mut options = SimShootOptions::new("shoot--it--widget")
-        .with_nodes(5)
-        .with_renew_interval(RENEW);
-    options.node_prefix = "widget-".into();
-    options.deployments = vec![(KCM.into(), 3), (MCM.into(), 2), (CA.into(), 2)];
-    let shoot = SimShoot::create(
-        seed.clone(),
-        shoots.client().await.expect("shoot client"),
-        shoots.kubeconfig(),
-        options,
-    )
-    .await
-    .expect("simulated shoot");
+    let shoot = create_widget_shoot(&seed, &shoots).await;
     let ns = shoot.namespace().to_string();
     let registry = Mutex::new(registry);
     eventually(DEADLINE, "2 probe runs", || {
@@ -189,21 +226,7 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     assert_recorded(&seed, &ns, &[(KCM, "3"), (MCM, "2"), (CA, "2")]).await;
 
     // explain says what every flow does with the widget.
-    let explanation = dependency_watchdog::explain::explain(&seed, &config_with_widget(true), &ns)
-        .await
-        .expect("explain");
-    let widget = explanation
-        .flow
-        .iter()
-        .flat_map(|level| &level.targets)
-        .find(|t| t.target.contains("Widget"))
-        .unwrap_or_else(|| panic!("the widget in explain's flow: {explanation:?}"));
-    assert!(
-        widget
-            .action
-            .contains("kind not served by the seed; optional, so every flow skips it"),
-        "{widget:?}"
-    );
+    assert_explain_skips_widget(&seed, &ns).await;
 
     // Scale-up: CA with the widget (0), then KCM and MCM (1).
     shoot.kubelets().resume_all();
@@ -219,11 +242,7 @@ async fn an_optional_target_of_an_unserved_kind_is_skipped_and_the_other_levels_
     watch.abort();
 
     // Still exactly one warning about the widget: runs skip it silently.
-    let count = logs
-        .text()
-        .lines()
-        .filter(|l| l.contains("WARN") && l.contains("not served"))
-        .count();
+    let count = logs.unserved_kind_warnings().len();
     assert_eq!(count, 1, "warned once, not per run");
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(30), prober).await;

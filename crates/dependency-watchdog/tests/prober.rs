@@ -493,6 +493,36 @@ async fn changed_pool_conditions_restart_the_probe_with_the_new_candidates() {
     wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
 }
 
+/// What the real binary's `explain --output json` says of namespace `ns` now, with the
+/// shared prober config.
+fn explain_json(kubeconfig: &std::path::Path, ns: &str) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("dwd-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config_path = dir.join("dep-config.yaml");
+    std::fs::write(&config_path, PROBER_CONFIG).expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
+        .args([
+            "explain",
+            "--output",
+            "json",
+            "--namespace",
+            ns,
+            "--config-file",
+        ])
+        .arg(&config_path)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .expect("run explain");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
 #[tokio::test]
 async fn explain_agrees_with_what_the_prober_did() {
     let h = harness().await;
@@ -535,31 +565,7 @@ async fn explain_agrees_with_what_the_prober_did() {
     // Outage: after the prober acted, explain (the real binary, JSON) reports the same decision.
     shoot.kubelets().silence_count(4);
     wait_replicas(&seed, &ns, &[(KCM, 0), (MCM, 0), (CA, 0)]).await;
-    let dir = std::env::temp_dir().join(format!("dwd-explain-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let config_path = dir.join("dep-config.yaml");
-    std::fs::write(&config_path, PROBER_CONFIG).expect("config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
-        .args([
-            "explain",
-            "--output",
-            "json",
-            "--namespace",
-            &ns,
-            "--config-file",
-        ])
-        .arg(&config_path)
-        .arg("--kubeconfig")
-        .arg(h.seed.kubeconfig_path())
-        .output()
-        .expect("run explain");
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let json = explain_json(&h.seed.kubeconfig_path(), &ns);
     assert_eq!(json["lease_probe"]["decision"], "scale down", "{json:#}");
     assert_eq!(json["lease_probe"]["candidates"], 4);
     assert_eq!(json["lease_probe"]["expired"], 4);

@@ -719,6 +719,26 @@ fn uids(events: &[Event]) -> BTreeSet<Option<String>> {
 
 // --- 1. the manifests -----------------------------------------------------------------------
 
+/// A sample for every level and every cause of the run-memory families.
+fn record_run_memory_samples(m: &Metrics) {
+    for level in [Level::Pending, Level::Prompt, Level::Slow] {
+        m.run_memory
+            .waiting
+            .get_or_create(&LevelLabels { level })
+            .set(1);
+    }
+    for cause in [
+        NotMadeCause::NoRoomInTime,
+        NotMadeCause::EndedForRoom,
+        NotMadeCause::ResponseRefused,
+    ] {
+        m.run_memory
+            .not_made
+            .get_or_create(&CauseLabels { cause })
+            .inc();
+    }
+}
+
 /// The `/metrics` text of a registry whose every family this test can reach has series (as
 /// in production some time or other).
 fn exported_metrics_text() -> String {
@@ -754,22 +774,7 @@ fn exported_metrics_text() -> String {
     m.lease_probe_failures.get_or_create(&shoot).inc();
     m.oversized_responses.get_or_create(&shoot).inc();
     m.expired_lease_fraction.get_or_create(&shoot).set(0.5);
-    for level in [Level::Pending, Level::Prompt, Level::Slow] {
-        m.run_memory
-            .waiting
-            .get_or_create(&LevelLabels { level })
-            .set(1);
-    }
-    for cause in [
-        NotMadeCause::NoRoomInTime,
-        NotMadeCause::EndedForRoom,
-        NotMadeCause::ResponseRefused,
-    ] {
-        m.run_memory
-            .not_made
-            .get_or_create(&CauseLabels { cause })
-            .inc();
-    }
+    record_run_memory_samples(&m);
     m.scaling_attempts
         .get_or_create(&ShootDirectionLabels {
             shoot: "s".into(),
@@ -1001,55 +1006,67 @@ fn check_prometheus_rule(
                 alerts.insert(alert.to_string()),
                 "{component}: alert {alert} twice"
             );
-            let expr = r["expr"]
-                .as_str()
-                .with_context(|| format!("{alert}: expr is no string"))?;
-            ensure!(!expr.trim().is_empty(), "{alert}: empty expr");
-            ensure!(
-                brackets_balanced(expr),
-                "{alert}: unbalanced brackets in {expr}"
-            );
-            let r#for = r["for"]
-                .as_str()
-                .with_context(|| format!("{alert}: no `for`"))?;
-            ensure!(
-                prometheus_duration_ms(r#for).is_some_and(|ms| ms > 0),
-                "{alert}: `for: {for}` is no positive Prometheus duration"
-            );
-            let severity = r["labels"]["severity"].as_str().unwrap_or_default();
-            ensure!(
-                ["critical", "warning", "info"].contains(&severity),
-                "{alert}: severity {severity:?}"
-            );
-            for annotation in ["summary", "description"] {
-                ensure!(
-                    r["annotations"][annotation]
-                        .as_str()
-                        .is_some_and(|s| !s.trim().is_empty()),
-                    "{alert}: no {annotation}"
-                );
-            }
-            // Metric names in the expression and in the annotations (an operator looks them
-            // up) are exported; so is every label value the expression selects by equality.
-            let mut text = expr.to_string();
-            for value in r["annotations"].as_object().into_iter().flatten() {
-                text.push('\n');
-                text.push_str(value.1.as_str().unwrap_or_default());
-            }
-            let named = metric_names_in(expr);
-            ensure!(!named.is_empty(), "{alert}: names no metric of the binary");
-            let unknown: Vec<String> = metric_names_in(&text)
-                .difference(exported)
-                .cloned()
-                .collect();
-            ensure!(
-                unknown.is_empty(),
-                "{alert} names unknown metrics {unknown:?}; exported: {exported:?}"
-            );
-            check_label_values(alert, expr, exported_text)?;
+            check_alert(alert, r, exported, exported_text)?;
         }
     }
     Ok(alerts)
+}
+
+/// Checks one alert `r`: its expression is balanced and names only metrics (and label values)
+/// the binary exports, and it has a positive `for`, a known severity, a summary and a description.
+fn check_alert(
+    alert: &str,
+    r: &Value,
+    exported: &BTreeSet<String>,
+    exported_text: &str,
+) -> Result<()> {
+    let expr = r["expr"]
+        .as_str()
+        .with_context(|| format!("{alert}: expr is no string"))?;
+    ensure!(!expr.trim().is_empty(), "{alert}: empty expr");
+    ensure!(
+        brackets_balanced(expr),
+        "{alert}: unbalanced brackets in {expr}"
+    );
+    let r#for = r["for"]
+        .as_str()
+        .with_context(|| format!("{alert}: no `for`"))?;
+    ensure!(
+        prometheus_duration_ms(r#for).is_some_and(|ms| ms > 0),
+        "{alert}: `for: {for}` is no positive Prometheus duration"
+    );
+    let severity = r["labels"]["severity"].as_str().unwrap_or_default();
+    ensure!(
+        ["critical", "warning", "info"].contains(&severity),
+        "{alert}: severity {severity:?}"
+    );
+    for annotation in ["summary", "description"] {
+        ensure!(
+            r["annotations"][annotation]
+                .as_str()
+                .is_some_and(|s| !s.trim().is_empty()),
+            "{alert}: no {annotation}"
+        );
+    }
+    // Metric names in the expression and in the annotations (an operator looks them
+    // up) are exported; so is every label value the expression selects by equality.
+    let mut text = expr.to_string();
+    for value in r["annotations"].as_object().into_iter().flatten() {
+        text.push('\n');
+        text.push_str(value.1.as_str().unwrap_or_default());
+    }
+    let named = metric_names_in(expr);
+    ensure!(!named.is_empty(), "{alert}: names no metric of the binary");
+    let unknown: Vec<String> = metric_names_in(&text)
+        .difference(exported)
+        .cloned()
+        .collect();
+    ensure!(
+        unknown.is_empty(),
+        "{alert} names unknown metrics {unknown:?}; exported: {exported:?}"
+    );
+    check_label_values(alert, expr, exported_text)?;
+    Ok(())
 }
 
 /// Every label value `expr` selects by equality appears on a series of that metric in
@@ -1097,303 +1114,302 @@ fn prometheus_expression_helpers() {
     );
 }
 
-#[test]
-fn shipped_manifests_are_consistent_and_run_the_binary_as_gardener_does() -> Result<()> {
-    let exported_text = exported_metrics_text();
-    let exported = exported_sample_names();
-    for (name, command) in [
-        ("prober", GARDENER_PROBER_COMMAND),
-        ("weeder", GARDENER_WEEDER_COMMAND),
-    ] {
-        let c = Component::load(name)?;
-        let app = format!("dependency-watchdog-{name}");
-        let sa = c.sa_name();
-        ensure!(sa == app, "{name}: ServiceAccount {sa}");
-        ensure!(c.service_account.metadata.namespace.as_deref() == Some(GARDEN));
+/// The bindings give the shipped roles to the shipped ServiceAccount `sa`; the rules hold no
+/// wildcard, no non-resource URL and no RBAC or identity verb, and one names the Lease the
+/// binary uses.
+fn check_rbac(name: &str, c: &Component, sa: &str) -> Result<()> {
+    // Bindings: the shipped roles, to the shipped ServiceAccount.
+    let subject_ok = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        matches!(subjects.as_deref(), Some([s]) if s.kind == "ServiceAccount"
+            && s.name == sa && s.namespace.as_deref() == Some(GARDEN))
+    };
+    ensure!(
+        subject_ok(&c.cluster_role_binding.subjects),
+        "{name}: ClusterRoleBinding subject"
+    );
+    ensure!(
+        subject_ok(&c.role_binding.subjects),
+        "{name}: RoleBinding subject"
+    );
+    ensure!(
+        c.cluster_role_binding.role_ref.kind == "ClusterRole"
+            && Some(&c.cluster_role_binding.role_ref.name) == c.cluster_role.metadata.name.as_ref()
+    );
+    ensure!(
+        c.role_binding.role_ref.kind == "Role"
+            && Some(&c.role_binding.role_ref.name) == c.role.metadata.name.as_ref()
+    );
+    ensure!(c.role.metadata.namespace.as_deref() == Some(GARDEN));
+    ensure!(c.role_binding.metadata.namespace.as_deref() == Some(GARDEN));
 
-        // Bindings: the shipped roles, to the shipped ServiceAccount.
-        let subject_ok = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
-            matches!(subjects.as_deref(), Some([s]) if s.kind == "ServiceAccount"
-                && s.name == sa && s.namespace.as_deref() == Some(GARDEN))
-        };
-        ensure!(
-            subject_ok(&c.cluster_role_binding.subjects),
-            "{name}: ClusterRoleBinding subject"
-        );
-        ensure!(
-            subject_ok(&c.role_binding.subjects),
-            "{name}: RoleBinding subject"
-        );
-        ensure!(
-            c.cluster_role_binding.role_ref.kind == "ClusterRole"
-                && Some(&c.cluster_role_binding.role_ref.name)
-                    == c.cluster_role.metadata.name.as_ref()
-        );
-        ensure!(
-            c.role_binding.role_ref.kind == "Role"
-                && Some(&c.role_binding.role_ref.name) == c.role.metadata.name.as_ref()
-        );
-        ensure!(c.role.metadata.namespace.as_deref() == Some(GARDEN));
-        ensure!(c.role_binding.metadata.namespace.as_deref() == Some(GARDEN));
-
-        // Least privilege by construction: no wildcards, no non-resource URLs, no RBAC or
-        // identity verbs.
-        for (_, rule) in c.rules() {
-            let d = describe_rule(&rule);
-            let all = rule
-                .api_groups
-                .iter()
-                .flatten()
-                .chain(rule.resources.iter().flatten())
-                .chain(rule.resource_names.iter().flatten())
-                .chain(rule.verbs.iter());
-            for word in all {
-                ensure!(!word.contains('*'), "{name}: wildcard in {d}");
-            }
-            ensure!(
-                rule.non_resource_urls.is_none(),
-                "{name}: non-resource URLs in {d}"
-            );
-            for verb in &rule.verbs {
-                ensure!(
-                    !["escalate", "bind", "impersonate", "deletecollection"]
-                        .contains(&verb.as_str()),
-                    "{name}: verb {verb} in {d}"
-                );
-            }
+    // Least privilege by construction: no wildcards, no non-resource URLs, no RBAC or
+    // identity verbs.
+    for (_, rule) in c.rules() {
+        let d = describe_rule(&rule);
+        let all = rule
+            .api_groups
+            .iter()
+            .flatten()
+            .chain(rule.resources.iter().flatten())
+            .chain(rule.resource_names.iter().flatten())
+            .chain(rule.verbs.iter());
+        for word in all {
+            ensure!(!word.contains('*'), "{name}: wildcard in {d}");
         }
-        // The Lease rule names the Lease the binary uses.
         ensure!(
-            c.role
+            rule.non_resource_urls.is_none(),
+            "{name}: non-resource URLs in {d}"
+        );
+        for verb in &rule.verbs {
+            ensure!(
+                !["escalate", "bind", "impersonate", "deletecollection"].contains(&verb.as_str()),
+                "{name}: verb {verb} in {d}"
+            );
+        }
+    }
+    // The Lease rule names the Lease the binary uses.
+    ensure!(
+        c.role
+            .rules
+            .iter()
+            .flatten()
+            .any(|r| r.resource_names.as_deref() == Some(&[c.lease().to_string()][..])),
+        "{name}: no rule names Lease {}",
+        c.lease()
+    );
+    Ok(())
+}
+
+/// The Deployment runs Gardener's `command` as ServiceAccount `sa`, with its ports, probes,
+/// POD_NAME, two replicas, hardened.
+fn check_deployment(name: &str, c: &Component, command: &[&str], sa: &str) -> Result<()> {
+    // The Deployment: Gardener's command line, the config where it looks, ports, probes,
+    // POD_NAME, two replicas, hardened.
+    let d = &c.deployment;
+    ensure!(d.metadata.namespace.as_deref() == Some(GARDEN));
+    let spec = d.spec.as_ref().context("Deployment spec")?;
+    ensure!(spec.replicas == Some(2), "{name}: replicas");
+    let pod = spec.template.spec.as_ref().context("pod spec")?;
+    ensure!(pod.service_account_name.as_deref() == Some(sa));
+    let container = c.container()?;
+    let want: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+    ensure!(
+        container.command.as_ref() == Some(&want),
+        "{name}: command {:?}, Gardener passes {want:?}",
+        container.command
+    );
+    ensure!(container.args.is_none(), "{name}: args besides the command");
+    ensure!(container.image.as_deref() == Some("dependency-watchdog:latest"));
+    let ports: BTreeMap<String, i32> = container
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.clone().unwrap_or_default(), p.container_port))
+        .collect();
+    ensure!(
+        ports == BTreeMap::from([("metrics".into(), 9643), ("health".into(), 9644)]),
+        "{name}: ports {ports:?}"
+    );
+    let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .map(|h| (h.path.clone().unwrap_or_default(), format!("{:?}", h.port)))
+    };
+    ensure!(
+        probe_path(&container.liveness_probe)
+            == Some(("/healthz".into(), "String(\"health\")".into())),
+        "{name}: liveness {:?}",
+        probe_path(&container.liveness_probe)
+    );
+    ensure!(
+        probe_path(&container.readiness_probe)
+            == Some(("/readyz".into(), "String(\"health\")".into())),
+        "{name}: readiness {:?}",
+        probe_path(&container.readiness_probe)
+    );
+    let pod_name = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "POD_NAME")
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.field_ref.as_ref())
+        .map(|f| f.field_path.clone());
+    ensure!(
+        pod_name.as_deref() == Some("metadata.name"),
+        "{name}: POD_NAME"
+    );
+    let resources = container.resources.as_ref().context("resources")?;
+    ensure!(
+        resources.requests.is_some() && resources.limits.is_some(),
+        "{name}: resources"
+    );
+    let sc = container
+        .security_context
+        .as_ref()
+        .context("securityContext")?;
+    ensure!(
+        sc.read_only_root_filesystem == Some(true),
+        "{name}: read-only root"
+    );
+    ensure!(
+        sc.allow_privilege_escalation == Some(false),
+        "{name}: privilege escalation"
+    );
+    let psc = pod
+        .security_context
+        .as_ref()
+        .context("pod securityContext")?;
+    ensure!(psc.run_as_non_root == Some(true), "{name}: non-root");
+    Ok(())
+}
+
+/// The ConfigMap is mounted where `command`'s --config-file points.
+fn check_config_mount(name: &str, c: &Component, command: &[&str]) -> Result<()> {
+    let spec = c.deployment.spec.as_ref().context("Deployment spec")?;
+    let pod = spec.template.spec.as_ref().context("pod spec")?;
+    let container = c.container()?;
+    let want: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+    // The ConfigMap is mounted where --config-file points, and the config is valid.
+    let mount = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "config")
+        .context("config mount")?;
+    ensure!(
+        want.contains(&format!(
+            "--config-file={}/dep-config.yaml",
+            mount.mount_path
+        )),
+        "{name}: --config-file is not in the mount {}",
+        mount.mount_path
+    );
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "config")
+        .and_then(|v| v.config_map.as_ref())
+        .context("config volume")?;
+    ensure!(Some(&volume.name) == c.config_map.metadata.name.as_ref());
+    Ok(())
+}
+
+/// The ConfigMap's config loads without warnings and is the seeds' (the prober's targets and
+/// their levels, with the RBAC's resourceNames its names; the weeder's two services).
+fn check_config(name: &str, c: &Component) -> Result<()> {
+    let config = c.config()?;
+    if name == "prober" {
+        let loaded = dwd_core::ProberConfig::from_yaml(&config)
+            .map_err(|e| anyhow!("prober ConfigMap: {e}"))?;
+        ensure!(
+            loaded.warnings.is_empty(),
+            "warnings: {:?}",
+            loaded.warnings
+        );
+        let cfg = loaded.config;
+        let targets: Vec<(String, u32, u32)> = cfg
+            .dependent_resource_infos
+            .iter()
+            .map(|i| (i.target.name.clone(), i.scale_up.level, i.scale_down.level))
+            .collect();
+        ensure!(
+            targets == [(KCM.into(), 1, 0), (MCM.into(), 1, 1), (CA.into(), 0, 2)],
+            "the seeds' levels: {targets:?}"
+        );
+        // The RBAC's resourceNames are the config's names.
+        let names_of = |resource: &str| -> BTreeSet<Vec<String>> {
+            c.cluster_role
                 .rules
                 .iter()
                 .flatten()
-                .any(|r| r.resource_names.as_deref() == Some(&[c.lease().to_string()][..])),
-            "{name}: no rule names Lease {}",
-            c.lease()
-        );
-
-        // The Deployment: Gardener's command line, the config where it looks, ports, probes,
-        // POD_NAME, two replicas, hardened.
-        let d = &c.deployment;
-        ensure!(d.metadata.namespace.as_deref() == Some(GARDEN));
-        let spec = d.spec.as_ref().context("Deployment spec")?;
-        ensure!(spec.replicas == Some(2), "{name}: replicas");
-        let pod = spec.template.spec.as_ref().context("pod spec")?;
-        ensure!(pod.service_account_name.as_deref() == Some(sa.as_str()));
-        let container = c.container()?;
-        let want: Vec<String> = command.iter().map(|s| s.to_string()).collect();
-        ensure!(
-            container.command.as_ref() == Some(&want),
-            "{name}: command {:?}, Gardener passes {want:?}",
-            container.command
-        );
-        ensure!(container.args.is_none(), "{name}: args besides the command");
-        ensure!(container.image.as_deref() == Some("dependency-watchdog:latest"));
-        let ports: BTreeMap<String, i32> = container
-            .ports
-            .iter()
-            .flatten()
-            .map(|p| (p.name.clone().unwrap_or_default(), p.container_port))
-            .collect();
-        ensure!(
-            ports == BTreeMap::from([("metrics".into(), 9643), ("health".into(), 9644)]),
-            "{name}: ports {ports:?}"
-        );
-        let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
-            p.as_ref()
-                .and_then(|p| p.http_get.as_ref())
-                .map(|h| (h.path.clone().unwrap_or_default(), format!("{:?}", h.port)))
+                .filter(|r| r.resources.iter().flatten().any(|x| x == resource))
+                .map(|r| r.resource_names.clone().unwrap_or_default())
+                .collect()
         };
         ensure!(
-            probe_path(&container.liveness_probe)
-                == Some(("/healthz".into(), "String(\"health\")".into())),
-            "{name}: liveness {:?}",
-            probe_path(&container.liveness_probe)
+            names_of("secrets") == BTreeSet::from([vec![cfg.kube_config_secret_name.clone()]]),
+            "secret names {:?}",
+            names_of("secrets")
         );
+        let target_names: Vec<String> = targets.iter().map(|(n, _, _)| n.clone()).collect();
         ensure!(
-            probe_path(&container.readiness_probe)
-                == Some(("/readyz".into(), "String(\"health\")".into())),
-            "{name}: readiness {:?}",
-            probe_path(&container.readiness_probe)
+            names_of("deployments") == BTreeSet::from([target_names.clone()]),
+            "deployments names {:?}",
+            names_of("deployments")
         );
-        let pod_name = container
-            .env
-            .iter()
-            .flatten()
-            .find(|e| e.name == "POD_NAME")
-            .and_then(|e| e.value_from.as_ref())
-            .and_then(|v| v.field_ref.as_ref())
-            .map(|f| f.field_path.clone());
+    } else {
+        let loaded = dwd_core::WeederConfig::from_yaml(&config)
+            .map_err(|e| anyhow!("weeder ConfigMap: {e}"))?;
         ensure!(
-            pod_name.as_deref() == Some("metadata.name"),
-            "{name}: POD_NAME"
+            loaded.warnings.is_empty(),
+            "warnings: {:?}",
+            loaded.warnings
         );
-        let resources = container.resources.as_ref().context("resources")?;
+        let services: Vec<&String> = loaded
+            .config
+            .services_and_dependant_selectors
+            .keys()
+            .collect();
         ensure!(
-            resources.requests.is_some() && resources.limits.is_some(),
-            "{name}: resources"
+            services == ["etcd-main-client", "kube-apiserver"],
+            "{services:?}"
         );
-        let sc = container
-            .security_context
-            .as_ref()
-            .context("securityContext")?;
-        ensure!(
-            sc.read_only_root_filesystem == Some(true),
-            "{name}: read-only root"
-        );
-        ensure!(
-            sc.allow_privilege_escalation == Some(false),
-            "{name}: privilege escalation"
-        );
-        let psc = pod
-            .security_context
-            .as_ref()
-            .context("pod securityContext")?;
-        ensure!(psc.run_as_non_root == Some(true), "{name}: non-root");
-
-        // The ConfigMap is mounted where --config-file points, and the config is valid.
-        let mount = container
-            .volume_mounts
-            .iter()
-            .flatten()
-            .find(|m| m.name == "config")
-            .context("config mount")?;
-        ensure!(
-            want.contains(&format!(
-                "--config-file={}/dep-config.yaml",
-                mount.mount_path
-            )),
-            "{name}: --config-file is not in the mount {}",
-            mount.mount_path
-        );
-        let volume = pod
-            .volumes
-            .iter()
-            .flatten()
-            .find(|v| v.name == "config")
-            .and_then(|v| v.config_map.as_ref())
-            .context("config volume")?;
-        ensure!(Some(&volume.name) == c.config_map.metadata.name.as_ref());
-        let config = c.config()?;
-        if name == "prober" {
-            let loaded = dwd_core::ProberConfig::from_yaml(&config)
-                .map_err(|e| anyhow!("prober ConfigMap: {e}"))?;
-            ensure!(
-                loaded.warnings.is_empty(),
-                "warnings: {:?}",
-                loaded.warnings
-            );
-            let cfg = loaded.config;
-            let targets: Vec<(String, u32, u32)> = cfg
-                .dependent_resource_infos
-                .iter()
-                .map(|i| (i.target.name.clone(), i.scale_up.level, i.scale_down.level))
-                .collect();
-            ensure!(
-                targets == [(KCM.into(), 1, 0), (MCM.into(), 1, 1), (CA.into(), 0, 2)],
-                "the seeds' levels: {targets:?}"
-            );
-            // The RBAC's resourceNames are the config's names.
-            let names_of = |resource: &str| -> BTreeSet<Vec<String>> {
-                c.cluster_role
-                    .rules
-                    .iter()
-                    .flatten()
-                    .filter(|r| r.resources.iter().flatten().any(|x| x == resource))
-                    .map(|r| r.resource_names.clone().unwrap_or_default())
-                    .collect()
-            };
-            ensure!(
-                names_of("secrets") == BTreeSet::from([vec![cfg.kube_config_secret_name.clone()]]),
-                "secret names {:?}",
-                names_of("secrets")
-            );
-            let target_names: Vec<String> = targets.iter().map(|(n, _, _)| n.clone()).collect();
-            ensure!(
-                names_of("deployments") == BTreeSet::from([target_names.clone()]),
-                "deployments names {:?}",
-                names_of("deployments")
-            );
-        } else {
-            let loaded = dwd_core::WeederConfig::from_yaml(&config)
-                .map_err(|e| anyhow!("weeder ConfigMap: {e}"))?;
-            ensure!(
-                loaded.warnings.is_empty(),
-                "warnings: {:?}",
-                loaded.warnings
-            );
-            let services: Vec<&String> = loaded
-                .config
-                .services_and_dependant_selectors
-                .keys()
-                .collect();
-            ensure!(
-                services == ["etcd-main-client", "kube-apiserver"],
-                "{services:?}"
-            );
-        }
-
-        // Service and ServiceMonitor reach the metrics port of these pods.
-        let pod_labels = spec
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.clone())
-            .unwrap_or_default();
-        let svc = c.service.spec.as_ref().context("Service spec")?;
-        let selector = svc.selector.clone().unwrap_or_default();
-        ensure!(
-            !selector.is_empty() && selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
-            "{name}: Service selector {selector:?} vs pod labels {pod_labels:?}"
-        );
-        let port = svc
-            .ports
-            .iter()
-            .flatten()
-            .find(|p| p.name.as_deref() == Some("metrics"));
-        ensure!(
-            port.is_some_and(|p| p.port == 9643
-                && p.target_port
-                    == Some(
-                        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(
-                            "metrics".into()
-                        )
-                    )),
-            "{name}: Service port {port:?}"
-        );
-        let sm = &c.service_monitor;
-        ensure!(sm["apiVersion"] == "monitoring.coreos.com/v1");
-        let service_labels = c.service.metadata.labels.clone().unwrap_or_default();
-        let sm_selector = sm["spec"]["selector"]["matchLabels"]
-            .as_object()
-            .context("ServiceMonitor selector")?;
-        ensure!(
-            sm_selector
-                .iter()
-                .all(|(k, v)| service_labels.get(k).map(String::as_str) == v.as_str()),
-            "{name}: ServiceMonitor selects {sm_selector:?}, Service has {service_labels:?}"
-        );
-        ensure!(sm["spec"]["endpoints"][0]["port"] == "metrics");
-        ensure!(sm["spec"]["namespaceSelector"]["matchNames"][0] == GARDEN);
-
-        // The prober's alerts (issue 34: one fires when shoots with a decision pending wait
-        // for room), complete and on exported metrics; the weeder ships none.
-        match (name, &c.prometheus_rule) {
-            ("prober", Some(rule)) => {
-                let alerts = check_prometheus_rule(name, rule, sm, &exported, &exported_text)?;
-                ensure!(
-                    alerts.contains("DependencyWatchdogProtectionWaitsForRoom"),
-                    "prober: no alert on protection waiting for room: {alerts:?}"
-                );
-            }
-            ("prober", None) => anyhow::bail!("deploy/prober: no PrometheusRule"),
-            (_, Some(_)) => anyhow::bail!("deploy/{name}: an unexpected PrometheusRule"),
-            (_, None) => {}
-        }
     }
+    Ok(())
+}
 
-    // The dashboard queries only metrics the binary exports, and every one of them.
+/// Service and ServiceMonitor reach the metrics port of the Deployment's pods.
+fn check_service_and_monitor(name: &str, c: &Component) -> Result<()> {
+    let spec = c.deployment.spec.as_ref().context("Deployment spec")?;
+    // Service and ServiceMonitor reach the metrics port of these pods.
+    let pod_labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let svc = c.service.spec.as_ref().context("Service spec")?;
+    let selector = svc.selector.clone().unwrap_or_default();
+    ensure!(
+        !selector.is_empty() && selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "{name}: Service selector {selector:?} vs pod labels {pod_labels:?}"
+    );
+    let port = svc
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("metrics"));
+    ensure!(
+        port.is_some_and(|p| p.port == 9643
+            && p.target_port
+                == Some(
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(
+                        "metrics".into()
+                    )
+                )),
+        "{name}: Service port {port:?}"
+    );
+    let sm = &c.service_monitor;
+    ensure!(sm["apiVersion"] == "monitoring.coreos.com/v1");
+    let service_labels = c.service.metadata.labels.clone().unwrap_or_default();
+    let sm_selector = sm["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .context("ServiceMonitor selector")?;
+    ensure!(
+        sm_selector
+            .iter()
+            .all(|(k, v)| service_labels.get(k).map(String::as_str) == v.as_str()),
+        "{name}: ServiceMonitor selects {sm_selector:?}, Service has {service_labels:?}"
+    );
+    ensure!(sm["spec"]["endpoints"][0]["port"] == "metrics");
+    ensure!(sm["spec"]["namespaceSelector"]["matchNames"][0] == GARDEN);
+    Ok(())
+}
+
+/// The dashboard queries only metrics the binary exports, and every one of them.
+fn check_dashboard(exported: &BTreeSet<String>, exported_text: &str) -> Result<()> {
     let path = deploy_dir().join("grafana/dependency-watchdog.json");
     let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
         .with_context(|| format!("{} is not JSON", path.display()))?;
@@ -1409,7 +1425,7 @@ fn shipped_manifests_are_consistent_and_run_the_binary_as_gardener_does() -> Res
             brackets_balanced(expr),
             "dashboard: unbalanced brackets in {expr}"
         );
-        check_label_values("dashboard", expr, &exported_text)?;
+        check_label_values("dashboard", expr, exported_text)?;
     }
     let queried: BTreeSet<String> = exprs.iter().flat_map(|e| metric_names_in(e)).collect();
     // The panels' descriptions name metrics too (an operator looks them up).
@@ -1429,6 +1445,51 @@ fn shipped_manifests_are_consistent_and_run_the_binary_as_gardener_does() -> Res
     let missing: Vec<&String> = exported.difference(&queried).collect();
     ensure!(missing.is_empty(), "dashboard lacks {missing:?}");
     Ok(())
+}
+
+#[test]
+fn shipped_manifests_are_consistent_and_run_the_binary_as_gardener_does() -> Result<()> {
+    let exported_text = exported_metrics_text();
+    let exported = exported_sample_names();
+    for (name, command) in [
+        ("prober", GARDENER_PROBER_COMMAND),
+        ("weeder", GARDENER_WEEDER_COMMAND),
+    ] {
+        let c = Component::load(name)?;
+        let app = format!("dependency-watchdog-{name}");
+        let sa = c.sa_name();
+        ensure!(sa == app, "{name}: ServiceAccount {sa}");
+        ensure!(c.service_account.metadata.namespace.as_deref() == Some(GARDEN));
+
+        check_rbac(name, &c, &sa)?;
+        check_deployment(name, &c, command, &sa)?;
+        check_config_mount(name, &c, command)?;
+        check_config(name, &c)?;
+        check_service_and_monitor(name, &c)?;
+
+        // The prober's alerts (issue 34: one fires when shoots with a decision pending wait
+        // for room), complete and on exported metrics; the weeder ships none.
+        match (name, &c.prometheus_rule) {
+            ("prober", Some(rule)) => {
+                let alerts = check_prometheus_rule(
+                    name,
+                    rule,
+                    &c.service_monitor,
+                    &exported,
+                    &exported_text,
+                )?;
+                ensure!(
+                    alerts.contains("DependencyWatchdogProtectionWaitsForRoom"),
+                    "prober: no alert on protection waiting for room: {alerts:?}"
+                );
+            }
+            ("prober", None) => anyhow::bail!("deploy/prober: no PrometheusRule"),
+            (_, Some(_)) => anyhow::bail!("deploy/{name}: an unexpected PrometheusRule"),
+            (_, None) => {}
+        }
+    }
+
+    check_dashboard(&exported, &exported_text)
 }
 
 // --- 2. the prober --------------------------------------------------------------------------
@@ -1559,17 +1620,10 @@ impl ProberWorld {
     }
 }
 
-/// The whole job on exactly the shipped RBAC.
-async fn prober_with_all_rules(w: &ProberWorld) -> Result<()> {
+/// The restore shoot's scale-up as events about the Cluster and the failed MCM (with their
+/// UIDs), and a repeated ScaledUp event counted on the first one as a series (patch).
+async fn restore_shoot_events(w: &ProberWorld, run: &str) -> Result<()> {
     let admin = &w.admin;
-    let run = "rbac-prober-all-rules";
-    reset_restore_shoot(w.restore.seed()).await?;
-    delete_lease(admin, PROBER_LEASE).await?;
-    let wd = w.start(run)?;
-    wd.wait_log("caches synced; prober ready", 1).await?;
-
-    // Restore shoot: KCM back at its recorded 3; the decision on the Cluster and the failed
-    // MCM both as events with UIDs; a repeated event counted as a series (patch).
     wait_replicas(admin, RESTORE_NS, &[(KCM, 3)], true).await?;
     let cluster_uid = w.cluster_uid(RESTORE_NS).await?;
     let decisions = wait_events(
@@ -1610,7 +1664,77 @@ async fn prober_with_all_rules(w: &ProberWorld) -> Result<()> {
         },
     )
     .await
-    .map_err(|e| anyhow!(e))?;
+    .map_err(|e| anyhow!(e))
+}
+
+/// The per-shoot series only a running prober writes are in `text` (its /metrics): the outage
+/// shoot's runs got room and findings, the last just now.
+fn check_running_prober_series(text: &str) -> Result<()> {
+    let scraped = sample_names(text);
+    for name in RUNNING_PROBER_SERIES {
+        ensure!(
+            scraped.contains(*name),
+            "{name} is not on the prober's /metrics"
+        );
+    }
+    let waiting = sample(
+        text,
+        "dwd_prober_shoot_waiting_for_room",
+        &[("shoot", OUTAGE_NS)],
+    );
+    ensure!(waiting == Some(0.0), "waiting for room: {waiting:?}");
+    let found_at = sample(
+        text,
+        "dwd_prober_expired_lease_fraction_timestamp_seconds",
+        &[("shoot", OUTAGE_NS)],
+    )
+    .context("no expired-lease fraction timestamp")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
+    ensure!(
+        (-5.0..DEADLINE.as_secs_f64()).contains(&(now - found_at)),
+        "the last finding is {}s old",
+        now - found_at
+    );
+    Ok(())
+}
+
+/// Nothing was denied to the prober `wd` (whose /metrics is `text`): every event written, no
+/// forbidden call in the log.
+fn nothing_denied(wd: &Watchdog, text: &str) -> Result<()> {
+    let failed = sample(text, "dwd_events_total", &[("outcome", "Failed")]).unwrap_or(0.0);
+    let published = sample(text, "dwd_events_total", &[("outcome", "Published")]).unwrap_or(0.0);
+    ensure!(
+        failed == 0.0 && published > 0.0,
+        "events: {failed} failed, {published} published"
+    );
+    let log = wd.log().to_lowercase();
+    ensure!(
+        !log.contains("forbidden"),
+        "a forbidden call\n{}",
+        wd.tail()
+    );
+    ensure!(
+        !log.contains("event not written"),
+        "an event not written\n{}",
+        wd.tail()
+    );
+    Ok(())
+}
+
+/// The whole job on exactly the shipped RBAC.
+async fn prober_with_all_rules(w: &ProberWorld) -> Result<()> {
+    let admin = &w.admin;
+    let run = "rbac-prober-all-rules";
+    reset_restore_shoot(w.restore.seed()).await?;
+    delete_lease(admin, PROBER_LEASE).await?;
+    let wd = w.start(run)?;
+    wd.wait_log("caches synced; prober ready", 1).await?;
+
+    // Restore shoot: KCM back at its recorded 3; the decision on the Cluster and the failed
+    // MCM both as events with UIDs; a repeated event counted as a series (patch).
+    restore_shoot_events(w, run).await?;
 
     // Outage shoot: 4 of 5 kubelets silent → all three targets at 0, per-shoot series on
     // /metrics; kubelets back → everything restored.
@@ -1673,56 +1797,35 @@ async fn prober_with_all_rules(w: &ProberWorld) -> Result<()> {
     // The per-shoot series only a running prober writes are on /metrics (the dashboard and
     // the alerts use them): the outage shoot's runs got room and findings, the last just now.
     let text = wd.metrics().await?;
-    let scraped = sample_names(&text);
-    for name in RUNNING_PROBER_SERIES {
-        ensure!(
-            scraped.contains(*name),
-            "{name} is not on the prober's /metrics"
-        );
-    }
-    let waiting = sample(
-        &text,
-        "dwd_prober_shoot_waiting_for_room",
-        &[("shoot", OUTAGE_NS)],
-    );
-    ensure!(waiting == Some(0.0), "waiting for room: {waiting:?}");
-    let found_at = sample(
-        &text,
-        "dwd_prober_expired_lease_fraction_timestamp_seconds",
-        &[("shoot", OUTAGE_NS)],
-    )
-    .context("no expired-lease fraction timestamp")?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs_f64();
-    ensure!(
-        (-5.0..DEADLINE.as_secs_f64()).contains(&(now - found_at)),
-        "the last finding is {}s old",
-        now - found_at
-    );
+    check_running_prober_series(&text)?;
 
     // Nothing was denied: every event written, no forbidden call in the log.
-    let failed = sample(&text, "dwd_events_total", &[("outcome", "Failed")]).unwrap_or(0.0);
-    let published = sample(&text, "dwd_events_total", &[("outcome", "Published")]).unwrap_or(0.0);
-    ensure!(
-        failed == 0.0 && published > 0.0,
-        "events: {failed} failed, {published} published"
-    );
-    let log = wd.log().to_lowercase();
-    ensure!(
-        !log.contains("forbidden"),
-        "a forbidden call\n{}",
-        wd.tail()
-    );
-    ensure!(
-        !log.contains("event not written"),
-        "an event not written\n{}",
-        wd.tail()
-    );
+    nothing_denied(&wd, &text)?;
 
     // It led all along (renewing needs update), and hands the Lease over on SIGTERM.
     ensure!(wd.exited().is_none(), "the prober exited\n{}", wd.tail());
     stop_leader(&wd, admin, PROBER_LEASE).await
+}
+
+/// The restore shoot's runs are skipped (two lease probe failures) for want of the watch on
+/// `resource`, whose denied list is logged, and KCM stays at 0: nothing is scaled without
+/// `what`.
+async fn runs_skipped_unscaled(
+    w: &ProberWorld,
+    wd: &Watchdog,
+    resource: &str,
+    what: &str,
+) -> Result<()> {
+    wd.wait_sample(
+        "dwd_prober_lease_probe_failures_total",
+        &[("shoot", RESTORE_NS)],
+        2.0,
+    )
+    .await?;
+    wd.wait_log(&format!(r#"cannot list resource "{resource}""#), 1)
+        .await?;
+    ensure!(w.kcm_replicas().await? == 0, "scaled without {what}");
+    Ok(())
 }
 
 /// The prober without one rule: it fails as `kind` predicts.
@@ -1754,42 +1857,14 @@ async fn prober_without(w: &ProberWorld, run: &str, kind: ProberNeed) -> Result<
         ProberNeed::SecretWatch => {
             // A run is skipped (counted as a lease probe failure) while a seed cache is not
             // synced: nothing decides from a cache that never listed.
-            wd.wait_sample(
-                "dwd_prober_lease_probe_failures_total",
-                &[("shoot", RESTORE_NS)],
-                2.0,
-            )
-            .await?;
-            wd.wait_log(r#"cannot list resource "secrets""#, 1).await?;
-            ensure!(
-                w.kcm_replicas().await? == 0,
-                "scaled without the probe secret"
-            );
+            runs_skipped_unscaled(w, &wd, "secrets", "the probe secret").await?;
         }
         ProberNeed::MachineWatch => {
-            wd.wait_sample(
-                "dwd_prober_lease_probe_failures_total",
-                &[("shoot", RESTORE_NS)],
-                2.0,
-            )
-            .await?;
-            wd.wait_log(r#"cannot list resource "machines""#, 1).await?;
-            ensure!(w.kcm_replicas().await? == 0, "scaled without Machines");
+            runs_skipped_unscaled(w, &wd, "machines", "Machines").await?;
         }
         ProberNeed::TargetWatch => {
             // Runs are skipped while the target cache has not synced (see SecretWatch).
-            wd.wait_sample(
-                "dwd_prober_lease_probe_failures_total",
-                &[("shoot", RESTORE_NS)],
-                2.0,
-            )
-            .await?;
-            wd.wait_log(r#"cannot list resource "deployments""#, 1)
-                .await?;
-            ensure!(
-                w.kcm_replicas().await? == 0,
-                "scaled without the target cache"
-            );
+            runs_skipped_unscaled(w, &wd, "deployments", "the target cache").await?;
         }
         ProberNeed::TargetPatch => {
             wd.wait_sample("dwd_prober_scale_operations_total", &failed_up(KCM), 1.0)

@@ -38,6 +38,30 @@ async fn wait_synced(caches: &SeedCaches) {
     .expect("the seed caches sync");
 }
 
+/// Starts the caches for the config's targets on a task of their own, so that a test can
+/// watch the seed while startup is under way; the task returns the caches and their tasks.
+fn spawn_start(
+    client: &kube::Client,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<(
+    dependency_watchdog::Result<SeedCaches>,
+    tokio::task::JoinSet<&'static str>,
+)> {
+    let (client, shutdown) = (client.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        let mut tasks = tokio::task::JoinSet::new();
+        let caches = SeedCaches::start(
+            &client,
+            "probe-secret",
+            &targets_with(""),
+            &mut tasks,
+            &shutdown,
+        )
+        .await;
+        (caches, tasks)
+    })
+}
+
 /// Names go into field selectors (`metadata.name=<name>`). The config accepts any name, as the
 /// reference does (it GETs targets by name: such a target is merely missing); a `,` or `=`
 /// unescaped made the apiserver refuse the selector, so the cache never synced and no decision
@@ -86,21 +110,7 @@ async fn discovery_failing_at_start_is_retried_until_the_seed_recovers() {
     seed.set_throttled(true);
     let before = seed.throttled_responses();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let starting = tokio::spawn({
-        let (client, shutdown) = (client.clone(), shutdown.clone());
-        async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            let caches = SeedCaches::start(
-                &client,
-                "probe-secret",
-                &targets_with(""),
-                &mut tasks,
-                &shutdown,
-            )
-            .await;
-            (caches, tasks)
-        }
-    });
+    let starting = spawn_start(&client, &shutdown);
     // Several failed lookups (each a few throttled requests), and startup has not given up.
     eventually(DEADLINE, "discovery answered 429 again and again", || {
         let (throttled, ended) = (seed.throttled_responses() - before, starting.is_finished());
@@ -131,21 +141,7 @@ async fn discovery_failing_at_start_is_retried_until_the_seed_recovers() {
     let client = seed.client().await.expect("seed client");
     seed.set_throttled(true);
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let starting = tokio::spawn({
-        let (client, shutdown) = (client.clone(), shutdown.clone());
-        async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            SeedCaches::start(
-                &client,
-                "probe-secret",
-                &targets_with(""),
-                &mut tasks,
-                &shutdown,
-            )
-            .await
-            .map(|_| ())
-        }
-    });
+    let starting = spawn_start(&client, &shutdown);
     let before = seed.throttled_responses();
     eventually(DEADLINE, "discovery failing again", || {
         let throttled = seed.throttled_responses() - before;
@@ -157,7 +153,9 @@ async fn discovery_failing_at_start_is_retried_until_the_seed_recovers() {
     let ended = tokio::time::timeout(std::time::Duration::from_secs(5), starting)
         .await
         .expect("startup ends promptly on shutdown")
-        .expect("startup task");
+        .expect("startup task")
+        .0
+        .map(|_| ());
     assert!(
         matches!(ended, Err(dependency_watchdog::Error::TaskDied(..))),
         "{ended:?}"

@@ -320,6 +320,46 @@ async fn a_service_name_that_is_no_label_value_leaves_the_other_services_weeded(
     w.stop().await
 }
 
+/// The answers (HTTP codes) to every DELETE of pod `kapi` in `namespace` that `server`'s
+/// audit log records, once the log has caught up with this call.
+async fn audited_deletes_of_kapi(
+    server: &ApiServer,
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<Vec<i64>> {
+    // The audit log is written in batches; a request after everything else marks the end.
+    let marker = format!("/api/v1/namespaces/{namespace}/configmaps/audit-marker");
+    let _ = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt("audit-marker")
+        .await?;
+    let log = server.audit_log_path();
+    let (log, marker) = (&log, &marker);
+    eventually(DEADLINE, "the audit log flushed", || async move {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let entries: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|e: &serde_json::Value| e["stage"] == "ResponseComplete")
+            .collect();
+        if !entries.iter().any(|e| e["requestURI"] == marker.as_str()) {
+            return Ok(None);
+        }
+        Ok(Some(
+            entries
+                .into_iter()
+                .filter(|e| {
+                    e["verb"] == "delete"
+                        && e["objectRef"]["resource"] == "pods"
+                        && e["objectRef"]["name"] == "kapi"
+                })
+                .map(|e| e["responseStatus"]["code"].as_i64().unwrap_or(0))
+                .collect::<Vec<_>>(),
+        ))
+    })
+    .await
+    .map_err(anyhow::Error::msg)
+}
+
 /// A dual-stack service has two EndpointSlices (IPv4, IPv6); both turning ready start two
 /// weeders (one per slice) watching the same pods. A scheduled pod is deleted gracefully, so it
 /// stays, terminating, and a second DELETE of it succeeds again: without the namespace's shared
@@ -390,41 +430,7 @@ async fn a_pod_of_a_dual_stack_service_is_deleted_once() -> Result<()> {
         started.elapsed() > Duration::from_secs(8),
         "the weeders must have lived their watchDuration"
     );
-    // The audit log is written in batches; a request after everything else marks the end.
-    let marker = format!(
-        "/api/v1/namespaces/{}/configmaps/audit-marker",
-        ns.namespace()
-    );
-    let _ =
-        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns.namespace())
-            .get_opt("audit-marker")
-            .await?;
-    let log = server.audit_log_path();
-    let (log, marker) = (&log, &marker);
-    let deletes = eventually(DEADLINE, "the audit log flushed", || async move {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let entries: Vec<serde_json::Value> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .filter(|e: &serde_json::Value| e["stage"] == "ResponseComplete")
-            .collect();
-        if !entries.iter().any(|e| e["requestURI"] == marker.as_str()) {
-            return Ok(None);
-        }
-        Ok(Some(
-            entries
-                .into_iter()
-                .filter(|e| {
-                    e["verb"] == "delete"
-                        && e["objectRef"]["resource"] == "pods"
-                        && e["objectRef"]["name"] == "kapi"
-                })
-                .map(|e| e["responseStatus"]["code"].as_i64().unwrap_or(0))
-                .collect::<Vec<_>>(),
-        ))
-    })
-    .await
-    .map_err(anyhow::Error::msg)?;
+    let deletes = audited_deletes_of_kapi(&server, &client, ns.namespace()).await?;
     ensure!(
         deletes == [200],
         "one successful DELETE of the pod expected, the audit log has these answers: {deletes:?}"
@@ -557,6 +563,50 @@ fn log_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Sends the binary SIGTERM and waits for it to exit.
+async fn sigterm_and_wait(mut child: Child) -> Result<std::process::ExitStatus> {
+    let pid = child.0.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()?;
+    Ok(tokio::task::spawn_blocking(move || {
+        let status = child.0.wait();
+        drop(child);
+        status
+    })
+    .await??)
+}
+
+/// The log at `log_path` has three deletions in namespace `shoot--dev--e2e`, each naming its
+/// pod, service, selector and container; kube-controller-manager's names service kube-apiserver.
+fn assert_three_deletions_logged(log_path: &std::path::Path) -> Result<()> {
+    let deletions: Vec<serde_json::Value> = log_lines(log_path)
+        .into_iter()
+        .filter(|l| {
+            l["msg"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("deleted crash-looping pod"))
+        })
+        .collect();
+    ensure!(
+        deletions.len() == 3,
+        "three deletions logged: {deletions:#?}"
+    );
+    for d in &deletions {
+        for field in ["namespace", "pod", "service", "selector", "container"] {
+            ensure!(d[field].is_string(), "deletion log lacks {field}: {d}");
+        }
+        ensure!(d["namespace"] == "shoot--dev--e2e", "{d}");
+    }
+    let kcm = deletions
+        .iter()
+        .find(|d| d["pod"] == "kube-controller-manager")
+        .context("kube-controller-manager deletion logged")?;
+    ensure!(kcm["service"] == "kube-apiserver", "{kcm}");
+    ensure!(kcm["selector"] == "role in (controller-manager)", "{kcm}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_weeder_command_with_the_seeds_config_weeds_a_shoot() -> Result<()> {
     let env = TestEnv::shared().await?;
@@ -602,7 +652,7 @@ async fn the_weeder_command_with_the_seeds_config_weeds_a_shoot() -> Result<()> 
     std::fs::write(&config_path, SEEDS_WEEDER_CONFIG)?;
     let log_path = dir.join("weeder.log");
     let log = std::fs::File::create(&log_path)?;
-    let mut child = Child(
+    let child = Child(
         std::process::Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
             .arg("weeder")
             .arg("--config-file")
@@ -638,43 +688,10 @@ async fn the_weeder_command_with_the_seeds_config_weeds_a_shoot() -> Result<()> 
         assert_kept(space, pod, uid).await?;
     }
 
-    let pid = child.0.id().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()?;
-    let status = tokio::task::spawn_blocking(move || {
-        let status = child.0.wait();
-        drop(child);
-        status
-    })
-    .await??;
+    let status = sigterm_and_wait(child).await?;
     ensure!(status.success(), "weeder exited with {status}");
 
-    let deletions: Vec<serde_json::Value> = log_lines(&log_path)
-        .into_iter()
-        .filter(|l| {
-            l["msg"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("deleted crash-looping pod"))
-        })
-        .collect();
-    ensure!(
-        deletions.len() == 3,
-        "three deletions logged: {deletions:#?}"
-    );
-    for d in &deletions {
-        for field in ["namespace", "pod", "service", "selector", "container"] {
-            ensure!(d[field].is_string(), "deletion log lacks {field}: {d}");
-        }
-        ensure!(d["namespace"] == "shoot--dev--e2e", "{d}");
-    }
-    let kcm = deletions
-        .iter()
-        .find(|d| d["pod"] == "kube-controller-manager")
-        .context("kube-controller-manager deletion logged")?;
-    ensure!(kcm["service"] == "kube-apiserver", "{kcm}");
-    ensure!(kcm["selector"] == "role in (controller-manager)", "{kcm}");
-    Ok(())
+    assert_three_deletions_logged(&log_path)
 }
 
 // --- a recording proxy ------------------------------------------------------------------

@@ -390,6 +390,55 @@ fn zone_line<'a>(text: &'a str, zone: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line for zone {zone}:\n{text}"))
 }
 
+/// explain, during zone a's outage: zone a DISRUPTED, the decision zonal, the flow only MCM and
+/// CA. In-process (its structure) and the real binary (its text).
+async fn assert_explain_shows_zone_a_disrupted(p: &Prober, seed: &kube::Client, ns: &str) {
+    let explanation = dependency_watchdog::explain::explain(seed, &p.config, ns)
+        .await
+        .expect("explain");
+    let lp = explanation
+        .lease_probe
+        .as_ref()
+        .unwrap_or_else(|| panic!("the lease probe ran: {explanation}"));
+    let zones: Vec<(&str, usize, usize, bool)> = lp
+        .zones
+        .iter()
+        .map(|z| (z.zone.as_str(), z.candidates, z.expired, z.disrupted))
+        .collect();
+    assert_eq!(
+        zones,
+        [("a", 3, 3, true), ("b", 3, 0, false), ("c", 3, 0, false)],
+        "{explanation}"
+    );
+    assert!(lp.zonal_protection, "{explanation}");
+    assert_eq!(lp.decision, "scale down the zonal targets", "{explanation}");
+    let flow: BTreeSet<&str> = explanation
+        .flow
+        .iter()
+        .flat_map(|l| &l.targets)
+        .map(|t| t.target.as_str())
+        .collect();
+    assert_eq!(
+        flow,
+        BTreeSet::from([
+            "Deployment/machine-controller-manager",
+            "Deployment/cluster-autoscaler"
+        ]),
+        "{explanation}"
+    );
+    let text = explain_binary(p, ns, "text");
+    let line = zone_line(&text, "a");
+    assert!(
+        line.contains("3/3 expired") && line.ends_with("DISRUPTED"),
+        "{line:?}\n{text}"
+    );
+    for zone in ["b", "c"] {
+        let line = zone_line(&text, zone);
+        assert!(line.ends_with(": ok"), "{line:?}\n{text}");
+    }
+    assert!(text.contains("zonal protection on"), "{text}");
+}
+
 // --- the scenarios --------------------------------------------------------------------------
 
 #[tokio::test]
@@ -430,52 +479,7 @@ async fn a_lost_zone_scales_down_only_the_zonal_targets_and_its_recovery_restore
         );
     }
 
-    // explain, during the outage: zone a DISRUPTED, the decision zonal, the flow only MCM and
-    // CA. In-process (its structure) and the real binary (its text).
-    let explanation = dependency_watchdog::explain::explain(&seed, &p.config, &ns)
-        .await
-        .expect("explain");
-    let lp = explanation
-        .lease_probe
-        .as_ref()
-        .unwrap_or_else(|| panic!("the lease probe ran: {explanation}"));
-    let zones: Vec<(&str, usize, usize, bool)> = lp
-        .zones
-        .iter()
-        .map(|z| (z.zone.as_str(), z.candidates, z.expired, z.disrupted))
-        .collect();
-    assert_eq!(
-        zones,
-        [("a", 3, 3, true), ("b", 3, 0, false), ("c", 3, 0, false)],
-        "{explanation}"
-    );
-    assert!(lp.zonal_protection, "{explanation}");
-    assert_eq!(lp.decision, "scale down the zonal targets", "{explanation}");
-    let flow: BTreeSet<&str> = explanation
-        .flow
-        .iter()
-        .flat_map(|l| &l.targets)
-        .map(|t| t.target.as_str())
-        .collect();
-    assert_eq!(
-        flow,
-        BTreeSet::from([
-            "Deployment/machine-controller-manager",
-            "Deployment/cluster-autoscaler"
-        ]),
-        "{explanation}"
-    );
-    let text = explain_binary(p, &ns, "text");
-    let line = zone_line(&text, "a");
-    assert!(
-        line.contains("3/3 expired") && line.ends_with("DISRUPTED"),
-        "{line:?}\n{text}"
-    );
-    for zone in ["b", "c"] {
-        let line = zone_line(&text, zone);
-        assert!(line.ends_with(": ok"), "{line:?}\n{text}");
-    }
-    assert!(text.contains("zonal protection on"), "{text}");
+    assert_explain_shows_zone_a_disrupted(p, &seed, &ns).await;
 
     // KCM keeps its replicas through further runs of the outage.
     p.wait_runs(&ns, 3).await;

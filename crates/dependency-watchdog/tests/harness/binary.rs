@@ -16,13 +16,13 @@ use dwd_testenv::process::{ManagedProcess, Signal};
 use serde_json::Value;
 
 /// How long a condition on a running binary may take.
-pub const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 /// How long the binary may take to exit after SIGTERM.
-pub const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The real binary; killed on drop (a [`ManagedProcess`]).
-pub struct Watchdog {
-    pub name: String,
+pub(crate) struct Watchdog {
+    pub(crate) name: String,
     process: ManagedProcess,
     metrics_port: u16,
 }
@@ -32,7 +32,7 @@ impl Watchdog {
     /// removed unless given), its stdout and stderr in `<dir>/<name>.log`; its metrics are
     /// read from `metrics_port`. The binary is this crate's, or the one `DWD_TEST_BINARY`
     /// names: the mutation rows of docs/faults.md run a scenario against an older build.
-    pub fn spawn(
+    pub(crate) fn spawn(
         name: &str,
         args: &[String],
         env: &[(&str, &str)],
@@ -55,7 +55,7 @@ impl Watchdog {
 
     /// A binary started some other way (e.g. confined like a pod), watched the same way; its
     /// metrics are read from `metrics_port`.
-    pub fn with_process(name: &str, process: ManagedProcess, metrics_port: u16) -> Watchdog {
+    pub(crate) fn with_process(name: &str, process: ManagedProcess, metrics_port: u16) -> Watchdog {
         Watchdog {
             name: name.to_string(),
             process,
@@ -64,12 +64,12 @@ impl Watchdog {
     }
 
     /// Everything it wrote so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.process.log()
     }
 
     /// The last lines of the log, for error messages.
-    pub fn tail(&self) -> String {
+    pub(crate) fn tail(&self) -> String {
         let text = self.log();
         let lines: Vec<&str> = text.lines().collect();
         let start = lines.len().saturating_sub(40);
@@ -81,24 +81,24 @@ impl Watchdog {
     }
 
     /// `Some(status)` once the process ended.
-    pub fn exited(&self) -> Option<ExitStatus> {
+    pub(crate) fn exited(&self) -> Option<ExitStatus> {
         self.process.exit_status()
     }
 
     /// Its process id.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.process.pid()
     }
 
     /// Its `/metrics` text.
-    pub async fn metrics(&self) -> Result<String> {
+    pub(crate) async fn metrics(&self) -> Result<String> {
         let (status, body) = http_get(self.metrics_port, "/metrics").await?;
         ensure!(status == 200, "{}: /metrics answered {status}", self.name);
         Ok(body)
     }
 
     /// Waits until `check` yields a value, failing early when the process exited.
-    pub async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T>
+    pub(crate) async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<Option<T>>>,
@@ -118,20 +118,20 @@ impl Watchdog {
     }
 
     /// SIGTERM, then waits for the exit.
-    pub async fn stop(&self) -> Result<ExitStatus> {
+    pub(crate) async fn stop(&self) -> Result<ExitStatus> {
         self.signal(Signal::TERM)?;
         self.wait_exit(EXIT_TIMEOUT).await
     }
 
     /// Sends `signal` unless the process already ended.
-    pub fn signal(&self, signal: Signal) -> Result<()> {
+    pub(crate) fn signal(&self, signal: Signal) -> Result<()> {
         self.process
             .signal(signal)
             .with_context(|| format!("signal {signal:?} to {}", self.name))
     }
 
     /// Waits at most `timeout` for the process to end.
-    pub async fn wait_exit(&self, timeout: Duration) -> Result<ExitStatus> {
+    pub(crate) async fn wait_exit(&self, timeout: Duration) -> Result<ExitStatus> {
         match self.process.wait_exit(timeout).await {
             Some(status) => Ok(status),
             None => bail!(
@@ -145,13 +145,13 @@ impl Watchdog {
     /// Waits until at least `n` lines of the log contain `needle` (backslashes ignored: error
     /// messages are quoted in some lines). A denied call is logged on one line per attempt by
     /// the code that retries it, so `n` lines of a denial mean `n` attempts.
-    pub async fn wait_log(&self, needle: &str, n: usize) -> Result<()> {
+    pub(crate) async fn wait_log(&self, needle: &str, n: usize) -> Result<()> {
         self.wait_log_lines(&[needle], n).await
     }
 
     /// Waits until at least `n` lines of the log contain every one of `needles` (backslashes
     /// ignored).
-    pub async fn wait_log_lines(&self, needles: &[&str], n: usize) -> Result<()> {
+    pub(crate) async fn wait_log_lines(&self, needles: &[&str], n: usize) -> Result<()> {
         let what = format!("{n} lines with {needles:?} in the log of {}", self.name);
         self.until(&what, || async move {
             let log = self.log().replace('\\', "");
@@ -165,12 +165,17 @@ impl Watchdog {
     }
 
     /// The value of one series (0 when absent: counters and families start without series).
-    pub async fn sample(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64> {
+    pub(crate) async fn sample(&self, name: &str, labels: &[(&str, &str)]) -> Result<f64> {
         Ok(sample(&self.metrics().await?, name, labels).unwrap_or(0.0))
     }
 
     /// Waits until a series reaches `min`.
-    pub async fn wait_sample(&self, name: &str, labels: &[(&str, &str)], min: f64) -> Result<()> {
+    pub(crate) async fn wait_sample(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        min: f64,
+    ) -> Result<()> {
         let what = format!("{name}{labels:?} ≥ {min} on {}", self.name);
         self.until(&what, || async move {
             let value = self.sample(name, labels).await?;
@@ -180,7 +185,7 @@ impl Watchdog {
     }
 
     /// Log lines at warn level or above (JSON `"level":"warn"`/`"error"`, or text `WARN`/`ERROR`).
-    pub fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         self.log()
             .lines()
             .filter(|line| match serde_json::from_str::<Value>(line) {
@@ -196,11 +201,11 @@ impl Watchdog {
 }
 
 /// `GET path` on 127.0.0.1:`port`: status and body (the workspace's one HTTP GET).
-pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+pub(crate) async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     Ok(dwd_testenv::http::get(addr, path, Duration::from_secs(10)).await?)
 }
 
 /// Prometheus text, read with the workspace's one parser (each test crate uses some of it).
 #[allow(unused_imports)]
-pub use dwd_testenv::metrics::{sample, sum};
+pub(crate) use dwd_testenv::metrics::{sample, sum};

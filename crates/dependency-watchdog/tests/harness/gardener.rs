@@ -18,17 +18,17 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// The namespace gardenlet deploys the watchdog in.
-pub const GARDEN: &str = "garden";
+pub(crate) const GARDEN: &str = "garden";
 
 /// A file of `deploy/gardener/`.
-pub fn fixture_path(name: &str) -> PathBuf {
+pub(crate) fn fixture_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../deploy/gardener")
         .join(name)
 }
 
 /// The YAML documents of a fixture, by kind.
-pub fn fixture(name: &str) -> Result<BTreeMap<String, Vec<Value>>> {
+pub(crate) fn fixture(name: &str) -> Result<BTreeMap<String, Vec<Value>>> {
     let path = fixture_path(name);
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -43,7 +43,10 @@ pub fn fixture(name: &str) -> Result<BTreeMap<String, Vec<Value>>> {
 }
 
 /// The one document of `kind`, typed.
-pub fn one<T: DeserializeOwned>(docs: &BTreeMap<String, Vec<Value>>, kind: &str) -> Result<T> {
+pub(crate) fn one<T: DeserializeOwned>(
+    docs: &BTreeMap<String, Vec<Value>>,
+    kind: &str,
+) -> Result<T> {
     let found = docs.get(kind).map(Vec::as_slice).unwrap_or_default();
     ensure!(
         found.len() == 1,
@@ -54,26 +57,26 @@ pub fn one<T: DeserializeOwned>(docs: &BTreeMap<String, Vec<Value>>, kind: &str)
 }
 
 /// One role's objects as gardenlet generates them.
-pub struct Gardener {
+pub(crate) struct Gardener {
     /// The fixture's documents by kind.
-    pub docs: BTreeMap<String, Vec<Value>>,
+    pub(crate) docs: BTreeMap<String, Vec<Value>>,
 }
 
 impl Gardener {
     /// `prober` or `weeder`.
-    pub fn load(role: &str) -> Result<Gardener> {
+    pub(crate) fn load(role: &str) -> Result<Gardener> {
         Ok(Gardener {
             docs: fixture(&format!("{role}.yaml"))?,
         })
     }
 
     /// The ServiceAccount.
-    pub fn service_account(&self) -> Result<ServiceAccount> {
+    pub(crate) fn service_account(&self) -> Result<ServiceAccount> {
         one(&self.docs, "ServiceAccount")
     }
 
     /// The container's command line, binary path first.
-    pub fn command(&self) -> Result<Vec<String>> {
+    pub(crate) fn command(&self) -> Result<Vec<String>> {
         let d: Deployment = one(&self.docs, "Deployment")?;
         d.spec
             .and_then(|s| s.template.spec)
@@ -83,7 +86,7 @@ impl Gardener {
     }
 
     /// `dep-config.yaml` of the ConfigMap.
-    pub fn config(&self) -> Result<String> {
+    pub(crate) fn config(&self) -> Result<String> {
         let cm: ConfigMap = one(&self.docs, "ConfigMap")?;
         cm.data
             .and_then(|d| d.get("dep-config.yaml").cloned())
@@ -91,7 +94,7 @@ impl Gardener {
     }
 
     /// Applies ServiceAccount, ClusterRole(Binding) and Role(Binding) to the seed.
-    pub async fn apply_rbac(&self, admin: &kube::Client) -> Result<()> {
+    pub(crate) async fn apply_rbac(&self, admin: &kube::Client) -> Result<()> {
         apply(
             &Api::namespaced(admin.clone(), GARDEN),
             &self.service_account()?,
@@ -120,7 +123,7 @@ impl Gardener {
 /// ten: probes every second from one second after start, nodes count as gone 3 s after their
 /// last renewal (grace 4 s), MCM's scale-up delay `mcm_up_delay`. Levels, targets and
 /// everything else as gardenlet writes them.
-pub fn shortened(config: &str, mcm_up_delay: Duration) -> Result<String> {
+pub(crate) fn shortened(config: &str, mcm_up_delay: Duration) -> Result<String> {
     ensure!(
         config.contains("probeInterval: 30s\n") && config.contains("initialDelay: 30s\n"),
         "Gardener's config changed shape:\n{config}"
@@ -137,7 +140,7 @@ pub fn shortened(config: &str, mcm_up_delay: Duration) -> Result<String> {
 }
 
 /// Server-side apply of `obj` (forced, as gardenlet's resource manager applies).
-pub async fn apply<K>(api: &Api<K>, obj: &K) -> Result<()>
+pub(crate) async fn apply<K>(api: &Api<K>, obj: &K) -> Result<()>
 where
     K: Resource + Serialize + DeserializeOwned + Clone + std::fmt::Debug,
 {
@@ -153,7 +156,7 @@ where
 }
 
 /// Creates namespace `name` unless it exists.
-pub async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
+pub(crate) async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
     match Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)

@@ -51,11 +51,11 @@ dependentResourceInfos:
 
 /// The seeds' three targets with their levels, intervals shrunk to fractions of a second: the
 /// config of the tests that run the binary on a seed of their own (leader.rs).
-pub const PROBER_CONFIG_THREE_TARGETS: &str = prober_config_core!();
+pub(crate) const PROBER_CONFIG_THREE_TARGETS: &str = prober_config_core!();
 
 /// The prober config every test runs with: the seeds' three targets with their levels, an
 /// optional target that no shoot has, and intervals shrunk to fractions of a second.
-pub const PROBER_CONFIG: &str = concat!(
+pub(crate) const PROBER_CONFIG: &str = concat!(
     prober_config_core!(),
     r#"  - ref: {kind: Deployment, name: dwd-optional-target, apiVersion: apps/v1}
     optional: true
@@ -65,27 +65,27 @@ pub const PROBER_CONFIG: &str = concat!(
 );
 
 /// Kubelet renew interval of simulated shoots (grace 4 s → leases expire 3 s after renewal).
-pub const RENEW: Duration = Duration::from_millis(250);
+pub(crate) const RENEW: Duration = Duration::from_millis(250);
 /// Generous deadline for a condition that needs several probe runs.
-pub const DEADLINE: Duration = Duration::from_secs(45);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(45);
 
-pub const KCM: &str = "kube-controller-manager";
-pub const MCM: &str = "machine-controller-manager";
-pub const CA: &str = "cluster-autoscaler";
+pub(crate) const KCM: &str = "kube-controller-manager";
+pub(crate) const MCM: &str = "machine-controller-manager";
+pub(crate) const CA: &str = "cluster-autoscaler";
 /// The targets' replicas of a shoot [`Harness::shoot`] creates (unless customized).
-pub const SHOOT_REPLICAS: &[(&str, i32)] = &[(KCM, 3), (MCM, 2), (CA, 2)];
+pub(crate) const SHOOT_REPLICAS: &[(&str, i32)] = &[(KCM, 3), (MCM, 2), (CA, 2)];
 
-pub struct Harness {
-    pub env: &'static TestEnv,
-    pub seed: ApiServer,
+pub(crate) struct Harness {
+    pub(crate) env: &'static TestEnv,
+    pub(crate) seed: ApiServer,
     /// A shoot apiserver shared by shoots whose tests don't break their apiserver.
-    pub shoots: ApiServer,
-    pub metrics: Arc<Metrics>,
-    pub registry: Arc<Mutex<Registry>>,
-    pub health: Arc<Health>,
+    pub(crate) shoots: ApiServer,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) registry: Arc<Mutex<Registry>>,
+    pub(crate) health: Arc<Health>,
 }
 
-pub async fn harness() -> &'static Harness {
+pub(crate) async fn harness() -> &'static Harness {
     static HARNESS: tokio::sync::OnceCell<Harness> = tokio::sync::OnceCell::const_new();
     let harness = HARNESS
         .get_or_init(|| async {
@@ -114,7 +114,7 @@ pub async fn harness() -> &'static Harness {
 
 /// Logs of the code under test go to the test's output (`RUST_LOG` or warnings and the
 /// watchdog's info); the first call of a test binary installs the subscriber.
-pub fn init_tracing() {
+pub(crate) fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -125,7 +125,7 @@ pub fn init_tracing() {
 }
 
 /// Waits until a prober is ready (its caches synced); a cold start under load may be slow.
-pub async fn wait_ready(health: &Arc<Health>) {
+pub(crate) async fn wait_ready(health: &Arc<Health>) {
     eventually(
         Duration::from_secs(90),
         "prober ready (caches synced)",
@@ -142,7 +142,7 @@ impl Harness {
     /// Starts a prober with `config` against `seed` as pod `default/<pod>` on a runtime of its
     /// own (it outlives every test's runtime), stopped by `stop`, with `shoots` for the shoots
     /// of its tests; returns once it is ready.
-    pub async fn start(
+    pub(crate) async fn start(
         seed: ApiServer,
         shoots: ApiServer,
         config: &str,
@@ -177,13 +177,13 @@ impl Harness {
         }
     }
 
-    pub async fn seed_client(&self) -> kube::Client {
+    pub(crate) async fn seed_client(&self) -> kube::Client {
         self.seed.client().await.expect("seed client")
     }
 
     /// Creates shoot `name` (namespace `shoot--it--<name>`) on `api`: 5 nodes, KCM 3, MCM 2,
     /// CA 2 replicas; `customize` adjusts the options.
-    pub async fn shoot(
+    pub(crate) async fn shoot(
         &self,
         name: &str,
         api: &ApiServer,
@@ -208,7 +208,7 @@ impl Harness {
     /// [`Harness::shoot`] on `api` with a 2 minute node-monitor grace period: its leases
     /// don't expire while the kubelets are silent for a while (or can't renew while `api` is
     /// down).
-    pub async fn shoot_with_long_grace(&self, name: &str, api: &ApiServer) -> SimShoot {
+    pub(crate) async fn shoot_with_long_grace(&self, name: &str, api: &ApiServer) -> SimShoot {
         self.shoot(name, api, |o| {
             o.shoot_state = Some(dwd_sim::ShootState {
                 node_monitor_grace_period: Some("2m".into()),
@@ -219,49 +219,55 @@ impl Harness {
     }
 
     /// The metrics text.
-    pub fn metrics_text(&self) -> String {
+    pub(crate) fn metrics_text(&self) -> String {
         metrics_text_of(&self.registry)
     }
 
     /// Value of `metric{shoot="ns"...}` if the series exists.
-    pub fn shoot_metric(&self, metric: &str, ns: &str) -> Option<f64> {
+    pub(crate) fn shoot_metric(&self, metric: &str, ns: &str) -> Option<f64> {
         shoot_sample(&self.metrics_text(), metric, ns)
     }
 
-    pub fn runs(&self, ns: &str) -> u64 {
+    pub(crate) fn runs(&self, ns: &str) -> u64 {
         self.shoot_metric("dwd_prober_shoot_probe_runs_total", ns)
             .unwrap_or(0.0) as u64
     }
 
-    pub fn api_failures(&self, ns: &str) -> u64 {
+    pub(crate) fn api_failures(&self, ns: &str) -> u64 {
         self.shoot_metric("dwd_prober_api_server_probe_failures_total", ns)
             .unwrap_or(0.0) as u64
     }
 
-    pub fn lease_failures(&self, ns: &str) -> u64 {
+    pub(crate) fn lease_failures(&self, ns: &str) -> u64 {
         self.shoot_metric("dwd_prober_lease_probe_failures_total", ns)
             .unwrap_or(0.0) as u64
     }
 
     /// Whether the shoot has per-shoot series (i.e. a probe that has run).
-    pub fn has_series(&self, ns: &str) -> bool {
+    pub(crate) fn has_series(&self, ns: &str) -> bool {
         self.metrics_text().contains(&format!("shoot=\"{ns}\""))
     }
 
     /// Waits until the shoot's probe has run `more` more times (successful or not).
-    pub async fn wait_runs(&self, ns: &str, more: u64) {
+    pub(crate) async fn wait_runs(&self, ns: &str, more: u64) {
         self.wait_more(ns, more, DEADLINE, "probe runs", Self::runs)
             .await;
     }
 
     /// Waits until the shoot's probe has run `more` more times within `deadline`; `what`
     /// names these runs (and why the deadline) in the failure.
-    pub async fn wait_runs_within(&self, ns: &str, more: u64, deadline: Duration, what: &str) {
+    pub(crate) async fn wait_runs_within(
+        &self,
+        ns: &str,
+        more: u64,
+        deadline: Duration,
+        what: &str,
+    ) {
         self.wait_more(ns, more, deadline, what, Self::runs).await;
     }
 
     /// Waits until the shoot's API-server probe has failed `more` more times.
-    pub async fn wait_api_failures(&self, ns: &str, more: u64) {
+    pub(crate) async fn wait_api_failures(&self, ns: &str, more: u64) {
         self.wait_more(
             ns,
             more,
@@ -273,7 +279,7 @@ impl Harness {
     }
 
     /// Waits until the shoot's lease probe has failed `more` more times.
-    pub async fn wait_lease_failures(&self, ns: &str, more: u64) {
+    pub(crate) async fn wait_lease_failures(&self, ns: &str, more: u64) {
         self.wait_more(
             ns,
             more,
@@ -286,7 +292,7 @@ impl Harness {
 
     /// Waits until the prober sees every candidate lease of shoot `ns` expired
     /// (`dwd_prober_expired_lease_fraction` 1).
-    pub async fn wait_all_leases_expired(&self, ns: &str) {
+    pub(crate) async fn wait_all_leases_expired(&self, ns: &str) {
         let metric = "dwd_prober_expired_lease_fraction";
         eventually(
             DEADLINE,
@@ -322,7 +328,7 @@ impl Harness {
 }
 
 /// Waits until every lease of `shoot` is older than `age`.
-pub async fn leases_older_than(shoot: &dwd_sim::SimShoot, age: Duration) {
+pub(crate) async fn leases_older_than(shoot: &dwd_sim::SimShoot, age: Duration) {
     let nodes = shoot.node_names();
     let age = chrono::Duration::from_std(age).expect("age");
     eventually(
@@ -347,7 +353,7 @@ pub async fn leases_older_than(shoot: &dwd_sim::SimShoot, age: Duration) {
 }
 
 /// The metrics text of `registry`, as `/metrics` serves it.
-pub fn metrics_text_of(registry: &Mutex<Registry>) -> String {
+pub(crate) fn metrics_text_of(registry: &Mutex<Registry>) -> String {
     let mut text = String::new();
     let registry = registry.lock().expect("registry");
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
@@ -355,7 +361,7 @@ pub fn metrics_text_of(registry: &Mutex<Registry>) -> String {
 }
 
 /// Value of the first series `metric{shoot="ns"...}` in the metrics `text`, if there is one.
-pub fn shoot_sample(text: &str, metric: &str, ns: &str) -> Option<f64> {
+pub(crate) fn shoot_sample(text: &str, metric: &str, ns: &str) -> Option<f64> {
     let prefix = format!("{metric}{{shoot=\"{ns}\"");
     text.lines()
         .find(|l| l.starts_with(&prefix))
@@ -364,7 +370,7 @@ pub fn shoot_sample(text: &str, metric: &str, ns: &str) -> Option<f64> {
 }
 
 /// `spec.replicas` and annotations of a Deployment.
-pub async fn deployment_state(
+pub(crate) async fn deployment_state(
     client: &kube::Client,
     ns: &str,
     name: &str,
@@ -380,7 +386,12 @@ pub async fn deployment_state(
 }
 
 /// Asserts that every named Deployment has `replicas` now; `what` says when, in the message.
-pub async fn assert_replicas(client: &kube::Client, ns: &str, expect: &[(&str, i32)], what: &str) {
+pub(crate) async fn assert_replicas(
+    client: &kube::Client,
+    ns: &str,
+    expect: &[(&str, i32)],
+    what: &str,
+) {
     for (name, want) in expect {
         let got = deployment_state(client, ns, name).await.0;
         assert_eq!(got, *want, "{what}: {name}");
@@ -389,7 +400,7 @@ pub async fn assert_replicas(client: &kube::Client, ns: &str, expect: &[(&str, i
 
 /// Asserts every target of a shoot [`Harness::shoot`] created has its replicas and neither
 /// scaling annotation; `what` says when, in the message.
-pub async fn assert_untouched(client: &kube::Client, ns: &str, what: &str) {
+pub(crate) async fn assert_untouched(client: &kube::Client, ns: &str, what: &str) {
     use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
     for (name, want) in SHOOT_REPLICAS {
         let (replicas, a) = deployment_state(client, ns, name).await;
@@ -403,7 +414,7 @@ pub async fn assert_untouched(client: &kube::Client, ns: &str, what: &str) {
 
 /// Asserts each named Deployment was scaled down behind the marker: its replicas annotation
 /// records the given replicas and its meltdown annotation is set (empty).
-pub async fn assert_recorded(client: &kube::Client, ns: &str, recorded: &[(&str, &str)]) {
+pub(crate) async fn assert_recorded(client: &kube::Client, ns: &str, recorded: &[(&str, &str)]) {
     use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
     for (name, replicas) in recorded {
         let (_, a) = deployment_state(client, ns, name).await;
@@ -421,7 +432,7 @@ pub async fn assert_recorded(client: &kube::Client, ns: &str, recorded: &[(&str,
 }
 
 /// Waits until every named Deployment has `replicas`.
-pub async fn wait_replicas(client: &kube::Client, ns: &str, expect: &[(&str, i32)]) {
+pub(crate) async fn wait_replicas(client: &kube::Client, ns: &str, expect: &[(&str, i32)]) {
     let what = format!("{ns}: replicas {expect:?}");
     eventually(DEADLINE, &what, || async {
         let mut seen = Vec::new();
@@ -441,7 +452,7 @@ pub async fn wait_replicas(client: &kube::Client, ns: &str, expect: &[(&str, i32
 /// Waits until none of the named Deployments carries the replicas or meltdown annotation.
 /// Scale-up sets replicas first and removes the annotations after, so a test that saw the
 /// replicas restored must still wait for the second write.
-pub async fn wait_annotations_cleared(client: &kube::Client, ns: &str, names: &[&str]) {
+pub(crate) async fn wait_annotations_cleared(client: &kube::Client, ns: &str, names: &[&str]) {
     use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
     eventually(
         DEADLINE,
@@ -461,10 +472,10 @@ pub async fn wait_annotations_cleared(client: &kube::Client, ns: &str, names: &[
 }
 
 /// `(deployment, spec.replicas)` changes in the order the watch delivered them.
-pub type ReplicaLog = Arc<Mutex<Vec<(String, i32)>>>;
+pub(crate) type ReplicaLog = Arc<Mutex<Vec<(String, i32)>>>;
 
 /// Records, in watch order, every change of a Deployment's `spec.replicas` in `ns`.
-pub fn record_replica_changes(
+pub(crate) fn record_replica_changes(
     client: kube::Client,
     ns: &str,
 ) -> (ReplicaLog, tokio::task::JoinHandle<()>) {
@@ -489,13 +500,18 @@ pub fn record_replica_changes(
 }
 
 /// Where in `log` `name` first reached `replicas` (panics naming it when it never did).
-pub fn position(log: &[(String, i32)], name: &str, replicas: i32) -> usize {
+pub(crate) fn position(log: &[(String, i32)], name: &str, replicas: i32) -> usize {
     position_from(log, name, replicas, 0)
 }
 
 /// Where in `log`, at or after index `from`, `name` first reached `replicas` (panics naming
 /// it when it never did).
-pub fn position_from(log: &[(String, i32)], name: &str, replicas: i32, from: usize) -> usize {
+pub(crate) fn position_from(
+    log: &[(String, i32)],
+    name: &str,
+    replicas: i32,
+    from: usize,
+) -> usize {
     log.iter()
         .skip(from)
         .position(|(n, r)| n == name && *r == replicas)
@@ -507,7 +523,7 @@ pub fn position_from(log: &[(String, i32)], name: &str, replicas: i32, from: usi
 /// `from`, then asserts the flow's level order: every entry of a level comes before any entry
 /// of a later level (targets of one level run together, in any order). `what` names the flow
 /// in the failure message. Returns the index just after the last of these entries.
-pub async fn assert_level_order(
+pub(crate) async fn assert_level_order(
     log: &ReplicaLog,
     levels: &[&[(&str, i32)]],
     from: usize,
@@ -541,7 +557,11 @@ pub async fn assert_level_order(
 /// A copy of `log` once it holds every `(name, replicas)` of `wanted` at or after index
 /// `from`. The recording watch may lag a direct read of the Deployments by a moment, so an
 /// order is judged only once the log itself has seen every change.
-pub async fn logged(log: &ReplicaLog, wanted: &[(&str, i32)], from: usize) -> Vec<(String, i32)> {
+pub(crate) async fn logged(
+    log: &ReplicaLog,
+    wanted: &[(&str, i32)],
+    from: usize,
+) -> Vec<(String, i32)> {
     eventually(DEADLINE, "the replica log to see every change", || {
         let log = log.lock().expect("log").clone();
         let complete = wanted.iter().all(|(name, replicas)| {
@@ -556,7 +576,7 @@ pub async fn logged(log: &ReplicaLog, wanted: &[(&str, i32)], from: usize) -> Ve
 }
 
 /// Waits up to `deadline` until `condition` holds; `what` names the condition in the error.
-pub async fn wait_until(
+pub(crate) async fn wait_until(
     deadline: Duration,
     what: &str,
     mut condition: impl FnMut() -> bool,
@@ -570,7 +590,7 @@ pub async fn wait_until(
 }
 
 /// Who holds Lease `namespace/name`, if anyone (an empty holder is none).
-pub async fn lease_holder(
+pub(crate) async fn lease_holder(
     admin: &kube::Client,
     namespace: &str,
     name: &str,
@@ -585,7 +605,7 @@ pub async fn lease_holder(
 }
 
 /// Events in `namespace` about `kind`/`name` with `reason`, oldest first.
-pub async fn events_about(
+pub(crate) async fn events_about(
     client: &kube::Client,
     namespace: &str,
     kind: &str,
@@ -612,7 +632,7 @@ pub async fn events_about(
 /// Runs `dependency_watchdog::prober::run` on a runtime and thread of its own (it outlives
 /// every test's runtime) against the seed of `kubeconfig`, as pod `pod` in `default`, until
 /// `stop`.
-pub fn spawn_prober(
+pub(crate) fn spawn_prober(
     kubeconfig: String,
     config: dwd_core::ProberConfig,
     metrics: Arc<Metrics>,
@@ -625,7 +645,7 @@ pub fn spawn_prober(
 
 /// [`spawn_prober`], in shadow mode when `shadow` is given
 /// (`dependency_watchdog::prober::run`).
-pub fn spawn_prober_with_shadow(
+pub(crate) fn spawn_prober_with_shadow(
     kubeconfig: String,
     config: dwd_core::ProberConfig,
     metrics: Arc<Metrics>,
@@ -664,7 +684,7 @@ pub fn spawn_prober_with_shadow(
 }
 
 /// A client of the shared test environment's seed apiserver, for tests that need no prober.
-pub async fn seed_client() -> anyhow::Result<kube::Client> {
+pub(crate) async fn seed_client() -> anyhow::Result<kube::Client> {
     use anyhow::Context;
     let seed = TestEnv::shared().await?.apiserver("seed");
     Ok(seed.context("seed apiserver")?.client().await?)
@@ -673,7 +693,7 @@ pub async fn seed_client() -> anyhow::Result<kube::Client> {
 /// In-process weeders against the shared seed, for the test binaries that run
 /// `weeder::run` themselves (weeder.rs, shadow_weeder.rs, events.rs): the config they
 /// run with, the running weeder with its counters and shadow, and the pods it works on.
-pub mod weeder_harness {
+pub(crate) mod weeder_harness {
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -690,10 +710,13 @@ pub mod weeder_harness {
     use tokio_util::sync::CancellationToken;
 
     /// Generous deadline for anything the weeder should do within a second or two.
-    pub const DEADLINE: Duration = Duration::from_secs(30);
+    pub(crate) const DEADLINE: Duration = Duration::from_secs(30);
 
     /// A weeder config: `services` each with one selector per role (`role In [<role>]`).
-    pub fn config(watch_duration: &str, services: &[(&str, &[&str])]) -> dwd_core::WeederConfig {
+    pub(crate) fn config(
+        watch_duration: &str,
+        services: &[(&str, &[&str])],
+    ) -> dwd_core::WeederConfig {
         let mut yaml = format!("watchDuration: {watch_duration}\nservicesAndDependantSelectors:\n");
         for (service, roles) in services {
             yaml.push_str(&format!("  {service}:\n    podSelectors:\n"));
@@ -710,9 +733,9 @@ pub mod weeder_harness {
 
     /// One in-process weeder (acting, or in shadow mode), stopped (and checked to stop
     /// cleanly) by [`Running::stop`].
-    pub struct Running {
-        pub weeders: Arc<Weeders>,
-        pub metrics: Arc<Metrics>,
+    pub(crate) struct Running {
+        pub(crate) weeders: Arc<Weeders>,
+        pub(crate) metrics: Arc<Metrics>,
         shadow: Option<Arc<Shadow>>,
         shutdown: CancellationToken,
         task: tokio::task::JoinHandle<dependency_watchdog::Result<()>>,
@@ -721,7 +744,7 @@ pub mod weeder_harness {
     impl Running {
         /// Starts an acting weeder (`weeder::run` without a shadow) on `client` and waits until its slice
         /// list is through.
-        pub async fn start(
+        pub(crate) async fn start(
             client: kube::Client,
             config: dwd_core::WeederConfig,
         ) -> Result<Running> {
@@ -730,7 +753,7 @@ pub mod weeder_harness {
 
         /// Starts `weeder::run` on `client` (in shadow mode when `shadow` is given)
         /// and waits until its slice list is through.
-        pub async fn start_with_shadow(
+        pub(crate) async fn start_with_shadow(
             client: kube::Client,
             config: dwd_core::WeederConfig,
             shadow: Option<Arc<Shadow>>,
@@ -764,7 +787,7 @@ pub mod weeder_harness {
         /// Waits until `service`'s deletion counter reaches `n` (the pod disappears at the
         /// server a moment before the weeder's delete call returns and counts it), then checks
         /// it is exactly `n`: no pod deleted twice.
-        pub async fn expect_deleted(&self, service: &str, n: u64) -> Result<()> {
+        pub(crate) async fn expect_deleted(&self, service: &str, n: u64) -> Result<()> {
             eventually(
                 DEADLINE,
                 &format!("{n} deletions counted for {service}"),
@@ -781,7 +804,7 @@ pub mod weeder_harness {
         }
 
         /// `dwd_weeder_pods_deleted_total` of `service`.
-        pub fn deleted(&self, service: &str) -> u64 {
+        pub(crate) fn deleted(&self, service: &str) -> u64 {
             self.metrics
                 .pods_deleted
                 .get_or_create(&ServiceLabels {
@@ -795,7 +818,7 @@ pub mod weeder_harness {
         }
 
         /// Shadow mode: how many pod deletions we would have made.
-        pub fn would_delete(&self) -> u64 {
+        pub(crate) fn would_delete(&self) -> u64 {
             self.shadow()
                 .metrics
                 .would
@@ -807,7 +830,7 @@ pub mod weeder_harness {
         }
 
         /// Shadow mode: the kept record of `key`, once there is one.
-        pub async fn wait_record(&self, key: &str) -> Result<Record> {
+        pub(crate) async fn wait_record(&self, key: &str) -> Result<Record> {
             eventually(DEADLINE, &format!("a shadow record of {key}"), || {
                 let record = self
                     .shadow()
@@ -822,7 +845,7 @@ pub mod weeder_harness {
 
         /// Shadow mode: `dwd_shadow_comparisons_total{component="weeder",action="delete_pod",
         /// verdict}` as the metrics endpoint shows it.
-        pub fn comparisons(&self, verdict: &str) -> f64 {
+        pub(crate) fn comparisons(&self, verdict: &str) -> f64 {
             let mut registry = prometheus_client::registry::Registry::default();
             self.shadow().metrics.register(&mut registry);
             let mut text = String::new();
@@ -840,7 +863,7 @@ pub mod weeder_harness {
         }
 
         /// Waits until a weeder runs for `namespace/<slice of service>`.
-        pub async fn wait_started(&self, namespace: &str, service: &str) -> Result<()> {
+        pub(crate) async fn wait_started(&self, namespace: &str, service: &str) -> Result<()> {
             let key = format!("{namespace}/{}", endpoint_slice_name(service));
             super::wait_until(DEADLINE, &format!("weeder for {key}"), || {
                 self.weeders.keys().contains(&key)
@@ -849,7 +872,7 @@ pub mod weeder_harness {
         }
 
         /// Waits until no weeder runs and no weeder task is left.
-        pub async fn wait_idle(&self) -> Result<()> {
+        pub(crate) async fn wait_idle(&self) -> Result<()> {
             super::wait_until(DEADLINE, "all weeders ended", || {
                 self.weeders.active() == 0
                     && self.weeders.live_tasks() == 0
@@ -859,7 +882,7 @@ pub mod weeder_harness {
         }
 
         /// Cancels the weeder; it must end with `Ok` and leave no weeder task behind.
-        pub async fn stop(mut self) -> Result<()> {
+        pub(crate) async fn stop(mut self) -> Result<()> {
             self.shutdown.cancel();
             tokio::time::timeout(Duration::from_secs(10), &mut self.task)
                 .await
@@ -870,27 +893,27 @@ pub mod weeder_harness {
     }
 
     /// A namespace with the simulator's helpers for pods and slices.
-    pub async fn namespace(client: &kube::Client, name: &str) -> Result<SeedControlPlane> {
+    pub(crate) async fn namespace(client: &kube::Client, name: &str) -> Result<SeedControlPlane> {
         let ns = SeedControlPlane::new(client.clone(), name);
         ns.create_namespace().await?;
         Ok(ns)
     }
 
     /// The pod's UID, or `None` when it no longer exists.
-    pub async fn pod_uid(ns: &SeedControlPlane, pod: &str) -> Result<Option<String>> {
+    pub(crate) async fn pod_uid(ns: &SeedControlPlane, pod: &str) -> Result<Option<String>> {
         let api: Api<Pod> = Api::namespaced(ns.client().clone(), ns.namespace());
         Ok(api.get_opt(pod).await?.and_then(|p| p.metadata.uid))
     }
 
     /// The UID of a pod that must exist.
-    pub async fn uid_of(ns: &SeedControlPlane, pod: &str) -> Result<String> {
+    pub(crate) async fn uid_of(ns: &SeedControlPlane, pod: &str) -> Result<String> {
         pod_uid(ns, pod)
             .await?
             .with_context(|| format!("pod {}/{pod} exists", ns.namespace()))
     }
 
     /// Waits until the pod no longer exists.
-    pub async fn wait_gone(ns: &SeedControlPlane, pod: &str) -> Result<()> {
+    pub(crate) async fn wait_gone(ns: &SeedControlPlane, pod: &str) -> Result<()> {
         let what = format!("pod {}/{pod} deleted", ns.namespace());
         eventually(DEADLINE, &what, || async {
             match pod_uid(ns, pod).await {
@@ -903,7 +926,7 @@ pub mod weeder_harness {
     }
 
     /// Checks the pod is still the one of `uid`: neither deleted nor re-created.
-    pub async fn assert_kept(ns: &SeedControlPlane, pod: &str, uid: &str) -> Result<()> {
+    pub(crate) async fn assert_kept(ns: &SeedControlPlane, pod: &str, uid: &str) -> Result<()> {
         let now = pod_uid(ns, pod).await?;
         ensure!(
             now.as_deref() == Some(uid),

@@ -15,6 +15,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(dead_code)]
 
-pub mod binary;
-pub mod gardener;
-pub mod in_process;
+pub(crate) mod binary;
+pub(crate) mod gardener;
+pub(crate) mod in_process;
