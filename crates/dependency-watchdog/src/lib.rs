@@ -14,7 +14,6 @@
 //! draws on; [`gardener`] the kinds of Gardener's API that are read.
 
 #![forbid(unsafe_code)]
-#![warn(unreachable_pub)]
 
 pub mod cache;
 pub mod cli;

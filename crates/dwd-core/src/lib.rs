@@ -7,7 +7,6 @@
 //! exact verdicts the prober acts on.
 
 #![forbid(unsafe_code)]
-#![warn(unreachable_pub)]
 
 pub mod config;
 pub mod duration;
