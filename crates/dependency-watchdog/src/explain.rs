@@ -342,7 +342,7 @@ async fn shoot_client(
         .ok_or_else(|| format!("secret {namespace}/{secret_name} has no key {KUBECONFIG_KEY:?}"))?;
     let text = std::str::from_utf8(&bytes.0)
         .map_err(|_| format!("secret {namespace}/{secret_name}: kubeconfig is not UTF-8"))?;
-    crate::kube_client::shoot_client(text, config.probe_timeout)
+    crate::client::kube_client::shoot_client(text, config.probe_timeout)
         .await
         .map_err(|e| format!("secret {namespace}/{secret_name}: {e}"))
 }

@@ -52,7 +52,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::retry_after::{MAX_RETRIES, RetryAfterLayer};
+use crate::client::retry_after::{MAX_RETRIES, RetryAfterLayer};
 
 /// The body of the fake's answers.
 pub(crate) type Body = BoxBody<Bytes, std::convert::Infallible>;
@@ -264,7 +264,7 @@ pub(crate) struct FakeState {
     /// share among requests at once; HTTP/1.1 otherwise.
     pub(crate) http2: bool,
     /// Which HTTP each shoot client made for a probe run on this fake was asked to speak.
-    pub(crate) clients: Vec<crate::kube_client::HttpVersion>,
+    pub(crate) clients: Vec<crate::client::kube_client::HttpVersion>,
     /// Until when requests meet an outage, and which.
     pub outage: Option<(Outage, Instant)>,
     /// Time from a change of spec.replicas until status.readyReplicas follows; `None`:
@@ -524,7 +524,7 @@ impl FakeSeed {
     }
 
     /// [`FakeSeed::client`] with the seed client's request budget in front of the fake
-    /// (`qps`, `burst`, priorities and [`crate::rate_limit::StopWaiting`] as in
+    /// (`qps`, `burst`, priorities and [`crate::client::rate_limit::StopWaiting`] as in
     /// `rate_limited_client`, which stacks the same layers): a flow's writes wait for it as
     /// they would on a busy seed.
     pub(crate) fn limited_client(&self, qps: f32, burst: u32) -> kube::Client {
@@ -535,12 +535,12 @@ impl FakeSeed {
         });
         let service = tower::ServiceBuilder::new()
             .layer(RetryAfterLayer::new(MAX_RETRIES, None))
-            .layer(crate::rate_limit::RateLimitLayer::new(qps, burst))
+            .layer(crate::client::rate_limit::RateLimitLayer::new(qps, burst))
             .layer(tower::timeout::TimeoutLayer::new(
-                crate::kube_client::SEED_RESPONSE_HEADERS_TIMEOUT,
+                crate::client::kube_client::SEED_RESPONSE_HEADERS_TIMEOUT,
             ))
-            .layer(crate::seed_transport::BodyDeadlineLayer {
-                deadline: crate::seed_transport::SEED_BODY_DEADLINE,
+            .layer(crate::client::seed_transport::BodyDeadlineLayer {
+                deadline: crate::client::seed_transport::SEED_BODY_DEADLINE,
             })
             .service(service);
         kube::Client::new(service, "default")

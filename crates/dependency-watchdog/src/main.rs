@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use dependency_watchdog::cli::{Cli, Command, normalize_go_flags};
+use dependency_watchdog::process::cli::{Cli, Command, normalize_go_flags};
 
 fn main() -> std::process::ExitCode {
     limit_malloc_arenas();
@@ -37,9 +37,11 @@ fn limit_malloc_arenas() {
 async fn async_main() -> std::process::ExitCode {
     let cli = Cli::parse_from(normalize_go_flags(std::env::args_os()));
     match &cli.command {
-        Command::Prober(args) | Command::Weeder(args) => dependency_watchdog::logging::init(
-            dependency_watchdog::logging::LogSettings::from_args(args),
-        ),
+        Command::Prober(args) | Command::Weeder(args) => {
+            dependency_watchdog::observe::logging::init(
+                dependency_watchdog::observe::logging::LogSettings::from_args(args),
+            )
+        }
         Command::Explain(_) => {
             // explain prints its findings on stdout; keep the log to warnings on stderr.
             let _ = tracing_subscriber::fmt()
@@ -52,7 +54,7 @@ async fn async_main() -> std::process::ExitCode {
         }
     }
     // After the log is set up, so the debug line about it shows.
-    dependency_watchdog::runtime::raise_open_files_limit();
+    dependency_watchdog::process::runtime::raise_open_files_limit();
     let explain = matches!(cli.command, Command::Explain(_));
     match dependency_watchdog::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::events::{Component, Events, Subject};
+use crate::observe::events::{Component, Events, Subject};
 
 /// Comparisons kept for `/shadow`: enough for days of a seed's disagreements, bounded.
 pub(crate) const RECORDS_KEPT: usize = 200;
@@ -41,8 +41,8 @@ pub(crate) const EVIDENCE_LIMIT: usize = 2_048;
 /// How often waiting sightings are checked against the window.
 const EXPIRY_TICK: Duration = Duration::from_secs(1);
 
-/// Shadow mode's Event reasons, defined with every other reason in [`crate::events`].
-pub(crate) use crate::events::{
+/// Shadow mode's Event reasons, defined with every other reason in [`crate::observe::events`].
+pub(crate) use crate::observe::events::{
     REASON_AGREEMENT, REASON_DISAGREEMENT, REASON_WOULD_DELETE_POD, REASON_WOULD_SCALE_DOWN,
     REASON_WOULD_SCALE_UP,
 };

@@ -4,7 +4,7 @@
 
 use tokio_util::sync::CancellationToken;
 
-use crate::health::Health;
+use crate::observe::health::Health;
 use crate::{Error, Result};
 
 /// Waits until `shutdown` (→ `Ok`) or until one of the critical `tasks` ends (→ `TaskDied`,

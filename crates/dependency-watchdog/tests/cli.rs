@@ -7,8 +7,10 @@
 use std::process::Command;
 
 use clap::Parser;
-use dependency_watchdog::cli::{Cli, CommonArgs, long_flag_names, normalize_go_flags};
-use dependency_watchdog::logging::{LogSettings, Output, TimeEncoding, ZapEncoder, ZapLevel};
+use dependency_watchdog::observe::logging::{
+    LogSettings, Output, TimeEncoding, ZapEncoder, ZapLevel,
+};
+use dependency_watchdog::process::cli::{Cli, CommonArgs, long_flag_names, normalize_go_flags};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
@@ -54,7 +56,7 @@ fn the_run_memory_budget_takes_bytes_with_binary_suffixes_and_a_bad_value_names_
         let mut all = vec!["dependency-watchdog", "prober", "--config-file", "x.yaml"];
         all.extend_from_slice(args);
         Cli::try_parse_from(all).map(|cli| match cli.command {
-            dependency_watchdog::cli::Command::Prober(a) => a.run_memory_budget,
+            dependency_watchdog::process::cli::Command::Prober(a) => a.run_memory_budget,
             _ => panic!("prober"),
         })
     };
@@ -89,14 +91,16 @@ fn shadow_mode_is_off_by_default_and_a_window_under_a_second_is_refused_naming_t
         all.extend_from_slice(args);
         Cli::try_parse_from(all)
     };
-    let dependency_watchdog::cli::Command::Prober(a) = parse(&[]).expect("parse").command else {
+    let dependency_watchdog::process::cli::Command::Prober(a) = parse(&[]).expect("parse").command
+    else {
         panic!("prober")
     };
     assert!(!a.shadow);
     assert_eq!(a.shadow_window, None);
-    let dependency_watchdog::cli::Command::Prober(a) = parse(&["--shadow", "--shadow-window=90s"])
-        .expect("parse")
-        .command
+    let dependency_watchdog::process::cli::Command::Prober(a) =
+        parse(&["--shadow", "--shadow-window=90s"])
+            .expect("parse")
+            .command
     else {
         panic!("prober")
     };
@@ -115,7 +119,7 @@ fn shadow_mode_is_off_by_default_and_a_window_under_a_second_is_refused_naming_t
 fn defaults_match_the_reference() {
     let cli = Cli::try_parse_from(["dependency-watchdog", "prober", "--config-file", "x.yaml"])
         .expect("parse");
-    let dependency_watchdog::cli::Command::Prober(a) = cli.command else {
+    let dependency_watchdog::process::cli::Command::Prober(a) = cli.command else {
         panic!("prober")
     };
     assert_eq!(a.concurrent_reconciles, 1);
@@ -143,7 +147,7 @@ fn defaults_match_the_reference() {
 
 #[test]
 fn gardener_style_arguments_parse() {
-    let args = dependency_watchdog::cli::normalize_go_flags(
+    let args = dependency_watchdog::process::cli::normalize_go_flags(
         [
             "dependency-watchdog",
             "prober",
@@ -157,7 +161,7 @@ fn gardener_style_arguments_parse() {
         .map(Into::into),
     );
     let cli = Cli::try_parse_from(args).expect("parse");
-    let dependency_watchdog::cli::Command::Prober(a) = cli.command else {
+    let dependency_watchdog::process::cli::Command::Prober(a) = cli.command else {
         panic!("prober")
     };
     assert!(a.enable_leader_election);
@@ -280,7 +284,7 @@ fn parse(args: &[&str]) -> Result<CommonArgs, clap::Error> {
     all.extend_from_slice(args);
     let cli = Cli::try_parse_from(normalize_go_flags(all.into_iter().map(Into::into)))?;
     match cli.command {
-        dependency_watchdog::cli::Command::Prober(a) => Ok(a),
+        dependency_watchdog::process::cli::Command::Prober(a) => Ok(a),
         other => panic!("parsed as {other:?}"),
     }
 }

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dependency_watchdog::health::Health;
-use dependency_watchdog::server::{self, Endpoints, HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+use dependency_watchdog::observe::health::Health;
+use dependency_watchdog::process::server::{self, Endpoints, HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
 use dwd_testenv::eventually;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -10,11 +10,11 @@ mod harness;
 
 use std::sync::Arc;
 
-use dependency_watchdog::events::{
+use dependency_watchdog::metrics::{EventLabels, EventOutcome, Metrics};
+use dependency_watchdog::observe::events::{
     Component, Events, REASON_POD_DELETED, REASON_SCALE_DOWN, REASON_SCALE_UP, REASON_SCALED_DOWN,
     REASON_SCALED_UP,
 };
-use dependency_watchdog::metrics::{EventLabels, EventOutcome, Metrics};
 use dwd_core::Direction;
 use dwd_sim::EndpointsState;
 use dwd_testenv::eventually;
@@ -240,7 +240,7 @@ async fn repeated_events_aggregate_and_new_messages_stay_separate() {
     let events = Events::start(
         client.clone(),
         Component::Prober,
-        dependency_watchdog::events::PodRef {
+        dependency_watchdog::observe::events::PodRef {
             namespace: "default".into(),
             name: "dwd-events-series-test".into(),
         },

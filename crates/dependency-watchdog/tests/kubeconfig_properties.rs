@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use dependency_watchdog::kube_client::{PreparedShootConfig, check_inline_only};
+use dependency_watchdog::client::kube_client::{PreparedShootConfig, check_inline_only};
 use futures::FutureExt;
 use kube::config::Kubeconfig;
 

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, ensure};
-use dependency_watchdog::leader::PROBER_LEASE;
+use dependency_watchdog::process::leader::PROBER_LEASE;
 use dwd_core::scaling::REPLICAS_ANNOTATION;
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::process::Signal;
@@ -702,7 +702,7 @@ async fn sigterm_exits_zero_promptly_and_hands_the_lease_over_at_once() -> Resul
 /// monotonic clock; the wall clock only stamps what it writes.
 #[tokio::test]
 async fn a_follower_whose_wall_clock_is_skewed_30_s_never_takes_a_renewed_lease() -> Result<()> {
-    use dependency_watchdog::leader::{LeaderElector, Timings, WallClock};
+    use dependency_watchdog::process::leader::{LeaderElector, Timings, WallClock};
     use k8s_openapi::jiff::SignedDuration;
 
     let _serial = serial().await;

@@ -17,8 +17,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
+use dependency_watchdog::observe::health::Health;
 use dependency_watchdog::prober::ProberStart;
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::{TestEnv, eventually};
@@ -85,7 +85,7 @@ fn prober_start(
         seed: seed.clone(),
         metrics,
         health,
-        own_pod: dependency_watchdog::events::PodRef {
+        own_pod: dependency_watchdog::observe::events::PodRef {
             namespace: "default".into(),
             name: "dwd-prober-test".into(),
         },

@@ -867,7 +867,7 @@ async fn a_repeated_scale_down_keeps_the_higher_recorded_count() {
 
 #[tokio::test]
 async fn a_429_with_retry_after_is_retried_within_the_call_by_seed_and_shoot_clients() {
-    use dependency_watchdog::kube_client::{rate_limited_client, seed_config};
+    use dependency_watchdog::client::kube_client::{rate_limited_client, seed_config};
     use k8s_openapi::api::core::v1::ConfigMap;
     let h = harness().await;
     // An apiserver of its own: nothing else may take its throttled answers.
@@ -916,7 +916,7 @@ async fn a_429_with_retry_after_is_retried_within_the_call_by_seed_and_shoot_cli
     api.throttle_next(3);
     let started = Instant::now();
     let client = seed_client().await;
-    let client = dependency_watchdog::retry_after::deadline_client(
+    let client = dependency_watchdog::client::retry_after::deadline_client(
         &client,
         tokio::time::Instant::now() + Duration::from_millis(1_500),
     );

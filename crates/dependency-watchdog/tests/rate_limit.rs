@@ -10,7 +10,7 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
-use dependency_watchdog::kube_client;
+use dependency_watchdog::client::kube_client;
 use dwd_testenv::TestEnv;
 use futures::{StreamExt, TryStreamExt};
 use harness::gardener::ensure_namespace;

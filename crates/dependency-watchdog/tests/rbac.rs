@@ -42,16 +42,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, ensure};
-use dependency_watchdog::events::{
-    REASON_POD_DELETED, REASON_SCALE_DOWN, REASON_SCALE_UP, REASON_SCALED_DOWN, REASON_SCALED_UP,
-};
-use dependency_watchdog::leader::{PROBER_LEASE, WEEDER_LEASE};
 use dependency_watchdog::memory_budget::{CauseLabels, Level, LevelLabels, NotMadeCause};
 use dependency_watchdog::metrics::{
     ApiLabel, ApiLabels, DirectionLabel, EventLabels, EventOutcome, Metrics, Outcome,
     RequestLabels, RunLabels, RunResult, ScaleOpLabels, ServiceLabels, ShootDirectionLabels,
     ShootLabels,
 };
+use dependency_watchdog::observe::events::{
+    REASON_POD_DELETED, REASON_SCALE_DOWN, REASON_SCALE_UP, REASON_SCALED_DOWN, REASON_SCALED_UP,
+};
+use dependency_watchdog::process::leader::{PROBER_LEASE, WEEDER_LEASE};
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{EndpointsState, SeedControlPlane, SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};

@@ -279,10 +279,11 @@ async fn a_silent_seed_turns_the_caches_stale_within_the_stated_bound() {
         .start_apiserver_with("seed-goes-silent", dwd_testenv::ApiServerOptions::seed())
         .await
         .expect("seed apiserver");
-    let config = dependency_watchdog::kube_client::seed_config(Some(&seed.kubeconfig_path()))
-        .await
-        .expect("seed config");
-    let client = dependency_watchdog::kube_client::rate_limited_client(config, 100.0, 200)
+    let config =
+        dependency_watchdog::client::kube_client::seed_config(Some(&seed.kubeconfig_path()))
+            .await
+            .expect("seed config");
+    let client = dependency_watchdog::client::kube_client::rate_limited_client(config, 100.0, 200)
         .expect("seed client");
     let mut tasks = tokio::task::JoinSet::new();
     let shutdown = tokio_util::sync::CancellationToken::new();

@@ -18,9 +18,9 @@ mod harness;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dependency_watchdog::events::Component;
-use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
+use dependency_watchdog::observe::events::Component;
+use dependency_watchdog::observe::health::Health;
 use dependency_watchdog::shadow::{Record, Selection, Shadow};
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_core::shadow::{ShadowAction, Side};

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use dependency_watchdog::events::Component;
+use dependency_watchdog::observe::events::Component;
 use dependency_watchdog::shadow::{Shadow, pod_key};
 use dwd_sim::EndpointsState;
 use k8s_openapi::api::core::v1::Pod;

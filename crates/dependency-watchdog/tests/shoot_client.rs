@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use dependency_watchdog::kube_client::{HttpVersion, PreparedShootConfig, ResponseLimits};
+use dependency_watchdog::client::kube_client::{HttpVersion, PreparedShootConfig, ResponseLimits};
 use dwd_sim::AbortOnDrop;
 use dwd_testenv::TestEnv;
 use tokio::io::AsyncReadExt;

@@ -397,6 +397,38 @@ fn docs_architecture_draws_the_module_graph_the_code_has() {
     );
 }
 
+/// docs/architecture.md's module table (its "## Every module" section) has one row per module
+/// of the library, named by its path (`prober::probe`), and no row for a module that is gone.
+#[test]
+fn docs_architecture_has_a_row_for_every_module() {
+    let code: BTreeSet<String> = modules(&src())
+        .into_keys()
+        .filter(|path| !path.is_empty())
+        .map(|path| path.join("::"))
+        .collect();
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md");
+    let doc = std::fs::read_to_string(&doc_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", doc_path.display()));
+    let section = doc
+        .split("\n## Every module\n")
+        .nth(1)
+        .map(|rest| rest.split("\n## ").next().unwrap_or(rest))
+        .unwrap_or_else(|| panic!("{} has no \"## Every module\" section", doc_path.display()));
+    let rows: BTreeSet<String> = section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(str::to_owned)
+        .collect();
+    let missing: Vec<&String> = code.difference(&rows).collect();
+    let gone: Vec<&String> = rows.difference(&code).collect();
+    assert!(
+        missing.is_empty() && gone.is_empty(),
+        "docs/architecture.md's module table: rows missing for {missing:?}, rows for modules \
+         that do not exist {gone:?}"
+    );
+}
+
 /// The modules a probe run goes through, in order: each may use the ones after it, never one
 /// before it.
 const RUN_PATH: [&str; 3] = ["probe", "executor", "scaler"];

@@ -24,11 +24,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use dependency_watchdog::events::{
+use dependency_watchdog::metrics::Metrics;
+use dependency_watchdog::observe::events::{
     REASON_SCALE_DOWN, REASON_ZONE_DISRUPTED, REASON_ZONE_RECOVERED,
 };
-use dependency_watchdog::health::Health;
-use dependency_watchdog::metrics::Metrics;
+use dependency_watchdog::observe::health::Health;
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION};
 use dwd_sim::{NodeSpec, SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, ApiServerOptions, TestEnv, eventually};

@@ -7,9 +7,9 @@ use dwd_core::ProberConfig;
 use kube::Client;
 
 use super::seed_caches::SeedCaches;
-use crate::events::Events;
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
+use crate::observe::events::Events;
 
 /// What every probe shares.
 pub struct ProberContext {
@@ -34,9 +34,9 @@ pub(crate) mod test_support {
     use std::sync::Arc;
 
     use super::ProberContext;
-    use crate::cache::Cache;
-    use crate::events::Events;
+    use crate::client::cache::Cache;
     use crate::metrics::Metrics;
+    use crate::observe::events::Events;
     use crate::prober::seed_caches::SeedCaches;
 
     /// Probes every second after a 30 s initial delay; 40 s grace unless the Shoot says

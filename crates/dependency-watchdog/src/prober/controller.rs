@@ -44,7 +44,7 @@ use tracing::{debug, info, warn};
 
 use super::context::ProberContext;
 use super::manager::{EnsureOutcome, ProbeManager};
-use crate::cache::{FailureStreak, SyncState};
+use crate::client::cache::{FailureStreak, SyncState};
 use crate::metrics::Metrics;
 
 pub(crate) use crate::gardener::cluster_gvk;
@@ -263,7 +263,7 @@ pub(crate) async fn run(
 ) {
     let resource = ApiResource::from_gvk(&cluster_gvk());
     // The Cluster watch feeds a cache like the others: ahead of every write in the seed budget.
-    let feed = crate::cache::feed_client(&ctx.seed);
+    let feed = crate::client::cache::feed_client(&ctx.seed);
     let api: Api<SlimCluster> = Api::all_with(feed, &resource);
     let (mut store, mut events) = cluster_watch(&api, &resource);
     let mut streak = FailureStreak::default();

@@ -19,9 +19,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{ProbeAction, SlimCluster, decide, plan, run, strip_cluster};
-use crate::cache::SyncState;
+use crate::client::cache::SyncState;
+use crate::client::kube_client::SEED_RESPONSE_HEADERS_TIMEOUT;
 use crate::fake_seed::{FakeSeed, Outage};
-use crate::kube_client::SEED_RESPONSE_HEADERS_TIMEOUT;
 use crate::metrics::{RestartCause, RestartLabels, ShootLabels};
 use crate::prober::ProberContext;
 use crate::prober::context::test_support::{config, context};

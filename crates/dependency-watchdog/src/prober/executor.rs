@@ -12,7 +12,7 @@
 //!   it is not decided, published or counted again);
 //! - a different one replaces the queued flow and stops the running one
 //!   ([`Handover::Superseding`]): no new write starts for it (a write waiting for the seed's
-//!   budget is not sent, see [`crate::rate_limit::StopWaiting`]; a write already sent, and the
+//!   budget is not sent, see [`crate::client::rate_limit::StopWaiting`]; a write already sent, and the
 //!   second write of a two-write step, is finished), and the newer flow starts once the old
 //!   one has stopped, so no two writes of one shoot race. What the old flow did stays done
 //!   until the new flow's own steps change it: a target scaled down carries its marker and

@@ -30,7 +30,9 @@ use super::report::{Judged, RunReport, ShootRef};
 use super::scaler::{self, PlannedFlow};
 use super::shoot_reads;
 use crate::Error;
-use crate::kube_client::{HttpVersion, PreparedShootConfig, ResponseLimits, is_response_too_large};
+use crate::client::kube_client::{
+    HttpVersion, PreparedShootConfig, ResponseLimits, is_response_too_large,
+};
 use crate::memory_budget::{self, Claim, MemoryGrant, NoRunMemory, SlowHistory};
 use crate::metrics::{ApiLabel, ApiLabels, RunLabels, RunResult, ShootSeries};
 

@@ -20,12 +20,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Probe, ProbeSpec};
-use crate::cache::{Cache, run_cache};
-use crate::events::{Component, Events};
+use crate::client::cache::{Cache, run_cache};
+use crate::client::kube_client::HttpVersion;
 use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed, Outage};
-use crate::kube_client::HttpVersion;
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::{Metrics, RunLabels, RunResult};
+use crate::observe::events::{Component, Events};
 use crate::prober::executor::Executors;
 use crate::prober::seed_caches::{
     SecretKubeconfig, SeedCaches, TargetCache, machine_gvk, project_machine, project_target,

@@ -16,7 +16,7 @@ use super::context::ProberContext;
 use super::report::{self, RunReport, ShootRef, Taken, Verbs};
 use super::scaler::PlannedFlow;
 use super::shadow_observer::{self, Recorder, VirtualState};
-use crate::events::Subject;
+use crate::observe::events::Subject;
 use crate::text::cut;
 
 /// Nodes listed by name in shadow mode's note of a finding; the rest are counted (node

@@ -12,9 +12,9 @@
 //! Other kinds keep the two writes, in the crash-safe order (annotations first on the way
 //! down, replicas first on the way up), each with the version the previous one returned as
 //! precondition (a Scale carries its parent's resourceVersion). Each flow's writes are
-//! ranked by level on the seed client's budget ([`crate::rate_limit`]). Every call is
-//! bounded by the target's `timeout`, `Retry-After` waits included ([`crate::retry_after`]).
-//! Both travel with the requests (`TargetApi`, see [`crate::request_settings`]).
+//! ranked by level on the seed client's budget ([`crate::client::rate_limit`]). Every call is
+//! bounded by the target's `timeout`, `Retry-After` waits included ([`crate::client::retry_after`]).
+//! Both travel with the requests (`TargetApi`, see [`crate::client::request_settings`]).
 //!
 //! A flow stops when its `stop` token is cancelled (a newer verdict superseded it, see
 //! [`super::executor`]): before a level, before a target's attempt, during its initial delay
@@ -41,11 +41,11 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::context::ProberContext;
 use super::seed_caches::{TargetCache, TargetState};
-use crate::cache::WaitEnd;
-use crate::events::TargetRef;
+use crate::client::cache::WaitEnd;
+use crate::client::rate_limit::{OnSent, Priority, StopWaiting};
+use crate::client::retry_after::Deadline;
 use crate::metrics::{ApiLabel, Outcome, ScaleOpLabels};
-use crate::rate_limit::{OnSent, Priority, StopWaiting};
-use crate::retry_after::Deadline;
+use crate::observe::events::TargetRef;
 use crate::{Error, Result};
 
 /// Attempts per target.
@@ -398,7 +398,7 @@ impl TargetApi<'_> {
         if let Some(stop) = self.stop {
             settings.insert(StopWaiting(stop.clone()));
         }
-        let client = crate::request_settings::with_settings(self.seed, settings);
+        let client = crate::client::request_settings::with_settings(self.seed, settings);
         Api::namespaced_with(client, self.namespace, self.resource)
     }
 }
@@ -439,7 +439,9 @@ async fn call<T>(
             timeout: limit,
         }),
         // Stopped while it waited for the budget: never sent.
-        Ok(Err(e)) if crate::rate_limit::is_not_sent(&e) => Err(Error::Superseded { action }),
+        Ok(Err(e)) if crate::client::rate_limit::is_not_sent(&e) => {
+            Err(Error::Superseded { action })
+        }
         Ok(Err(e)) => {
             let err = Error::kube(action, e);
             if err.is_throttled() {
@@ -829,11 +831,11 @@ mod tests {
     use serde_json::{Value, json};
     use tokio::time::Instant;
 
-    use crate::cache::{Cache, run_cache};
-    use crate::events::Events;
+    use crate::client::cache::{Cache, run_cache};
     use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed, RC};
-    use crate::logging::LogBuffer;
     use crate::metrics::Metrics;
+    use crate::observe::events::Events;
+    use crate::observe::logging::LogBuffer;
     use crate::prober::seed_caches::{SeedCaches, project_target};
     use dwd_core::scaling::{MELTDOWN_ANNOTATION, READINESS_WAIT, REPLICAS_ANNOTATION};
 

@@ -1,6 +1,6 @@
 //! The seed-side watch caches the prober reads instead of issuing GETs on every run:
 //! kubeconfig secrets, Machines, and each configured scaling target. Each is ready only while
-//! in sync (see [`crate::cache`]); the prober's readiness and every probe run ask them.
+//! in sync (see [`crate::client::cache`]); the prober's readiness and every probe run ask them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cache::{Cache, SyncState, name_field_selector, run_cache, run_optional_cache};
+use crate::client::cache::{Cache, SyncState, name_field_selector, run_cache, run_optional_cache};
 
 /// Pause before a target's kind is looked up again after a discovery error that says nothing
 /// about the kind (seed unreachable, 5xx, throttled, forbidden); doubled after each further
@@ -213,7 +213,7 @@ impl SeedCaches {
     ) -> crate::Result<Self> {
         // The watches feeding the caches go ahead of every write in the seed budget (see
         // `Priority::WATCH_CACHES`); discovery below goes at the default priority.
-        let feeds = crate::cache::feed_client(seed);
+        let feeds = crate::client::cache::feed_client(seed);
         let secrets = Cache::new("probe kubeconfig secrets");
         tasks.spawn({
             let api: Api<Secret> = Api::all(feeds.clone());

@@ -25,7 +25,7 @@ use tracing::debug;
 
 use super::context::ProberContext;
 use super::seed_caches::SeedCaches;
-use crate::events::Subject;
+use crate::observe::events::Subject;
 use crate::shadow::Shadow;
 
 /// How often the observer looks again without a cache change.

@@ -2,7 +2,7 @@
 //! the apiserver's possibly stale watch cache: a shoot whose etcd is down can keep serving
 //! old leases from it, and a stale lease must never scale anything), paginated (`limit` and
 //! `continue`, so no single response holds a whole large shoot), and bounded in bytes by the
-//! client ([`crate::kube_client::ResponseLimits`]). [`node_leases`] and [`nodes`] are the lease
+//! client ([`crate::client::kube_client::ResponseLimits`]). [`node_leases`] and [`nodes`] are the lease
 //! probe's two reads, for the prober and `explain` alike.
 
 use dwd_core::lease::{NodeLeaseView, NodeView};
@@ -33,7 +33,7 @@ pub(crate) const MAX_PAGES: usize = 1000;
 /// items than the `page_size` it was asked for fails the read. So the decoded memory of a page
 /// is at most `page_size` views, each no larger than its own bytes on the wire, whatever the
 /// bytes per item (a page of `{}` items costs its body, which the client's
-/// [`crate::kube_client::ResponseLimits`] bound, and nothing more).
+/// [`crate::client::kube_client::ResponseLimits`] bound, and nothing more).
 ///
 /// The views are charged to the run's `grant` page by page (their bytes, [`Listed::view_bytes`])
 /// and each page body's bytes, charged by the client as they arrived, are released once it is
@@ -257,7 +257,9 @@ pub(crate) async fn nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logging::{self, LOG_VALUE_LIMIT, LogBuffer, Output, TimeEncoding, ZapLevel};
+    use crate::observe::logging::{
+        self, LOG_VALUE_LIMIT, LogBuffer, Output, TimeEncoding, ZapLevel,
+    };
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tracing_subscriber::layer::SubscriberExt;
 

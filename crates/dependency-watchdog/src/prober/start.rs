@@ -15,10 +15,10 @@ use super::manager::ProbeManager;
 use super::seed_caches::SeedCaches;
 use super::{controller, probe, shadow_observer};
 use crate::Result;
-use crate::events::{Component, Events, PodRef};
-use crate::health::Health;
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
+use crate::observe::events::{Component, Events, PodRef};
+use crate::observe::health::Health;
 use crate::shadow::Shadow;
 
 /// What the prober is started with: by the runtime from the command line, or by a test.
@@ -62,7 +62,8 @@ pub async fn run(start: ProberStart, shutdown: CancellationToken) -> Result<()> 
         shutdown.child_token(),
     ));
     spawn_shadow_tasks(&ctx, &executors, &mut tasks, &shutdown);
-    let (synced_tx, synced_rx) = tokio::sync::watch::channel(crate::cache::SyncState::Listing);
+    let (synced_tx, synced_rx) =
+        tokio::sync::watch::channel(crate::client::cache::SyncState::Listing);
     tasks.spawn({
         let (ctx, manager, shutdown) = (ctx.clone(), manager.clone(), shutdown.clone());
         async move {
@@ -183,7 +184,7 @@ fn spawn_shadow_tasks(
 /// `/readyz` should find the reason in the log too.
 async fn track_readiness(
     caches: &SeedCaches,
-    mut clusters_synced: tokio::sync::watch::Receiver<crate::cache::SyncState>,
+    mut clusters_synced: tokio::sync::watch::Receiver<crate::client::cache::SyncState>,
     health: &Health,
 ) {
     let mut report = tokio::time::interval(std::time::Duration::from_secs(10));
@@ -196,9 +197,13 @@ async fn track_readiness(
         let clusters = clusters_synced.borrow_and_update().clone();
         let mut pending = caches.pending();
         match clusters {
-            crate::cache::SyncState::Synced => {}
-            crate::cache::SyncState::Listing => pending.insert(0, "clusters (listing)".into()),
-            crate::cache::SyncState::Stale(why) => pending.insert(0, format!("clusters ({why})")),
+            crate::client::cache::SyncState::Synced => {}
+            crate::client::cache::SyncState::Listing => {
+                pending.insert(0, "clusters (listing)".into())
+            }
+            crate::client::cache::SyncState::Stale(why) => {
+                pending.insert(0, format!("clusters ({why})"))
+            }
         }
         let ready = pending.is_empty();
         if ready {

@@ -20,9 +20,9 @@ use kube::api::{DeleteParams, Preconditions};
 use tracing::{debug, info, warn};
 
 use super::pods::{Hands, PodHands, Weeder};
-use crate::events::Events;
+use crate::client::rate_limit::{Priority, prioritized};
 use crate::metrics::{DeletionFailure, DeletionFailureLabels, Metrics, ServiceLabels};
-use crate::rate_limit::{Priority, prioritized};
+use crate::observe::events::Events;
 
 /// How long one deletion attempt may take, waiting for the seed budget included.
 pub(crate) const DELETE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -15,10 +15,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{WeederStart, Weeders, run};
-use crate::events::{Component, PodRef};
 use crate::fake_seed::FakeSeed;
-use crate::health::Health;
 use crate::metrics::{DeletionFailure, DeletionFailureLabels, Metrics, ServiceLabels};
+use crate::observe::events::{Component, PodRef};
+use crate::observe::health::Health;
 use crate::shadow::Shadow;
 
 /// The shoot namespace the tests weed.

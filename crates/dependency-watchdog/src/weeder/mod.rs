@@ -41,8 +41,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::Result;
-use crate::events::{Component, Events, PodRef};
-use crate::health::Health;
+use crate::observe::events::{Component, Events, PodRef};
+use crate::observe::health::Health;
 use crate::shadow::Shadow;
 pub(crate) use claims::PodClaims;
 use deleter::Deleters;

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::claims::{Claim, NamespaceClaims};
-use crate::rate_limit::{Priority, prioritized};
+use crate::client::rate_limit::{Priority, prioritized};
 
 /// What the weeders do with the pods their rules pick, chosen once at start: the acting
 /// deleter, or shadow mode's recorder. Makes the hands of each pod watch.

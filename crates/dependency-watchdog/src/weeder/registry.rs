@@ -191,7 +191,7 @@ mod tests {
             client,
             hands: Arc::new(crate::weeder::deleter::Deleters::new(
                 metrics.clone(),
-                crate::events::Events::disabled(metrics.clone()),
+                crate::observe::events::Events::disabled(metrics.clone()),
             )),
             claims: crate::weeder::claims::PodClaims::default().namespace(namespace),
         }

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::claims::{NamespaceClaims, PodClaims};
 use super::pods::{Hands, PodHands, Weeder};
-use crate::events::{Events, Subject};
+use crate::observe::events::{Events, Subject};
 use crate::shadow::Shadow;
 
 /// Shadow mode's hands: every pod watch records.

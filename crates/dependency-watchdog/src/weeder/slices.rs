@@ -30,7 +30,7 @@ use tracing::{debug, info, warn};
 use super::WeederContext;
 use super::pods::Weeder;
 use super::registry::{StartOutcome, Weeders};
-use crate::health::Health;
+use crate::observe::health::Health;
 
 /// The label selector of the configured services' slices: `kubernetes.io/service-name in (…)`,
 /// or `None` when no configured name can be a label value (then no slice can match).
@@ -62,7 +62,7 @@ pub(crate) async fn watch(ctx: Arc<WeederContext>, weeders: Arc<Weeders>, health
     // Ahead of the deletions in the seed budget: a re-watch starved by a storm of deletions
     // would miss the next service to turn ready. (Only this watch: the weeders it starts
     // get the plain seed client and choose their own priorities.)
-    let feed = crate::cache::feed_client(&ctx.seed);
+    let feed = crate::client::cache::feed_client(&ctx.seed);
     let api: Api<EndpointSlice> = Api::all(feed);
     let Some(selector) = slice_selector(ctx.selectors.keys()) else {
         // Every configured name was warned about at load: nothing can match, nothing to watch.

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dependency_watchdog::health::Health;
 use dependency_watchdog::metrics::Metrics;
+use dependency_watchdog::observe::health::Health;
 use dwd_sim::{SimShoot, SimShootOptions};
 use dwd_testenv::{ApiServer, TestEnv, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -671,7 +671,7 @@ pub(crate) fn spawn_prober_with_shadow(
                 seed: client,
                 metrics,
                 health,
-                own_pod: dependency_watchdog::events::PodRef {
+                own_pod: dependency_watchdog::observe::events::PodRef {
                     namespace: "default".into(),
                     name: pod,
                 },
@@ -698,8 +698,8 @@ pub(crate) mod weeder_harness {
     use std::time::Duration;
 
     use anyhow::{Context, Result, anyhow, ensure};
-    use dependency_watchdog::health::Health;
     use dependency_watchdog::metrics::{Metrics, ServiceLabels};
+    use dependency_watchdog::observe::health::Health;
     use dependency_watchdog::shadow::{ActionLabels, Record, Shadow};
     use dependency_watchdog::weeder::Weeders;
     use dwd_sim::SeedControlPlane;
@@ -767,7 +767,7 @@ pub(crate) mod weeder_harness {
                 seed: client,
                 weeders: weeders.clone(),
                 health: health.clone(),
-                own_pod: dependency_watchdog::events::PodRef {
+                own_pod: dependency_watchdog::observe::events::PodRef {
                     namespace: "default".into(),
                     name: "dwd-weeder-test".into(),
                 },

@@ -45,12 +45,12 @@ pub(crate) const FEED_MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// A client sending through `seed` (same stack, same buckets) for the lists and watches that
 /// feed a cache: ranked `Priority::WATCH_CACHES` and with its `Retry-After` waits capped at
-/// [`FEED_MAX_RETRY_AFTER`] (see [`crate::request_settings`]).
+/// [`FEED_MAX_RETRY_AFTER`] (see [`crate::client::request_settings`]).
 pub(crate) fn feed_client(seed: &kube::Client) -> kube::Client {
     let mut settings = http::Extensions::new();
-    settings.insert(crate::rate_limit::Priority::WATCH_CACHES);
-    settings.insert(crate::retry_after::WaitCap(FEED_MAX_RETRY_AFTER));
-    crate::request_settings::with_settings(seed, settings)
+    settings.insert(crate::client::rate_limit::Priority::WATCH_CACHES);
+    settings.insert(crate::client::retry_after::WaitCap(FEED_MAX_RETRY_AFTER));
+    crate::client::request_settings::with_settings(seed, settings)
 }
 
 /// Why [`Cache::wait_until`] returned without its condition holding.
@@ -93,7 +93,7 @@ pub(crate) struct FailureStreak {
     last: Option<Instant>,
     errors: u32,
     /// Whether an error of this run was the seed's silence
-    /// ([`crate::seed_transport::is_silence`]).
+    /// ([`crate::client::seed_transport::is_silence`]).
     silent: bool,
 }
 
@@ -121,7 +121,7 @@ impl FailureStreak {
         error: &(dyn std::error::Error + 'static),
         now: Instant,
     ) -> Option<String> {
-        let silent = crate::seed_transport::is_silence(error);
+        let silent = crate::client::seed_transport::is_silence(error);
         let failing_for = self.failed(now, silent);
         self.is_stale()
             .then(|| stale_reason(silent, failing_for, error))

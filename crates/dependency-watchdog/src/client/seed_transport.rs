@@ -19,7 +19,7 @@
 //!   holding a re-list, and the old cache "synced", for good.
 //!
 //! [`is_silence`] tells a cache that an error means the seed said nothing for 30 s or more;
-//! a synced cache turns stale on the first such error ([`crate::cache`]), where other errors
+//! a synced cache turns stale on the first such error ([`crate::client::cache`]), where other errors
 //! must repeat first. docs/faults.md states the resulting bounds.
 
 use std::future::Future;

@@ -5,7 +5,7 @@
 //! rewrites single-dash long flags before clap parses); booleans as `--flag` or
 //! `--flag=<Go bool>` ([`parse_go_bool`]); a repeated flag's last value wins
 //! (`args_override_self`). The `--zap-*` flags take the values controller-runtime's
-//! `zap.Options.BindFlags` takes, checked the same way (see [`crate::logging`]).
+//! `zap.Options.BindFlags` takes, checked the same way (see [`crate::observe::logging`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::logging::{
+use crate::observe::logging::{
     LogSettings, Output, TimeEncoding, ZapEncoder, ZapLevel, parse_stacktrace_level,
 };
 
@@ -271,7 +271,7 @@ impl LogSettings {
     /// `--log-format` (ours) wins, then `--zap-encoder`, then `--zap-devel` (console, as in
     /// controller-runtime, where an explicit encoder also wins over development mode).
     ///
-    /// Here rather than in [`crate::logging`]: reading flags is the command line's job, and
+    /// Here rather than in [`crate::observe::logging`]: reading flags is the command line's job, and
     /// logging then needs nothing from it.
     pub fn from_args(args: &CommonArgs) -> LogSettings {
         let output = match (args.log_format, args.zap_encoder, args.zap_devel) {

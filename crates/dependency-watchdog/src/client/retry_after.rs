@@ -17,7 +17,7 @@
 //! probe timeout, so a tenant's `Retry-After: 86400` costs nothing) and the request's own
 //! [`Deadline`], carried in its extensions by the client handle that sent it
 //! ([`deadline_client`]; the scaler makes one per call, from its call timeout; see
-//! [`crate::request_settings`]).
+//! [`crate::client::request_settings`]).
 //!
 //! client-go also retries a `GET` whose connection was reset or ended early (`request.go`:
 //! `net.IsConnectionReset(err) || net.IsProbableEOF(err)`, only for `GET`, 1 s apart, within the
@@ -79,14 +79,14 @@ pub(crate) fn is_reset_or_eof(error: &(dyn std::error::Error + 'static)) -> bool
 }
 
 /// The latest instant a `Retry-After` wait of a request may end at, carried in the request's
-/// extensions (see [`crate::request_settings`]).
+/// extensions (see [`crate::client::request_settings`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline(pub Instant);
 
 /// The longest `Retry-After` wait a request takes, carried in its extensions: a longer one is
 /// cut to this (the request goes again sooner than the server asked, still at most
 /// [`MAX_RETRIES`] times). For requests without a call deadline whose pause costs more than
-/// the server's load: the watches feeding the seed caches ([`crate::cache::feed_client`]).
+/// the server's load: the watches feeding the seed caches ([`crate::client::cache::feed_client`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WaitCap(pub Duration);
 
@@ -95,7 +95,7 @@ pub(crate) struct WaitCap(pub Duration);
 pub fn deadline_client(client: &kube::Client, deadline: Instant) -> kube::Client {
     let mut settings = http::Extensions::new();
     settings.insert(Deadline(deadline));
-    crate::request_settings::with_settings(client, settings)
+    crate::client::request_settings::with_settings(client, settings)
 }
 
 /// A request body that may be sent again.

@@ -4,7 +4,7 @@
 //! Like client-go's limiter, a token bucket holds `burst` tokens, refilled at `qps` per second,
 //! and every request takes one token when it is sent. Unlike client-go's, waiting requests are
 //! not served first come, first served: each carries a [`Priority`] (in its extensions, set by
-//! the client handle that sends it: see [`prioritized`] and [`crate::request_settings`]) and
+//! the client handle that sends it: see [`prioritized`] and [`crate::client::request_settings`]) and
 //! the most urgent waiter gets the next token. During a
 //! region-wide outage a thousand shoots want their kube-controller-manager scaled down at
 //! once; with priorities every shoot's level 0 is written before anyone's later levels, and
@@ -110,11 +110,11 @@ impl Priority {
 }
 
 /// A client sending through `seed` (same stack, same buckets) whose every request is ranked
-/// at `priority` (see [`crate::request_settings`]).
+/// at `priority` (see [`crate::client::request_settings`]).
 pub(crate) fn prioritized(seed: &kube::Client, priority: Priority) -> kube::Client {
     let mut settings = http::Extensions::new();
     settings.insert(priority);
-    crate::request_settings::with_settings(seed, settings)
+    crate::client::request_settings::with_settings(seed, settings)
 }
 
 /// A request that says how urgent it is.

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::health::Health;
+use crate::observe::health::Health;
 use crate::{Error, Result};
 
 /// Connections served at once by one endpoint server. Prometheus and the kubelet's probes
@@ -118,9 +118,9 @@ fn respond(endpoints: &Endpoints, path: &str, query: Option<&str>) -> Response<F
             (true, Err(reason)) => (StatusCode::SERVICE_UNAVAILABLE, "text/plain", reason),
             (true, Ok(())) => {
                 let body = match h.role() {
-                    crate::health::Role::Alone => "ok",
-                    crate::health::Role::Leader => "ok: leader",
-                    crate::health::Role::Follower => "ok: follower (idle until it leads)",
+                    crate::observe::health::Role::Alone => "ok",
+                    crate::observe::health::Role::Leader => "ok: leader",
+                    crate::observe::health::Role::Follower => "ok: follower (idle until it leads)",
                 };
                 (StatusCode::OK, "text/plain", body.into())
             }
@@ -323,7 +323,7 @@ pub(crate) async fn accept_loop<A: Acceptor>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::Role;
+    use crate::observe::health::Role;
     use http_body_util::BodyExt;
 
     async fn get(endpoints: &Endpoints, path: &str) -> (StatusCode, String) {

@@ -12,13 +12,16 @@ use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::cli::{self, Cli, Command, CommonArgs};
-use crate::config::{load_prober_config, load_weeder_config};
-use crate::health::{self, Health};
-use crate::leader::{self, Lost};
+use super::server;
+use crate::client::kube_client;
 use crate::metrics::Metrics;
+use crate::observe::events;
+use crate::observe::health::{self, Health};
+use crate::process::cli::{self, Cli, Command, CommonArgs};
+use crate::process::config::{load_prober_config, load_weeder_config};
+use crate::process::leader::{self, Lost};
 use crate::shadow::Shadow;
-use crate::{Error, Result, events, explain, kube_client, memory_budget, prober, server, weeder};
+use crate::{Error, Result, explain, memory_budget, prober, weeder};
 
 /// The open-files limit to set for the limit `current` (soft, hard; `None` is unlimited):
 /// the soft limit raised to the hard one, or `None` when there is nothing to raise.

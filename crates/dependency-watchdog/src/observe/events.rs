@@ -55,8 +55,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::client::rate_limit::{Priority, prioritized};
 use crate::metrics::{EventLabels, EventOutcome, Metrics};
-use crate::rate_limit::{Priority, prioritized};
 use crate::text::truncate;
 
 /// Events waiting to be written; beyond this they are dropped (and counted).
@@ -252,7 +252,7 @@ impl EventError {
 
     /// The apiserver's own words for a refusal (`… cannot patch resource "events" in API group
     /// …`), logged as a field of its own: inside the whole error, after the object's name, it
-    /// can fall past the log's per-value cut ([`crate::logging::LOG_VALUE_LIMIT`]), and it is
+    /// can fall past the log's per-value cut ([`crate::observe::logging::LOG_VALUE_LIMIT`]), and it is
     /// the part an operator needs to fix the RBAC.
     fn denial(&self) -> Option<&str> {
         match self {
@@ -1015,7 +1015,7 @@ mod tests {
         let denial = refusal.denial().expect("a 403 has a denial");
         let clause = r#"cannot patch resource "events" in API group "events.k8s.io""#;
         let end = denial.find(clause).expect("the denial names the verb") + clause.len();
-        assert!(end <= crate::logging::LOG_VALUE_LIMIT, "{end}");
+        assert!(end <= crate::observe::logging::LOG_VALUE_LIMIT, "{end}");
         let timeout = EventError::Timeout {
             reason: "ScaledUp",
             object: "x".into(),

@@ -5,7 +5,7 @@
 //! space its runs out (docs/behaviour.md §2.10), and the scaler has its own three attempts (§2.12).
 //!
 //! The seed client is rate limited on the client side like client-go's (`--kube-api-qps`,
-//! `--kube-api-burst`), with priorities (see [`crate::rate_limit`]). Shoot clients are not
+//! `--kube-api-burst`), with priorities (see [`crate::client::rate_limit`]). Shoot clients are not
 //! limited: each serves one probe run against its own apiserver.
 
 use std::path::Path;
@@ -23,9 +23,9 @@ use tower::timeout::TimeoutLayer;
 
 use crate::{Error, Result};
 
+use crate::client::rate_limit::RateLimitLayer;
+use crate::client::retry_after::{self, RetryAfterLayer};
 use crate::metrics::CountRequestsLayer;
-use crate::rate_limit::RateLimitLayer;
-use crate::retry_after::{self, RetryAfterLayer};
 
 /// The seed's client configuration: `--kubeconfig` when given, else in-cluster (or
 /// `$KUBECONFIG`), with kube's own retries off.
@@ -74,8 +74,8 @@ pub(crate) const SEED_RESPONSE_HEADERS_TIMEOUT: Duration = Duration::from_secs(3
 /// (the leader-election client has its own, so busy probes can't delay lease renewals).
 pub fn rate_limited_client(config: Config, qps: f32, burst: u32) -> Result<Client> {
     let count = CountRequestsLayer::new(CountRequestsLayer::host_of(&config.cluster_url));
-    // kube's own stack, plus what notices a seed gone silent (`crate::seed_transport`).
-    let service = crate::seed_transport::seed_service(&config)
+    // kube's own stack, plus what notices a seed gone silent (`crate::client::seed_transport`).
+    let service = crate::client::seed_transport::seed_service(&config)
         .map_err(|e| Error::SeedClient(e.to_string()))?;
     let builder = ClientBuilder::new(service, config.default_namespace.clone());
     // Counted inside the limiter: only requests that were sent count (client-go's metric).

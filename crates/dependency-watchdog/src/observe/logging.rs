@@ -814,7 +814,7 @@ mod tests {
         assert_eq!(
             text,
             concat!(
-                r#"{"level":"info","ts":"2024-05-01T10:00:00Z","logger":"dwd.logging.tests","msg":"probe started","#,
+                r#"{"level":"info","ts":"2024-05-01T10:00:00Z","logger":"dwd.observe.logging.tests","msg":"probe started","#,
                 r#""shoot":"shoot--p--s","count":3,"delta":-2,"ok":true,"fraction":0.5,"#,
                 r#""error":"boom \"quoted\"\nsecond line","wait":"1.5s"}"#,
                 "\n"
@@ -841,7 +841,7 @@ mod tests {
         assert_eq!(
             text,
             concat!(
-                r#"{"level":"warn","ts":"2024-05-01T10:00:00Z","logger":"dwd.logging.tests","msg":"scaled","#,
+                r#"{"level":"warn","ts":"2024-05-01T10:00:00Z","logger":"dwd.observe.logging.tests","msg":"scaled","#,
                 r#""shoot":"shoot--a","attempt":2,"target":"kube-controller-manager","scale_level":1,"replicas":0}"#,
                 "\n"
             )
@@ -893,12 +893,12 @@ mod tests {
         });
         assert_eq!(
             text,
-            "2024-05-01T10:00:00Z\tINFO\tdwd.logging.tests\tprobe started\t{\"shoot\": \"shoot--a\", \"count\": 3}\n\
-             2024-05-01T10:00:00Z\tDEBUG\tdwd.logging.tests\tno fields\t{\"shoot\": \"shoot--a\"}\n"
+            "2024-05-01T10:00:00Z\tINFO\tdwd.observe.logging.tests\tprobe started\t{\"shoot\": \"shoot--a\", \"count\": 3}\n\
+             2024-05-01T10:00:00Z\tDEBUG\tdwd.observe.logging.tests\tno fields\t{\"shoot\": \"shoot--a\"}\n"
         );
         assert_eq!(
             span_less,
-            "2024-05-01T10:00:00Z\tDEBUG\tdwd.logging.tests\tno fields\n"
+            "2024-05-01T10:00:00Z\tDEBUG\tdwd.observe.logging.tests\tno fields\n"
         );
     }
 

@@ -1384,5 +1384,4 @@ impl Drop for MemoryGrant {
 }
 
 #[cfg(test)]
-#[path = "memory_budget_tests.rs"]
 mod tests;

@@ -3,7 +3,7 @@
 
 use super::*;
 
-#[path = "memory_budget_interleavings.rs"]
+#[path = "interleavings.rs"]
 mod interleavings;
 
 const WAIT: Duration = Duration::from_secs(30);
