@@ -215,13 +215,6 @@ pub enum LeaseDecision {
     NoScaling(NoScalingReason),
 }
 
-impl LeaseDecision {
-    /// Whether the decision counts towards a scale-down (for hysteresis and nodes to list).
-    pub fn is_down(&self) -> bool {
-        matches!(self, Self::ScaleDown | Self::ZonalScaleDown)
-    }
-}
-
 impl fmt::Display for LeaseDecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -301,24 +301,6 @@ impl PodSelector {
         Self::new(labels, expressions).map_err(|problems| SelectorError::Invalid { problems })
     }
 
-    /// Converts back to the API type (e.g. for list/watch parameters built by a client library).
-    pub fn to_label_selector(&self) -> LabelSelector {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-        LabelSelector {
-            match_labels: (!self.match_labels.is_empty()).then(|| self.match_labels.clone()),
-            match_expressions: (!self.match_expressions.is_empty()).then(|| {
-                self.match_expressions
-                    .iter()
-                    .map(|r| LabelSelectorRequirement {
-                        key: r.key.clone(),
-                        operator: r.operator.to_string(),
-                        values: (!r.values.is_empty()).then(|| r.values.iter().cloned().collect()),
-                    })
-                    .collect()
-            }),
-        }
-    }
-
     /// The `matchLabels` pairs: a pod must carry each label with exactly this value.
     pub fn match_labels(&self) -> &BTreeMap<String, String> {
         &self.match_labels
@@ -567,7 +549,7 @@ mod tests {
     }
 
     #[test]
-    fn converts_from_and_to_api_label_selector() {
+    fn converts_from_api_label_selector() {
         let api = LabelSelector {
             match_labels: Some(labels(&[("app", "x")])),
             match_expressions: Some(vec![LabelSelectorRequirement {
@@ -578,7 +560,6 @@ mod tests {
         };
         let s = PodSelector::from_label_selector(&api).unwrap();
         assert_eq!(s.to_query(), "app=x,role in (controller-manager)");
-        assert_eq!(s.to_label_selector(), api);
         let bad = LabelSelector {
             match_expressions: Some(vec![LabelSelectorRequirement {
                 key: "role".into(),

@@ -326,8 +326,22 @@ impl<T: Send + Sync + 'static> Cache<T> {
     }
 }
 
+/// What a cache stands for while the seed refuses its watch (403: forbidden, or 404: the
+/// kind is no longer served).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnRefusal {
+    /// Not in sync, as for any watch that keeps failing: nothing is decided from it.
+    Unsynced,
+    /// *Absent*, for an optional scaling target: synced and empty, with one warning, so the
+    /// target counts as not found (an optional target not found is skipped in every flow) and
+    /// does not hold back the other targets' and shoots' decisions, nor readiness. The watch is
+    /// started anew then, and fills the cache once it lists again.
+    Absent,
+}
+
 /// Feeds `cache` from a watch on `api` forever (re-listing with backoff on errors), keeping
-/// `project(obj)` of each object. Objects that project to `None` are not cached.
+/// `project(obj)` of each object. Objects that project to `None` are not cached; a refused
+/// watch leaves the cache as `on_refusal` says.
 ///
 /// On the seed, `api` comes from [`feed_client`]: ahead of every write in the seed budget, its
 /// `Retry-After` pauses capped.
@@ -336,39 +350,7 @@ pub(crate) async fn run_cache<K, T, F>(
     config: watcher::Config,
     cache: Arc<Cache<T>>,
     project: F,
-) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    T: Send + Sync + 'static,
-    F: Fn(&K) -> Option<T> + Send + 'static,
-{
-    watch_into(api, config, cache, project, false).await;
-}
-
-/// [`run_cache`] for an optional scaling target: a watch the seed refuses (403: forbidden, or
-/// 404: the kind is no longer served) makes the cache *absent* instead of unsynced: synced and
-/// empty, with one warning, so the target counts as not found (an optional target not found is
-/// skipped in every flow) and does not hold back the other targets' and shoots' decisions, nor
-/// readiness. The watch is started anew then, and fills the cache once it lists again.
-pub(crate) async fn run_optional_cache<K, T, F>(
-    api: Api<K>,
-    config: watcher::Config,
-    cache: Arc<Cache<T>>,
-    project: F,
-) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    T: Send + Sync + 'static,
-    F: Fn(&K) -> Option<T> + Send + 'static,
-{
-    watch_into(api, config, cache, project, true).await;
-}
-
-/// Feeds `cache` from watches of `api` (see [`feed`]), each with `default_backoff`.
-async fn watch_into<K, T, F>(
-    api: Api<K>,
-    config: watcher::Config,
-    cache: Arc<Cache<T>>,
-    project: F,
-    absent_on_refusal: bool,
+    on_refusal: OnRefusal,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     T: Send + Sync + 'static,
@@ -379,7 +361,7 @@ async fn watch_into<K, T, F>(
             .default_backoff()
             .boxed()
     };
-    feed(start, cache, project, absent_on_refusal).await;
+    feed(start, cache, project, on_refusal == OnRefusal::Absent).await;
 }
 
 /// Whether the seed refused the watch or list for good, as far as one call can tell: 403
@@ -398,7 +380,7 @@ fn is_refusal(e: &watcher::Error) -> bool {
 /// Feeds `cache` from the watch streams `start` makes: the first at once, a new one (which
 /// lists everything again) when the current one kept failing for [`STALE_AFTER`]; meanwhile
 /// the cache is [`SyncState::Stale`]. With `absent_on_refusal`, a refused watch makes the
-/// cache absent (see [`run_optional_cache`]) instead of unsynced.
+/// cache absent (see [`OnRefusal::Absent`]) instead of unsynced.
 async fn feed<K, T, F, S>(
     mut start: impl FnMut() -> S,
     cache: Arc<Cache<T>>,
@@ -820,7 +802,13 @@ mod tests {
         let cache = Cache::new("scaling targets");
         let api: Api<DynamicObject> = Api::all_with(feed_client(&fake.client()), &resource);
         let config = watcher::Config::default().fields("metadata.name=kcm");
-        tokio::spawn(run_cache(api, config, cache.clone(), project_target));
+        tokio::spawn(run_cache(
+            api,
+            config,
+            cache.clone(),
+            project_target,
+            OnRefusal::Unsynced,
+        ));
         cache.wait_ready().await;
 
         // The target changes, then the watch's connection is lost before it could tell (the

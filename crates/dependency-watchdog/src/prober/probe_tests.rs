@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Probe, ProbeSpec};
-use crate::client::cache::{Cache, run_cache};
+use crate::client::cache::{Cache, OnRefusal, run_cache};
 use crate::client::kube_client::HttpVersion;
 use crate::fake_seed::{Call, DEPLOYMENT, FakeSeed, Outage};
 use crate::memory_budget::MemoryBudget;
@@ -166,6 +166,13 @@ impl Harness {
         budget: Option<(f32, u32)>,
     ) -> Harness {
         Harness::launch_in(config, grace, ages, mode, budget, MemoryBudget::unbounded()).await
+    }
+
+    /// A shoot whose every lease expired, probed every `STEADY` interval under [`GRACE`],
+    /// its runs admitted to `memory`.
+    async fn all_expired_in(memory: Arc<MemoryBudget>) -> Harness {
+        let (mode, budget) = (Mode::Normal, None);
+        Harness::launch_in(STEADY, GRACE, [EXPIRED; 3], mode, budget, memory).await
     }
 
     /// [`Harness::launch`], the probe's runs admitted to `memory`.
@@ -378,6 +385,7 @@ async fn caches(seed: &FakeSeed, config: &dwd_core::ProberConfig) -> SeedCaches 
         kube::runtime::watcher::Config::default().fields("metadata.name=probe"),
         secrets.clone(),
         |_: &Secret| Some(SecretKubeconfig(Err("not read in these tests".into()))),
+        OnRefusal::Unsynced,
     ));
     let machines = Cache::new("machines");
     tokio::spawn(run_cache(
@@ -385,6 +393,7 @@ async fn caches(seed: &FakeSeed, config: &dwd_core::ProberConfig) -> SeedCaches 
         kube::runtime::watcher::Config::default(),
         machines.clone(),
         project_machine,
+        OnRefusal::Unsynced,
     ));
     let mut targets = Vec::new();
     for info in &config.dependent_resource_infos {
@@ -399,6 +408,7 @@ async fn caches(seed: &FakeSeed, config: &dwd_core::ProberConfig) -> SeedCaches 
                 .fields(&format!("metadata.name={}", info.target.name)),
             cache.clone(),
             project_target,
+            OnRefusal::Unsynced,
         ));
         cache.wait_ready().await;
         targets.push(TargetCache {
@@ -1037,15 +1047,7 @@ async fn a_run_in_flight_past_its_prompt_limit_is_ended_for_a_waiting_run_which_
             .await
             .expect("room for one"),
     );
-    let h = Harness::launch_in(
-        STEADY,
-        GRACE,
-        [EXPIRED; 3],
-        Mode::Normal,
-        None,
-        memory.clone(),
-    )
-    .await;
+    let h = Harness::all_expired_in(memory.clone()).await;
     // The shoot's first run (30 s) waits: the hanging run, past its 2.5 s prompt limit, is
     // ended for it at once, and the run probes and hands the scale-down over.
     h.until(secs(35)).await;
@@ -1079,15 +1081,7 @@ async fn a_run_the_memory_budget_has_no_room_for_sends_nothing_and_scales_nothin
         )
         .await
         .expect("room for one");
-    let h = Harness::launch_in(
-        STEADY,
-        GRACE,
-        [EXPIRED; 3],
-        Mode::Normal,
-        None,
-        memory.clone(),
-    )
-    .await;
+    let h = Harness::all_expired_in(memory.clone()).await;
     h.until(secs(58)).await;
     // Every lease expired, but no run got room within its 5 s probe timeout (the runs of
     // 30 and 43 s, refused at 35 and 48 s: each took 5 s, so the next comes 10 s - 2 s after

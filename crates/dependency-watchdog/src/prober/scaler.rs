@@ -868,7 +868,14 @@ mod tests {
             let api: Api<DynamicObject> = Api::all_with(seed.clone(), &resource);
             let watch = kube::runtime::watcher::Config::default()
                 .fields(&format!("metadata.name={}", info.target.name));
-            tokio::spawn(run_cache(api, watch, cache.clone(), project_target));
+            let on_refusal = crate::client::cache::OnRefusal::Unsynced;
+            tokio::spawn(run_cache(
+                api,
+                watch,
+                cache.clone(),
+                project_target,
+                on_refusal,
+            ));
             cache.wait_ready().await;
             targets.push(TargetCache {
                 info: info.clone(),

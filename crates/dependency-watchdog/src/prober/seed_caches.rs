@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::client::cache::{Cache, SyncState, name_field_selector, run_cache, run_optional_cache};
+use crate::client::cache::{Cache, OnRefusal, SyncState, name_field_selector, run_cache};
 
 /// Pause before a target's kind is looked up again after a discovery error that says nothing
 /// about the kind (seed unreachable, 5xx, throttled, forbidden); doubled after each further
@@ -220,7 +220,7 @@ impl SeedCaches {
             let config = watcher::Config::default().fields(&name_field_selector(secret_name));
             let cache = secrets.clone();
             async move {
-                run_cache(api, config, cache, project_secret).await;
+                run_cache(api, config, cache, project_secret, OnRefusal::Unsynced).await;
                 "secret cache"
             }
         });
@@ -231,7 +231,8 @@ impl SeedCaches {
                 Api::all_with(feeds.clone(), &ApiResource::from_gvk(&machine_gvk()));
             let cache = machines.clone();
             async move {
-                run_cache(api, watcher::Config::default(), cache, project_machine).await;
+                let config = watcher::Config::default();
+                run_cache(api, config, cache, project_machine, OnRefusal::Unsynced).await;
                 "machine cache"
             }
         });
@@ -270,14 +271,14 @@ impl SeedCaches {
                 let config =
                     watcher::Config::default().fields(&name_field_selector(&info.target.name));
                 let cache = cache.clone();
-                let skippable = dwd_core::intent::skipped_when_not_served(info);
+                // An optional target's refused watch must not hold back the others.
+                let on_refusal = if dwd_core::intent::skipped_when_not_served(info) {
+                    OnRefusal::Absent
+                } else {
+                    OnRefusal::Unsynced
+                };
                 async move {
-                    // An optional target's refused watch must not hold back the others.
-                    if skippable {
-                        run_optional_cache(api, config, cache, project_target).await;
-                    } else {
-                        run_cache(api, config, cache, project_target).await;
-                    }
+                    run_cache(api, config, cache, project_target, on_refusal).await;
                     "target cache"
                 }
             });

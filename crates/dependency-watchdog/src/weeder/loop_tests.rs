@@ -211,6 +211,12 @@ impl World {
         self.pod_in(NS, name, role, state);
     }
 
+    /// Requests to paths containing `part` answered `status`.
+    fn answered(&self, part: &str, status: u16) -> usize {
+        let calls = self.seed.calls_to(part);
+        calls.iter().filter(|c| c.status == status).count()
+    }
+
     /// Whether pod `name` of [`NS`] is still stored.
     fn has_pod(&self, name: &str) -> bool {
         let key = ("pods".to_owned(), NS.to_owned(), name.to_owned());
@@ -991,12 +997,7 @@ async fn a_failing_slice_watch_is_retried_and_then_weeds() {
     let w = World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await;
     w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
         .await;
-    let failed = w
-        .seed
-        .calls_to("endpointslices")
-        .iter()
-        .filter(|c| c.status == 503)
-        .count();
+    let failed = w.answered("endpointslices", 503);
     assert_eq!(failed, 3);
     w.stop().await;
 }
@@ -1134,12 +1135,7 @@ async fn a_pod_watch_failing_at_start_is_retried_and_weeds() {
     w.slice("etcd-abc", ETCD, &[true]);
     w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
         .await;
-    let failed = w
-        .seed
-        .calls_to("/pods")
-        .iter()
-        .filter(|c| c.status == 503)
-        .count();
+    let failed = w.answered("/pods", 503);
     assert_eq!(failed, 2);
     w.stop().await;
 }
