@@ -43,6 +43,17 @@ enum Container {
     Creating,
 }
 
+/// Pod `kapi-1` (uid `uid-kapi-1`) of [`NS`], a kube-apiserver crash-looping.
+fn crashing_kapi() -> Value {
+    pod(
+        NS,
+        "kapi-1",
+        "uid-kapi-1",
+        APISERVER,
+        Container::CrashLooping,
+    )
+}
+
 /// A running `weeder::run` on a fake seed, and what the tests need to look at it.
 struct World {
     seed: FakeSeed,
@@ -211,6 +222,18 @@ impl World {
         self.pod_in(NS, name, role, state);
     }
 
+    /// Waits until pod `name` of [`NS`] is gone from the seed.
+    async fn until_gone(&self, name: &str) {
+        let what = format!("{name} deleted");
+        self.eventually(&what, |w| !w.has_pod(name)).await;
+    }
+
+    /// [`World::start_on`] `seed` with one service, etcd, whose dependants are the
+    /// kube-apiservers, weeded for [`WATCH`], in normal mode.
+    async fn etcd_on(seed: FakeSeed) -> World {
+        World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await
+    }
+
     /// Requests to paths containing `part` answered `status`.
     fn answered(&self, part: &str, status: u16) -> usize {
         let calls = self.seed.calls_to(part);
@@ -323,9 +346,8 @@ async fn a_slice_ready_at_start_weeds_the_crashlooping_dependants_of_its_namespa
     ] {
         seed.apply("pods", pod(ns, name, &format!("uid-{name}"), role, state));
     }
-    let w = World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await;
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    let w = World::etcd_on(seed).await;
+    w.until_gone("kapi-1").await;
     w.pass(Duration::from_secs(5)).await;
     let deletes = w.deletes();
     assert_eq!(deletes.len(), 1, "{deletes:?}");
@@ -348,8 +370,7 @@ async fn slices_not_ready_or_empty_start_nothing_until_one_turns_ready() {
     assert_eq!(w.weeders.started_total(), 0);
     assert!(w.deletes().is_empty());
     w.slice("etcd-def", ETCD, &[true, true]);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     assert_eq!(w.weeders.keys(), [format!("{NS}/etcd-def")]);
     // A slice of a service not configured starts nothing, ready or not.
     w.slice("other-abc", "other", &[true]);
@@ -407,8 +428,7 @@ async fn a_weeder_ends_after_its_watch_duration_and_deletes_nothing_after() {
     let started = Instant::now();
     w.pass(WATCH - Duration::from_secs(1)).await;
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     w.eventually("the weeder ended", |w| w.weeders.active() == 0)
         .await;
     let lived = started.elapsed();
@@ -460,8 +480,7 @@ async fn a_flapping_slice_replaces_its_weeder_which_gets_a_fresh_watch_duration(
     // Past the first weeder's end, the second one still weeds.
     tokio::time::sleep_until(first + WATCH + Duration::from_secs(10)).await;
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     w.eventually("the second weeder ended", |w| w.weeders.active() == 0)
         .await;
     let lived = first.elapsed();
@@ -520,8 +539,7 @@ async fn only_dependants_in_the_slices_namespace_matching_a_selector_are_touched
     w.pod("kcm-1", KCM, Container::CrashLooping);
     w.pod_in("shoot--p--b", "kapi-2", APISERVER, Container::CrashLooping);
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     w.pass(Duration::from_secs(5)).await;
     assert_eq!(w.deleted(), ["kapi-1"]);
     assert_eq!(w.deleted_count(ETCD), 1);
@@ -554,8 +572,7 @@ async fn a_deletion_that_failed_its_three_attempts_is_tried_again_after_a_doubli
     w.seed.lock().fail_writes.extend([(503, None); 6]);
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     let deletes = w.deletes();
     let statuses: Vec<u16> = deletes.iter().map(|d| d.3).collect();
     assert_eq!(statuses, [503, 503, 503, 503, 503, 503, 200]);
@@ -584,8 +601,7 @@ async fn a_deletion_the_seed_never_answers_gives_up_after_its_timeouts() {
     w.seed
         .outage(crate::fake_seed::Outage::Hang, Duration::from_secs(31));
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     let deletes = w.deletes();
     let statuses: Vec<u16> = deletes.iter().map(|d| d.3).collect();
     // Three attempts without an answer (status 0), then one after the new list.
@@ -634,7 +650,7 @@ async fn two_slices_of_one_service_delete_a_pod_once() {
     let seed = FakeSeed::default();
     // Scheduled pods: a DELETE leaves them terminating, and a second one would succeed too.
     seed.lock().graceful_pod_deletes = true;
-    let w = World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await;
+    let w = World::etcd_on(seed).await;
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
     w.slice("etcd-ipv4", ETCD, &[true]);
     w.slice("etcd-ipv6", ETCD, &[true]);
@@ -681,19 +697,9 @@ async fn deletions_continue_after_the_server_ends_the_pod_watches() {
     w.slice("etcd-abc", ETCD, &[true]);
     w.pod_watch_opened().await;
     // The watch ends and its place is lost; a pod crash-loops meanwhile, unseen.
-    w.seed.insert(
-        "pods",
-        pod(
-            NS,
-            "kapi-1",
-            "uid-kapi-1",
-            APISERVER,
-            Container::CrashLooping,
-        ),
-    );
+    w.seed.insert("pods", crashing_kapi());
     w.seed.expire_watches("pods");
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     // Later changes reach the new watch.
     w.pod("kapi-2", APISERVER, Container::CrashLooping);
     w.eventually("kapi-2 deleted", |w| !w.has_pod("kapi-2"))
@@ -705,20 +711,10 @@ async fn deletions_continue_after_the_server_ends_the_pod_watches() {
 async fn a_seed_without_watch_list_gets_list_and_watch() {
     let seed = FakeSeed::default();
     seed.lock().refuse_streaming_lists = true;
-    seed.apply(
-        "pods",
-        pod(
-            NS,
-            "kapi-1",
-            "uid-kapi-1",
-            APISERVER,
-            Container::CrashLooping,
-        ),
-    );
-    let w = World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await;
+    seed.apply("pods", crashing_kapi());
+    let w = World::etcd_on(seed).await;
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     w.pod("kapi-2", APISERVER, Container::CrashLooping);
     w.eventually("kapi-2 deleted", |w| !w.has_pod("kapi-2"))
         .await;
@@ -802,13 +798,7 @@ async fn in_shadow_mode_the_acting_weeders_deletion_agrees_with_ours() {
     w.eventually("a would-be deletion", |w| w.shadow_count(Side::Ours) == 1)
         .await;
     // The acting weeder deletes it (gracefully, then for good).
-    let mut terminating = pod(
-        NS,
-        "kapi-1",
-        "uid-kapi-1",
-        APISERVER,
-        Container::CrashLooping,
-    );
+    let mut terminating = crashing_kapi();
     terminating["metadata"]["deletionTimestamp"] =
         json!(k8s_openapi::jiff::Timestamp::now().to_string());
     w.seed.apply("pods", terminating);
@@ -839,13 +829,7 @@ async fn in_shadow_mode_a_deletion_that_beat_our_first_list_is_both_sides() {
     )
     .await;
     // The pod lists crash-looping and already terminating, deleted just now.
-    let mut raced = pod(
-        NS,
-        "kapi-1",
-        "uid-kapi-1",
-        APISERVER,
-        Container::CrashLooping,
-    );
+    let mut raced = crashing_kapi();
     raced["metadata"]["deletionTimestamp"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
     raced["metadata"]["deletionGracePeriodSeconds"] = json!(0);
     w.seed.apply("pods", raced);
@@ -928,8 +912,7 @@ async fn a_pod_relabelled_into_a_selector_while_watched_is_deleted() {
     w.pass(Duration::from_secs(5)).await;
     assert!(w.deletes().is_empty());
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     w.stop().await;
 }
 
@@ -937,7 +920,7 @@ async fn a_pod_relabelled_into_a_selector_while_watched_is_deleted() {
 async fn a_terminating_pods_further_changes_send_no_second_delete() {
     let seed = FakeSeed::default();
     seed.lock().graceful_pod_deletes = true;
-    let w = World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await;
+    let w = World::etcd_on(seed).await;
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
     w.slice("etcd-abc", ETCD, &[true]);
     w.eventually("kapi-1 deleted", |w| w.deleted() == ["kapi-1"])
@@ -960,19 +943,9 @@ async fn a_restarted_weeder_weeds_again_from_its_first_list() {
     w.weeder_runs().await;
     w.stop().await;
     // While no weeder runs, a dependant crash-loops; the slice is still ready.
-    seed.apply(
-        "pods",
-        pod(
-            NS,
-            "kapi-1",
-            "uid-kapi-1",
-            APISERVER,
-            Container::CrashLooping,
-        ),
-    );
-    let w = World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await;
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    seed.apply("pods", crashing_kapi());
+    let w = World::etcd_on(seed).await;
+    w.until_gone("kapi-1").await;
     assert_eq!(w.weeders.keys(), [format!("{NS}/etcd-abc")]);
     w.stop().await;
 }
@@ -984,19 +957,9 @@ async fn a_failing_slice_watch_is_retried_and_then_weeds() {
         .fail_requests
         .extend([("endpointslices", 503, None); 3]);
     seed.apply("endpointslices", slice(NS, "etcd-abc", ETCD, &[true]));
-    seed.apply(
-        "pods",
-        pod(
-            NS,
-            "kapi-1",
-            "uid-kapi-1",
-            APISERVER,
-            Container::CrashLooping,
-        ),
-    );
-    let w = World::start_on(seed, WATCH, &[(ETCD, &[APISERVER])], None).await;
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    seed.apply("pods", crashing_kapi());
+    let w = World::etcd_on(seed).await;
+    w.until_gone("kapi-1").await;
     let failed = w.answered("endpointslices", 503);
     assert_eq!(failed, 3);
     w.stop().await;
@@ -1017,8 +980,7 @@ async fn pod_watches_that_idle_out_resume_and_keep_weeding() {
         .count();
     assert!(watches >= 2, "{watches} pod watches");
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     w.stop().await;
 }
 
@@ -1052,8 +1014,7 @@ async fn a_forbidden_deletion_is_counted_as_forbidden_and_tried_again() {
     w.seed.lock().fail_writes.extend([(403, None); 3]);
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     let statuses: Vec<u16> = w.deletes().iter().map(|d| d.3).collect();
     assert_eq!(statuses, [403, 403, 403, 200]);
     assert_eq!(w.failures(DeletionFailure::Forbidden), 1);
@@ -1073,8 +1034,7 @@ async fn a_weeder_replaced_mid_deletion_releases_the_pod_to_its_successor() {
     w.seed.lock().delays.clear();
     w.slice("etcd-abc", ETCD, &[false]);
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     assert_eq!(w.weeders.started_total(), 2);
     assert_eq!(w.deleted(), ["kapi-1"]);
     assert_eq!(w.deleted_count(ETCD), 1);
@@ -1095,8 +1055,7 @@ async fn a_service_name_that_is_no_label_value_leaves_the_other_services_weeded(
     );
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     w.stop().await;
 }
 
@@ -1133,8 +1092,7 @@ async fn a_pod_watch_failing_at_start_is_retried_and_weeds() {
         .extend([("/pods", 503, None); 2]);
     w.pod("kapi-1", APISERVER, Container::CrashLooping);
     w.slice("etcd-abc", ETCD, &[true]);
-    w.eventually("kapi-1 deleted", |w| !w.has_pod("kapi-1"))
-        .await;
+    w.until_gone("kapi-1").await;
     let failed = w.answered("/pods", 503);
     assert_eq!(failed, 2);
     w.stop().await;

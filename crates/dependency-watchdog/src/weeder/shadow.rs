@@ -407,51 +407,28 @@ impl DeletionSpotter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dwd_core::selector::RawRequirement;
-    use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateWaiting, ContainerStatus, PodStatus,
-    };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
     use std::collections::BTreeMap;
 
+    /// Selects `role=apiserver`.
     fn selector() -> PodSelector {
-        PodSelector::new(
-            BTreeMap::new(),
-            vec![RawRequirement {
-                key: "role".into(),
-                operator: "In".into(),
-                values: Some(vec!["apiserver".into()]),
-            }],
-        )
-        .expect("valid selector")
+        let labels = BTreeMap::from([("role".to_string(), "apiserver".to_string())]);
+        PodSelector::new(labels, Vec::new()).expect("valid selector")
     }
 
+    /// Pod `ns/kube-apiserver-abc` (uid `uid-1`) labelled `role`, its one container waiting
+    /// for `reason`, as the seed would send it.
     fn pod(ns: &str, role: &str, reason: &str) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("kube-apiserver-abc".into()),
-                namespace: Some(ns.into()),
-                uid: Some("uid-1".into()),
-                labels: Some(BTreeMap::from([("role".into(), role.into())])),
-                ..Default::default()
-            },
-            status: Some(PodStatus {
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "kube-apiserver".into(),
-                    state: Some(ContainerState {
-                        waiting: Some(ContainerStateWaiting {
-                            reason: Some(reason.into()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        let container = json!({"name": "kube-apiserver", "ready": false, "restartCount": 3,
+            "image": "img", "imageID": "", "state": {"waiting": {"reason": reason}}});
+        serde_json::from_value(json!({
+            "metadata": {"name": "kube-apiserver-abc", "namespace": ns, "uid": "uid-1",
+                         "labels": {"role": role}},
+            "status": {"containerStatuses": [container]},
+        }))
+        .expect("a pod")
     }
 
     fn terminating(mut p: Pod) -> Pod {
