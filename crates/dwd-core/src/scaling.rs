@@ -420,6 +420,132 @@ pub fn scale_up_patch(replicas: i32, resource_version: Option<&str>) -> Value {
     with_resource_version(patch, resource_version)
 }
 
+/// A replica change the executor makes to one target: down to 0, recording the count to
+/// restore, or up to a count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaChange {
+    /// Scale to 0, recording `record` replicas in [`REPLICAS_ANNOTATION`].
+    Down {
+        /// The count recorded for the next scale-up.
+        record: i32,
+    },
+    /// Scale to `replicas`, removing both watchdog annotations.
+    Up {
+        /// The replicas to set.
+        replicas: i32,
+    },
+}
+
+impl ReplicaChange {
+    /// The change of `action`, if it changes replicas.
+    pub fn of(action: &TargetAction) -> Option<ReplicaChange> {
+        match *action {
+            TargetAction::ScaleDown { record_replicas } => Some(ReplicaChange::Down {
+                record: record_replicas,
+            }),
+            TargetAction::ScaleUp { replicas } => Some(ReplicaChange::Up { replicas }),
+            TargetAction::Ignored { .. } | TargetAction::AlreadyDone { .. } => None,
+        }
+    }
+
+    /// The replicas the change sets.
+    pub fn to(self) -> i32 {
+        match self {
+            ReplicaChange::Down { .. } => 0,
+            ReplicaChange::Up { replicas } => replicas,
+        }
+    }
+
+    /// Whether a target at `spec_replicas`, `ready_replicas` has reached the change's goal:
+    /// on the way down no replica left ready; on the way up the count set and one replica
+    /// ready (the level after it needs a working controller, not all of its replicas).
+    pub fn reached(self, spec_replicas: i32, ready_replicas: i32) -> bool {
+        match self {
+            ReplicaChange::Down { .. } => spec_replicas == 0 && ready_replicas == 0,
+            ReplicaChange::Up { replicas } => spec_replicas == replicas && ready_replicas >= 1,
+        }
+    }
+}
+
+/// Where one write of a replica change goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteTo {
+    /// A merge patch of the target object.
+    Object,
+    /// A merge patch of the target's `scale` subresource.
+    Scale,
+}
+
+/// One write of a replica change: where it goes, its patch (without a precondition) and
+/// what it does, in words, for its errors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaWrite {
+    /// The object or its `scale` subresource.
+    pub to: WriteTo,
+    /// The merge patch; the executor adds the precondition (see [`replica_writes`]).
+    pub patch: Value,
+    /// "scaling KIND ns/name to 0", and so on.
+    pub doing: String,
+}
+
+/// The writes that make `change` to a target of `api_version`/`kind` (`what`, in words), in
+/// the order they are sent. An apps/v1 workload gets one write: replicas and annotations
+/// together, atomically. Any other kind needs two, ordered so that a crash between them
+/// loses nothing: down, the record before the scale (a target at 0 always has its count
+/// recorded); up, the scale before the annotations are cleared (a target whose record is
+/// gone is always running).
+///
+/// The executor conditions the first write on the version the decision was made from, and
+/// each later one on the version the write before it produced ([`with_resource_version`]),
+/// so nothing that changed the target in between is overwritten unseen. A later write is
+/// sent even when the flow is stopped: the first is out, and half a change is worse than a
+/// whole one the next flow undoes.
+pub fn replica_writes(
+    api_version: &str,
+    kind: &str,
+    change: ReplicaChange,
+    what: &str,
+) -> Vec<ReplicaWrite> {
+    let write = |to, patch, doing| ReplicaWrite { to, patch, doing };
+    let to = change.to();
+    match (replicas_in_spec(api_version, kind), change) {
+        (true, ReplicaChange::Down { record }) => vec![write(
+            WriteTo::Object,
+            scale_down_patch(record, None),
+            format!("scaling {what} to 0 (recording {record} replicas)"),
+        )],
+        (true, ReplicaChange::Up { replicas }) => vec![write(
+            WriteTo::Object,
+            scale_up_patch(replicas, None),
+            format!("scaling {what} to {replicas}"),
+        )],
+        (false, ReplicaChange::Down { record }) => vec![
+            write(
+                WriteTo::Object,
+                scale_down_annotation_patch(record),
+                format!("recording replicas of {what}"),
+            ),
+            write(
+                WriteTo::Scale,
+                scale_subresource_patch(to, None),
+                format!("scaling {what} to 0"),
+            ),
+        ],
+        (false, ReplicaChange::Up { replicas }) => vec![
+            write(
+                WriteTo::Scale,
+                scale_subresource_patch(to, None),
+                format!("scaling {what} to {replicas}"),
+            ),
+            write(
+                WriteTo::Object,
+                clear_annotations_patch(),
+                format!("removing annotations of {what}"),
+            ),
+        ],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -854,6 +980,80 @@ mod tests {
             with_resource_version(scale_down_annotation_patch(3), Some("9")),
             json!({"metadata": {"annotations": {REPLICAS_ANNOTATION: "3", MELTDOWN_ANNOTATION: ""},
                                 "resourceVersion": "9"}})
+        );
+    }
+
+    #[test]
+    fn an_apps_workload_changes_replicas_and_annotations_in_one_write() {
+        let writes = replica_writes(
+            "apps/v1",
+            "Deployment",
+            ReplicaChange::Down { record: 3 },
+            "d",
+        );
+        assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0].to, WriteTo::Object);
+        assert_eq!(writes[0].patch, scale_down_patch(3, None));
+        let writes = replica_writes(
+            "apps/v1",
+            "StatefulSet",
+            ReplicaChange::Up { replicas: 2 },
+            "s",
+        );
+        assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0].patch, scale_up_patch(2, None));
+    }
+
+    #[test]
+    fn another_kind_records_before_it_scales_down_and_scales_before_it_clears_on_the_way_up() {
+        let down = replica_writes(
+            "example.com/v1",
+            "Thing",
+            ReplicaChange::Down { record: 4 },
+            "t",
+        );
+        let order: Vec<_> = down.iter().map(|w| (w.to, w.patch.clone())).collect();
+        assert_eq!(
+            order,
+            [
+                (WriteTo::Object, scale_down_annotation_patch(4)),
+                (WriteTo::Scale, scale_subresource_patch(0, None)),
+            ]
+        );
+        let up = replica_writes(
+            "example.com/v1",
+            "Thing",
+            ReplicaChange::Up { replicas: 4 },
+            "t",
+        );
+        let order: Vec<_> = up.iter().map(|w| (w.to, w.patch.clone())).collect();
+        assert_eq!(
+            order,
+            [
+                (WriteTo::Scale, scale_subresource_patch(4, None)),
+                (WriteTo::Object, clear_annotations_patch()),
+            ]
+        );
+        assert_eq!(down[1].doing, "scaling t to 0");
+        assert_eq!(up[1].doing, "removing annotations of t");
+    }
+
+    #[test]
+    fn a_change_is_reached_at_zero_ready_down_and_one_ready_up() {
+        let down = ReplicaChange::Down { record: 2 };
+        assert!(down.reached(0, 0));
+        assert!(!down.reached(0, 1), "a replica still ready");
+        let up = ReplicaChange::Up { replicas: 3 };
+        assert!(up.reached(3, 1));
+        assert!(!up.reached(3, 0), "none ready yet");
+        assert!(!up.reached(2, 2), "not the count set");
+        assert_eq!(
+            ReplicaChange::of(&TargetAction::ScaleDown { record_replicas: 2 }),
+            Some(down)
+        );
+        assert_eq!(
+            ReplicaChange::of(&TargetAction::AlreadyDone { clear_marker: true }),
+            None
         );
     }
 

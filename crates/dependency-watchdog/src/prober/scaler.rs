@@ -28,9 +28,8 @@ use std::time::Duration;
 
 use dwd_core::intent::{Intent, Seen, Step as IntentStep, intent, step_for};
 use dwd_core::scaling::{
-    FlowScope, TargetPlan, call_timeout, clear_annotations_patch, clear_meltdown_patch,
-    readiness_wait, replicas_in_spec, scale_down_annotation_patch, scale_down_patch,
-    scale_info_for, scale_subresource_patch, scale_up_patch, with_resource_version,
+    FlowScope, ReplicaChange, TargetPlan, WriteTo, call_timeout, clear_annotations_patch,
+    clear_meltdown_patch, readiness_wait, replica_writes, scale_info_for, with_resource_version,
 };
 use dwd_core::{DependentResourceInfo, Direction, TargetAction, TargetSnapshot};
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
@@ -213,7 +212,7 @@ pub(crate) async fn run_flow(
         let runs = level.targets.iter().map(|t| async move {
             let name = t.info.target.name.clone();
             let result = match ctx.caches.target(&t.info) {
-                Some(cache) => scale_target(ctx, namespace, cache, dir, step(&t.info))
+                Some(target) => scale_target(TargetStep { ctx, namespace, target, dir, step: step(&t.info) })
                     .instrument(info_span!("scale", target = %name, direction = %dir, scale_level = level.level))
                     .await,
                 // Its kind is not served by the seed: that does not change while the prober
@@ -278,23 +277,21 @@ fn tally(
     failure
 }
 
-/// Scales `target` in `namespace`, its writes ranked at the step's priority on the seed
-/// budget, until done or the step's `stop` is cancelled ([`Error::Superseded`]).
-async fn scale_target(
-    ctx: &ProberContext,
-    namespace: &str,
-    target: &TargetCache,
-    dir: Direction,
-    step: Step<'_>,
-) -> Result<TargetOutcome> {
-    let (reason, stop) = (step.reason, step.writes.stop);
+/// Scales the step's target, its writes ranked at the step's priority on the seed budget,
+/// until done or the step's `stop` is cancelled ([`Error::Superseded`]).
+async fn scale_target(target_step: TargetStep<'_>) -> Result<TargetOutcome> {
+    let (namespace, target, stop) = (
+        target_step.namespace,
+        target_step.target,
+        target_step.step.writes.stop,
+    );
     let superseded = || Error::Superseded {
         action: format!(
             "scaling {} {namespace}/{}",
             target.info.target.kind, target.info.target.name
         ),
     };
-    let scale_info = scale_info_for(&target.info, dir);
+    let scale_info = scale_info_for(&target.info, target_step.dir);
     // Once per flow, not once per attempt as in the reference: the delay gives the earlier
     // levels time to take effect, which a retry 100 ms later does not need again. Sleeping
     // it per attempt would add a whole `initialDelay` (KCM's is 30 s on the way up) to a
@@ -312,8 +309,7 @@ async fn scale_target(
             return Err(superseded());
         }
         let seen = cached_version(target, namespace);
-        let attempt_result = attempt_once(ctx, namespace, target, dir, step);
-        match attempt_result.await {
+        match attempt_once(target_step).await {
             Ok(outcome) => return Ok(outcome),
             Err(error @ Error::Superseded { .. }) => return Err(error),
             Err(error) if attempt < ATTEMPTS => {
@@ -331,13 +327,13 @@ async fn scale_target(
                     .cache
                     .get(namespace, &target.info.target.name)
                     .and_then(|s| s.uid.clone());
-                ctx.events.target_failed(
+                target_step.ctx.events.target_failed(
                     target_ref(namespace, target, uid.as_deref()),
                     &target.resource,
-                    dir,
+                    target_step.dir,
                     attempt,
                     &error.to_string(),
-                    reason,
+                    target_step.step.reason,
                 );
                 return Err(error);
             }
@@ -574,20 +570,32 @@ struct WriteSettings<'a> {
     stop: &'a CancellationToken,
 }
 
-/// One target's step of a flow: how its writes go out, and why (for the events).
+/// How one target's step of a flow goes: how its writes go out, and why (for the events).
 #[derive(Clone, Copy)]
 struct Step<'a> {
     writes: WriteSettings<'a>,
     reason: &'a str,
 }
 
-async fn attempt_once(
-    ctx: &ProberContext,
-    namespace: &str,
-    target: &TargetCache,
+/// One target's step of a flow: the shoot's namespace, the target, the direction and how.
+#[derive(Clone, Copy)]
+struct TargetStep<'a> {
+    ctx: &'a ProberContext,
+    namespace: &'a str,
+    target: &'a TargetCache,
     dir: Direction,
-    step: Step<'_>,
-) -> Result<TargetOutcome> {
+    step: Step<'a>,
+}
+
+/// One attempt of a target's step: judged again from the newest cached object, then written.
+async fn attempt_once(target_step: TargetStep<'_>) -> Result<TargetOutcome> {
+    let TargetStep {
+        ctx,
+        namespace,
+        target,
+        dir,
+        step,
+    } = target_step;
     let r = &target.info.target;
     let what = format!("{} {namespace}/{}", r.kind, r.name);
     // Judged again from the newest object, by the intent's own rule.
@@ -602,15 +610,14 @@ async fn attempt_once(
         None => step.reason.to_owned(),
     };
     let change = Change {
-        ctx,
-        namespace,
-        target,
-        dir,
-        from: state.spec_replicas,
-        step: Step {
-            reason: &reason,
-            ..step
+        of: TargetStep {
+            step: Step {
+                reason: &reason,
+                ..step
+            },
+            ..target_step
         },
+        from: state.spec_replicas,
     };
     let writes = TargetWrites::of(ctx, namespace, target, &step.writes);
     let rv = state.resource_version.as_deref();
@@ -634,9 +641,15 @@ async fn attempt_once(
             )))
         }
         TargetAction::ScaleDown { record_replicas } => {
-            scale_down(&change, &writes, &what, record_replicas, rv).await
+            let replicas = ReplicaChange::Down {
+                record: record_replicas,
+            };
+            change_replicas(&change, &writes, &what, replicas, rv).await
         }
-        TargetAction::ScaleUp { replicas } => scale_up(&change, &writes, &what, replicas, rv).await,
+        TargetAction::ScaleUp { replicas } => {
+            let replicas = ReplicaChange::Up { replicas };
+            change_replicas(&change, &writes, &what, replicas, rv).await
+        }
     }
 }
 
@@ -665,15 +678,11 @@ fn replicas_problem(
     Some(text)
 }
 
-/// One replica change of a step: the target, the direction, the count it is found at, and
-/// the step (why, for its event; its timeout and stop token, for the wait for its goal).
+/// One replica change of a step: the step (its target and direction; why, for its event;
+/// its timeout and stop token, for the wait for its goal) and the count it is found at.
 struct Change<'a> {
-    ctx: &'a ProberContext,
-    namespace: &'a str,
-    target: &'a TargetCache,
-    dir: Direction,
+    of: TargetStep<'a>,
     from: i32,
-    step: Step<'a>,
 }
 
 impl Change<'_> {
@@ -686,15 +695,16 @@ impl Change<'_> {
         to: i32,
         goal: impl Fn(&super::seed_caches::TargetState) -> bool,
     ) -> Result<TargetOutcome> {
-        let target_ref = target_ref(self.namespace, self.target, uid);
-        let events = &self.ctx.events;
-        events.target_scaled(target_ref, self.dir, self.from, to, self.step.reason);
+        let (namespace, target, step) = (self.of.namespace, self.of.target, self.of.step);
+        let target_ref = target_ref(namespace, target, uid);
+        let events = &self.of.ctx.events;
+        events.target_scaled(target_ref, self.of.dir, self.from, to, step.reason);
         let written = |s: &super::seed_caches::TargetState| s.spec_replicas == to;
         wait_for_goal(
-            self.target,
-            self.namespace,
-            self.step.writes.timeout,
-            self.step.writes.stop,
+            target,
+            namespace,
+            step.writes.timeout,
+            step.writes.stop,
             written,
             goal,
         )
@@ -706,72 +716,51 @@ impl Change<'_> {
     }
 }
 
-/// Scales the target down to 0, recording `record` replicas: one write for apps/v1
-/// workloads, annotations then the `scale` subresource for other kinds.
-async fn scale_down(
+/// Makes `replica_change` to the target: the writes [`replica_writes`] lists, in order, the
+/// first conditional on `rv` (the version the step was decided from), each later one on the
+/// version the write before it produced and sent even if the flow was stopped meanwhile;
+/// then reports the change and waits for its goal.
+async fn change_replicas(
     change: &Change<'_>,
     writes: &TargetWrites<'_>,
     what: &str,
-    record: i32,
+    replica_change: ReplicaChange,
     rv: Option<&str>,
 ) -> Result<TargetOutcome> {
-    let r = &change.target.info.target;
-    let uid = if replicas_in_spec(&r.api_version, &r.kind) {
-        // Annotations and replicas in one atomic write.
-        let patch = scale_down_patch(record, rv);
-        let action = format!("scaling {what} to 0 (recording {record} replicas)");
-        writes.merge(action, &patch).await?.metadata.uid
-    } else {
-        // Record first, then scale: a crash in between leaves the recorded count behind.
-        // The scale write is conditional on the version the first write produced, so
-        // nothing that changed the target in between is overwritten unseen.
-        let patch = with_resource_version(scale_down_annotation_patch(record), rv);
-        let recorded = writes
-            .merge(format!("recording replicas of {what}"), &patch)
-            .await?;
-        let scale = scale_subresource_patch(0, recorded.metadata.resource_version.as_deref());
-        let writes = writes.unstoppable();
-        writes.scale(format!("scaling {what} to 0"), &scale).await?;
-        recorded.metadata.uid
-    };
-    info!(from = change.from, to = 0, recorded = record, "scaled down");
+    let r = &change.of.target.info.target;
+    let mut version = rv.map(str::to_owned);
+    let mut uid = None;
+    for (i, write) in replica_writes(&r.api_version, &r.kind, replica_change, what)
+        .into_iter()
+        .enumerate()
+    {
+        let writes = if i == 0 {
+            writes
+        } else {
+            &writes.unstoppable()
+        };
+        let patch = with_resource_version(write.patch, version.as_deref());
+        let (written_version, written_uid) = match write.to {
+            WriteTo::Object => {
+                let object = writes.merge(write.doing, &patch).await?;
+                (object.metadata.resource_version, object.metadata.uid)
+            }
+            WriteTo::Scale => writes.scale(write.doing, &patch).await?,
+        };
+        // The Scale carries its parent's UID, so the first write's is the target's.
+        uid = uid.or(written_uid);
+        version = written_version;
+    }
+    let to = replica_change.to();
+    match replica_change {
+        ReplicaChange::Down { record } => {
+            info!(from = change.from, to, recorded = record, "scaled down");
+        }
+        ReplicaChange::Up { .. } => info!(from = change.from, to, "scaled up"),
+    }
     change
-        .scaled(uid.as_deref(), 0, |s| {
-            s.spec_replicas == 0 && s.ready_replicas == 0
-        })
-        .await
-}
-
-/// Scales the target up to `replicas`, removing both annotations: one write for apps/v1
-/// workloads, the `scale` subresource then the annotations for other kinds.
-async fn scale_up(
-    change: &Change<'_>,
-    writes: &TargetWrites<'_>,
-    what: &str,
-    replicas: i32,
-    rv: Option<&str>,
-) -> Result<TargetOutcome> {
-    let r = &change.target.info.target;
-    let uid = if replicas_in_spec(&r.api_version, &r.kind) {
-        let patch = scale_up_patch(replicas, rv);
-        let action = format!("scaling {what} to {replicas}");
-        writes.merge(action, &patch).await?.metadata.uid
-    } else {
-        let scale = scale_subresource_patch(replicas, rv);
-        let (scaled_rv, uid) = writes
-            .scale(format!("scaling {what} to {replicas}"), &scale)
-            .await?;
-        let what = format!("annotations of {what}");
-        writes
-            .unstoppable()
-            .remove(what, clear_annotations_patch(), scaled_rv.as_deref())
-            .await?;
-        uid
-    };
-    info!(from = 0, to = replicas, "scaled up");
-    change
-        .scaled(uid.as_deref(), replicas, |s| {
-            s.spec_replicas == replicas && s.ready_replicas >= 1
+        .scaled(uid.as_deref(), to, |s| {
+            replica_change.reached(s.spec_replicas, s.ready_replicas)
         })
         .await
 }
