@@ -539,9 +539,11 @@ impl FakeSeed {
             .layer(tower::timeout::TimeoutLayer::new(
                 crate::client::kube_client::SEED_RESPONSE_HEADERS_TIMEOUT,
             ))
-            .layer(crate::client::seed_transport::BodyDeadlineLayer {
-                deadline: crate::client::seed_transport::SEED_BODY_DEADLINE,
-            })
+            .layer(crate::client::guarded_body::GuardLayer(
+                crate::client::seed_transport::BodyDeadline {
+                    deadline: crate::client::seed_transport::SEED_BODY_DEADLINE,
+                },
+            ))
             .service(service);
         kube::Client::new(service, "default")
     }

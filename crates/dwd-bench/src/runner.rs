@@ -87,10 +87,16 @@ async fn run_plan(
         if compare_mode {
             eprintln!("=== run {run}/{}: {} ===", plan.len(), subject.label);
         }
+        let round = scenario::Round {
+            cli,
+            subject,
+            world,
+            number: run,
+        };
         let mut out = if storm {
-            weeder::run_once(cli, subject, world, run).await?
+            weeder::run_once(round).await?
         } else {
-            scenario::run_once(cli, subject, world, run).await?
+            scenario::run_once(round).await?
         };
         if compare_mode {
             out.json["run"] = json!(run);

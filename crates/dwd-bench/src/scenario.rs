@@ -352,15 +352,26 @@ pub(crate) struct RunOutput {
     pub dists: Dists,
 }
 
+/// One run of one subject: what the bench was asked, the binary, the world it runs on, and
+/// the run's number (in file names and progress lines). Each subject's `run_once` takes it.
+#[derive(Clone, Copy)]
+pub(crate) struct Round<'a> {
+    pub(crate) cli: &'a Cli,
+    pub(crate) subject: &'a Subject,
+    pub(crate) world: &'a World,
+    pub(crate) number: usize,
+}
+
 /// Runs one prober binary on `world`: start it, warm up, play the scenario, stop it, and
 /// read the measurements back. Leaves the world as the scenario left it (see
 /// [`crate::reset`] for getting back to steady state).
-pub(crate) async fn run_once(
-    cli: &Cli,
-    subject: &Subject,
-    world: &World,
-    run: usize,
-) -> Result<RunOutput> {
+pub(crate) async fn run_once(round: Round<'_>) -> Result<RunOutput> {
+    let Round {
+        cli,
+        subject,
+        world,
+        number: run,
+    } = round;
     eprintln!(
         "run {run}: starting {} ({}; files in {})",
         subject.label,

@@ -172,12 +172,8 @@ async fn wait_watching(world: &World, watchdog: &mut Watchdog, health: SocketAdd
 }
 
 /// Runs one weeder binary on the storm world.
-pub(crate) async fn run_once(
-    cli: &Cli,
-    subject: &Subject,
-    world: &World,
-    run: usize,
-) -> Result<RunOutput> {
+pub(crate) async fn run_once(round: scenario::Round<'_>) -> Result<RunOutput> {
+    let (cli, subject, world, run) = (round.cli, round.subject, round.world, round.number);
     let storm = world
         .storm
         .as_ref()

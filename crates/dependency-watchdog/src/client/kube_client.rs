@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kube::client::{ClientBuilder, ConfigExt};
@@ -23,6 +22,7 @@ use tower::timeout::TimeoutLayer;
 
 use crate::{Error, Result};
 
+use crate::client::guarded_body::{BodyGuard, GuardLayer, GuardResponses};
 use crate::client::rate_limit::RateLimitLayer;
 use crate::client::retry_after::{self, RetryAfterLayer};
 use crate::metrics::CountRequestsLayer;
@@ -262,11 +262,7 @@ impl PreparedShootConfig {
         }
         // HTTP/2 where the shoot offers it (ALPN; kube-apiserver does, as client-go asks): a
         // run's lists can then share its one connection at once.
-        let mut connector =
-            TimeoutConnector::new(https.enable_http1().enable_http2().wrap_connector(http));
-        connector.set_connect_timeout(config.connect_timeout);
-        connector.set_read_timeout(config.read_timeout);
-        connector.set_write_timeout(config.write_timeout);
+        let connector = super::seed_transport::timeout_connector(https, http, config);
         let http_client = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
             .http2_only(version == HttpVersion::Http2Only)
             .http2_initial_stream_window_size(SHOOT_H2_STREAM_WINDOW)
@@ -282,7 +278,7 @@ impl PreparedShootConfig {
                 config.read_timeout,
             ))
             .layer(count)
-            .layer(ResponseBudgetLayer::new(limits))
+            .layer(ResponseBudget::layer(limits))
             .layer(config.base_uri_layer())
             .option_layer(config.auth_layer().map_err(building)?)
             .layer(config.extra_headers_layer().map_err(building)?)
@@ -444,130 +440,60 @@ pub(crate) fn is_response_too_large(error: &(dyn std::error::Error + 'static)) -
     crate::error::caused_by::<ResponseTooLarge>(error)
 }
 
-/// Wraps every response body so that it fails once it passes [`ResponseLimits`]: the bytes
-/// are counted as they arrive, before anything buffers them.
+/// Fails every response body once it passes [`ResponseLimits`]: the bytes are counted as
+/// they arrive, before anything buffers them (through [`GuardLayer`]). One per client, so
+/// one per probe run.
 #[derive(Clone)]
-struct ResponseBudgetLayer {
+struct ResponseBudget {
     limits: ResponseLimits,
     /// Bytes received by this client so far (every response of one probe run).
     received: Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl ResponseBudgetLayer {
-    fn new(limits: ResponseLimits) -> Self {
-        ResponseBudgetLayer {
+impl ResponseBudget {
+    fn layer(limits: ResponseLimits) -> GuardLayer<Self> {
+        GuardLayer(ResponseBudget {
             limits,
             received: Arc::default(),
-        }
-    }
-}
-
-impl<S> tower::Layer<S> for ResponseBudgetLayer {
-    type Service = ResponseBudget<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        ResponseBudget {
-            inner,
-            layer: self.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-struct ResponseBudget<S> {
-    inner: S,
-    layer: ResponseBudgetLayer,
-}
-
-impl<S, Req, B> tower::Service<Req> for ResponseBudget<S>
-where
-    S: tower::Service<Req, Response = http::Response<B>>,
-    S::Future: Send + 'static,
-    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    B::Error: Into<tower::BoxError>,
-{
-    type Response = http::Response<BudgetedBody<B>>;
-    type Error = S::Error;
-    type Future = futures::future::BoxFuture<'static, Result<Self::Response, S::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Req) -> Self::Future {
-        let layer = self.layer.clone();
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            let response = fut.await?;
-            Ok(response.map(|body| BudgetedBody {
-                inner: body,
-                in_response: 0,
-                layer,
-            }))
         })
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A response body that fails past its [`ResponseLimits`].
-    pub(crate) struct BudgetedBody<B> {
-        #[pin]
-        inner: B,
-        in_response: u64,
-        layer: ResponseBudgetLayer,
+impl GuardResponses for ResponseBudget {
+    type Guard = ResponseCount;
+    fn guard(&self, _uri: &http::Uri) -> ResponseCount {
+        ResponseCount {
+            in_response: 0,
+            budget: self.clone(),
+        }
     }
 }
 
-impl<B> http_body::Body for BudgetedBody<B>
-where
-    B: http_body::Body<Data = bytes::Bytes>,
-    B::Error: Into<tower::BoxError>,
-{
-    type Data = bytes::Bytes;
-    type Error = tower::BoxError;
+/// One response's bytes, against its limit and its client's budget.
+struct ResponseCount {
+    in_response: u64,
+    budget: ResponseBudget,
+}
 
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+impl BodyGuard for ResponseCount {
+    fn on_data(&mut self, len: u64) -> Result<(), tower::BoxError> {
         use std::sync::atomic::Ordering;
-        use std::task::Poll;
-        let this = self.project();
-        let frame = match this.inner.poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => frame,
-            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
-            Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => return Poll::Pending,
-        };
-        if let Some(data) = frame.data_ref() {
-            let n = data.len() as u64;
-            *this.in_response += n;
-            let limits = this.layer.limits;
-            if *this.in_response > limits.per_response {
-                return Poll::Ready(Some(Err(Box::new(ResponseTooLarge {
-                    limit: limits.per_response,
-                    what: "in one response",
-                }))));
-            }
-            let total = this.layer.received.fetch_add(n, Ordering::Relaxed) + n;
-            if total > limits.per_run {
-                return Poll::Ready(Some(Err(Box::new(ResponseTooLarge {
-                    limit: limits.per_run,
-                    what: "in this probe run",
-                }))));
-            }
+        let limits = self.budget.limits;
+        self.in_response += len;
+        if self.in_response > limits.per_response {
+            return Err(Box::new(ResponseTooLarge {
+                limit: limits.per_response,
+                what: "in one response",
+            }));
         }
-        Poll::Ready(Some(Ok(frame)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        let total = self.budget.received.fetch_add(len, Ordering::Relaxed) + len;
+        if total > limits.per_run {
+            return Err(Box::new(ResponseTooLarge {
+                limit: limits.per_run,
+                what: "in this probe run",
+            }));
+        }
+        Ok(())
     }
 }
 
@@ -617,63 +543,42 @@ users:
 
     #[test]
     fn anything_that_reads_files_runs_commands_or_leaks_is_refused_naming_the_field() {
-        let cases = [
+        // Cluster fields (with a plain token user), then user fields.
+        let token = "    token: t\n";
+        let cluster_fields = [
+            ("certificate-authority", "/dev/zero"),
+            ("proxy-url", "socks5://user:pass@evil:1080"),
+            ("insecure-skip-tls-verify", "true"),
+        ]
+        .map(|(field, value)| (format!("    {field}: {value}\n"), token.to_owned(), field));
+        let user_fields = [
+            ("tokenFile", "/var/run/secrets/kubernetes.io/serviceaccount/token"),
+            ("client-certificate", "/etc/passwd"),
+            ("client-key", "/etc/shadow"),
             (
-                "    certificate-authority: /dev/zero\n",
-                "    token: t\n",
-                "certificate-authority",
-            ),
-            (
-                "    proxy-url: socks5://user:pass@evil:1080\n",
-                "    token: t\n",
-                "proxy-url",
-            ),
-            (
-                "    insecure-skip-tls-verify: true\n",
-                "    token: t\n",
-                "insecure-skip-tls-verify",
-            ),
-            (
-                "",
-                "    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n",
-                "tokenFile",
-            ),
-            (
-                "",
-                "    client-certificate: /etc/passwd\n",
-                "client-certificate",
-            ),
-            ("", "    client-key: /etc/shadow\n", "client-key"),
-            (
-                "",
-                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: touch\n      args: [/tmp/pwned]\n      env: [{name: SECRET, value: s3cr3t}]\n",
                 "exec",
+                "\n      apiVersion: client.authentication.k8s.io/v1\n      command: touch\n      args: [/tmp/pwned]\n      env: [{name: SECRET, value: s3cr3t}]",
             ),
-            (
-                "",
-                "    auth-provider:\n      name: oidc\n      config: {}\n",
-                "auth-provider",
-            ),
-            (
-                "",
-                "    username: admin\n    password: hunter2\n",
-                "username",
-            ),
-            ("", "    token: t\n    as: system:admin\n", "as"),
-            ("", "    token: t\n    as-uid: \"0\"\n", "as-uid"),
-            (
-                "",
-                "    token: t\n    as-groups: [system:masters]\n",
-                "as-groups",
-            ),
-            (
-                "",
-                "    token: t\n    as-user-extra:\n      scopes: [s3cr3t]\n",
-                "as-user-extra",
-            ),
-        ];
+            ("auth-provider", "\n      name: oidc\n      config: {}"),
+            ("username", "admin\n    password: hunter2"),
+            ("as", "system:admin"),
+            ("as-uid", "\"0\""),
+            ("as-groups", "[system:masters]"),
+            ("as-user-extra", "\n      scopes: [s3cr3t]"),
+        ]
+        .map(|(field, value)| {
+            // Impersonation comes with a token; the credential fields stand alone.
+            let with_token = if field.starts_with("as") {
+                token
+            } else {
+                ""
+            };
+            let user = format!("{with_token}    {field}: {value}\n");
+            (String::new(), user, field)
+        });
+        let cases = cluster_fields.into_iter().chain(user_fields);
         for (cluster, user, field) in cases {
-            let error = check_inline_only(&kubeconfig(cluster, user))
+            let error = check_inline_only(&kubeconfig(&cluster, &user))
                 .expect_err(field)
                 .to_string();
             assert!(
@@ -692,7 +597,10 @@ users:
     type Answer = http::Response<http_body_util::Full<bytes::Bytes>>;
 
     /// Reads one response of `bytes` bytes through `layer`.
-    async fn read(layer: &ResponseBudgetLayer, bytes: usize) -> Result<usize, tower::BoxError> {
+    async fn read(
+        layer: &GuardLayer<ResponseBudget>,
+        bytes: usize,
+    ) -> Result<usize, tower::BoxError> {
         let inner = tower::service_fn(move |_req: http::Request<()>| {
             let body = http_body_util::Full::new(bytes::Bytes::from(vec![b'x'; bytes]));
             futures::future::ready(Ok::<Answer, std::convert::Infallible>(http::Response::new(
@@ -711,7 +619,7 @@ users:
             per_run: 25_000,
         };
         // One client (one run): three responses of 8 KB fit, the fourth passes the budget.
-        let run = ResponseBudgetLayer::new(limits);
+        let run = ResponseBudget::layer(limits);
         for _ in 0..3 {
             assert_eq!(read(&run, 8000).await.expect("within limits"), 8000);
         }
@@ -720,7 +628,7 @@ users:
         assert!(error.to_string().contains("in this probe run"), "{error}");
 
         // The next run starts a new budget; one response of 12 KB is too large on its own.
-        let next = ResponseBudgetLayer::new(limits);
+        let next = ResponseBudget::layer(limits);
         let error = read(&next, 12_000)
             .await
             .expect_err("past the response limit");

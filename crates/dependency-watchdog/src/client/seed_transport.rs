@@ -33,6 +33,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::Config;
 use kube::client::ConfigExt;
 
+use super::guarded_body::{BodyGuard, GuardLayer, GuardResponses, GuardedBody};
+
 /// Idle time before a seed connection's first TCP keepalive probe (Go's `net.Dialer` default).
 pub(crate) const TCP_KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
 /// Time between unanswered TCP keepalive probes (Go's default).
@@ -91,11 +93,7 @@ pub(crate) fn seed_service(
             .map_err(|e| SeedTransportError(format!("tls-server-name {name:?}: {e}")))?;
         https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
-    let mut connector =
-        TimeoutConnector::new(https.enable_http1().enable_http2().wrap_connector(http));
-    connector.set_connect_timeout(config.connect_timeout);
-    connector.set_read_timeout(config.read_timeout);
-    connector.set_write_timeout(config.write_timeout);
+    let connector = timeout_connector(https, http, config);
     let http_client = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
@@ -107,11 +105,27 @@ pub(crate) fn seed_service(
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer().map_err(building)?)
         .layer(config.extra_headers_layer().map_err(building)?)
-        .layer(BodyDeadlineLayer {
+        .layer(GuardLayer(BodyDeadline {
             deadline: SEED_BODY_DEADLINE,
-        })
+        }))
         .map_err(tower::BoxError::from)
         .service(http_client))
+}
+
+/// `https` over `http`, speaking HTTP/1 or HTTP/2 as the server offers (ALPN), under the
+/// connect, read and write timeouts of `config` (as kube's own client builder sets them).
+/// The seed's and the shoots' clients both connect so.
+pub(crate) fn timeout_connector(
+    https: hyper_rustls::HttpsConnectorBuilder<hyper_rustls::builderstates::WantsProtocols1>,
+    http: HttpConnector,
+    config: &Config,
+) -> TimeoutConnector<hyper_rustls::HttpsConnector<HttpConnector>> {
+    let mut connector =
+        TimeoutConnector::new(https.enable_http1().enable_http2().wrap_connector(http));
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector
 }
 
 /// The error a body fails with when it has not ended [`SEED_BODY_DEADLINE`] after its headers.
@@ -152,27 +166,22 @@ pub(crate) fn is_silence(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Puts [`SEED_BODY_DEADLINE`] on the body of every response that is not a watch.
+/// Puts [`SEED_BODY_DEADLINE`] on the body of every response that is not a watch, from its
+/// headers on (through [`GuardLayer`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct BodyDeadlineLayer {
+pub(crate) struct BodyDeadline {
     pub(crate) deadline: Duration,
 }
 
-impl<S> tower::Layer<S> for BodyDeadlineLayer {
-    type Service = BodyDeadline<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        BodyDeadline {
-            inner,
-            deadline: self.deadline,
+impl GuardResponses for BodyDeadline {
+    type Guard = DeadlineGuard;
+    fn guard(&self, uri: &http::Uri) -> DeadlineGuard {
+        let deadline = (!is_watch(uri)).then_some(self.deadline);
+        DeadlineGuard {
+            limit: self.deadline,
+            timer: deadline.map(|limit| Box::pin(tokio::time::sleep(limit))),
         }
     }
-}
-
-/// See [`BodyDeadlineLayer`].
-#[derive(Debug, Clone)]
-pub(crate) struct BodyDeadline<S> {
-    inner: S,
-    deadline: Duration,
 }
 
 /// Whether `uri` asks for a watch (`watch=true` or `watch=1`, as kube and client-go send it):
@@ -185,78 +194,29 @@ fn is_watch(uri: &http::Uri) -> bool {
     })
 }
 
-impl<S, ReqBody, B> tower::Service<http::Request<ReqBody>> for BodyDeadline<S>
-where
-    S: tower::Service<http::Request<ReqBody>, Response = http::Response<B>>,
-    S::Future: Send + 'static,
-    B: Send + 'static,
-{
-    type Response = http::Response<DeadlineBody<B>>;
-    type Error = S::Error;
-    type Future = futures::future::BoxFuture<'static, Result<Self::Response, S::Error>>;
+/// A response body's deadline: it fails with [`SeedBodyTimedOut`] once the deadline passes.
+pub(crate) struct DeadlineGuard {
+    // The deadline after the headers, for the error's text.
+    limit: Duration,
+    // Started when the headers arrived; `None` for a watch. Boxed: the body stays `Unpin`.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
-        let deadline = (!is_watch(req.uri())).then_some(self.deadline);
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            let response = fut.await?;
-            Ok(response.map(|inner| DeadlineBody {
-                inner,
-                limit: deadline.unwrap_or_default(),
-                timer: deadline.map(|limit| Box::pin(tokio::time::sleep(limit))),
-            }))
-        })
+impl BodyGuard for DeadlineGuard {
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<tower::BoxError> {
+        let Some(timer) = self.timer.as_mut() else {
+            return Poll::Pending;
+        };
+        let limit = self.limit;
+        timer
+            .as_mut()
+            .poll(cx)
+            .map(|()| Box::new(SeedBodyTimedOut(limit)) as tower::BoxError)
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A response body that fails with [`SeedBodyTimedOut`] once its deadline passes.
-    pub(crate) struct DeadlineBody<B> {
-        #[pin]
-        inner: B,
-        // The deadline after the headers, for the error's text.
-        limit: Duration,
-        // Started when the headers arrived; `None` for a watch. Boxed: the body stays `Unpin`.
-        timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    }
-}
-
-impl<B> http_body::Body for DeadlineBody<B>
-where
-    B: http_body::Body<Data = bytes::Bytes>,
-    B::Error: Into<tower::BoxError>,
-{
-    type Data = bytes::Bytes;
-    type Error = tower::BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
-        if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
-            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
-        }
-        if let Some(timer) = this.timer.as_mut()
-            && timer.as_mut().poll(cx).is_ready()
-        {
-            return Poll::Ready(Some(Err(Box::new(SeedBodyTimedOut(*this.limit)))));
-        }
-        Poll::Pending
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// A seed response body under its deadline.
+pub(crate) type DeadlineBody<B> = GuardedBody<B, DeadlineGuard>;
 
 #[cfg(test)]
 mod tests {
@@ -270,18 +230,19 @@ mod tests {
 
     /// A service answering every request with headers at once and then a body that sends one
     /// frame and never ends (a list hanging mid-body; or a quiet watch).
-    fn hanging_bodies() -> BodyDeadline<
+    fn hanging_bodies() -> super::super::guarded_body::Guarded<
         impl Service<
             http::Request<()>,
             Response = http::Response<StreamBody<Frames>>,
             Error = Infallible,
             Future = impl Send + 'static,
         >,
+        BodyDeadline,
     > {
         use tower::Layer;
-        BodyDeadlineLayer {
+        GuardLayer(BodyDeadline {
             deadline: SEED_BODY_DEADLINE,
-        }
+        })
         .layer(tower::service_fn(|_req: http::Request<()>| async {
             let first = futures::stream::iter([Ok(http_body::Frame::data(Bytes::from_static(
                 b"{\"items\":[",
