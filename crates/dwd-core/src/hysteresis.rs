@@ -48,6 +48,21 @@ impl Hysteresis {
         }
     }
 
+    /// The thresholds, with streaks of `up` and `down` runs in a row already counted: a
+    /// decision record's memory, replayed ([`crate::record`]).
+    pub fn with_streaks(
+        success_threshold: u32,
+        failure_threshold: u32,
+        up: u32,
+        down: u32,
+    ) -> Self {
+        Self {
+            consecutive_up: up,
+            consecutive_down: down,
+            ..Self::new(success_threshold, failure_threshold)
+        }
+    }
+
     /// Counters with the config's `successThreshold` and `failureThreshold` (both default 1,
     /// which acts on every decision as the reference does).
     pub fn from_config(config: &ProberConfig) -> Self {

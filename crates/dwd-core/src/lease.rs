@@ -229,6 +229,8 @@ impl fmt::Display for LeaseDecision {
 /// Everything the lease probe found and decided.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseReport {
+    /// Nodes seen (the lease probe's: `nodes.len()`; a replayed finding names only some).
+    pub nodes_seen: usize,
     /// One verdict per named node, sorted by node name.
     pub nodes: Vec<NodeVerdict>,
     /// Leases whose name matches no node at all (sorted); ignored. Leases of excluded nodes are
@@ -261,8 +263,7 @@ impl fmt::Display for LeaseReport {
             (LeaseDecision::ScaleUp(UpReason::NoCandidates), _) | (_, None) => write!(
                 f,
                 "no candidate node leases ({} nodes seen): {}",
-                self.nodes.len(),
-                self.decision
+                self.nodes_seen, self.decision
             ),
             (LeaseDecision::NoScaling(NoScalingReason::SingleCandidate), Some(_)) => write!(
                 f,
@@ -406,7 +407,6 @@ pub fn evaluate_leases(
         .map(|n| (*n).to_owned())
         .collect();
 
-    let fraction = (candidates > 0).then(|| expired as f64 / candidates as f64);
     let zones = judge_zones(
         verdicts.iter().filter_map(|v| match v.verdict {
             Verdict::Candidate { expired, .. } => Some((v.zone.as_deref(), expired)),
@@ -414,9 +414,10 @@ pub fn evaluate_leases(
         }),
         zone_rule,
     );
-    let shoot_wide = decide(candidates, fraction, failure_fraction);
-    let decision = with_zones(shoot_wide, &zones, zone_rule);
+    let (fraction, decision) =
+        lease_decision(candidates, expired, &zones, failure_fraction, zone_rule);
     LeaseReport {
+        nodes_seen: verdicts.len(),
         nodes: verdicts,
         orphan_leases,
         candidates,
@@ -465,6 +466,21 @@ pub fn leases_alone_suffice(
         let renew = lease.renew_time;
         !expired_at(renew, renew.and_then(|r| lease_expiry(r, grace)), now)
     })
+}
+
+/// The lease decision on `expired` of `candidates` leases, judged `zones`: the expired
+/// fraction (none without candidates) and the decision. The one rule the lease probe and a
+/// replay of a decision record ([`crate::record`]) both apply.
+pub fn lease_decision(
+    candidates: usize,
+    expired: usize,
+    zones: &[ZoneReport],
+    failure_fraction: f64,
+    zone_rule: &ZoneRule,
+) -> (Option<f64>, LeaseDecision) {
+    let fraction = (candidates > 0).then(|| expired as f64 / candidates as f64);
+    let shoot_wide = decide(candidates, fraction, failure_fraction);
+    (fraction, with_zones(shoot_wide, zones, zone_rule))
 }
 
 /// The shoot-wide rule keeps priority: a scale-down or a single candidate stays what it is.

@@ -14,6 +14,7 @@ pub mod gardener;
 pub mod hysteresis;
 pub mod intent;
 pub mod lease;
+pub mod record;
 pub mod scaling;
 pub mod schedule;
 pub mod selector;

@@ -177,6 +177,7 @@ mod tests {
 
     fn report(decision: LeaseDecision, disrupted: &[&str]) -> LeaseReport {
         LeaseReport {
+            nodes_seen: 4,
             nodes: vec![],
             orphan_leases: vec![],
             candidates: 4,

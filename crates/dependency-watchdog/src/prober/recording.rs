@@ -146,6 +146,7 @@ mod tests {
 
     fn report(expired: usize, decision: LeaseDecision) -> LeaseReport {
         LeaseReport {
+            nodes_seen: 5,
             nodes: Vec::new(),
             orphan_leases: Vec::new(),
             candidates: 5,
