@@ -13,13 +13,15 @@
 //!   election, the HTTP endpoints, and [`process::runtime`], which runs it all;
 //! - below them all: [`metrics`] (every layer counts, the client stack included),
 //!   [`memory_budget`] (the one pool of bytes every probe run in flight draws on),
-//!   [`shadow`] (shadow mode's book, shared by both subcommands), [`supervision`] (a
+//!   [`shadow`] (shadow mode's book, shared by both subcommands), [`decisions`] (the
+//!   prober's decision records: log lines and a ring per shoot), [`supervision`] (a
 //!   subcommand's critical tasks), [`gardener`] (the kinds of Gardener's API that are read),
 //!   [`error`], and the text helpers.
 
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod decisions;
 pub mod error;
 pub mod explain;
 /// An in-memory seed apiserver behind a real `kube::Client`, for unit tests on a paused clock.

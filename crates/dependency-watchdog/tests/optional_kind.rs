@@ -90,6 +90,7 @@ fn prober_start(
             name: "dwd-prober-test".into(),
         },
         shadow: None,
+        decisions: Arc::new(dependency_watchdog::decisions::DecisionLog::new(4)),
     }
 }
 

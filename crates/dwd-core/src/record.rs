@@ -92,7 +92,7 @@ pub enum Mode {
 }
 
 /// Why a record was kept (docs/behaviour.md §2.23).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Because {
     /// The verdict handed a flow over that changes something (or would, in shadow mode).

@@ -17,8 +17,8 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use dwd_core::intent::{Intent, Seen, intent};
 use dwd_core::lease::{ConditionView, MachineView, NodeLeaseView, NodeView, evaluate_leases};
 use dwd_core::record::{
-    DecisionRecord, JudgedRun, Mode, RecordBody, ReplaySettings, RunRecord, SCHEMA,
-    record_bound, replay,
+    DecisionRecord, JudgedRun, Mode, RecordBody, ReplaySettings, RunRecord, SCHEMA, record_bound,
+    replay,
 };
 use dwd_core::scaling::{MELTDOWN_ANNOTATION, REPLICAS_ANNOTATION, TargetSnapshot};
 use dwd_core::verdict::{VerdictMemory, verdict};
@@ -78,7 +78,9 @@ fn config(rng: &mut Rng) -> ProberConfig {
             1 + rng.below(60_000),
         ));
     }
-    ProberConfig::from_yaml(&yaml).expect("generated config").config
+    ProberConfig::from_yaml(&yaml)
+        .expect("generated config")
+        .config
 }
 
 /// A shoot of up to 40 nodes in up to three zones (some in none), with lease ages around
@@ -133,7 +135,10 @@ fn seen(rng: &mut Rng) -> Seen {
             let mut annotations = BTreeMap::new();
             if rng.chance(50) {
                 annotations.insert(MELTDOWN_ANNOTATION.to_owned(), String::new());
-                annotations.insert(REPLICAS_ANNOTATION.to_owned(), (1 + rng.below(3)).to_string());
+                annotations.insert(
+                    REPLICAS_ANNOTATION.to_owned(),
+                    (1 + rng.below(3)).to_string(),
+                );
             }
             Seen::Present(TargetSnapshot {
                 spec_replicas: rng.below(4) as i32,
@@ -253,7 +258,8 @@ fn a_recorded_run_replays_to_its_own_verdict_and_intent() {
         let run = run(rng);
         let record = record_of(&run);
         let json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
-        let read: DecisionRecord = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+        let read: DecisionRecord =
+            serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
         if read != record {
             return Err(format!("JSON round trip changed the record: {json}"));
         }
@@ -380,7 +386,10 @@ fn a_record_of_a_5000_node_shoot_with_the_longest_names_is_within_its_bound() {
     };
     let json = serde_json::to_string(&record_of(&run)).unwrap();
     let bound = record_bound(run.config.dependent_resource_infos.len());
-    eprintln!("record of a 5,000-node shoot: {} bytes (bound {bound})", json.len());
+    eprintln!(
+        "record of a 5,000-node shoot: {} bytes (bound {bound})",
+        json.len()
+    );
     assert!(
         json.len() <= bound,
         "{} bytes against a bound of {bound}",

@@ -624,6 +624,13 @@ impl<'a> FieldWriter<'a> {
 
 impl Visit for FieldWriter<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == crate::decisions::RECORD_FIELD {
+            let text = format!("{value:?}");
+            if is_record_object(&text) && self.key(field.name()) {
+                self.out.push_str(&text);
+                return;
+            }
+        }
         self.text(field, Capped::of(format_args!("{value:?}")));
     }
 
@@ -665,6 +672,21 @@ impl Visit for FieldWriter<'_> {
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
         self.text(field, Capped::of(value));
     }
+}
+
+/// The most bytes of a decision record a line carries whole: far above
+/// [`dwd_core::record::record_bound`] of any real config (16.75 KiB for three targets).
+pub(crate) const RECORD_LINE_LIMIT: usize = 64 << 10;
+
+/// Whether `text`, the value of a [`crate::decisions::RECORD_FIELD`], is written raw: one
+/// JSON object on one line, within [`RECORD_LINE_LIMIT`]. Only our code names that field and
+/// serde writes its value, so this holds; anything else is written as any other value
+/// (quoted, cut), so no value can break a line's JSON.
+fn is_record_object(text: &str) -> bool {
+    text.len() <= RECORD_LINE_LIMIT
+        && text.starts_with('{')
+        && !text.contains(['\n', '\r'])
+        && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
 }
 
 /// The text layout's fields (`--log-format text`): tracing-subscriber's own (`message` first,

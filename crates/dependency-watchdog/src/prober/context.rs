@@ -7,6 +7,7 @@ use dwd_core::ProberConfig;
 use kube::Client;
 
 use super::seed_caches::SeedCaches;
+use crate::decisions::DecisionLog;
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::observe::events::Events;
@@ -26,6 +27,8 @@ pub struct ProberContext {
     /// The one pool of bytes every probe run in flight is admitted to and charged against
     /// ([`crate::memory_budget`]).
     pub(crate) memory: Arc<MemoryBudget>,
+    /// Where decision records go: log lines and a ring per shoot ([`crate::decisions`]).
+    pub decisions: Arc<DecisionLog>,
 }
 
 /// What the prober's unit tests share.
@@ -78,6 +81,7 @@ dependentResourceInfos:
             events: Events::disabled(metrics.clone()),
             metrics,
             memory: crate::memory_budget::MemoryBudget::unbounded(),
+            decisions: Arc::new(crate::decisions::DecisionLog::new(1)),
         })
     }
 }

@@ -26,7 +26,9 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use chrono::Utc;
 use dwd_core::Direction;
+use dwd_core::record::Mode;
 use dwd_core::scaling::FlowScope;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -36,7 +38,8 @@ use tracing::{debug, info, warn};
 use super::context::ProberContext;
 use super::recording::RecordingExecutor;
 use super::report::{
-    RunReport, ShootRef, Taken, Verbs, log_no_flow, log_taken, publish_zone_changes,
+    RunReport, ShootRef, Taken, Verbs, keep_flow_record, keep_not_made_record, keep_run_record,
+    log_no_flow, log_taken, publish_zone_changes,
 };
 use super::scaler::{self, PlannedFlow};
 use super::shadow_observer::Recorder;
@@ -248,18 +251,30 @@ impl ActingExecutor {
     /// Publishes `run` of `shoot` (see [`Executor::publish`]): failed runs and runs whose
     /// leases were all fresh were logged by the probe, and leave nothing to publish.
     fn publish(&self, ctx: &ProberContext, shoot: &ShootRef<'_>, run: &RunReport<'_>) {
-        let RunReport::Judged(judged) = run else {
-            return;
+        let judged = match run {
+            RunReport::Judged(judged) => judged,
+            RunReport::NotMade(not_made) => {
+                return keep_not_made_record(ctx, shoot, not_made, Mode::Acting);
+            }
+            RunReport::Failed(_) | RunReport::AllLeasesFresh { .. } => return,
         };
         publish_zone_changes(ctx, shoot, judged, Verbs::ACTING);
         let Some(flow) = &judged.flow else {
             log_no_flow(judged);
+            keep_run_record(ctx, shoot, judged, None, Mode::Acting);
             return;
         };
+        // The flow carries the id of its run's decision record to its events and log lines.
+        let id = ctx.decisions.next_id(shoot.namespace, judged.judged_at);
+        let flow = PlannedFlow {
+            decision: Some(id.clone()),
+            ..flow.clone()
+        };
         let taken = self.take(flow.clone());
-        log_taken(judged, flow, &taken);
+        log_taken(judged, &flow, &taken);
+        keep_run_record(ctx, shoot, judged, Some((&taken, id)), Mode::Acting);
         if let Taken::Queued { targets, .. } = &taken {
-            publish_decision(ctx, shoot, flow, targets);
+            publish_decision(ctx, shoot, &flow, targets);
         }
     }
 
@@ -296,7 +311,9 @@ impl ActingExecutor {
     pub async fn run(&self, ctx: &ProberContext, namespace: &str) {
         loop {
             let (flow, stop) = self.next_flow().await;
+            let started_at = Utc::now();
             let result = scaler::run_flow(ctx, namespace, &flow, &stop).await;
+            keep_flow_record(ctx, namespace, &flow, started_at, &result);
             let throttled = report(&flow, result);
             let mut slot = self.slot();
             slot.running = None;
@@ -349,7 +366,7 @@ fn publish_decision(
         shoot.namespace,
         shoot.cluster_uid,
         dir,
-        &flow.reason,
+        &flow.event_reason(),
         &names,
     );
 }
@@ -390,6 +407,7 @@ mod tests {
                 levels: Vec::new(),
             },
             reason: "r".into(),
+            decision: None,
         }
     }
 

@@ -183,6 +183,7 @@ impl ProbeManager {
         drop(registry);
         removed.cancel.cancel();
         self.ctx.metrics.forget_shoot(namespace);
+        self.ctx.decisions.forget(namespace);
         self.forget_shadow(namespace);
         true
     }
@@ -204,6 +205,7 @@ impl ProbeManager {
         for (ns, p) in drained {
             p.cancel.cancel();
             self.ctx.metrics.forget_shoot(&ns);
+            self.ctx.decisions.forget(&ns);
             self.forget_shadow(&ns);
         }
         self.ctx.metrics.active_probes.set(0);

@@ -26,7 +26,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::context::ProberContext;
 use super::executor::Executor;
-use super::report::{Judged, RunReport, ShootRef};
+use super::report::{Judged, NotMade, RunReport, ShootRef};
 use super::scaler::{self, PlannedFlow};
 use super::shoot_reads;
 use crate::Error;
@@ -160,8 +160,12 @@ impl RunMemory {
 
 /// What a successful lease probe found.
 enum Finding {
-    /// The full verdict over nodes, machines and leases.
-    Report(LeaseReport),
+    /// The full verdict over nodes, machines and leases, judged at `judged_at` (when the
+    /// leases were asked for).
+    Report {
+        report: LeaseReport,
+        judged_at: chrono::DateTime<Utc>,
+    },
     /// Every lease was fresh and no target waited to be restored: nothing can change, so
     /// the nodes were not listed.
     AllLeasesFresh {
@@ -525,7 +529,19 @@ impl Probe {
             }
         });
         self.count_run(category);
-        self.publish(executor, &RunReport::Failed(&failure));
+        match &failure {
+            ProbeFailure::NoRunMemory(refused) => {
+                let not_made = NotMade {
+                    why: &failure,
+                    cause: refused.cause().as_str(),
+                    decision_pending: memory.pending,
+                    expired_seen: memory.expired_seen,
+                    grace: self.settings.node_monitor_grace,
+                };
+                self.publish(executor, &RunReport::NotMade(not_made));
+            }
+            _ => self.publish(executor, &RunReport::Failed(&failure)),
+        }
         let consequence = failure.consequence();
         if let ProbeFailure::SeedCachesNotSynced(pending) = &failure {
             // Logged at debug: the caches and the readiness report it once, not every probe
@@ -710,8 +726,8 @@ impl Probe {
     /// fractions, zone series, the run counter) and the verdict, then the run's report to
     /// `executor`, which publishes it (zone events, the flow it takes, its log line).
     fn report_finding(&self, finding: Finding, memory: &mut RunMemory, executor: &Executor) {
-        let report = match finding {
-            Finding::Report(report) => report,
+        let (report, judged_at) = match finding {
+            Finding::Report { report, judged_at } => (report, judged_at),
             Finding::AllLeasesFresh { leases } => {
                 memory.expired_seen = false;
                 self.set_expired_fraction(0.0);
@@ -735,7 +751,7 @@ impl Probe {
                 .map(|z| (z.zone.as_str(), z.fraction(), z.disrupted)),
         );
         let (verdict, next) = dwd_core::verdict::verdict(&report, &memory.verdicts);
-        memory.verdicts = next;
+        let memory_before = std::mem::replace(&mut memory.verdicts, next);
         self.count_run(match report.decision {
             LeaseDecision::ScaleDown => RunResult::ScaleDown,
             LeaseDecision::ZonalScaleDown => RunResult::ZonalScaleDown,
@@ -746,11 +762,26 @@ impl Probe {
         let flow = verdict.flow().map(|flow| PlannedFlow {
             intent: scaler::intent_from_caches(&self.ctx, &self.namespace, flow.dir, flow.scope),
             reason: verdict.why.clone(),
+            decision: None,
         });
+        // A flow the hysteresis holds: its intent, for the decision record of the hold.
+        let held = match (verdict.asked, verdict.streak.met()) {
+            (Some(asked), false) => Some(scaler::intent_from_caches(
+                &self.ctx,
+                &self.namespace,
+                asked.dir,
+                asked.scope,
+            )),
+            _ => None,
+        };
         let judged = Judged {
             report: &report,
+            judged_at,
+            grace: self.settings.node_monitor_grace,
+            memory_before: &memory_before,
             verdict: &verdict,
             flow,
+            held,
         };
         self.publish(executor, &RunReport::Judged(judged));
     }
@@ -829,7 +860,10 @@ impl Probe {
         for node in &report.nodes {
             debug!(node = %node.node, verdict = %node.verdict, "node verdict");
         }
-        Ok(Finding::Report(report))
+        Ok(Finding::Report {
+            report,
+            judged_at: listed_at,
+        })
     }
 
     /// The API-server probe, then the lease probe's consistent, paginated, bounded lists

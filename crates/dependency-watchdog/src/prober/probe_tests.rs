@@ -207,6 +207,7 @@ impl Harness {
             events: events.clone(),
             metrics: metrics.clone(),
             memory,
+            decisions: Arc::new(crate::decisions::DecisionLog::new(3)),
         });
         let cancel = CancellationToken::new();
         let executors = Arc::new(Executors::of(shadow.clone()));

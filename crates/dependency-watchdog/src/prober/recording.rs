@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use dwd_core::lease::LeaseReport;
+use dwd_core::record::Mode;
 use dwd_core::shadow::Side;
 
 use super::context::ProberContext;
@@ -49,6 +50,10 @@ impl RecordingExecutor {
     pub(crate) fn publish(&self, ctx: &ProberContext, shoot: &ShootRef<'_>, run: &RunReport<'_>) {
         let note = match run {
             RunReport::Failed(failure) => format!("probe failed: {failure}; no scaling this run"),
+            RunReport::NotMade(not_made) => {
+                report::keep_not_made_record(ctx, shoot, not_made, Mode::Shadow);
+                format!("run not made: {}; no scaling this run", not_made.why)
+            }
             RunReport::AllLeasesFresh { leases } => {
                 format!("all {leases} node leases fresh: no scaling")
             }
@@ -61,10 +66,17 @@ impl RecordingExecutor {
         report::publish_zone_changes(ctx, shoot, judged, Verbs::RECORDING);
         let Some(flow) = &judged.flow else {
             report::log_no_flow(judged);
+            report::keep_run_record(ctx, shoot, judged, None, Mode::Shadow);
             return;
         };
-        let taken = self.take(ctx, shoot.namespace, flow);
-        report::log_taken(judged, flow, &taken);
+        let id = ctx.decisions.next_id(shoot.namespace, judged.judged_at);
+        let flow = PlannedFlow {
+            decision: Some(id.clone()),
+            ..flow.clone()
+        };
+        let taken = self.take(ctx, shoot.namespace, &flow);
+        report::log_taken(judged, &flow, &taken);
+        report::keep_run_record(ctx, shoot, judged, Some((&taken, id)), Mode::Shadow);
     }
 
     fn take(&self, ctx: &ProberContext, namespace: &str, flow: &PlannedFlow) -> Taken {

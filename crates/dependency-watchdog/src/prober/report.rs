@@ -7,12 +7,21 @@
 
 use std::fmt;
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use dwd_core::intent::Intent;
 use dwd_core::lease::LeaseReport;
-use dwd_core::verdict::Verdict;
+use dwd_core::record::{
+    Because, DecisionRecord, FlowFailure, FlowName, FlowOutcome, FlowRecord, JudgedRun, Mode,
+    NotMadeRecord, RecordBody, RunRecord, SCHEMA, SettingsRecord, TakenRecord, WriteOutcome,
+    WriteRecord, reasons_to_record, text, timestamp,
+};
+use dwd_core::verdict::{Verdict, VerdictMemory};
 use tracing::{debug, info, warn};
 
 use super::context::ProberContext;
-use super::scaler::PlannedFlow;
+use super::scaler::{self, FlowError, FlowReport, PlannedFlow, TargetOutcome};
 use crate::metrics::ShootSeries;
 
 /// The shoot a run reports on, as its executor publishes it.
@@ -30,6 +39,9 @@ pub(crate) struct ShootRef<'a> {
 pub(crate) enum RunReport<'a> {
     /// The run failed (typed failure, in words): no scaling.
     Failed(&'a dyn fmt::Display),
+    /// The run was not made, or ended, for want of room in the runs' memory budget: the
+    /// prober's shortage, not the shoot's failure (no scaling).
+    NotMade(NotMade<'a>),
     /// Every lease was fresh and nothing waited to be restored: the nodes were not listed.
     AllLeasesFresh {
         /// Leases seen.
@@ -39,15 +51,37 @@ pub(crate) enum RunReport<'a> {
     Judged(Judged<'a>),
 }
 
+/// A run not made for room.
+pub(crate) struct NotMade<'a> {
+    /// Why, in words.
+    pub why: &'a dyn fmt::Display,
+    /// The budget's cause label.
+    pub cause: &'static str,
+    /// Whether a decision was pending for the shoot.
+    pub decision_pending: bool,
+    /// Whether the shoot's last finding had expired leases.
+    pub expired_seen: bool,
+    /// The grace period the shoot's leases are judged by.
+    pub grace: Duration,
+}
+
 /// A judged run: its finding, the verdict on it, and the flow it calls for.
 pub(crate) struct Judged<'a> {
     /// What the shoot said.
     pub report: &'a LeaseReport,
+    /// When the leases were judged (asked for).
+    pub judged_at: DateTime<Utc>,
+    /// The grace period they were judged by.
+    pub grace: Duration,
+    /// What the prober remembered of the shoot before this run's verdict.
+    pub memory_before: &'a VerdictMemory,
     /// What the prober makes of it ([`dwd_core::verdict`]).
     pub verdict: &'a Verdict,
     /// The flow the verdict calls for, its intent built from the seed caches; `None` when
     /// the verdict calls for none.
     pub flow: Option<PlannedFlow>,
+    /// The intent of the flow the decision asked for when the hysteresis holds it.
+    pub held: Option<Intent>,
 }
 
 /// What became of a flow handed to an executor, for its log line and decision event.
@@ -187,8 +221,172 @@ pub(crate) fn log_taken(judged: &Judged<'_>, flow: &PlannedFlow, taken: &Taken) 
                 threshold, action = %dir, %scope, "{report}");
         }
         Taken::Queued { superseding, .. } => {
+            let decision_id = flow.decision.as_deref().unwrap_or_default();
             info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
-                action = %dir, %scope, superseding, "{report}");
+                action = %dir, %scope, superseding, decision_id, "{report}");
         }
     }
+}
+
+/// The record of what became of a flow.
+fn taken_record(taken: &Taken) -> TakenRecord {
+    match taken {
+        Taken::Nothing(why) => TakenRecord::Nothing { why: text(why) },
+        Taken::Queued {
+            targets,
+            superseding,
+        } => TakenRecord::Queued {
+            targets: targets.clone(),
+            superseding: *superseding,
+        },
+        Taken::Superseded => TakenRecord::Superseded,
+        Taken::Recorded => TakenRecord::Recorded,
+    }
+}
+
+/// Keeps the decision record of `judged`, if the run is worth one
+/// ([`reasons_to_record`]): `taken` is what the executor made of its flow, `id` the id its
+/// flow was handed over with (a new one when none). Returns the id of the record kept.
+pub(crate) fn keep_run_record(
+    ctx: &ProberContext,
+    shoot: &ShootRef<'_>,
+    judged: &Judged<'_>,
+    taken: Option<(&Taken, String)>,
+    mode: Mode,
+) -> Option<String> {
+    let intent = judged
+        .flow
+        .as_ref()
+        .map(|f| &f.intent)
+        .or(judged.held.as_ref());
+    let (taken, id) = match taken {
+        Some((taken, id)) => (Some(taken_record(taken)), Some(id)),
+        None => (judged.held.as_ref().map(|_| TakenRecord::Held), None),
+    };
+    let because = reasons_to_record(judged.report, judged.verdict, intent, taken.as_ref());
+    if because.is_empty() {
+        return None;
+    }
+    let targets = scaler::seen_in_caches_all(ctx, shoot.namespace);
+    let run = JudgedRun {
+        report: judged.report,
+        now: judged.judged_at,
+        memory_before: judged.memory_before,
+        verdict: judged.verdict,
+        intent,
+        targets: &targets,
+    };
+    let record = DecisionRecord {
+        schema: SCHEMA.into(),
+        id: id.unwrap_or_else(|| ctx.decisions.next_id(shoot.namespace, judged.judged_at)),
+        namespace: shoot.namespace.to_owned(),
+        at: timestamp(judged.judged_at),
+        mode,
+        recorded_because: because,
+        body: RecordBody::Run(Box::new(RunRecord::judged(
+            &ctx.config,
+            judged.grace,
+            &run,
+            taken,
+        ))),
+    };
+    ctx.decisions.keep(&record).then_some(record.id)
+}
+
+/// Keeps the record of a run not made for room when something could have been decided: a
+/// decision was pending, or the shoot's last finding had expired leases.
+pub(crate) fn keep_not_made_record(
+    ctx: &ProberContext,
+    shoot: &ShootRef<'_>,
+    not_made: &NotMade<'_>,
+    mode: Mode,
+) {
+    if !not_made.decision_pending && !not_made.expired_seen {
+        return;
+    }
+    let now = Utc::now();
+    let record = DecisionRecord {
+        schema: SCHEMA.into(),
+        id: ctx.decisions.next_id(shoot.namespace, now),
+        namespace: shoot.namespace.to_owned(),
+        at: timestamp(now),
+        mode,
+        recorded_because: vec![Because::NotMadeForRoom],
+        body: RecordBody::Run(Box::new(RunRecord {
+            settings: SettingsRecord::of(&ctx.config, not_made.grace),
+            finding: None,
+            not_made: Some(NotMadeRecord {
+                cause: not_made.cause.to_owned(),
+                decision_pending: not_made.decision_pending,
+            }),
+            verdict: None,
+            targets: Vec::new(),
+            intent: None,
+            taken: None,
+        })),
+    };
+    ctx.decisions.keep(&record);
+}
+
+/// Keeps the record of how `flow` of shoot `namespace`, started at `started_at`, ended.
+pub(crate) fn keep_flow_record(
+    ctx: &ProberContext,
+    namespace: &str,
+    flow: &PlannedFlow,
+    started_at: DateTime<Utc>,
+    result: &Result<FlowReport, Box<FlowError>>,
+) {
+    let (report, outcome, failure) = match result {
+        Ok(report) if report.superseded => (report, FlowOutcome::Superseded, None),
+        Ok(report) => (report, FlowOutcome::Finished, None),
+        Err(failed) => (
+            &failed.report,
+            FlowOutcome::Failed,
+            Some(FlowFailure {
+                target: failed.target.clone(),
+                error: text(&failed.error.to_string()),
+            }),
+        ),
+    };
+    let writes = report
+        .targets
+        .iter()
+        .map(|t| {
+            let (outcome, from, to, why) = match &t.outcome {
+                TargetOutcome::Scaled { from, to } => {
+                    (WriteOutcome::Scaled, Some(*from), Some(*to), None)
+                }
+                TargetOutcome::Skipped(why) => (WriteOutcome::Skipped, None, None, Some(text(why))),
+            };
+            WriteRecord {
+                target: t.name.clone(),
+                level: t.level,
+                outcome,
+                from,
+                to,
+                why,
+                at: timestamp(t.ended_at),
+                budget_wait_seconds: t.budget_wait.as_secs_f64(),
+            }
+        })
+        .collect();
+    let now = Utc::now();
+    let decision = flow.decision.clone().unwrap_or_default();
+    let record = DecisionRecord {
+        schema: SCHEMA.into(),
+        id: ctx.decisions.next_id(namespace, now),
+        namespace: namespace.to_owned(),
+        at: timestamp(now),
+        mode: Mode::Acting,
+        recorded_because: vec![Because::FlowOutcome],
+        body: RecordBody::Flow(FlowRecord {
+            decision,
+            flow: FlowName::of(flow.intent.dir, flow.intent.scope),
+            outcome,
+            started_at: timestamp(started_at),
+            failure,
+            writes,
+        }),
+    };
+    ctx.decisions.keep(&record);
 }

@@ -23,6 +23,7 @@
 //! a step is never left half done by a stop.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -61,6 +62,50 @@ pub struct PlannedFlow {
     pub intent: Intent,
     /// The lease probe's summary, for the events on the targets it changes.
     pub reason: String,
+    /// The id of the decision record of the run that handed it over, once the executor
+    /// took it ([`crate::decisions`]); its events and log lines carry it.
+    pub decision: Option<String>,
+}
+
+impl PlannedFlow {
+    /// Why, for its events: the reason, and the decision id that leads to its record.
+    pub(crate) fn event_reason(&self) -> String {
+        match &self.decision {
+            Some(id) => format!("{} (decision {id})", self.reason),
+            None => self.reason.clone(),
+        }
+    }
+}
+
+/// Time a target's writes waited for the seed's request budget, in all (microseconds).
+#[derive(Debug, Default)]
+pub(crate) struct BudgetWait(AtomicU64);
+
+impl BudgetWait {
+    fn add(&self, waited: Duration) {
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.0.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// The time waited so far.
+    pub(crate) fn get(&self) -> Duration {
+        Duration::from_micros(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// How one target's step of a flow ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TargetReport {
+    /// The target's name.
+    pub name: String,
+    /// Its level in the flow.
+    pub level: u32,
+    /// What happened to it.
+    pub outcome: TargetOutcome,
+    /// When its step ended.
+    pub ended_at: chrono::DateTime<chrono::Utc>,
+    /// How long its writes waited for the seed's budget, in all.
+    pub budget_wait: Duration,
 }
 
 /// What happened to one target.
@@ -80,8 +125,8 @@ pub(crate) enum TargetOutcome {
 /// Outcome of a flow: per target, in execution order.
 #[derive(Debug, Default)]
 pub(crate) struct FlowReport {
-    /// (target name, outcome).
-    pub targets: Vec<(String, TargetOutcome)>,
+    /// Each target's step, in the order they ended.
+    pub targets: Vec<TargetReport>,
     /// Whether any call of the flow was answered 429.
     pub throttled: bool,
     /// Whether the flow stopped because a newer verdict superseded it (later levels not run).
@@ -93,8 +138,8 @@ impl FlowReport {
     pub(crate) fn changed(&self) -> Vec<&str> {
         self.targets
             .iter()
-            .filter(|(_, o)| matches!(o, TargetOutcome::Scaled { .. }))
-            .map(|(n, _)| n.as_str())
+            .filter(|t| matches!(t.outcome, TargetOutcome::Scaled { .. }))
+            .map(|t| t.name.as_str())
             .collect()
     }
 }
@@ -122,6 +167,22 @@ pub(crate) fn intent_from_caches(
     intent(&ctx.config.dependent_resource_infos, dir, scope, |info| {
         seen_in_caches(ctx.caches.target(info), namespace, info).0
     })
+}
+
+/// Every configured target of shoot `namespace` as the seed caches show it now (for a
+/// decision record).
+pub(crate) fn seen_in_caches_all(
+    ctx: &ProberContext,
+    namespace: &str,
+) -> Vec<(DependentResourceInfo, Seen)> {
+    ctx.config
+        .dependent_resource_infos
+        .iter()
+        .map(|info| {
+            let seen = seen_in_caches(ctx.caches.target(info), namespace, info).0;
+            (info.clone(), seen)
+        })
+        .collect()
 }
 
 /// Target `info` of shoot `namespace` as its cache (`None`: its kind is not served by the
@@ -194,6 +255,7 @@ pub(crate) async fn run_flow(
     stop: &CancellationToken,
 ) -> Result<FlowReport, Box<FlowError>> {
     let dir = flow.intent.dir;
+    let reason = flow.event_reason();
     let mut report = FlowReport::default();
     for level in &flow.intent.levels {
         if stop.is_cancelled() {
@@ -207,19 +269,27 @@ pub(crate) async fn run_flow(
                 timeout: scale_info_for(info, dir).timeout,
                 stop,
             },
-            reason: &flow.reason,
+            reason: &reason,
         };
+        let decision = flow.decision.as_deref().unwrap_or_default();
         let runs = level.targets.iter().map(|t| async move {
             let name = t.info.target.name.clone();
+            let waited = BudgetWait::default();
             let result = match ctx.caches.target(&t.info) {
-                Some(target) => scale_target(TargetStep { ctx, namespace, target, dir, step: step(&t.info) })
-                    .instrument(info_span!("scale", target = %name, direction = %dir, scale_level = level.level))
+                Some(target) => scale_target(TargetStep { ctx, namespace, target, dir, step: step(&t.info), waited: &waited })
+                    .instrument(info_span!("scale", target = %name, direction = %dir, scale_level = level.level, decision_id = %decision))
                     .await,
                 // Its kind is not served by the seed: that does not change while the prober
                 // runs, so the step the intent judged stands.
                 None => not_planned(&t.step, &t.seen, namespace, &t.info),
             };
-            (name, result)
+            let ended = Ended {
+                name,
+                level: level.level,
+                at: chrono::Utc::now(),
+                waited: waited.get(),
+            };
+            (ended, result)
         });
         let results = futures::future::join_all(runs).await;
         if let Some((target, error)) = tally(ctx, dir, results, &mut report) {
@@ -236,16 +306,25 @@ pub(crate) async fn run_flow(
     Ok(report)
 }
 
+/// A target's step that ended, before its outcome is told.
+struct Ended {
+    name: String,
+    level: u32,
+    at: chrono::DateTime<chrono::Utc>,
+    waited: Duration,
+}
+
 /// Counts the outcomes of one level's targets into `report` and the metrics; the first
 /// failed target and its error, if one failed (a stopped target is neither done nor failed).
 fn tally(
     ctx: &ProberContext,
     dir: Direction,
-    results: Vec<(String, Result<TargetOutcome>)>,
+    results: Vec<(Ended, Result<TargetOutcome>)>,
     report: &mut FlowReport,
 ) -> Option<(String, Error)> {
     let mut failure = None;
-    for (name, result) in results {
+    for (ended, result) in results {
+        let name = ended.name.clone();
         let labels = |outcome| ScaleOpLabels {
             direction: dir.into(),
             target: name.clone(),
@@ -260,7 +339,13 @@ fn tally(
                     Outcome::Skipped
                 };
                 ctx.metrics.scale_operations.get_or_create(&labels(o)).inc();
-                report.targets.push((name, outcome));
+                report.targets.push(TargetReport {
+                    name: ended.name,
+                    level: ended.level,
+                    outcome,
+                    ended_at: ended.at,
+                    budget_wait: ended.waited,
+                });
             }
             Err(error) => {
                 ctx.metrics
@@ -405,7 +490,8 @@ fn deadline_in(limit: Duration) -> Deadline {
 }
 
 /// One seed call of a scaling step, bounded by `limit` (the target's call timeout) from the
-/// moment it leaves the seed's budget queue (`sent`, see [`TargetApi::until`]). The wait for
+/// moment it leaves the seed's budget queue (`sent`, see [`TargetApi::until`]); the time it
+/// queued is added to `waited` (for the flow's decision record). The wait for
 /// the budget is not bounded by it: on the worst day hundreds of flows queue for minutes, and
 /// a write that gave up its place after `timeout` (as the reference's does) would only queue
 /// again at the back, fail its flow after three attempts and be decided anew; a newer verdict
@@ -415,16 +501,21 @@ async fn call<T>(
     ctx: &ProberContext,
     action: String,
     limit: Duration,
+    waited: &BudgetWait,
     sent: &Notify,
     fut: impl std::future::Future<Output = kube::Result<T>>,
 ) -> Result<T> {
     ctx.metrics.count_api_request(ApiLabel::Seed);
     tokio::pin!(fut);
+    let queued_at = tokio::time::Instant::now();
     let answered = tokio::select! {
         biased;
         answer = &mut fut => Ok(answer),
         () = sent.notified() => Err(()),
     };
+    if answered.is_err() {
+        waited.add(queued_at.elapsed());
+    }
     let answer = match answered {
         Ok(answer) => Ok(answer),
         Err(()) => tokio::time::timeout(limit, fut).await,
@@ -456,6 +547,8 @@ struct TargetWrites<'a> {
     /// The target's name.
     name: &'a str,
     limit: Duration,
+    /// Where each call adds its wait for the seed's budget.
+    waited: &'a BudgetWait,
 }
 
 impl<'a> TargetWrites<'a> {
@@ -465,6 +558,7 @@ impl<'a> TargetWrites<'a> {
         namespace: &'a str,
         target: &'a TargetCache,
         settings: &WriteSettings<'a>,
+        waited: &'a BudgetWait,
     ) -> TargetWrites<'a> {
         TargetWrites {
             ctx,
@@ -477,6 +571,7 @@ impl<'a> TargetWrites<'a> {
             },
             name: &target.info.target.name,
             limit: call_timeout(settings.timeout),
+            waited,
         }
     }
 
@@ -490,6 +585,7 @@ impl<'a> TargetWrites<'a> {
             },
             name: self.name,
             limit: self.limit,
+            waited: self.waited,
         }
     }
 
@@ -499,7 +595,7 @@ impl<'a> TargetWrites<'a> {
         let api = self.api.until(deadline_in(self.limit), &sent);
         let (pp, patch) = (PatchParams::default(), Patch::Merge(patch));
         let write = api.patch(self.name, &pp, &patch);
-        call(self.ctx, action, self.limit, &sent, write).await
+        call(self.ctx, action, self.limit, self.waited, &sent, write).await
     }
 
     /// Removes what `patch` clears (`what`), conditional on the target's version `rv`.
@@ -520,7 +616,7 @@ impl<'a> TargetWrites<'a> {
         let api = self.api.until(deadline_in(self.limit), &sent);
         let (pp, patch) = (PatchParams::default(), Patch::Merge(patch));
         let write = api.patch_scale(self.name, &pp, &patch);
-        let scale = call(self.ctx, action, self.limit, &sent, write).await?;
+        let scale = call(self.ctx, action, self.limit, self.waited, &sent, write).await?;
         Ok((scale.metadata.resource_version, scale.metadata.uid))
     }
 }
@@ -585,6 +681,8 @@ struct TargetStep<'a> {
     target: &'a TargetCache,
     dir: Direction,
     step: Step<'a>,
+    /// Where its writes add the time they waited for the seed's budget.
+    waited: &'a BudgetWait,
 }
 
 /// One attempt of a target's step: judged again from the newest cached object, then written.
@@ -595,6 +693,7 @@ async fn attempt_once(target_step: TargetStep<'_>) -> Result<TargetOutcome> {
         target,
         dir,
         step,
+        waited,
     } = target_step;
     let r = &target.info.target;
     let what = format!("{} {namespace}/{}", r.kind, r.name);
@@ -619,7 +718,7 @@ async fn attempt_once(target_step: TargetStep<'_>) -> Result<TargetOutcome> {
         },
         from: state.spec_replicas,
     };
-    let writes = TargetWrites::of(ctx, namespace, target, &step.writes);
+    let writes = TargetWrites::of(ctx, namespace, target, &step.writes, waited);
     let rv = state.resource_version.as_deref();
     match plan.action {
         TargetAction::Ignored { clear_marker } => {
@@ -884,6 +983,7 @@ mod tests {
             events: Events::disabled(metrics.clone()),
             metrics,
             memory: crate::memory_budget::MemoryBudget::unbounded(),
+            decisions: Arc::new(crate::decisions::DecisionLog::new(3)),
         }
     }
 
@@ -932,6 +1032,7 @@ mod tests {
         PlannedFlow {
             intent: intent_from_caches(ctx, ns, dir, FlowScope::All),
             reason: "test".into(),
+            decision: None,
         }
     }
 

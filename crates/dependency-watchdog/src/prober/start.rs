@@ -15,6 +15,7 @@ use super::manager::ProbeManager;
 use super::seed_caches::SeedCaches;
 use super::{controller, probe, shadow_observer};
 use crate::Result;
+use crate::decisions::DecisionLog;
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::observe::events::{Component, Events, PodRef};
@@ -37,6 +38,8 @@ pub struct ProberStart {
     pub own_pod: PodRef,
     /// Shadow mode's book when running with `--shadow`: decide, never scale.
     pub shadow: Option<Arc<Shadow>>,
+    /// Where decision records go (the metrics endpoint serves its rings).
+    pub decisions: Arc<DecisionLog>,
 }
 
 /// Runs the prober started with `start` until `shutdown` is cancelled or a critical task
@@ -114,6 +117,7 @@ async fn context(
         health: _,
         own_pod,
         shadow,
+        decisions,
     } = start;
     let caches = SeedCaches::start(
         &seed,
@@ -151,6 +155,7 @@ async fn context(
         metrics,
         events,
         memory,
+        decisions,
     })
 }
 

@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::server;
 use crate::client::kube_client;
+use crate::decisions::DecisionLog;
 use crate::metrics::Metrics;
 use crate::observe::events;
 use crate::observe::health::{self, Health};
@@ -109,6 +110,7 @@ async fn start_endpoints(
     args: &CommonArgs,
     shutdown: CancellationToken,
     shadow: Option<Arc<Shadow>>,
+    decisions: Option<Arc<DecisionLog>>,
 ) -> Result<Runtime> {
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();
@@ -120,7 +122,7 @@ async fn start_endpoints(
     let (maddr, _) = server::serve(
         "metrics",
         &args.metrics_bind_addr,
-        server::Endpoints::Metrics(Arc::new(Mutex::new(registry)), shadow),
+        server::Endpoints::Metrics(Arc::new(Mutex::new(registry)), shadow, decisions),
         shutdown.clone(),
     )
     .await?;
@@ -289,6 +291,7 @@ async fn start(
     shutdown: CancellationToken,
     sub: &Subcommand,
     default_window: impl FnOnce() -> Duration,
+    decisions: Option<Arc<DecisionLog>>,
 ) -> Result<Started> {
     // Before connecting: invalid flags fail at once.
     let timings = match args.enable_leader_election {
@@ -301,7 +304,7 @@ async fn start(
         let window = args.shadow_window.unwrap_or_else(default_window);
         Shadow::new(sub.component, window)
     });
-    let rt = start_endpoints(args, shutdown, shadow.clone()).await?;
+    let rt = start_endpoints(args, shutdown, shadow.clone(), decisions).await?;
     let lease = match &shadow {
         Some(shadow) => {
             warn!(window = ?shadow.window(), "shadow mode: {}; comparing with the acting watchdog (GET /shadow on the metrics address)", sub.shadow_leaves_undone);
@@ -341,10 +344,9 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Prober(args) => {
             let config = load_prober_config(&args.config_file)?;
             let interval = config.probe_interval;
-            let started = start(&args, shutdown, &PROBER, || {
-                (interval * 3).max(Duration::from_secs(120))
-            })
-            .await?;
+            let decisions = Arc::new(DecisionLog::new(config.dependent_resource_infos.len()));
+            let window = || (interval * 3).max(Duration::from_secs(120));
+            let started = start(&args, shutdown, &PROBER, window, Some(decisions.clone())).await?;
             info!(targets = config.dependent_resource_infos.len(), interval = ?config.probe_interval, "prober starting");
             let run_memory =
                 memory_budget::size(args.run_memory_budget, memory_budget::cgroup_limit());
@@ -359,6 +361,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                     health,
                     own_pod: events::PodRef::discover(&args.leader_election_namespace),
                     shadow: started.shadow,
+                    decisions,
                 };
                 prober::run(start, token)
             })
@@ -367,10 +370,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Weeder(args) => {
             let config = load_weeder_config(&args.config_file)?;
             let watch_duration = config.watch_duration;
-            let started = start(&args, shutdown, &WEEDER, || {
-                watch_duration.max(Duration::from_secs(60))
-            })
-            .await?;
+            let window = || watch_duration.max(Duration::from_secs(60));
+            let started = start(&args, shutdown, &WEEDER, window, None).await?;
             info!(services = config.services_and_dependant_selectors.len(), watch_duration = ?config.watch_duration, "weeder starting");
             let (metrics, health) = (started.rt.metrics.clone(), started.rt.health.clone());
             run_elected(started.elector, &started.rt, |token| {

@@ -61,8 +61,13 @@ pub(crate) fn parse_bind_addr(addr: &str) -> Result<SocketAddr, String> {
 /// What a server answers.
 #[derive(Clone)]
 pub enum Endpoints {
-    /// `/metrics`, and in shadow mode `/shadow` and `/shadow.json`.
-    Metrics(Arc<Mutex<Registry>>, Option<Arc<crate::shadow::Shadow>>),
+    /// `/metrics`; in shadow mode `/shadow` and `/shadow.json`; the prober's
+    /// `/debug/decisions` (its decision records, [`crate::decisions`]).
+    Metrics(
+        Arc<Mutex<Registry>>,
+        Option<Arc<crate::shadow::Shadow>>,
+        Option<Arc<crate::decisions::DecisionLog>>,
+    ),
     /// `/healthz`, `/readyz`.
     Health(Arc<Health>),
 }
@@ -70,17 +75,26 @@ pub enum Endpoints {
 /// The answer to `GET path?query`.
 fn respond(endpoints: &Endpoints, path: &str, query: Option<&str>) -> Response<Full<Bytes>> {
     let (status, ctype, body) = match (endpoints, path) {
-        (Endpoints::Metrics(_, Some(shadow)), "/shadow") => (
+        (Endpoints::Metrics(_, _, Some(decisions)), "/debug/decisions") => {
+            let (found, body) = decisions.render(query);
+            let status = if found {
+                StatusCode::OK
+            } else {
+                StatusCode::NOT_FOUND
+            };
+            (status, "application/json", body)
+        }
+        (Endpoints::Metrics(_, Some(shadow), _), "/shadow") => (
             StatusCode::OK,
             "text/plain; charset=utf-8",
             shadow.render_text(&crate::shadow::Selection::parse(query)),
         ),
-        (Endpoints::Metrics(_, Some(shadow)), "/shadow.json") => (
+        (Endpoints::Metrics(_, Some(shadow), _), "/shadow.json") => (
             StatusCode::OK,
             "application/json",
             shadow.render_json(&crate::shadow::Selection::parse(query)),
         ),
-        (Endpoints::Metrics(registry, _), "/metrics") => {
+        (Endpoints::Metrics(registry, _, _), "/metrics") => {
             let mut text = String::new();
             let registry = registry
                 .lock()

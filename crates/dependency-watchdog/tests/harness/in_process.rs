@@ -676,6 +676,7 @@ pub(crate) fn spawn_prober_with_shadow(
                     name: pod,
                 },
                 shadow,
+                decisions: Arc::new(dependency_watchdog::decisions::DecisionLog::new(3)),
             };
             let result = dependency_watchdog::prober::run(start, stop).await;
             eprintln!("prober ended: {result:?}");
