@@ -5,7 +5,9 @@
 //! - [`binary`]: the real `dependency-watchdog` binary as a child process, its log and its
 //!   `/metrics`;
 //! - [`gardener`]: the seed as gardenlet sets it up (namespaces, the shipped manifests,
-//!   fixtures), for the tests that run the binary as Gardener deploys it.
+//!   fixtures), for the tests that run the binary as Gardener deploys it;
+//! - [`monitoring`]: the metrics the binary exports, and checks that alerts and dashboards name
+//!   only those.
 //!
 //! Each test binary declares `mod harness;` and uses what it needs (unused helpers are
 //! allowed in each module).
@@ -18,3 +20,4 @@
 pub(crate) mod binary;
 pub(crate) mod gardener;
 pub(crate) mod in_process;
+pub(crate) mod monitoring;
