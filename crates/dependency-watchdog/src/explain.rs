@@ -14,6 +14,7 @@ use std::time::Duration;
 use chrono::Utc;
 use dwd_core::intent::{Seen, intent};
 use dwd_core::lease::LeaseReport;
+use dwd_core::record::ZoneRecord;
 use dwd_core::scaling::FlowScope;
 use dwd_core::verdict::{Streak, VerdictMemory};
 use dwd_core::zone::ZoneRule;
@@ -75,7 +76,7 @@ pub struct LeaseSummary {
     /// The grace period used (`kcmNodeMonitorGraceDuration` or the shoot's override), seconds.
     pub grace_seconds: f64,
     /// The candidates by zone (node label `topology.kubernetes.io/zone`), sorted by name.
-    pub zones: Vec<ZoneLine>,
+    pub zones: Vec<ZoneRecord>,
     /// `zoneLeaseFailureFraction`.
     pub zone_threshold: f64,
     /// `minCandidatesPerZone`.
@@ -86,23 +87,6 @@ pub struct LeaseSummary {
     pub decision: String,
     /// The report's one-line summary (as the prober logs it).
     pub summary: String,
-}
-
-/// One zone's share of the verdict.
-#[derive(Debug, Serialize)]
-pub struct ZoneLine {
-    /// Zone name.
-    pub zone: String,
-    /// Candidate nodes in the zone.
-    pub candidates: usize,
-    /// Of those, with an expired lease.
-    pub expired: usize,
-    /// `expired / candidates`.
-    pub fraction: f64,
-    /// Whether the zone is disrupted.
-    pub disrupted: bool,
-    /// Whether it has fewer candidates than `minCandidatesPerZone` (never disrupted).
-    pub too_small: bool,
 }
 
 /// A node's verdict.
@@ -390,18 +374,7 @@ fn summarize(
         fraction: report.fraction,
         threshold: report.threshold,
         grace_seconds: grace.as_secs_f64(),
-        zones: report
-            .zones
-            .iter()
-            .map(|z| ZoneLine {
-                zone: z.zone.clone(),
-                candidates: z.candidates,
-                expired: z.expired,
-                fraction: z.fraction(),
-                disrupted: z.disrupted,
-                too_small: z.too_small,
-            })
-            .collect(),
+        zones: report.zones.iter().map(ZoneRecord::of).collect(),
         zone_threshold: zone_rule.failure_fraction,
         min_candidates_per_zone: zone_rule.min_candidates,
         zonal_protection: zone_rule.protection,

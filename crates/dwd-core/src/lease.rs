@@ -80,8 +80,10 @@ pub struct NodeLeaseView {
     pub renew_time: Option<DateTime<Utc>>,
 }
 
-/// Why a node does not vote.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a node does not vote. As a decision record writes it: tagged by `kind`, snake_case
+/// ([`crate::record`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ExclusionReason {
     /// The node has the annotation [`NOT_MANAGED_BY_MCM_ANNOTATION`].
     NotManagedByMcm,

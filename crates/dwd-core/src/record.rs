@@ -246,6 +246,20 @@ pub struct ZoneRecord {
     pub too_small: bool,
 }
 
+impl ZoneRecord {
+    /// The record of `zone` (its name cut to [`NAME_BYTES`]).
+    pub fn of(zone: &ZoneReport) -> ZoneRecord {
+        ZoneRecord {
+            zone: name(&zone.zone),
+            candidates: zone.candidates,
+            expired: zone.expired,
+            fraction: zone.fraction(),
+            disrupted: zone.disrupted,
+            too_small: zone.too_small,
+        }
+    }
+}
+
 /// A candidate lease.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeaseRecord {
@@ -270,69 +284,23 @@ pub struct ExcludedRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
     /// Why it does not vote.
-    pub why: Exclusion,
+    pub why: ExclusionReason,
 }
 
-/// Why a node does not vote ([`ExclusionReason`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "reason", rename_all = "snake_case")]
-pub enum Exclusion {
-    /// Annotated as not managed by MCM.
-    NotManagedByMcm,
-    /// An unhealthy condition of its pool is `True`.
-    UnhealthyCondition {
-        /// The condition type.
-        condition: String,
-    },
-    /// No Machine backs it.
-    NoMachine,
-    /// Its Machine is failed or terminating.
-    MachinePhase {
-        /// The phase.
-        phase: String,
-    },
-    /// An in-place update.
-    InPlaceUpdate {
-        /// The condition's reason.
-        update: String,
-    },
-    /// No lease.
-    NoLease,
-}
-
-impl Exclusion {
-    fn of(reason: &ExclusionReason) -> Exclusion {
-        match reason {
-            ExclusionReason::NotManagedByMcm => Exclusion::NotManagedByMcm,
-            ExclusionReason::UnhealthyCondition { condition } => Exclusion::UnhealthyCondition {
-                condition: name(condition),
-            },
-            ExclusionReason::NoMachine => Exclusion::NoMachine,
-            ExclusionReason::MachinePhase { phase } => {
-                Exclusion::MachinePhase { phase: name(phase) }
-            }
-            ExclusionReason::InPlaceUpdate { reason } => Exclusion::InPlaceUpdate {
-                update: name(reason),
-            },
-            ExclusionReason::NoLease => Exclusion::NoLease,
+/// `reason` with the names it quotes (a condition, a phase, an update's reason: the
+/// tenant's) cut to [`NAME_BYTES`].
+fn exclusion(reason: &ExclusionReason) -> ExclusionReason {
+    match reason {
+        ExclusionReason::UnhealthyCondition { condition } => ExclusionReason::UnhealthyCondition {
+            condition: name(condition),
+        },
+        ExclusionReason::MachinePhase { phase } => {
+            ExclusionReason::MachinePhase { phase: name(phase) }
         }
-    }
-
-    fn reason(&self) -> ExclusionReason {
-        match self {
-            Exclusion::NotManagedByMcm => ExclusionReason::NotManagedByMcm,
-            Exclusion::UnhealthyCondition { condition } => ExclusionReason::UnhealthyCondition {
-                condition: condition.clone(),
-            },
-            Exclusion::NoMachine => ExclusionReason::NoMachine,
-            Exclusion::MachinePhase { phase } => ExclusionReason::MachinePhase {
-                phase: phase.clone(),
-            },
-            Exclusion::InPlaceUpdate { update } => ExclusionReason::InPlaceUpdate {
-                reason: update.clone(),
-            },
-            Exclusion::NoLease => ExclusionReason::NoLease,
-        }
+        ExclusionReason::InPlaceUpdate { reason } => ExclusionReason::InPlaceUpdate {
+            reason: name(reason),
+        },
+        other => other.clone(),
     }
 }
 
@@ -903,7 +871,7 @@ impl FindingRecord {
                     excluded.push(ExcludedRecord {
                         node: name(&n.node),
                         zone,
-                        why: Exclusion::of(reason),
+                        why: exclusion(reason),
                     });
                 }
                 Verdict::Excluded(_) => not_named.excluded += 1,
@@ -923,14 +891,7 @@ impl FindingRecord {
                 .zones
                 .iter()
                 .take(ZONES_RECORDED)
-                .map(|z| ZoneRecord {
-                    zone: name(&z.zone),
-                    candidates: z.candidates,
-                    expired: z.expired,
-                    fraction: z.fraction(),
-                    disrupted: z.disrupted,
-                    too_small: z.too_small,
-                })
+                .map(ZoneRecord::of)
                 .collect(),
             zones_not_listed: report.zones.len().saturating_sub(ZONES_RECORDED),
             expired_leases: expired,
@@ -1290,7 +1251,7 @@ fn replayed_report(
         .chain(finding.excluded_nodes.iter().map(|e| NodeVerdict {
             node: e.node.clone(),
             zone: e.zone.clone(),
-            verdict: Verdict::Excluded(e.why.reason()),
+            verdict: Verdict::Excluded(e.why.clone()),
         }))
         .collect();
     nodes.sort_by(|a, b| a.node.cmp(&b.node));
