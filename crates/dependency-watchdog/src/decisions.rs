@@ -32,8 +32,8 @@ use tracing::info;
 pub const RING_RECORDS: usize = 8;
 
 /// The log field that carries a record's JSON object, written raw by the JSON and console
-/// layouts ([`crate::observe::logging`]).
-pub const RECORD_FIELD: &str = "record";
+/// layouts.
+pub use crate::observe::logging::RECORD_FIELD;
 
 /// One shoot's last records.
 #[derive(Default)]
@@ -220,4 +220,102 @@ fn signature(record: &DecisionRecord) -> u64 {
         RecordBody::Flow(_) => record.id.hash(&mut h),
     }
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use dwd_core::record::{
+        FlowName, FlowOutcome, FlowRecord, Mode, NotMadeRecord, RunRecord, SCHEMA, SettingsRecord,
+    };
+
+    use super::*;
+
+    fn not_made(id: &str, pending: bool) -> DecisionRecord {
+        DecisionRecord {
+            schema: SCHEMA.into(),
+            id: id.into(),
+            namespace: "shoot--p--a".into(),
+            at: "2026-11-29T03:12:00.000Z".into(),
+            mode: Mode::Acting,
+            recorded_because: vec![Because::NotMadeForRoom],
+            body: RecordBody::Run(Box::new(RunRecord {
+                settings: SettingsRecord {
+                    node_lease_failure_fraction: 0.6,
+                    zone_lease_failure_fraction: 0.6,
+                    min_candidates_per_zone: 3,
+                    success_threshold: 1,
+                    failure_threshold: 1,
+                    grace_seconds: 40.0,
+                },
+                finding: None,
+                not_made: Some(NotMadeRecord {
+                    cause: "no_room_in_time".into(),
+                    decision_pending: pending,
+                }),
+                verdict: None,
+                targets: Vec::new(),
+                intent: None,
+                taken: None,
+            })),
+        }
+    }
+
+    fn flow(id: &str) -> DecisionRecord {
+        DecisionRecord {
+            recorded_because: vec![Because::FlowOutcome],
+            body: RecordBody::Flow(FlowRecord {
+                decision: "shoot--p--a/1.0".into(),
+                flow: FlowName::of(dwd_core::Direction::Down, dwd_core::scaling::FlowScope::All),
+                outcome: FlowOutcome::Finished,
+                started_at: "2026-11-29T03:12:00.000Z".into(),
+                failure: None,
+                writes: Vec::new(),
+            }),
+            ..not_made(id, true)
+        }
+    }
+
+    #[test]
+    fn a_repeat_of_the_last_record_is_not_kept_a_flow_always_is_and_the_ring_keeps_eight() {
+        let log = DecisionLog::new(3);
+        assert!(log.keep(&not_made("shoot--p--a/1.1", true)));
+        assert!(
+            !log.keep(&not_made("shoot--p--a/1.2", true)),
+            "the same again"
+        );
+        assert!(log.keep(&not_made("shoot--p--a/1.3", false)), "changed");
+        for i in 0..10 {
+            assert!(log.keep(&flow(&format!("shoot--p--a/2.{i}"))));
+        }
+        let kept = log.records("shoot--p--a");
+        assert_eq!(kept.len(), RING_RECORDS);
+        assert!(kept[0].contains("shoot--p--a/2.2"), "oldest dropped first");
+        assert_eq!(log.bytes(), kept.iter().map(|t| t.len()).sum::<usize>());
+        log.forget("shoot--p--a");
+        assert!(log.records("shoot--p--a").is_empty());
+    }
+
+    #[test]
+    fn the_endpoint_lists_shoots_serves_a_shoots_records_and_finds_one_by_its_encoded_id() {
+        let log = DecisionLog::new(3);
+        log.keep(&not_made("shoot--p--a/1.1", true));
+        log.keep(&flow("shoot--p--a/1.2"));
+        let (found, index) = log.render(None);
+        let index: serde_json::Value = serde_json::from_str(&index).expect("json");
+        assert!(found);
+        assert_eq!(index["shoots"][0]["shoot"], "shoot--p--a");
+        assert_eq!(index["shoots"][0]["records"], 2);
+        let (_, all) = log.render(Some("shoot=shoot--p--a"));
+        let all: Vec<DecisionRecord> = serde_json::from_str(&all).expect("records");
+        assert_eq!(all.len(), 2);
+        let (found, one) = log.render(Some("shoot=shoot--p--a&id=shoot--p--a%2F1.2"));
+        let one: Vec<DecisionRecord> = serde_json::from_str(&one).expect("records");
+        assert!(found);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].id, "shoot--p--a/1.2");
+        let (found, none) = log.render(Some("shoot=shoot--p--a&id=nope"));
+        assert!(!found);
+        assert_eq!(none, "[]");
+        assert_eq!(log.render(Some("shoot=other")).1, "[]");
+    }
 }

@@ -624,7 +624,7 @@ impl<'a> FieldWriter<'a> {
 
 impl Visit for FieldWriter<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if field.name() == crate::decisions::RECORD_FIELD {
+        if field.name() == RECORD_FIELD {
             let text = format!("{value:?}");
             if is_record_object(&text) && self.key(field.name()) {
                 self.out.push_str(&text);
@@ -674,11 +674,15 @@ impl Visit for FieldWriter<'_> {
     }
 }
 
+/// The field whose value, a decision record's JSON object ([`crate::decisions`]), the JSON
+/// and console layouts write raw (an object, not a string).
+pub const RECORD_FIELD: &str = "record";
+
 /// The most bytes of a decision record a line carries whole: far above
 /// [`dwd_core::record::record_bound`] of any real config (16.75 KiB for three targets).
 pub(crate) const RECORD_LINE_LIMIT: usize = 64 << 10;
 
-/// Whether `text`, the value of a [`crate::decisions::RECORD_FIELD`], is written raw: one
+/// Whether `text`, the value of a [`RECORD_FIELD`], is written raw: one
 /// JSON object on one line, within [`RECORD_LINE_LIMIT`]. Only our code names that field and
 /// serde writes its value, so this holds; anything else is written as any other value
 /// (quoted, cut), so no value can break a line's JSON.
@@ -844,6 +848,35 @@ mod tests {
         );
         let line = &json_lines(&text)[0];
         assert_eq!(line["error"], "boom \"quoted\"\nsecond line");
+    }
+
+    #[test]
+    fn a_decision_record_is_written_whole_as_an_object_and_anything_else_under_its_name_as_text() {
+        let record = r#"{"schema":"s","id":"ns/1.0","nested":{"n":[1,2.5,null],"t":"a\"b"}}"#;
+        let long = format!(r#"{{"pad":"{}"}}"#, "x".repeat(RECORD_LINE_LIMIT));
+        for console in [false, true] {
+            let text = capture(console, TimeEncoding::Rfc3339, ZapLevel::DEBUG, || {
+                info!(decision_id = "ns/1.0", record = %record, "decision record");
+                info!(record = "{\"not\": closed", "not an object");
+                info!(record = %long, "too long");
+            });
+            let objects: Vec<serde_json::Value> = text
+                .lines()
+                .map(|l| {
+                    let at = if console {
+                        l.find("\t{").expect("fields") + 1
+                    } else {
+                        0
+                    };
+                    serde_json::from_str(&l[at..]).unwrap_or_else(|e| panic!("{e}: {l}"))
+                })
+                .collect();
+            assert_eq!(objects[0]["record"]["nested"]["t"], "a\"b", "{text}");
+            assert_eq!(objects[0]["record"]["id"], "ns/1.0");
+            assert_eq!(objects[1]["record"], "{\"not\": closed");
+            let cut = objects[2]["record"].as_str().expect("a string");
+            assert!(cut.len() < 400 && cut.ends_with(" bytes)"), "{cut}");
+        }
     }
 
     #[test]

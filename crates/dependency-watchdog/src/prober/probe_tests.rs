@@ -1175,3 +1175,77 @@ async fn a_shoot_answer_read_late_because_the_prober_could_not_run_is_not_a_fail
     );
     h.stop().await;
 }
+
+/// The shoot's decision records, parsed, oldest first.
+fn decision_records(h: &Harness) -> Vec<dwd_core::record::DecisionRecord> {
+    h.ctx
+        .decisions
+        .records(NS)
+        .iter()
+        .map(|text| serde_json::from_str(text).expect("a record"))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_and_its_recovery_leave_one_record_per_decision_and_flow_and_replay_as_decided() {
+    use dwd_core::record::{Because, FlowOutcome, RecordBody, StepKind, TakenRecord};
+    let h = Harness::steady([EXPIRED, EXPIRED, FRESH], Mode::Normal).await;
+    h.until(secs(95)).await;
+    let records = decision_records(&h);
+    // The scale-down's run, then its flow's outcome; the runs after it (targets already
+    // down) decide nothing new and keep no record.
+    assert_eq!(records.len(), 2, "{records:#?}");
+    let (run, flow) = (&records[0], &records[1]);
+    assert_eq!(run.recorded_because, [Because::VerdictToScale]);
+    let RecordBody::Run(r) = &run.body else {
+        panic!("a run first: {run:?}")
+    };
+    let finding = r.finding.as_ref().expect("a finding");
+    assert_eq!((finding.candidates, finding.expired), (3, 2));
+    assert_eq!(finding.expired_leases.len(), 2);
+    assert!(r.verdict.as_ref().is_some_and(|v| v.acts));
+    let steps: Vec<_> = r
+        .intent
+        .iter()
+        .flat_map(|i| &i.levels)
+        .flat_map(|l| &l.targets)
+        .map(|t| (t.target.as_str(), t.step, t.replicas))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("Deployment/kcm", StepKind::ScaleDown, Some(2)),
+            ("Deployment/mcm", StepKind::ScaleDown, Some(2))
+        ]
+    );
+    assert!(
+        matches!(&r.taken, Some(TakenRecord::Queued { targets, superseding: false }) if targets.len() == 2)
+    );
+    let RecordBody::Flow(f) = &flow.body else {
+        panic!("the flow's outcome second: {flow:?}")
+    };
+    assert_eq!(f.decision, run.id, "the outcome leads back to its decision");
+    assert_eq!(f.outcome, FlowOutcome::Finished);
+    let written: Vec<_> = f
+        .writes
+        .iter()
+        .map(|w| (w.target.as_str(), w.from, w.to))
+        .collect();
+    assert_eq!(
+        written,
+        [("kcm", Some(2), Some(0)), ("mcm", Some(2), Some(0))]
+    );
+    // Replayed as recorded: the decision the run made.
+    let replayed = crate::explain::replay::replayed(run, None).expect("replay");
+    assert_eq!(replayed.decision, "scale down (all targets)");
+    let text = replayed.to_string();
+    assert!(text.contains("level 0  Deployment/kcm"), "{text}");
+    // Recovery: the restore's run and its flow.
+    h.renew(&["n1", "n2"]);
+    h.until(secs(135)).await;
+    let records = decision_records(&h);
+    assert_eq!(records.len(), 4, "{records:#?}");
+    assert_eq!(records[2].recorded_because, [Because::VerdictToScale]);
+    assert!(matches!(&records[3].body, RecordBody::Flow(f) if f.decision == records[2].id));
+    h.stop().await;
+}

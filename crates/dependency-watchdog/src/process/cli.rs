@@ -56,18 +56,38 @@ pub enum OutputFormat {
 /// Flags of `explain`.
 #[derive(Debug, Clone, Args)]
 pub struct ExplainArgs {
-    /// The prober's config file (the one the prober runs with).
+    /// The prober's config file (the one the prober runs with). With `--record`: replay the
+    /// recorded decision under this config too, and say whether it would differ.
     #[arg(long = "config-file", value_name = "PATH")]
-    pub config_file: PathBuf,
+    pub config_file: Option<PathBuf>,
     /// Path of a kubeconfig for the seed; in-cluster configuration when absent.
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
     /// The shoot namespace in the seed (= the Cluster's name), e.g. shoot--project--name.
+    /// Required live; with `--record`, picks the shoot's records.
     #[arg(long, short = 'n')]
-    pub namespace: String,
+    pub namespace: Option<String>,
+    /// Explain a past decision from its decision record instead of the shoot now: a saved
+    /// prober log, the output of /debug/decisions, or `-` for stdin. Contacts no apiserver.
+    #[arg(long, value_name = "FILE|-")]
+    pub record: Option<String>,
+    /// With `--record`: the record with this decision id (as Events and log lines carry it).
+    #[arg(long, requires = "record", conflicts_with = "at")]
+    pub id: Option<String>,
+    /// With `--record`: the shoot's last decision at or before this time (RFC 3339, e.g.
+    /// 2026-11-29T03:12:00Z); needs `--namespace`.
+    #[arg(long, requires_all = ["record", "namespace"], value_parser = parse_time)]
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value = "text")]
     pub output: OutputFormat,
+}
+
+/// An RFC 3339 time.
+fn parse_time(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("{s:?} is not an RFC 3339 time (e.g. 2026-11-29T03:12:00Z): {e}"))
 }
 
 /// A byte count: digits, optionally followed by `Ki`, `Mi` or `Gi` (Kubernetes' binary

@@ -389,20 +389,65 @@ pub async fn run(cli: Cli) -> Result<()> {
             })
             .await
         }
-        Command::Explain(args) => {
-            let config = load_prober_config(&args.config_file)?;
-            let seed = kube_client::seed_client(args.kubeconfig.as_deref(), 5.0, 10).await?;
-            let explanation = explain::explain(&seed, &config, &args.namespace).await?;
-            match args.output {
-                cli::OutputFormat::Text => print!("{explanation}"),
-                cli::OutputFormat::Json => match serde_json::to_string_pretty(&explanation) {
-                    Ok(text) => println!("{text}"),
-                    Err(e) => return Err(Error::Scaling(format!("encoding the explanation: {e}"))),
-                },
-            }
-            Ok(())
-        }
+        Command::Explain(args) => explain_command(args).await,
     }
+}
+
+/// `explain`: a shoot now, or with `--record` a past decision from its record.
+async fn explain_command(args: cli::ExplainArgs) -> Result<()> {
+    if let Some(source) = &args.record {
+        return explain_record(&args, source);
+    }
+    let (Some(config_file), Some(namespace)) = (&args.config_file, &args.namespace) else {
+        return Err(Error::Scaling(
+            "explain needs --config-file and --namespace (or --record FILE to explain a past decision)"
+                .into(),
+        ));
+    };
+    let config = load_prober_config(config_file)?;
+    let seed = kube_client::seed_client(args.kubeconfig.as_deref(), 5.0, 10).await?;
+    let explanation = explain::explain(&seed, &config, namespace).await?;
+    print_as(args.output, &explanation)
+}
+
+/// `explain --record SOURCE`: reads the records, picks one, replays it (under
+/// `--config-file` too, if given). No apiserver is contacted.
+fn explain_record(args: &cli::ExplainArgs, source: &str) -> Result<()> {
+    use explain::replay;
+    let records = if source == "-" {
+        replay::read_records(std::io::stdin().lock())?
+    } else {
+        let file = std::fs::File::open(source)
+            .map_err(|e| Error::Scaling(format!("--record {source}: {e}")))?;
+        replay::read_records(std::io::BufReader::new(file))?
+    };
+    let pick = replay::Pick {
+        id: args.id.clone(),
+        at: args.at,
+        namespace: args.namespace.clone(),
+    };
+    let record = replay::pick(&records, &pick)?;
+    let config = match &args.config_file {
+        Some(path) => Some((load_prober_config(path)?, path.display().to_string())),
+        None => None,
+    };
+    let replayed = replay::replayed(record, config.as_ref().map(|(c, p)| (c, p.as_str())))?;
+    print_as(args.output, &replayed)
+}
+
+/// Prints `value` as text or JSON.
+fn print_as(
+    output: cli::OutputFormat,
+    value: &(impl std::fmt::Display + serde::Serialize),
+) -> Result<()> {
+    match output {
+        cli::OutputFormat::Text => print!("{value}"),
+        cli::OutputFormat::Json => match serde_json::to_string_pretty(value) {
+            Ok(text) => println!("{text}"),
+            Err(e) => return Err(Error::Scaling(format!("encoding the explanation: {e}"))),
+        },
+    }
+    Ok(())
 }
 
 /// [`run_elected`] against the fake seed apiserver ([`crate::fake_seed`]) on a paused clock,

@@ -8,6 +8,8 @@
 //! lease age, the expired fraction against the threshold, the decision, and the flow of
 //! levels and targets that decision would run.
 
+pub mod replay;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -47,6 +49,9 @@ pub struct Explanation {
     pub hysteresis: Option<String>,
     /// The flow the decision would run (empty when no scaling).
     pub flow: Vec<FlowLevel>,
+    /// When the targets were seen: `None` now; a replayed record's time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seen_at: Option<String>,
 }
 
 /// Outcome of one probe step.
@@ -87,6 +92,13 @@ pub struct LeaseSummary {
     pub decision: String,
     /// The report's one-line summary (as the prober logs it).
     pub summary: String,
+    /// Nodes and orphan leases a replayed decision record does not name (always 0 live).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub not_named: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A node's verdict.
@@ -143,6 +155,7 @@ pub async fn explain(seed: &Client, config: &ProberConfig, namespace: &str) -> R
         lease_probe: None,
         hysteresis: None,
         flow: Vec::new(),
+        seen_at: None,
     };
     let Some(settings) = settings else {
         out.api_server_probe.detail = "skipped: no probe runs for this shoot".into();
@@ -278,7 +291,7 @@ async fn lease_probe(
 }
 
 /// How the hysteresis counts a decision in `dir` that needs `needed` runs in a row.
-fn hysteresis_line(dir: Direction, needed: u32) -> String {
+pub(crate) fn hysteresis_line(dir: Direction, needed: u32) -> String {
     let setting = match dir {
         Direction::Down => "failureThreshold",
         Direction::Up => "successThreshold",
@@ -331,7 +344,7 @@ async fn shoot_client(
         .map_err(|e| format!("secret {namespace}/{secret_name}: {e}"))
 }
 
-fn summarize(
+pub(crate) fn summarize(
     report: &LeaseReport,
     zone_rule: &ZoneRule,
     grace: Duration,
@@ -380,6 +393,7 @@ fn summarize(
         zonal_protection: zone_rule.protection,
         decision: report.decision.to_string(),
         summary: report.to_string(),
+        not_named: 0,
     }
 }
 
@@ -405,7 +419,12 @@ async fn explain_flow(
         seen.remove(&info.target)
             .unwrap_or_else(|| Seen::Unknown("not read".into()))
     });
-    Ok(intent
+    Ok(flow_levels(&intent))
+}
+
+/// The levels of `intent`, each target's step in words.
+pub(crate) fn flow_levels(intent: &dwd_core::intent::Intent) -> Vec<FlowLevel> {
+    intent
         .levels
         .iter()
         .map(|level| FlowLevel {
@@ -419,7 +438,7 @@ async fn explain_flow(
                 })
                 .collect(),
         })
-        .collect())
+        .collect()
 }
 
 /// Target `info` of shoot `namespace` as the seed shows it now.
@@ -514,6 +533,13 @@ impl std::fmt::Display for Explanation {
         for o in &lp.orphan_leases {
             writeln!(f, "    {o:<24} lease without a node: ignored")?;
         }
+        if lp.not_named > 0 {
+            writeln!(
+                f,
+                "    … {} more nodes and orphan leases, counted but not named in the decision record",
+                lp.not_named
+            )?;
+        }
         let fraction = lp
             .fraction
             .map(|x| format!("{x:.2}"))
@@ -529,9 +555,13 @@ impl std::fmt::Display for Explanation {
             writeln!(f, "  hysteresis:       {hysteresis}")?;
         }
         if !self.flow.is_empty() {
+            let when = match &self.seen_at {
+                None => "shows it now".to_owned(),
+                Some(at) => format!("showed it at {at}"),
+            };
             writeln!(
                 f,
-                "  intent (levels in the flow's order, each target as the seed shows it now):"
+                "  intent (levels in the flow's order, each target as the seed {when}):"
             )?;
             for level in &self.flow {
                 for t in &level.targets {
