@@ -3003,3 +3003,163 @@ async fn a_five_hundred_node_shoot_in_outage_is_protected_within_the_bound() -> 
     w.stop(dog).await?;
     w.finish().await
 }
+
+// --- after the fact: decision records (issue 36) ---------------------------------------------
+
+/// The shoot's decision records on `/debug/decisions`, oldest first.
+async fn decisions_on_endpoint(dog: &Dog, ns: &str) -> Result<Vec<serde_json::Value>> {
+    let (status, body) = dog.wd.get(&format!("/debug/decisions?shoot={ns}")).await?;
+    ensure!(status == 200, "/debug/decisions answered {status}: {body}");
+    Ok(serde_json::from_str(&body)?)
+}
+
+/// Whether `record` was kept for `because` and, for a run, asks for `direction`.
+fn run_record(record: &serde_json::Value, because: &str, direction: &str) -> bool {
+    record["kind"] == "run"
+        && record["recorded_because"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|x| x == because))
+        && record["verdict"]["asked"]["direction"] == direction
+}
+
+/// `dependency-watchdog explain` with `args`: its stdout (it must succeed).
+async fn explain(args: &[String]) -> Result<String> {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_dependency-watchdog"))
+        .arg("explain")
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "explain {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The lines of an explanation that say the decision: the verdict, the hysteresis and each
+/// target's step (not the lease ages, nor when the targets were seen).
+fn decision_lines(explanation: &str) -> Vec<String> {
+    explanation
+        .lines()
+        .filter(|l| {
+            l.starts_with("  verdict:")
+                || l.starts_with("  hysteresis:")
+                || l.starts_with("    level ")
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The scale-down's and the restore's run records, once both flows' outcomes are recorded
+/// too (each leading back to its decision).
+async fn both_decisions_recorded(
+    dog: &Dog,
+    ns: &str,
+) -> Result<(serde_json::Value, serde_json::Value)> {
+    dog.wd
+        .until(
+            "both decisions and both flows' outcomes recorded",
+            || async {
+                let records = decisions_on_endpoint(dog, ns).await?;
+                let decided = |direction| {
+                    records
+                        .iter()
+                        .find(|r| run_record(r, "verdict_to_scale", direction))
+                        .cloned()
+                };
+                let finished = |decision: &serde_json::Value| {
+                    records.iter().any(|r| {
+                        r["kind"] == "flow"
+                            && r["decision"] == decision["id"]
+                            && r["outcome"] == "finished"
+                    })
+                };
+                Ok(match (decided("down"), decided("up")) {
+                    (Some(down), Some(up)) if finished(&down) && finished(&up) => Some((down, up)),
+                    _ => None,
+                })
+            },
+        )
+        .await
+}
+
+/// `record` has its JSON log line in `log`, found by its decision id, of shoot `ns`.
+fn logged(log: &str, record: &serde_json::Value, ns: &str) -> Result<()> {
+    let id = record["id"].as_str().context("an id")?;
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&format!("\"decision_id\":\"{id}\"")))
+        .collect();
+    ensure!(
+        lines.iter().any(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .is_ok_and(|v| v["record"]["id"] == id && v["namespace"] == ns)
+        }),
+        "no log line carries record {id}: {lines:?}"
+    );
+    Ok(())
+}
+
+/// A scale-down and its restore leave their records where an operator looks afterwards: a
+/// JSON log line each, greppable by decision id, and the shoot's ring on `/debug/decisions`;
+/// each flow's outcome leads back to its decision. `explain --record` on the saved log prints
+/// the verdict and the targets' steps the live `explain` printed while the decision was held
+/// by the hysteresis (`failureThreshold: 6`, a run a second: five runs to run `explain`),
+/// without contacting an apiserver (it is given none).
+#[tokio::test]
+async fn decisions_are_found_afterwards_in_the_log_and_on_the_endpoint_and_replay_as_explained()
+-> Result<()> {
+    let config = format!(
+        "{}failureThreshold: 6\n",
+        CONFIG.replace("probeInterval: 300ms", "probeInterval: 1s")
+    );
+    let (_serial, _rng, w) = World::outage_and_healthy_scenario("after-the-fact", &config).await?;
+    let dog = w.spawn_probing().await?;
+    let ns = w.shoot(0).ns.clone();
+    w.outage(&[0]);
+    dog.wd
+        .until("the first hold of the scale-down recorded", || async {
+            let records = decisions_on_endpoint(&dog, &ns).await?;
+            Ok(records
+                .iter()
+                .any(|r| run_record(r, "hysteresis_hold", "down"))
+                .then_some(()))
+        })
+        .await?;
+    let live = explain(&[
+        format!("--config-file={}", w.config_path.display()),
+        format!("--kubeconfig={}", w.seed.kubeconfig_path().display()),
+        format!("--namespace={ns}"),
+    ])
+    .await?;
+    w.log(&format!("live explain while the decision is held:\n{live}"));
+    ensure!(
+        live.contains("would record replicas=3, then scale 3 → 0"),
+        "explain ran too late (the targets were already scaled):\n{live}"
+    );
+    w.wait_scaled_down(&[0], DEADLINE).await?;
+    w.recover(&[0]);
+    w.wait_restored(&[0], DEADLINE).await?;
+    let (down, up) = both_decisions_recorded(&dog, &ns).await?;
+    let log = dog.wd.log();
+    for record in [&down, &up] {
+        logged(&log, record, &ns)?;
+    }
+    let saved = w.dir.join("after-the-fact-saved.log");
+    std::fs::write(&saved, &log)?;
+    let replayed = explain(&[
+        format!("--record={}", saved.display()),
+        format!("--id={}", down["id"].as_str().context("an id")?),
+    ])
+    .await?;
+    w.log(&format!("explain --record of the scale-down:\n{replayed}"));
+    ensure!(
+        decision_lines(&replayed) == decision_lines(&live) && !decision_lines(&live).is_empty(),
+        "the replay's decision is not the live explain's:\nlive:\n{live}\nreplayed:\n{replayed}"
+    );
+    w.check_invariants("after the fact", &[&dog]).await?;
+    w.stop_and_finish(dog).await
+}

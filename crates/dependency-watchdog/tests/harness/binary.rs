@@ -97,6 +97,11 @@ impl Watchdog {
         Ok(body)
     }
 
+    /// `GET path` on its metrics port: status and body (e.g. `/debug/decisions?shoot=…`).
+    pub(crate) async fn get(&self, path: &str) -> Result<(u16, String)> {
+        http_get(self.metrics_port, path).await
+    }
+
     /// Waits until `check` yields a value, failing early when the process exited.
     pub(crate) async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T>
     where
