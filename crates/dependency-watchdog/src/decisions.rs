@@ -9,10 +9,12 @@
 //! string: [`RECORD_FIELD`]); `dependency-watchdog explain --record` reads such lines back.
 //!
 //! The ring answers "what did it decide lately for this shoot" without a logging stack. It
-//! holds each record as its compact JSON text; its memory is at most `shoots ×`
-//! [`RING_RECORDS`] `×` [`record_bound`]`(targets)` bytes (README, "After the fact"), and in
-//! practice a few KiB per shoot that had something to decide: a healthy shoot produces no
-//! record. A removed shoot's ring is forgotten with its probe; its lines stay in the log.
+//! holds each record as its compact JSON text: at most [`RING_RECORDS`] per shoot, and at
+//! most [`RING_BYTES`] in all (the fullest ring gives up its oldest record first), so its
+//! memory is `min(shoots × RING_RECORDS × record_bound(targets), RING_BYTES)` plus a
+//! shoot's name per shoot (README, "After the fact"); in practice a few KiB per shoot that
+//! had something to decide: a healthy shoot produces no record. A removed shoot's ring is
+//! forgotten with its probe; its lines stay in the log.
 //!
 //! A record repeating the shoot's last one (the same reasons, decision, flow and outcome:
 //! a zone disrupted for an hour, a hold that does not move) is not kept again; a verdict to
@@ -31,6 +33,11 @@ use tracing::info;
 /// Records kept per shoot.
 pub const RING_RECORDS: usize = 8;
 
+/// The most bytes all rings hold together: past it, the fullest ring gives up its oldest
+/// record. About 6,500 records of 2.5 KiB (a typical shoot's), eight for each of 800 shoots
+/// with something to decide at once; a healthy shoot holds none.
+pub const RING_BYTES: usize = 16 << 20;
+
 /// The log field that carries a record's JSON object, written raw by the JSON and console
 /// layouts.
 pub use crate::observe::logging::RECORD_FIELD;
@@ -40,13 +47,15 @@ pub use crate::observe::logging::RECORD_FIELD;
 struct Ring {
     /// Compact JSON, oldest first.
     records: VecDeque<Arc<str>>,
+    /// Their bytes.
+    bytes: usize,
     /// The signature of the last record kept (see [`signature`]).
     last: Option<u64>,
 }
 
 /// The process's decision records (see the module docs).
 pub struct DecisionLog {
-    rings: Mutex<BTreeMap<String, Ring>>,
+    rings: Mutex<Rings>,
     /// Makes ids unique within a millisecond.
     sequence: AtomicU64,
     /// The most bytes one record may take, from the config's target count.
@@ -57,13 +66,25 @@ impl DecisionLog {
     /// An empty log for a config of `targets` targets.
     pub fn new(targets: usize) -> DecisionLog {
         DecisionLog {
-            rings: Mutex::default(),
+            rings: Mutex::new(Rings {
+                by_shoot: BTreeMap::new(),
+                bytes: 0,
+                limit: RING_BYTES,
+            }),
             sequence: AtomicU64::new(0),
             bound: record_bound(targets),
         }
     }
 
-    fn rings(&self) -> MutexGuard<'_, BTreeMap<String, Ring>> {
+    /// [`DecisionLog::new`] holding at most `limit` bytes.
+    #[cfg(test)]
+    fn with_limit(targets: usize, limit: usize) -> DecisionLog {
+        let log = DecisionLog::new(targets);
+        log.rings().limit = limit;
+        log
+    }
+
+    fn rings(&self) -> MutexGuard<'_, Rings> {
         // Nothing panics while the lock is held; if something did, the rings are whole.
         self.rings.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -93,17 +114,11 @@ impl DecisionLog {
                 return false;
             }
         };
+        if !self
+            .rings()
+            .push(&record.namespace, &text, signature, always)
         {
-            let mut rings = self.rings();
-            let ring = rings.entry(record.namespace.clone()).or_default();
-            if !always && ring.last == Some(signature) {
-                return false;
-            }
-            ring.last = Some(signature);
-            if ring.records.len() == RING_RECORDS {
-                ring.records.pop_front();
-            }
-            ring.records.push_back(Arc::from(text.as_str()));
+            return false;
         }
         if text.len() > self.bound {
             // The bound is designed; a record past it is a bug to report, not to hide.
@@ -122,12 +137,16 @@ impl DecisionLog {
 
     /// Forgets shoot `namespace`'s ring (its probe was removed).
     pub fn forget(&self, namespace: &str) {
-        self.rings().remove(namespace);
+        let mut rings = self.rings();
+        if let Some(ring) = rings.by_shoot.remove(namespace) {
+            rings.bytes -= ring.bytes;
+        }
     }
 
     /// Shoot `namespace`'s records, oldest first.
     pub fn records(&self, namespace: &str) -> Vec<Arc<str>> {
         self.rings()
+            .by_shoot
             .get(namespace)
             .map(|r| r.records.iter().cloned().collect())
             .unwrap_or_default()
@@ -135,11 +154,7 @@ impl DecisionLog {
 
     /// Bytes the rings hold (their records' JSON text).
     pub fn bytes(&self) -> usize {
-        self.rings()
-            .values()
-            .flat_map(|r| r.records.iter())
-            .map(|t| t.len())
-            .sum()
+        self.rings().bytes
     }
 
     /// `/debug/decisions?shoot=NS[&id=ID]`: the shoot's records (one, with `id`) as a JSON
@@ -150,6 +165,7 @@ impl DecisionLog {
         let Some(shoot) = params.get("shoot") else {
             let rings = self.rings();
             let shoots: Vec<_> = rings
+                .by_shoot
                 .iter()
                 .map(|(ns, r)| json!({"shoot": ns, "records": r.records.len()}))
                 .collect();
@@ -178,6 +194,46 @@ impl DecisionLog {
         }
         body.push(']');
         (wanted.is_none() || !first, body)
+    }
+}
+
+/// Every shoot's ring, and their bytes against [`RING_BYTES`].
+struct Rings {
+    by_shoot: BTreeMap<String, Ring>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl Rings {
+    /// Puts `text` (its `signature`) in `namespace`'s ring unless it repeats the ring's last
+    /// record and is not `always` kept; the oldest record goes past [`RING_RECORDS`], and
+    /// the fullest ring's oldest while all hold more than the limit.
+    fn push(&mut self, namespace: &str, text: &str, signature: u64, always: bool) -> bool {
+        let ring = self.by_shoot.entry(namespace.to_owned()).or_default();
+        if !always && ring.last == Some(signature) {
+            return false;
+        }
+        ring.last = Some(signature);
+        let mut freed = 0;
+        if ring.records.len() == RING_RECORDS
+            && let Some(old) = ring.records.pop_front()
+        {
+            freed += old.len();
+        }
+        ring.records.push_back(Arc::from(text));
+        ring.bytes = ring.bytes + text.len() - freed;
+        self.bytes = self.bytes + text.len() - freed;
+        while self.bytes > self.limit {
+            let Some(fullest) = self.by_shoot.values_mut().max_by_key(|r| r.bytes) else {
+                break;
+            };
+            let Some(old) = fullest.records.pop_front() else {
+                break;
+            };
+            fullest.bytes -= old.len();
+            self.bytes -= old.len();
+        }
+        true
     }
 }
 
@@ -293,6 +349,31 @@ mod tests {
         assert_eq!(log.bytes(), kept.iter().map(|t| t.len()).sum::<usize>());
         log.forget("shoot--p--a");
         assert!(log.records("shoot--p--a").is_empty());
+    }
+
+    #[test]
+    fn past_the_byte_limit_the_fullest_ring_gives_up_its_oldest_record() {
+        let size = serde_json::to_string(&flow("shoot--p--a/1.0"))
+            .unwrap()
+            .len();
+        let log = DecisionLog::with_limit(3, 5 * size);
+        let in_b = |i: usize| DecisionRecord {
+            namespace: "shoot--p--b".into(),
+            ..flow(&format!("shoot--p--b/1.{i}"))
+        };
+        for i in 0..4 {
+            log.keep(&flow(&format!("shoot--p--a/1.{i}")));
+        }
+        log.keep(&in_b(0));
+        assert_eq!(log.bytes(), 5 * size);
+        log.keep(&in_b(1));
+        assert!(log.bytes() <= 5 * size);
+        let a = log.records("shoot--p--a");
+        assert_eq!(a.len(), 3, "a, the fullest, gave up its oldest");
+        assert!(a[0].contains("shoot--p--a/1.1"));
+        assert_eq!(log.records("shoot--p--b").len(), 2);
+        log.forget("shoot--p--a");
+        assert_eq!(log.bytes(), 2 * size);
     }
 
     #[test]

@@ -91,7 +91,7 @@ pub enum Mode {
     Shadow,
 }
 
-/// Why a record was kept (docs/behaviour.md §2.23).
+/// Why a record was kept (docs/behaviour.md §2.22).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Because {
@@ -968,7 +968,7 @@ impl RunRecord {
 }
 
 /// Why a judged run is worth a record, from its values and what the executor made of its
-/// flow (`taken`); empty: no record (docs/behaviour.md §2.23). A healthy shoot whose targets
+/// flow (`taken`); empty: no record (docs/behaviour.md §2.22). A healthy shoot whose targets
 /// are where a scale-up would take them produces none, nor does a run repeating the flow
 /// under way.
 pub fn reasons_to_record(
