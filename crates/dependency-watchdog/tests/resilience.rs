@@ -133,19 +133,25 @@ async fn a_failing_seed_watch_turns_readiness_off_and_nothing_scales_until_it_ha
     h.wait_runs(&ns, 2).await;
 
     h.seed.stop().await.expect("stop seed");
+    // Each cache's watch fails on its own schedule. The Clusters' watch may be judged stale
+    // first, and that alone does not stop a probe (the probes decide from the secrets,
+    // Machines and targets): wait until one of those is stale too, which stops them all.
     let reason = eventually(
         Duration::from_secs(60),
-        "readiness off: seed watches failing",
+        "readiness off: a probe's seed watch failing",
         || async {
-            Ok(h.health
-                .readiness()
-                .err()
-                .filter(|r| r.contains("watch failing")))
+            Ok(h.health.readiness().err().filter(|r| {
+                [
+                    "probe kubeconfig secrets (watch failing",
+                    "machines (watch failing",
+                ]
+                .iter()
+                .any(|cache| r.contains(cache))
+            }))
         },
     )
     .await
     .expect("readiness off");
-    // Each cache's watch fails on its own schedule: the first to be judged stale shows.
     assert!(reason.starts_with("caches not synced:"), "{reason}");
 
     // An outage while the caches are stale: probes run, and nothing scales from them.
