@@ -11,6 +11,7 @@
 //! end an HTML report charts it. Everything is torn down on exit, on Ctrl-C and on SIGTERM.
 
 mod config;
+mod decisions;
 mod gardener;
 mod interactive;
 mod journal;
@@ -359,7 +360,8 @@ fn write_report(
         logs_kept,
         started: started.to_string(),
     };
-    let html = report::render(&journal.record(), &meta);
+    let decisions = decisions::read(&sandbox.prober.log);
+    let html = report::render(&journal.record(), &decisions, &meta);
     if let Some(parent) = path.parent()
         && !parent.as_os_str().is_empty()
     {

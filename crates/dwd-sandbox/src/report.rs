@@ -789,12 +789,17 @@ fn write_configuration_and_logs(h: &mut String, meta: &ReportMeta) {
     }
 }
 
-/// Renders the whole report.
-pub(crate) fn render(record: &Record, meta: &ReportMeta) -> String {
+/// Renders the whole report: the journal's `record`, the prober's `decisions` (from its log).
+pub(crate) fn render(
+    record: &Record,
+    decisions: &[dwd_core::record::DecisionRecord],
+    meta: &ReportMeta,
+) -> String {
     let mut h = String::new();
     write_header(&mut h, meta);
     write_shoots(&mut h, record, meta);
     write_timeline(&mut h, record);
+    h.push_str(&crate::decisions::html(decisions, &meta.shoots));
     write_configuration_and_logs(&mut h, meta);
     h.push_str("</body></html>\n");
     h
@@ -804,6 +809,45 @@ pub(crate) fn render(record: &Record, meta: &ReportMeta) -> String {
 mod tests {
     use super::*;
     use crate::journal::Entry;
+
+    /// A flow's record whose target name needs escaping.
+    fn decision_with_an_odd_name() -> dwd_core::record::DecisionRecord {
+        use dwd_core::record::*;
+        DecisionRecord {
+            schema: SCHEMA.into(),
+            id: "shoot--sandbox--alpha/1.0".into(),
+            namespace: "shoot--sandbox--alpha".into(),
+            at: "2026-11-29T03:12:00.000Z".into(),
+            mode: Mode::Acting,
+            recorded_because: vec![Because::FlowOutcome],
+            body: RecordBody::Flow(FlowRecord {
+                decision: "shoot--sandbox--alpha/0.9".into(),
+                flow: FlowName::of(dwd_core::Direction::Down, dwd_core::scaling::FlowScope::All),
+                outcome: FlowOutcome::Finished,
+                started_at: "2026-11-29T03:12:00.000Z".into(),
+                failure: None,
+                writes: vec![WriteRecord {
+                    target: "kcm<x>".into(),
+                    level: 0,
+                    outcome: WriteOutcome::Scaled,
+                    from: Some(2),
+                    to: Some(0),
+                    why: None,
+                    at: "2026-11-29T03:12:01.000Z".into(),
+                    budget_wait_seconds: 0.0,
+                }],
+            }),
+        }
+    }
+
+    #[test]
+    fn the_decisions_section_lists_each_record_with_its_names_escaped() {
+        let shoots = vec![("alpha".into(), "shoot--sandbox--alpha".into(), 5)];
+        let html = crate::decisions::html(&[decision_with_an_odd_name()], &shoots);
+        assert!(html.contains("<h2>Decisions</h2>"));
+        assert!(html.contains("<td>alpha</td>"), "{html}");
+        assert!(html.contains("kcm&lt;x&gt; 2→0"), "{html}");
+    }
 
     #[test]
     fn report_is_self_contained_and_escaped() {
@@ -869,7 +913,7 @@ mod tests {
             logs_kept: false,
             started: "now".into(),
         };
-        let html = render(&record, &meta);
+        let html = render(&record, &[], &meta);
         assert!(html.contains("<svg"));
         assert!(html.contains("x &lt; y &amp; z"));
         assert!(html.contains("<td class=\"t\">setup</td>"));

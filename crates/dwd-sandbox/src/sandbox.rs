@@ -167,6 +167,8 @@ pub(crate) struct Sandbox {
     pub prober_config: PathBuf,
     /// The weeder's configuration file.
     pub weeder_config: PathBuf,
+    /// The `dependency-watchdog` binary both run (and `explain --record` replays with).
+    pub bin: PathBuf,
     monitor: Vec<AbortOnDrop>,
     env: TestEnv,
 }
@@ -248,6 +250,7 @@ impl Sandbox {
             seed_kubeconfig,
             prober_config,
             weeder_config,
+            bin: bin.to_path_buf(),
             monitor,
             env,
         };

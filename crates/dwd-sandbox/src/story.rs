@@ -275,16 +275,17 @@ async fn wait_restored(sb: &Sandbox, name: &str, who: &str, timeout: Duration) -
 /// Runs the story; returns its duration in seconds.
 pub(crate) async fn run(sb: &Sandbox) -> Result<f64> {
     let started = sb.journal.now();
-    step1(sb).await.context("step 1/5 (all healthy)")?;
-    step2(sb).await.context("step 2/5 (NAT outage in alpha)")?;
-    step3(sb).await.context("step 3/5 (the outage ends)")?;
-    step4(sb).await.context("step 4/5 (etcd outage in alpha)")?;
-    step5(sb).await.context("step 5/5 (zone outage in gamma)")?;
+    step1(sb).await.context("step 1/6 (all healthy)")?;
+    step2(sb).await.context("step 2/6 (NAT outage in alpha)")?;
+    step3(sb).await.context("step 3/6 (the outage ends)")?;
+    step4(sb).await.context("step 4/6 (etcd outage in alpha)")?;
+    step5(sb).await.context("step 5/6 (zone outage in gamma)")?;
+    step6(sb).await.context("step 6/6 (after the fact)")?;
     let took = sb.journal.now() - started;
     sb.journal.log(
         "-",
         format!("story complete in {took:.0}s"),
-        Some("alpha protected and restored, beta untouched, crash-looping kube-apiservers restarted as soon as etcd was back and the kube-scheduler as soon as they were, gamma's MCM and CA held at 0 while one zone was cut off and KCM left running".into()),
+        Some("alpha protected and restored, beta untouched, crash-looping kube-apiservers restarted as soon as etcd was back and the kube-scheduler as soon as they were, gamma's MCM and CA held at 0 while one zone was cut off and KCM left running, and alpha's scale-down explained from its record afterwards".into()),
     );
     Ok(took)
 }
@@ -292,7 +293,7 @@ pub(crate) async fn run(sb: &Sandbox) -> Result<f64> {
 async fn step1(sb: &Sandbox) -> Result<()> {
     sb.journal.step(
         "1 healthy",
-        "1/5  all healthy: every kubelet renews its lease",
+        "1/6  all healthy: every kubelet renews its lease",
     );
     wait_for(
         sb,
@@ -334,7 +335,7 @@ async fn step1(sb: &Sandbox) -> Result<()> {
 async fn step2(sb: &Sandbox) -> Result<()> {
     sb.journal.step(
         "2 NAT outage",
-        "2/5  NAT outage: alpha loses 4 of its 5 kubelets",
+        "2/6  NAT outage: alpha loses 4 of its 5 kubelets",
     );
     let threshold = sb.config.threshold();
     let since = sb.journal.now();
@@ -384,7 +385,7 @@ async fn step2(sb: &Sandbox) -> Result<()> {
 async fn step3(sb: &Sandbox) -> Result<()> {
     sb.journal.step(
         "3 outage ends",
-        "3/5  the outage ends: alpha's kubelets are back",
+        "3/6  the outage ends: alpha's kubelets are back",
     );
     let threshold = sb.config.threshold();
     let since = sb.journal.now();
@@ -420,7 +421,7 @@ async fn step3(sb: &Sandbox) -> Result<()> {
 async fn step4(sb: &Sandbox) -> Result<()> {
     sb.journal.step(
         "4 etcd outage",
-        "4/5  etcd outage: alpha's kube-apiserver pods crash-loop, and the kube-scheduler with them, until etcd is back",
+        "4/6  etcd outage: alpha's kube-apiserver pods crash-loop, and the kube-scheduler with them, until etcd is back",
     );
     let looping = etcd_outage(sb).await?;
     sb.etcd_up(ALPHA, "etcd is back").await?;
@@ -638,7 +639,7 @@ async fn zone_outage(sb: &Sandbox) -> Result<()> {
     sb.journal.step(
         "5 zone outage",
         &format!(
-            "5/5  zone outage: gamma's zone {ZONE} loses its NAT gateway (2 of its 6 kubelets)"
+            "5/6  zone outage: gamma's zone {ZONE} loses its NAT gateway (2 of its 6 kubelets)"
         ),
     );
     let since = sb.journal.now();
@@ -790,4 +791,103 @@ async fn wait_deleted(sb: &Sandbox, what: &str, pods: &[String]) -> Result<f64> 
         }
     })
     .await
+}
+
+/// The story's end, after the fact: alpha's scale-down found in the prober's log (its
+/// decision record) and replayed by `dependency-watchdog explain --record` under a threshold
+/// above the fraction alpha reached. The replay is given no kubeconfig, no home and no
+/// in-cluster address: it contacts no apiserver, and says "no scale-down".
+async fn step6(sb: &Sandbox) -> Result<()> {
+    sb.journal.step(
+        "6 after the fact",
+        "6/6  after the fact: why did alpha scale down, and what would a higher threshold have done?",
+    );
+    let records = crate::decisions::read(&sb.prober.log);
+    let alpha = sb.shoot(ALPHA)?;
+    let record =
+        crate::decisions::first_scale_down(&records, &alpha.namespace).with_context(|| {
+            format!(
+                "no record of alpha's scale-down among the {} in the prober's log",
+                records.len()
+            )
+        })?;
+    let reached = match &record.body {
+        dwd_core::record::RecordBody::Run(run) => run.finding.as_ref().and_then(|f| f.fraction),
+        dwd_core::record::RecordBody::Flow(_) => None,
+    }
+    .context("alpha's scale-down record has no fraction")?;
+    // A tenth above what alpha reached (0.80 → 0.90), in hundredths as a config writes it.
+    let higher = ((reached * 100.0).round() + 10.0).min(100.0) / 100.0;
+    let text = replay_under(sb, &record.id, higher)?;
+    let decided = |label: &str| {
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(label).map(str::trim))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (then, now) = (decided("decided:"), decided("would decide:"));
+    sb.journal.log(
+        ALPHA,
+        format!("replayed from the prober's log (decision {}): it decided {then}", record.id),
+        Some(format!(
+            "its record: the finding ({:.2} of the leases expired), the rule, the hysteresis and the targets as the seed showed them",
+            reached
+        )),
+    );
+    sb.journal.log(
+        ALPHA,
+        format!("with nodeLeaseFailureFraction {higher:.2} it would have decided: {now}"),
+        Some("explain --record judged the recorded finding again with the prober's own functions, without any apiserver".into()),
+    );
+    anyhow::ensure!(
+        now.starts_with("no scale-down"),
+        "the replay under {higher:.2} still scales down:\n{text}"
+    );
+    Ok(())
+}
+
+/// `dependency-watchdog explain --record` of decision `id` from the prober's log, under the
+/// prober's config with `nodeLeaseFailureFraction: higher`, with no kubeconfig, home or
+/// in-cluster address; its output, shown on screen.
+fn replay_under(sb: &Sandbox, id: &str, higher: f64) -> Result<String> {
+    let dir = sb
+        .prober_config
+        .parent()
+        .context("the prober config's directory")?;
+    let config = dir.join(format!("prober-config-threshold-{higher:.2}.yaml"));
+    let mut yaml: String = sb
+        .config
+        .prober
+        .yaml
+        .lines()
+        .filter(|l| !l.starts_with("nodeLeaseFailureFraction:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    yaml.push_str(&format!("nodeLeaseFailureFraction: {higher:.2}\n"));
+    std::fs::write(&config, yaml).with_context(|| format!("write {}", config.display()))?;
+    let home = tempfile::tempdir().context("an empty home")?;
+    let out = std::process::Command::new(&sb.bin)
+        .arg("explain")
+        .arg(format!("--record={}", sb.prober.log.display()))
+        .arg(format!("--id={}", id))
+        .arg(format!("--config-file={}", config.display()))
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("HOME", home.path())
+        .output()
+        .context("run dependency-watchdog explain --record")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    sb.journal.say(&format!(
+        "$ dependency-watchdog explain --record prober.log --id {} --config-file {}\n{text}",
+        id,
+        config.display()
+    ));
+    anyhow::ensure!(
+        out.status.success(),
+        "explain --record failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(text.into_owned())
 }

@@ -285,9 +285,35 @@ fn the_story_plays_to_the_end() {
                 && (l.contains("scaled") || l.contains("restored") || l.contains("decides"))),
         "gamma was scaled before its zone outage:\n{out}"
     );
+    // After the fact: alpha's scale-down replayed from the prober's log with a threshold
+    // above the fraction it reached says "no scale-down", without any apiserver.
+    let after = position(&out, "6/6  after the fact");
+    assert!(after > zone_healed, "step 6 before step 5 ended:\n{out}");
+    let decided = position(&out, "it decided scale down (all targets)");
+    let replayed = position(
+        &out,
+        "with nodeLeaseFailureFraction 0.90 it would have decided: no scale-down",
+    );
+    assert!(
+        after < decided && decided < replayed,
+        "step 6 out of order:\n{out}"
+    );
     position(&out, "story complete");
 
     let html = std::fs::read_to_string(&report).expect("the report exists");
+    // Each decision, a click away from its leases and rule.
+    assert!(
+        html.contains("<h2>Decisions</h2>"),
+        "the report lists no decisions"
+    );
+    assert!(
+        html.matches("<details><summary>").count() >= 4,
+        "expected a row per decision and flow (alpha down and up, gamma down and up)"
+    );
+    assert!(
+        html.contains("alpha</td><td>a verdict to scale"),
+        "no alpha decision row"
+    );
     assert!(html.contains("<svg"), "the report has no chart");
     assert!(
         !html.contains("<script"),
