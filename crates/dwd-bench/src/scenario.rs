@@ -446,9 +446,43 @@ pub(crate) async fn run_once(round: Round<'_>) -> Result<RunOutput> {
         Scenario::Hostile => bail!("the hostile scenario runs in run_hostile"),
     };
     let end = WindowEnd::now(world, &sizes_from).await;
+    let records = decision_records(&watchdog, prober.config.dependent_resource_infos.len()).await;
     eprintln!("run {run}: stopping the watchdog");
     let measured = stop_watchdog(&mut watchdog, sampler, started, window_from, end).await;
-    analyse(cli, &prober, subject, world, &measured, outage.as_ref()).await
+    let mut out = analyse(cli, &prober, subject, world, &measured, outage.as_ref()).await?;
+    out.json["decision_records"] = records;
+    Ok(out)
+}
+
+/// What the prober's decision-record rings hold at the end of the run (its
+/// `/debug/decisions`, issue 36), against the README's bound `min(S × 8 ×
+/// record_bound(T), 16 MiB)` for `S` shoots with records and `T` targets; `null` for a
+/// binary without the endpoint (the reference).
+async fn decision_records(watchdog: &Watchdog, targets: usize) -> Value {
+    let Some(addr) = watchdog.metrics_addr else {
+        return Value::Null;
+    };
+    let index =
+        match dwd_testenv::http::get(addr, "/debug/decisions", Duration::from_secs(10)).await {
+            Ok((200, body)) => serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+            _ => return Value::Null,
+        };
+    let shoots = index["shoots"].as_array().map_or(0, Vec::len);
+    let records: u64 = index["shoots"]
+        .as_array()
+        .map_or(0, |s| s.iter().filter_map(|x| x["records"].as_u64()).sum());
+    let bytes = index["bytes"].as_u64().unwrap_or(0);
+    let per_record = dwd_core::record::record_bound(targets) as u64;
+    let bound = (shoots as u64 * 8 * per_record).min(16 << 20);
+    json!({
+        "shoots_with_records": shoots,
+        "records": records,
+        "bytes": bytes,
+        "bytes_per_record": if records == 0 { 0.0 } else { bytes as f64 / records as f64 },
+        "bound_bytes": bound,
+        "bound": "min(S × 8 × record_bound(T), 16 MiB)",
+        "within_bound": bytes <= bound,
+    })
 }
 
 /// How the run ended when its outage failed with `e`: a binary that balloons or exits ends the
