@@ -449,9 +449,16 @@ pub(crate) async fn run_once(round: Round<'_>) -> Result<RunOutput> {
     let records = decision_records(&watchdog, prober.config.dependent_resource_infos.len()).await;
     eprintln!("run {run}: stopping the watchdog");
     let measured = stop_watchdog(&mut watchdog, sampler, started, window_from, end).await;
-    let mut out = analyse(cli, &prober, subject, world, &measured, outage.as_ref()).await?;
-    out.json["decision_records"] = records;
-    Ok(out)
+    let analysed = analyse(cli, &prober, subject, world, &measured, outage.as_ref()).await;
+    analysed.map(|out| out.with("decision_records", records))
+}
+
+impl RunOutput {
+    /// The same output with `key` set to `value` in its JSON.
+    fn with(mut self, key: &str, value: Value) -> RunOutput {
+        self.json[key] = value;
+        self
+    }
 }
 
 /// What the prober's decision-record rings hold at the end of the run (its
