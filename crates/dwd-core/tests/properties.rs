@@ -37,21 +37,7 @@ use dwd_core::{Direction, ProberConfig, WeederConfig, format_go_duration, parse_
 #[path = "support/property.rs"]
 mod property;
 
-use property::{Cases, Rng};
-
-/// Runs `check` on generated cases until the budget is spent (at least 100 cases). `check`
-/// gets a generator of its own per case and returns the failure with the input it saw.
-fn property(name: &str, mut check: impl FnMut(&mut Rng) -> Result<(), String>) {
-    let mut cases = Cases::new(name, 100);
-    while let Some(case_seed) = cases.next_seed() {
-        let mut rng = Rng(case_seed);
-        match catch_unwind(AssertUnwindSafe(|| check(&mut rng))) {
-            Ok(Ok(())) => {}
-            Ok(Err(failure)) => cases.failed(case_seed, &failure),
-            Err(_) => cases.panicked(case_seed),
-        }
-    }
-}
+use property::{Rng, property};
 
 /// Calls `f(input)`, failing with the input when it panics or takes longer than 5 s (a hang,
 /// not a slow machine: the alias bomb of the corpus takes ~0.4 s in a debug build).

@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
@@ -29,19 +28,7 @@ use dwd_core::{
 #[path = "support/property.rs"]
 mod property;
 
-use property::{Cases, Rng};
-
-fn property(name: &str, mut check: impl FnMut(&mut Rng) -> Result<(), String>) {
-    let mut cases = Cases::new(name, 100);
-    while let Some(case_seed) = cases.next_seed() {
-        let mut rng = Rng(case_seed);
-        match catch_unwind(AssertUnwindSafe(|| check(&mut rng))) {
-            Ok(Ok(())) => {}
-            Ok(Err(failure)) => cases.failed(case_seed, &failure),
-            Err(_) => cases.panicked(case_seed),
-        }
-    }
-}
+use property::{Rng, property};
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 29, 3, 12, 0).unwrap()
@@ -191,33 +178,46 @@ fn run(rng: &mut Rng) -> Run {
             .map(str::to_owned)
             .collect::<BTreeSet<_>>(),
     };
-    let (verdict, _) = verdict(&report, &memory);
     let targets: Vec<(DependentResourceInfo, Seen)> = config
         .dependent_resource_infos
         .iter()
         .map(|info| (info.clone(), seen(rng)))
         .collect();
-    let intent = verdict.asked.map(|flow| {
-        intent(
-            &config.dependent_resource_infos,
-            flow.dir,
-            flow.scope,
-            |info| {
-                targets
-                    .iter()
-                    .find(|(i, _)| i.target == info.target)
-                    .map(|(_, s)| s.clone())
-                    .unwrap()
-            },
-        )
-    });
-    Run {
-        config,
-        report,
-        memory,
-        verdict,
-        intent,
-        targets,
+    Run::judged(config, report, memory, targets)
+}
+
+impl Run {
+    /// The run on `report`: the verdict from `memory`, the intent of the asked flow from the
+    /// targets as `targets` saw them.
+    fn judged(
+        config: ProberConfig,
+        report: LeaseReport,
+        memory: VerdictMemory,
+        targets: Vec<(DependentResourceInfo, Seen)>,
+    ) -> Run {
+        let (verdict, _) = verdict(&report, &memory);
+        let intent = verdict.asked.map(|flow| {
+            intent(
+                &config.dependent_resource_infos,
+                flow.dir,
+                flow.scope,
+                |info| {
+                    targets
+                        .iter()
+                        .find(|(i, _)| i.target == info.target)
+                        .map(|(_, s)| s.clone())
+                        .unwrap()
+                },
+            )
+        });
+        Run {
+            config,
+            report,
+            memory,
+            verdict,
+            intent,
+            targets,
+        }
     }
 }
 
@@ -365,25 +365,12 @@ fn a_record_of_a_5000_node_shoot_with_the_longest_names_is_within_its_bound() {
         hysteresis: Hysteresis::from_config(&config),
         disrupted_zones: report.zones.iter().map(|z| z.zone.clone()).collect(),
     };
-    let (verdict, _) = verdict(&report, &memory);
     let targets: Vec<(DependentResourceInfo, Seen)> = config
         .dependent_resource_infos
         .iter()
         .map(|i| (i.clone(), Seen::Unknown("x".repeat(5000))))
         .collect();
-    let intent = verdict.asked.map(|f| {
-        intent(&config.dependent_resource_infos, f.dir, f.scope, |_| {
-            Seen::Unknown("x".repeat(5000))
-        })
-    });
-    let run = Run {
-        config,
-        report,
-        memory,
-        verdict,
-        intent,
-        targets,
-    };
+    let run = Run::judged(config, report, memory, targets);
     let json = serde_json::to_string(&record_of(&run)).unwrap();
     let bound = record_bound(run.config.dependent_resource_infos.len());
     eprintln!(

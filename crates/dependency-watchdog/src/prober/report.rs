@@ -197,9 +197,14 @@ fn zone_consequence(ctx: &ProberContext, report: &LeaseReport, verbs: Verbs) -> 
 /// Logs a judged run that calls for no flow (the lease decision, or the hysteresis, says so).
 pub(crate) fn log_no_flow(judged: &Judged<'_>) {
     let report = judged.report;
-    debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
-        threshold = report.threshold, decision = %report.decision, streak = ?judged.verdict.streak,
-        "{report}; no scaling this run");
+    // Numbers as numbers: the streak's runs seen and needed, when the decision is counted.
+    let (seen, needed) = match judged.verdict.streak {
+        dwd_core::verdict::Streak::Counted { seen, needed } => (Some(seen), Some(needed)),
+        dwd_core::verdict::Streak::NotCounted => (None, None),
+    };
+    debug!(candidates = report.candidates, expired = report.expired, fraction = report.fraction,
+        threshold = report.threshold, decision = %report.decision, streak_seen = seen,
+        streak_needed = needed, "{report}; no scaling this run");
 }
 
 /// Logs what became of the flow a judged run called for.
@@ -208,21 +213,21 @@ pub(crate) fn log_taken(judged: &Judged<'_>, flow: &PlannedFlow, taken: &Taken) 
     let (dir, scope, threshold) = (flow.intent.dir, flow.intent.scope, report.threshold);
     match taken {
         Taken::Nothing(why) => {
-            debug!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
+            debug!(candidates = report.candidates, expired = report.expired, fraction = report.fraction, threshold,
                 decision = %report.decision, action = %dir, %scope, "{report}; {why}");
         }
         Taken::Superseded => {
-            info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
+            info!(candidates = report.candidates, expired = report.expired, fraction = report.fraction,
                 threshold, action = %dir, %scope,
                 "{report}; the targets are there already: the different flow handed over before is stopped before it changes anything more");
         }
         Taken::Recorded => {
-            info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction,
+            info!(candidates = report.candidates, expired = report.expired, fraction = report.fraction,
                 threshold, action = %dir, %scope, "{report}");
         }
         Taken::Queued { superseding, .. } => {
             let decision_id = flow.decision.as_deref().unwrap_or_default();
-            info!(candidates = report.candidates, expired = report.expired, fraction = ?report.fraction, threshold,
+            info!(candidates = report.candidates, expired = report.expired, fraction = report.fraction, threshold,
                 action = %dir, %scope, superseding, decision_id, "{report}");
         }
     }

@@ -191,3 +191,18 @@ pub(crate) fn insert_char(rng: &mut Rng, line: &mut String, chars: &[char]) {
         .unwrap_or(0);
     line.insert(at, c);
 }
+
+/// Runs `check` on generated cases until the budget is spent (at least 100 cases). `check`
+/// gets a generator of its own per case and returns the failure with the input it saw.
+pub(crate) fn property(name: &str, mut check: impl FnMut(&mut Rng) -> Result<(), String>) {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let mut cases = Cases::new(name, 100);
+    while let Some(case_seed) = cases.next_seed() {
+        let mut rng = Rng(case_seed);
+        match catch_unwind(AssertUnwindSafe(|| check(&mut rng))) {
+            Ok(Ok(())) => {}
+            Ok(Err(failure)) => cases.failed(case_seed, &failure),
+            Err(_) => cases.panicked(case_seed),
+        }
+    }
+}
