@@ -779,6 +779,10 @@ pub struct WriteRecord {
     /// Replicas after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<i32>,
+    /// The count a scale-down recorded in the `replicas` annotation (what a restore brings
+    /// back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_replicas: Option<i32>,
     /// Why it was skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,

@@ -832,6 +832,7 @@ mod tests {
                     outcome: WriteOutcome::Scaled,
                     from: Some(2),
                     to: Some(0),
+                    recorded_replicas: Some(2),
                     why: None,
                     at: "2026-11-29T03:12:01.000Z".into(),
                     budget_wait_seconds: 0.0,

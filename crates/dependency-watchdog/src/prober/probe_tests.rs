@@ -1229,11 +1229,14 @@ async fn an_outage_and_its_recovery_leave_one_record_per_decision_and_flow_and_r
     let written: Vec<_> = f
         .writes
         .iter()
-        .map(|w| (w.target.as_str(), w.from, w.to))
+        .map(|w| (w.target.as_str(), w.from, w.to, w.recorded_replicas))
         .collect();
     assert_eq!(
         written,
-        [("kcm", Some(2), Some(0)), ("mcm", Some(2), Some(0))]
+        [
+            ("kcm", Some(2), Some(0), Some(2)),
+            ("mcm", Some(2), Some(0), Some(2))
+        ]
     );
     // Replayed as recorded: the decision the run made.
     let replayed = crate::explain::replay::replayed(run, None).expect("replay");

@@ -357,11 +357,17 @@ pub(crate) fn keep_flow_record(
         .targets
         .iter()
         .map(|t| {
-            let (outcome, from, to, why) = match &t.outcome {
-                TargetOutcome::Scaled { from, to } => {
-                    (WriteOutcome::Scaled, Some(*from), Some(*to), None)
+            let (outcome, from, to, recorded, why) = match &t.outcome {
+                TargetOutcome::Scaled { from, to, recorded } => (
+                    WriteOutcome::Scaled,
+                    Some(*from),
+                    Some(*to),
+                    *recorded,
+                    None,
+                ),
+                TargetOutcome::Skipped(why) => {
+                    (WriteOutcome::Skipped, None, None, None, Some(text(why)))
                 }
-                TargetOutcome::Skipped(why) => (WriteOutcome::Skipped, None, None, Some(text(why))),
             };
             WriteRecord {
                 target: t.name.clone(),
@@ -369,6 +375,7 @@ pub(crate) fn keep_flow_record(
                 outcome,
                 from,
                 to,
+                recorded_replicas: recorded,
                 why,
                 at: timestamp(t.ended_at),
                 budget_wait_seconds: t.budget_wait.as_secs_f64(),

@@ -117,6 +117,8 @@ pub(crate) enum TargetOutcome {
         from: i32,
         /// Replicas after.
         to: i32,
+        /// The count a scale-down recorded in the `replicas` annotation.
+        recorded: Option<i32>,
     },
     /// Nothing to scale; why.
     Skipped(String),
@@ -785,15 +787,13 @@ struct Change<'a> {
 }
 
 impl Change<'_> {
-    /// Reports the change on the target (when the replicas changed, not when the goal is
+    /// Reports `change` on the target (when the replicas changed, not when the goal is
     /// reached: a retry after a slow goal finds the target already scaled and would report
-    /// nothing), then waits for `goal`.
-    async fn scaled(
-        &self,
-        uid: Option<&str>,
-        to: i32,
-        goal: impl Fn(&super::seed_caches::TargetState) -> bool,
-    ) -> Result<TargetOutcome> {
+    /// nothing), then waits for its goal.
+    async fn scaled(&self, uid: Option<&str>, change: ReplicaChange) -> Result<TargetOutcome> {
+        let to = change.to();
+        let goal =
+            |s: &super::seed_caches::TargetState| change.reached(s.spec_replicas, s.ready_replicas);
         let (namespace, target, step) = (self.of.namespace, self.of.target, self.of.step);
         let target_ref = target_ref(namespace, target, uid);
         let events = &self.of.ctx.events;
@@ -811,6 +811,10 @@ impl Change<'_> {
         Ok(TargetOutcome::Scaled {
             from: self.from,
             to,
+            recorded: match change {
+                ReplicaChange::Down { record } => Some(record),
+                ReplicaChange::Up { .. } => None,
+            },
         })
     }
 }
@@ -857,11 +861,7 @@ async fn change_replicas(
         }
         ReplicaChange::Up { .. } => info!(from = change.from, to, "scaled up"),
     }
-    change
-        .scaled(uid.as_deref(), to, |s| {
-            replica_change.reached(s.spec_replicas, s.ready_replicas)
-        })
-        .await
+    change.scaled(uid.as_deref(), replica_change).await
 }
 
 /// Waits (watching the cache, no polling) until the target's state satisfies `goal`, at
