@@ -84,6 +84,14 @@ fn assert_scale_down_decisions(decisions: &[Event], cluster_uid: &str) {
             .split_once(": ")
             .unwrap_or_else(|| panic!("{:?}", note(e)));
         assert_down_reason(reason);
+        // The decision's record id ends the note: the Event leads to its record.
+        let (scaled, decision) = scaled
+            .rsplit_once(" (decision ")
+            .unwrap_or_else(|| panic!("no decision id in {scaled:?}"));
+        assert!(
+            decision.starts_with("shoot--") && decision.ends_with(')'),
+            "{decision:?}"
+        );
         let targets = scaled
             .strip_prefix("scaling down ")
             .unwrap_or_else(|| panic!("{scaled:?}"));
@@ -116,6 +124,9 @@ async fn assert_scaled_down_event(seed: &kube::Client, ns: &str, name: &str, fro
     let reason = text
         .strip_prefix(&prefix)
         .unwrap_or_else(|| panic!("{name}: {text:?}"));
+    let (reason, _decision) = reason
+        .rsplit_once(" (decision ")
+        .unwrap_or_else(|| panic!("{name}: no decision id in {text:?}"));
     assert_down_reason(reason);
     let r = found[0].regarding.as_ref().expect("regarding");
     assert_eq!(r.namespace.as_deref(), Some(ns));
@@ -133,10 +144,15 @@ async fn assert_scaled_up_event(seed: &kube::Client, ns: &str, name: &str, to: i
     let found = wait_events(seed, ns, "Deployment", name, REASON_SCALED_UP).await;
     assert_eq!(found.len(), 1, "{name}: {found:?}");
     let text = note(&found[0]);
+    // The decision's record id ends the note.
+    let (text, decision) = text
+        .rsplit_once(" (decision ")
+        .unwrap_or_else(|| panic!("{name}: no decision id in {text:?}"));
     assert!(
         text.starts_with(&format!("scaled up from 0 to {to}: "))
             && text.contains(" node leases expired (")
-            && text.ends_with(" < 0.60)"),
+            && text.ends_with(" < 0.60)")
+            && decision.starts_with("shoot--"),
         "{name}: {text:?}"
     );
 }
@@ -250,9 +266,9 @@ async fn repeated_events_aggregate_and_new_messages_stay_separate() {
     let cluster = "shoot--ev--series";
     let first = "4/5 node leases expired (0.80 ≥ 0.60)";
     let second = "5/5 node leases expired (1.00 ≥ 0.60)";
-    events.scaling_decision(cluster, None, Direction::Down, first, &[KCM]);
-    events.scaling_decision(cluster, None, Direction::Down, first, &[KCM]);
-    events.scaling_decision(cluster, None, Direction::Down, second, &[KCM]);
+    events.scaling_decision(cluster, None, Direction::Down, first, &[KCM], None);
+    events.scaling_decision(cluster, None, Direction::Down, first, &[KCM], None);
+    events.scaling_decision(cluster, None, Direction::Down, second, &[KCM], None);
     let published = |n: u64| {
         let m = metrics.clone();
         async move {

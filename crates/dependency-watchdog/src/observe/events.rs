@@ -394,7 +394,9 @@ impl Events {
 
     /// The prober decided to scale shoot `cluster` in `dir` and starts a flow for `targets`;
     /// `reason` is the lease probe's summary ("4/5 node leases expired (0.80 ≥ 0.60)").
-    /// `cluster_uid`, when known, saves looking the Cluster up.
+    /// `cluster_uid`, when known, saves looking the Cluster up. `decision`, the id of the
+    /// decision's record, ends the note (`… (decision <id>)`), after the targets, so the
+    /// note keeps its `reason: verb targets` shape.
     pub fn scaling_decision(
         &self,
         cluster: &str,
@@ -402,8 +404,12 @@ impl Events {
         dir: Direction,
         reason: &str,
         targets: &[&str],
+        decision: Option<&str>,
     ) {
-        let note = format!("{reason}: {} {}", verb(dir), targets.join(", "));
+        let id = decision
+            .map(|d| format!(" (decision {d})"))
+            .unwrap_or_default();
+        let note = format!("{reason}: {} {}{id}", verb(dir), targets.join(", "));
         let reason = match dir {
             Direction::Down => REASON_SCALE_DOWN,
             Direction::Up => REASON_SCALE_UP,
@@ -1050,6 +1056,7 @@ mod tests {
             Direction::Down,
             reason,
             &["kube-controller-manager", "machine-controller-manager"],
+            None,
         );
         let target = TargetRef {
             namespace: "shoot--p--s",

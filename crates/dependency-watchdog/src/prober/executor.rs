@@ -366,8 +366,9 @@ fn publish_decision(
         shoot.namespace,
         shoot.cluster_uid,
         dir,
-        &flow.event_reason(),
+        &flow.reason,
         &names,
+        flow.decision.as_deref(),
     );
 }
 
