@@ -67,16 +67,6 @@ pub struct PlannedFlow {
     pub decision: Option<String>,
 }
 
-impl PlannedFlow {
-    /// Why, for its events: the reason, and the decision id that leads to its record.
-    pub(crate) fn event_reason(&self) -> String {
-        match &self.decision {
-            Some(id) => format!("{} (decision {id})", self.reason),
-            None => self.reason.clone(),
-        }
-    }
-}
-
 /// Time a target's writes waited for the seed's request budget, in all (microseconds).
 #[derive(Debug, Default)]
 pub(crate) struct BudgetWait(AtomicU64);
@@ -257,7 +247,9 @@ pub(crate) async fn run_flow(
     stop: &CancellationToken,
 ) -> Result<FlowReport, Box<FlowError>> {
     let dir = flow.intent.dir;
-    let reason = flow.event_reason();
+    // The targets' events keep the reason alone: a repeat of one aggregates into a series.
+    // The decision's id is on the Cluster's event and on every log line of the flow.
+    let reason = &flow.reason;
     let mut report = FlowReport::default();
     for level in &flow.intent.levels {
         if stop.is_cancelled() {
@@ -271,7 +263,7 @@ pub(crate) async fn run_flow(
                 timeout: scale_info_for(info, dir).timeout,
                 stop,
             },
-            reason: &reason,
+            reason,
         };
         let decision = flow.decision.as_deref().unwrap_or_default();
         let runs = level.targets.iter().map(|t| async move {
