@@ -3086,6 +3086,33 @@ async fn both_decisions_recorded(
         .await
 }
 
+/// Every record of `records` is valid under the committed JSON Schema
+/// (docs/decision-record.schema.json, `format` asserted), the one a log pipeline would use.
+fn valid_under_the_schema<'a>(
+    records: impl IntoIterator<Item = &'a serde_json::Value>,
+) -> Result<usize> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/decision-record.schema.json");
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .map_err(|e| anyhow!("the committed schema: {e}"))?;
+    let mut checked = 0;
+    for record in records {
+        let errors: Vec<String> = validator
+            .iter_errors(record)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        ensure!(
+            errors.is_empty(),
+            "record not valid under the schema: {errors:?}\n{record}"
+        );
+        checked += 1;
+    }
+    Ok(checked)
+}
+
 /// `record` has its JSON log line in `log`, found by its decision id, of shoot `ns`.
 fn logged(log: &str, record: &serde_json::Value, ns: &str) -> Result<()> {
     let id = record["id"].as_str().context("an id")?;
@@ -3108,7 +3135,8 @@ fn logged(log: &str, record: &serde_json::Value, ns: &str) -> Result<()> {
 /// each flow's outcome leads back to its decision. `explain --record` on the saved log prints
 /// the verdict and the targets' steps the live `explain` printed while the decision was held
 /// by the hysteresis (`failureThreshold: 6`, a run a second: five runs to run `explain`),
-/// without contacting an apiserver (it is given none).
+/// without contacting an apiserver (it is given none) Every record, on the endpoint and in the log, is valid under
+/// the committed JSON Schema.
 #[tokio::test]
 async fn decisions_are_found_afterwards_in_the_log_and_on_the_endpoint_and_replay_as_explained()
 -> Result<()> {
@@ -3148,6 +3176,17 @@ async fn decisions_are_found_afterwards_in_the_log_and_on_the_endpoint_and_repla
     for record in [&down, &up] {
         logged(&log, record, &ns)?;
     }
+    let on_endpoint = decisions_on_endpoint(&dog, &ns).await?;
+    let in_log: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|mut l| l.get_mut("record").map(serde_json::Value::take))
+        .collect();
+    let checked = valid_under_the_schema(on_endpoint.iter().chain(&in_log))?;
+    ensure!(
+        checked >= 4 && in_log.len() >= 4,
+        "too few records checked against the schema: {checked}"
+    );
     let saved = w.dir.join("after-the-fact-saved.log");
     std::fs::write(&saved, &log)?;
     let replayed = explain(&[

@@ -82,7 +82,9 @@ pub struct NodeLeaseView {
 
 /// Why a node does not vote. As a decision record writes it: tagged by `kind`, snake_case
 /// ([`crate::record`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ExclusionReason {
     /// The node has the annotation [`NOT_MANAGED_BY_MCM_ANNOTATION`].

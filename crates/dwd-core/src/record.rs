@@ -20,6 +20,7 @@ use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::prober::{DependentResourceInfo, ProberConfig, ResourceRef, ScaleInfo};
@@ -60,10 +61,75 @@ pub const fn record_bound(targets: usize) -> usize {
     4096 + (NAMED_EXPIRED + 2 * NAMED_OTHERS) * 320 + ZONES_RECORDED * 256 + targets * 1536
 }
 
+/// The JSON Schema (draft 2020-12) of a record, generated from these types with their
+/// bounds (the names, lists and texts a record cuts, the fractions' range): the committed
+/// docs/decision-record.schema.json is this value, which a test checks, so a log pipeline
+/// can validate records without reading our code.
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = schemars::schema_for!(DecisionRecord);
+    schema.insert(
+        "description".into(),
+        format!(
+            "A dependency-watchdog decision record ({SCHEMA}): the evidence behind one probe \
+             run's decision or one flow's outcome. Field by field: docs/decision-record.md."
+        )
+        .into(),
+    );
+    let mut value = schema.to_value();
+    resolve_doc_links(&mut value);
+    value
+}
+
+/// The descriptions come from these types' doc comments, whose links name constants; a
+/// reader of the schema gets their values instead (`[`NAMED_EXPIRED`]` becomes `10`).
+fn resolve_doc_links(value: &mut serde_json::Value) {
+    use crate::lease::{
+        EXCLUDED_MACHINE_PHASES, IN_PLACE_UPDATE_EXCLUDING_REASONS, NOT_MANAGED_BY_MCM_ANNOTATION,
+    };
+    let values = [
+        ("SCHEMA", format!("`{SCHEMA}`")),
+        ("NAMED_EXPIRED", NAMED_EXPIRED.to_string()),
+        ("NAMED_OTHERS", NAMED_OTHERS.to_string()),
+        ("NAME_BYTES", format!("{NAME_BYTES} bytes")),
+        ("TEXT_BYTES", format!("{TEXT_BYTES} bytes")),
+        ("ZONES_RECORDED", ZONES_RECORDED.to_string()),
+        (
+            "NOT_MANAGED_BY_MCM_ANNOTATION",
+            format!("`{NOT_MANAGED_BY_MCM_ANNOTATION}`"),
+        ),
+        (
+            "EXCLUDED_MACHINE_PHASES",
+            format!("`{}`", EXCLUDED_MACHINE_PHASES.join("`, `")),
+        ),
+        (
+            "IN_PLACE_UPDATE_EXCLUDING_REASONS",
+            format!("`{}`", IN_PLACE_UPDATE_EXCLUDING_REASONS.join("`, `")),
+        ),
+        ("crate::record", "the decision record".to_owned()),
+    ];
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                match v {
+                    serde_json::Value::String(text) if key == "description" => {
+                        for (name, resolved) in &values {
+                            *text = text.replace(&format!("[`{name}`]"), resolved);
+                        }
+                    }
+                    _ => resolve_doc_links(v),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(resolve_doc_links),
+        _ => {}
+    }
+}
+
 /// One record: a run's decision, or a flow's outcome.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DecisionRecord {
     /// [`SCHEMA`].
+    #[schemars(extend("const" = SCHEMA))]
     pub schema: String,
     /// Unique in the process's lifetime and across restarts: `<namespace>/<unix ms>.<n>`.
     /// Events and log lines carry it.
@@ -71,6 +137,7 @@ pub struct DecisionRecord {
     /// The shoot's namespace in the seed.
     pub namespace: String,
     /// When the run judged (RFC 3339, milliseconds, UTC).
+    #[schemars(extend("format" = "date-time"))]
     pub at: String,
     /// `acting`, or `shadow` (`--shadow`: it records what it would have done).
     pub mode: Mode,
@@ -82,7 +149,7 @@ pub struct DecisionRecord {
 }
 
 /// Acting or shadow mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// The prober scales.
@@ -92,7 +159,9 @@ pub enum Mode {
 }
 
 /// Why a record was kept (docs/behaviour.md §2.22).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Because {
     /// The verdict handed a flow over that changes something (or would, in shadow mode).
@@ -117,7 +186,7 @@ pub enum Because {
 }
 
 /// A record's body, by `kind`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RecordBody {
     /// A run.
@@ -127,7 +196,7 @@ pub enum RecordBody {
 }
 
 /// What one run found, decided and did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunRecord {
     /// The rule's settings the run judged by.
     pub settings: SettingsRecord,
@@ -152,11 +221,13 @@ pub struct RunRecord {
 }
 
 /// The rule's settings (the config's, and the shoot's grace period).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SettingsRecord {
     /// `nodeLeaseFailureFraction`.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub node_lease_failure_fraction: f64,
     /// `zoneLeaseFailureFraction`.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub zone_lease_failure_fraction: f64,
     /// `minCandidatesPerZone`.
     pub min_candidates_per_zone: u32,
@@ -184,7 +255,7 @@ impl SettingsRecord {
 }
 
 /// The lease probe's finding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FindingRecord {
     /// Nodes seen.
     pub nodes_seen: usize,
@@ -195,31 +266,37 @@ pub struct FindingRecord {
     /// Expired candidate leases.
     pub expired: usize,
     /// `expired / candidates`; none without candidates.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub fraction: Option<f64>,
     /// Candidates in no zone.
     pub candidates_without_zone: usize,
     /// … of them expired.
     pub expired_without_zone: usize,
     /// The zones, by name (at most [`ZONES_RECORDED`]).
+    #[schemars(length(max = ZONES_RECORDED))]
     pub zones: Vec<ZoneRecord>,
     /// Zones not listed.
     pub zones_not_listed: usize,
     /// Expired candidate leases, by node name (at most [`NAMED_EXPIRED`]).
+    #[schemars(length(max = NAMED_EXPIRED))]
     pub expired_leases: Vec<LeaseRecord>,
     /// Fresh candidate leases (at most [`NAMED_OTHERS`]).
+    #[schemars(length(max = NAMED_OTHERS))]
     pub fresh_leases: Vec<LeaseRecord>,
     /// Excluded nodes and why (at most [`NAMED_OTHERS`]).
+    #[schemars(length(max = NAMED_OTHERS))]
     pub excluded_nodes: Vec<ExcludedRecord>,
     /// Expired, fresh and excluded nodes not named.
     pub not_named: NotNamed,
     /// The lease decision: `scale_down`, `zonal_scale_down`, `scale_up`, `no_scaling`.
     pub decision: DecisionKind,
     /// The finding in words, as the prober logs it.
+    #[schemars(length(max = TEXT_BYTES))]
     pub summary: String,
 }
 
 /// How many of each list a record does not name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct NotNamed {
     /// Expired candidate leases.
     pub expired: usize,
@@ -230,15 +307,17 @@ pub struct NotNamed {
 }
 
 /// One zone's share.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ZoneRecord {
     /// The zone.
+    #[schemars(length(max = NAME_BYTES))]
     pub zone: String,
     /// Candidate nodes in it.
     pub candidates: usize,
     /// … with an expired lease.
     pub expired: usize,
     /// `expired / candidates`.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub fraction: f64,
     /// Disrupted under the rule.
     pub disrupted: bool,
@@ -261,9 +340,10 @@ impl ZoneRecord {
 }
 
 /// A candidate lease.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LeaseRecord {
     /// The node (and lease) name.
+    #[schemars(length(max = NAME_BYTES))]
     pub node: String,
     /// Its zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -276,9 +356,10 @@ pub struct LeaseRecord {
 }
 
 /// An excluded node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExcludedRecord {
     /// The node name.
+    #[schemars(length(max = NAME_BYTES))]
     pub node: String,
     /// Its zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -305,7 +386,7 @@ fn exclusion(reason: &ExclusionReason) -> ExclusionReason {
 }
 
 /// A lease decision, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DecisionKind {
     /// Every target down.
@@ -345,7 +426,7 @@ impl DecisionKind {
 }
 
 /// Why a run was not made.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct NotMadeRecord {
     /// The budget's cause label (`no_room_in_time`, `ended_for_room`, `response_refused`).
     pub cause: String,
@@ -354,7 +435,7 @@ pub struct NotMadeRecord {
 }
 
 /// The verdict and the memory it was reached from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct VerdictRecord {
     /// The hysteresis streaks and disrupted zones before this run.
     pub memory_before: MemoryRecord,
@@ -366,26 +447,30 @@ pub struct VerdictRecord {
     /// Whether the flow acts this run (the streak is met).
     pub acts: bool,
     /// Why, in words (what events say).
+    #[schemars(length(max = TEXT_BYTES))]
     pub why: String,
     /// Zones newly disrupted.
+    #[schemars(length(max = ZONES_RECORDED))]
     pub zones_disrupted: Vec<String>,
     /// Zones recovered.
+    #[schemars(length(max = ZONES_RECORDED))]
     pub zones_recovered: Vec<String>,
 }
 
 /// What the prober remembered of the shoot before the run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MemoryRecord {
     /// Scale-up decisions in a row.
     pub up_streak: u32,
     /// Scale-down decisions in a row.
     pub down_streak: u32,
     /// Zones the last run that judged zones found disrupted (at most [`ZONES_RECORDED`]).
+    #[schemars(length(max = ZONES_RECORDED))]
     pub disrupted_zones: Vec<String>,
 }
 
 /// A streak.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct StreakRecord {
     /// Runs in a row.
     pub seen: u32,
@@ -394,7 +479,7 @@ pub struct StreakRecord {
 }
 
 /// A flow by name: its direction and scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct FlowName {
     /// `down` or `up`.
     pub direction: DirectionName,
@@ -403,7 +488,7 @@ pub struct FlowName {
 }
 
 /// A direction, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DirectionName {
     /// Scale down.
@@ -413,7 +498,7 @@ pub enum DirectionName {
 }
 
 /// A scope, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ScopeName {
     /// Every target.
@@ -453,7 +538,7 @@ impl FlowName {
 }
 
 /// A configured target and how the seed caches showed it at the run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TargetRecord {
     /// `ref.apiVersion`.
     pub api_version: String,
@@ -474,7 +559,7 @@ pub struct TargetRecord {
 }
 
 /// One direction's level and timing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LevelRecord {
     /// The level.
     pub level: u32,
@@ -540,7 +625,7 @@ impl TargetRecord {
 }
 
 /// A target as the seed showed it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum SeenRecord {
     /// Its kind is not served.
@@ -548,6 +633,7 @@ pub enum SeenRecord {
     /// Not known (cache not in sync); why.
     Unknown {
         /// Why.
+        #[schemars(length(max = TEXT_BYTES))]
         why: String,
     },
     /// No such object.
@@ -605,7 +691,7 @@ impl SeenRecord {
 }
 
 /// The intent: levels in the flow's order, each target's step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct IntentRecord {
     /// The flow.
     pub flow: FlowName,
@@ -614,7 +700,7 @@ pub struct IntentRecord {
 }
 
 /// One level of an intent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct IntentLevelRecord {
     /// The level.
     pub level: u32,
@@ -623,7 +709,7 @@ pub struct IntentLevelRecord {
 }
 
 /// What the flow does with one target.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct StepRecord {
     /// `kind/name`.
     pub target: String,
@@ -633,11 +719,12 @@ pub struct StepRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
     /// In words, as `explain` prints it.
+    #[schemars(length(max = TEXT_BYTES))]
     pub words: String,
 }
 
 /// A step, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepKind {
     /// Record the replicas and scale to 0.
@@ -702,7 +789,7 @@ impl IntentRecord {
 }
 
 /// What became of a run's flow.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum TakenRecord {
     /// Handed over to the executor.
@@ -715,6 +802,7 @@ pub enum TakenRecord {
     /// Nothing new; why.
     Nothing {
         /// Why.
+        #[schemars(length(max = TEXT_BYTES))]
         why: String,
     },
     /// Its targets were there already; a different flow in hand is stopped.
@@ -726,7 +814,7 @@ pub enum TakenRecord {
 }
 
 /// How a flow ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FlowRecord {
     /// The id of the run record whose decision queued it.
     pub decision: String,
@@ -735,6 +823,7 @@ pub struct FlowRecord {
     /// `finished`, `superseded` or `failed`.
     pub outcome: FlowOutcome,
     /// When it started (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub started_at: String,
     /// The failed target, and the seed's error (cut to [`TEXT_BYTES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -744,7 +833,7 @@ pub struct FlowRecord {
 }
 
 /// How a flow ended, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FlowOutcome {
     /// Every level ran.
@@ -756,16 +845,17 @@ pub enum FlowOutcome {
 }
 
 /// The target a flow failed at.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct FlowFailure {
     /// Its name.
     pub target: String,
     /// The error.
+    #[schemars(length(max = TEXT_BYTES))]
     pub error: String,
 }
 
 /// One target's step of a flow.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct WriteRecord {
     /// The target's name.
     pub target: String,
@@ -787,13 +877,14 @@ pub struct WriteRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
     /// When its step ended (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub at: String,
     /// Seconds its writes waited for the seed's request budget, in all.
     pub budget_wait_seconds: f64,
 }
 
 /// A target's step outcome, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WriteOutcome {
     /// Its replicas changed.

@@ -2,7 +2,10 @@
 //! ages, exclusions), memories and configs are judged as the probe judges them, recorded,
 //! written and read back as JSON, and replayed; the replay's verdict and intent are the run's,
 //! under the recorded settings and under the same config given anew. A record's size stays
-//! within its stated bound at 5,000 nodes with the longest names.
+//! within its stated bound at 5,000 nodes with the longest names. Every record written here
+//! is valid under the committed JSON Schema (docs/decision-record.schema.json), and that file
+//! is the one the types generate (`DWD_WRITE_SCHEMA=1` rewrites it after a change of the
+//! types; a change of v1's meaning needs a new [`SCHEMA`] name).
 //!
 //! The generator and runner are the property tests' (`support/property.rs`: a time budget per
 //! property, `DWD_PROPTEST_SEED` replays a failure).
@@ -24,6 +27,29 @@ use dwd_core::verdict::{VerdictMemory, verdict};
 use dwd_core::{
     DependentResourceInfo, EffectiveProbeSettings, Hysteresis, LeaseReport, ProberConfig,
 };
+
+/// The committed schema's path.
+fn schema_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/decision-record.schema.json")
+}
+
+/// A validator of the committed schema, `format` (the times' `date-time`) asserted.
+fn committed_schema() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(schema_path()).expect("docs/decision-record.schema.json");
+    let schema: serde_json::Value = serde_json::from_str(&text).expect("the schema is JSON");
+    jsonschema::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .expect("the schema is a valid JSON Schema")
+}
+
+/// `json` against the committed schema: every violation, with where it is.
+fn schema_errors(validator: &jsonschema::Validator, json: &serde_json::Value) -> Vec<String> {
+    validator
+        .iter_errors(json)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}
 
 #[path = "support/property.rs"]
 mod property;
@@ -254,10 +280,15 @@ fn same_intent(a: &Option<Intent>, b: &Option<Intent>) -> bool {
 
 #[test]
 fn a_recorded_run_replays_to_its_own_verdict_and_intent() {
+    let validator = committed_schema();
     property("record-replay", |rng| {
         let run = run(rng);
         let record = record_of(&run);
         let json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+        let errors = schema_errors(&validator, &serde_json::to_value(&record).unwrap());
+        if !errors.is_empty() {
+            return Err(format!("not valid under the schema: {errors:?}\n{json}"));
+        }
         let read: DecisionRecord =
             serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
         if read != record {
@@ -371,7 +402,10 @@ fn a_record_of_a_5000_node_shoot_with_the_longest_names_is_within_its_bound() {
         .map(|i| (i.clone(), Seen::Unknown("x".repeat(5000))))
         .collect();
     let run = Run::judged(config, report, memory, targets);
-    let json = serde_json::to_string(&record_of(&run)).unwrap();
+    let record = record_of(&run);
+    let json = serde_json::to_string(&record).unwrap();
+    let errors = schema_errors(&committed_schema(), &serde_json::to_value(&record).unwrap());
+    assert!(errors.is_empty(), "not valid under the schema: {errors:?}");
     let bound = record_bound(run.config.dependent_resource_infos.len());
     eprintln!(
         "record of a 5,000-node shoot: {} bytes (bound {bound})",
@@ -382,4 +416,50 @@ fn a_record_of_a_5000_node_shoot_with_the_longest_names_is_within_its_bound() {
         "{} bytes against a bound of {bound}",
         json.len()
     );
+}
+
+#[test]
+fn the_committed_schema_is_the_one_the_types_generate() {
+    let generated = dwd_core::record::json_schema();
+    let text = serde_json::to_string_pretty(&generated).unwrap() + "\n";
+    if std::env::var_os("DWD_WRITE_SCHEMA").is_some() {
+        std::fs::write(schema_path(), &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(schema_path()).unwrap_or_default();
+    assert!(
+        committed == text,
+        "docs/decision-record.schema.json differs from what the record's types generate; \
+         after a change of the types run `DWD_WRITE_SCHEMA=1 cargo test -p dwd-core --test \
+         record_replay` and commit the file (a change of v1's meaning needs a new schema name)"
+    );
+}
+
+#[test]
+fn the_schema_refuses_a_record_out_of_its_bounds() {
+    use serde_json::json;
+    let validator = committed_schema();
+    let mut rng = Rng(36);
+    let record = serde_json::to_value(record_of(&run(&mut rng))).unwrap();
+    assert!(schema_errors(&validator, &record).is_empty());
+    let lease = json!({"node": "n", "age_seconds": 1.0, "expires_in_seconds": -1.0});
+    for (path, value) in [
+        (
+            "/schema",
+            json!("dependency-watchdog.gardener.cloud/decision-record/v2"),
+        ),
+        ("/at", json!("last night")),
+        ("/mode", json!("dry_run")),
+        ("/settings/node_lease_failure_fraction", json!("0.6")),
+        ("/settings/zone_lease_failure_fraction", json!(1.5)),
+        ("/finding/expired_leases", json!(vec![lease; 11])),
+        ("/finding/summary", json!("x".repeat(301))),
+        ("/finding/candidates", json!(-1)),
+    ] {
+        let mut broken = record.clone();
+        *broken.pointer_mut(path).unwrap() = value;
+        assert!(
+            !schema_errors(&validator, &broken).is_empty(),
+            "{path} out of its bounds is refused"
+        );
+    }
 }
