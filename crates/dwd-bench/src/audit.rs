@@ -166,3 +166,97 @@ pub(crate) fn received_by_user<'a>(
         .map(|(user, spans)| (user, spans.into_iter().map(|(r, _)| r).collect()))
         .collect()
 }
+
+/// When the seed completed the write that took Deployment `name` in `ns` to 0 in a storm
+/// (its audit log's `stageTimestamp`): the watchdog's first successful write of its `scale`
+/// subresource received at or after `after` when it makes one (the reference patches the
+/// replicas annotation first, then updates the scale), else its first successful write of the
+/// object (ours, for apps/v1: one merge patch with the replicas and the annotations). In a
+/// storm the only writes the watchdog makes to a target that is up are its scale-down's, so
+/// this is when the seed took it to 0; the bench's own watch of the Deployments stamps the
+/// change on arrival, late by as much as the bench is short of CPU.
+pub(crate) fn first_write_completed(
+    seed_requests: &[Request],
+    (ns, name): (&str, &str),
+    after: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let first = |what: &str| {
+        seed_requests
+            .iter()
+            .filter(|r| {
+                matches!(r.verb.as_str(), "patch" | "update")
+                    && r.what == what
+                    && r.namespace.as_deref() == Some(ns)
+                    && r.name.as_deref() == Some(name)
+                    && (200..300).contains(&r.code)
+                    && r.received >= after
+            })
+            .map(|r| r.completed.unwrap_or(r.received))
+            .min()
+    };
+    first("deployments/scale").or_else(|| first("deployments"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_000_000 + s, 0).unwrap_or_default()
+    }
+
+    fn write(
+        verb: &str,
+        what: &str,
+        name: &str,
+        received: i64,
+        completed: i64,
+        code: i64,
+    ) -> Request {
+        Request {
+            user: "dependency-watchdog".into(),
+            verb: verb.into(),
+            what: what.into(),
+            namespace: Some("shoot--a".into()),
+            name: Some(name.into()),
+            received: at(received),
+            completed: Some(at(completed)),
+            code,
+        }
+    }
+
+    #[test]
+    fn a_targets_scale_down_is_its_first_successful_scale_write_after_the_silence_else_its_object_write()
+     {
+        let requests = [
+            // Before the silence: not the storm's.
+            write("patch", "deployments", "kcm", 5, 6, 200),
+            // A conflict wrote nothing.
+            write("patch", "deployments", "kcm", 20, 21, 409),
+            // Another target, an event, a read.
+            write("patch", "deployments", "mcm", 22, 23, 200),
+            write("patch", "events", "kcm", 24, 25, 200),
+            write("get", "deployments", "kcm", 26, 26, 200),
+            write("patch", "deployments", "kcm", 30, 32, 200),
+            write("patch", "deployments/scale", "kcm", 40, 41, 200),
+        ];
+        // The scale subresource's write is the one that changes the replicas.
+        assert_eq!(
+            first_write_completed(&requests, ("shoot--a", "kcm"), at(10)),
+            Some(at(41))
+        );
+        // Without one, the object's first write.
+        assert_eq!(
+            first_write_completed(&requests[..6], ("shoot--a", "kcm"), at(10)),
+            Some(at(32))
+        );
+        assert_eq!(
+            first_write_completed(&requests, ("shoot--a", "ca"), at(10)),
+            None
+        );
+        assert_eq!(
+            first_write_completed(&requests, ("shoot--b", "kcm"), at(10)),
+            None
+        );
+    }
+}

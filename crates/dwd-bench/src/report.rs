@@ -314,6 +314,10 @@ fn outage_rows(rows: &mut Vec<(String, String)>, o: &Value) {
             "  crossing → target 0, s (p50/p99/max)",
             &o["scale_down_s"],
         );
+        rows.push((
+            "    seen by the bench's watch later by, s".into(),
+            cell(&o["scale_down_seen_by_bench_watch_late_s"]["summary"]),
+        ));
         by_target_rows(rows, "  recovery → target restored, s", &o["restore_s"]);
         let opt = |v: &Value| num(v, |v| format!("{v:.1}"));
         rows.push((

@@ -1347,9 +1347,13 @@ async fn analyse(
 
 /// The outage's target timings, gathered shoot by shoot: crossing → 0 and recovery →
 /// restored by target, the last level-0 target down, and what never went down or came back.
+/// A target's time at 0 is the seed's ([`audit::first_write_completed`]); how much later the bench's
+/// watch saw it is kept apart (`watch_lag`), to tell a starved bench from a late watchdog.
 #[derive(Default)]
 struct TargetTimes<'a> {
     down: BTreeMap<&'a str, Vec<f64>>,
+    /// Per target taken to 0: the bench's watch stamp − the seed's completion, seconds.
+    watch_lag: Vec<f64>,
     up: BTreeMap<&'a str, Vec<f64>>,
     level0_latest: Option<DateTime<Utc>>,
     missing_down: usize,
@@ -1358,11 +1362,19 @@ struct TargetTimes<'a> {
 }
 
 impl<'a> TargetTimes<'a> {
+    /// How much later than the seed the bench's watch saw the targets go to 0.
+    fn watch_lag_json(&self) -> Value {
+        json!({
+            "means": "per target taken to 0: when the bench's Deployment watch saw it minus when the seed completed the write (its audit log); scale_down_s and protection count from the seed's time",
+            "summary": Summary::of(&self.watch_lag).to_json(),
+        })
+    }
+
     /// Adds shoot `ns`'s `targets`, given when it `crossed` and `recovered`; returns each
     /// target's crossing → its first 0 (for the protection bound).
     fn add_shoot(
         &mut self,
-        world: &World,
+        (world, seed_requests): (&World, &[audit::Request]),
         ns: &str,
         targets: &[(&'a str, u32, u32)],
         o: &OutageRecord,
@@ -1370,7 +1382,17 @@ impl<'a> TargetTimes<'a> {
     ) -> Vec<(String, Option<f64>)> {
         let mut shoot_down = Vec::new();
         for &(target, down_level, _) in targets {
-            let went_down = first_change(world, ns, target, o.silenced_at, |r| r == 0);
+            let seen = first_change(world, ns, target, o.silenced_at, |r| r == 0);
+            // The seed's time when its audit has the write; the watch's only without it.
+            let went_down = seen.map(|seen| {
+                match audit::first_write_completed(seed_requests, (ns, target), o.silenced_at) {
+                    Some(done) if done <= seen => {
+                        self.watch_lag.push(secs(done, seen));
+                        done
+                    }
+                    _ => seen,
+                }
+            });
             shoot_down.push((
                 target.to_string(),
                 crossed.zip(went_down).map(|(c, t)| secs(c, t)),
@@ -1491,6 +1513,21 @@ fn cpu_pressure_json(o: &OutageRecord) -> Value {
     }
 }
 
+/// Every node's renew times: its last before the resumption, then each one after.
+fn renew_times(
+    before: &HashMap<String, DateTime<Utc>>,
+    after: &RenewTimes,
+) -> Vec<Vec<storm::Renewal>> {
+    before
+        .iter()
+        .map(|(node, last)| {
+            let mut times = vec![storm::Renewal::at_once(*last)];
+            times.extend(after.get(node).into_iter().flatten().copied());
+            times
+        })
+        .collect()
+}
+
 /// The outage part of the result, and the raw crossing → 0 and recovery → restored samples.
 fn outage_results(
     cli: &Cli,
@@ -1519,21 +1556,12 @@ fn outage_results(
     for ((i, before), (_, after)) in o.before.iter().zip(&o.after) {
         let ns = setup::shoot_namespace(*i);
         let (crossed, recovered) = crossing_and_recovery(cli, o, (before, after), (grace, k));
-        // Every node's renew times: its last before the resumption, then each one after.
-        let renewals = before
-            .iter()
-            .map(|(node, last)| {
-                let mut times = vec![storm::Renewal::at_once(*last)];
-                times.extend(after.get(node).into_iter().flatten().copied());
-                times
-            })
-            .collect();
         storm_shoots.push(storm_record(
             world,
             &seed_requests,
             (*i, &ns),
             recovered,
-            renewals,
+            renew_times(before, after),
             &targets,
             (probes, requests),
         ));
@@ -1541,7 +1569,8 @@ fn outage_results(
             first_crossing = Some(first_crossing.map_or(c, |f: DateTime<Utc>| f.min(c)));
             last_crossing = Some(last_crossing.map_or(c, |l: DateTime<Utc>| l.max(c)));
         }
-        let shoot_down = times.add_shoot(world, &ns, &targets, o, (crossed, recovered));
+        let seen = (world, seed_requests.as_slice());
+        let shoot_down = times.add_shoot(seen, &ns, &targets, o, (crossed, recovered));
         protection_shoots.push(protection::ShootOutage {
             namespace: ns,
             down_s: shoot_down,
@@ -1574,6 +1603,7 @@ fn outage_results(
         "scale_down_s": {"all": Summary::of(&all_down).to_json(), "by_target": summarise_by_target(&times.down)},
         "restore_s": {"all": Summary::of(&all_up).to_json(), "by_target": summarise_by_target(&times.up)},
         "targets_missing_down": times.missing_down,
+        "scale_down_seen_by_bench_watch_late_s": times.watch_lag_json(),
         "targets_missing_up": times.missing_up,
         // Near 1: the machine was short of CPU throughout, and every latency above is as much
         // the machine's as the binary's.
